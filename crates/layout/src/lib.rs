@@ -1,0 +1,1 @@
+//! CuTe-semantics layout algebra (placeholder; being written).
