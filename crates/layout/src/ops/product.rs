@@ -1,0 +1,296 @@
+//! Products: repeat a block layout over a tiler.
+//!
+//! `logical_product(A, B) = (A, complement(A, size(A)*cosize(B)) ∘ B)`; zipped/tiled/flat only
+//! regroup modes. blocked/raked products pad A and B to equal rank, take the logical product
+//! and interleave the modes (A-modes first for blocked, B-modes first for raked). Since
+//! CUTLASS 3.8 these are *not* coalesced by mode, and neither are ours.
+
+use crate::error::{cmul, LayoutError, Result};
+use crate::int_tuple::IntTuple;
+use crate::layout::{make_ordered_layout, Layout};
+use crate::ops::complement::complement;
+use crate::ops::composition::composition;
+use crate::ops::divide::{by_mode, splat, tile_unzip};
+use crate::tiler::Tiler;
+
+/// `A ⊗ B = (A, complement(A, size(A)*cosize(B)) ∘ B)`: mode 0 is the block, mode 1 enumerates
+/// its copies as B orders them. A tuple tiler multiplies mode by mode (extra modes of A kept).
+pub fn logical_product(a: &Layout, tiler: impl Into<Tiler>) -> Result<Layout> {
+    let t = tiler.into();
+    t.check_nonempty()?;
+    lprod(a, &t)
+}
+
+fn lprod(a: &Layout, t: &Tiler) -> Result<Layout> {
+    match t {
+        Tiler::Layout(b) => {
+            let cb = b.cosize();
+            if cb < 1 {
+                return Err(LayoutError::TilerMismatch {
+                    layout: a.to_string(),
+                    tiler: b.to_string(),
+                    reason: format!("the tiler's cosize {cb} must be >= 1"),
+                });
+            }
+            let m = cmul(a.size(), cb, "size(A)*cosize(B) in logical_product")?;
+            let c = complement(a, m)?;
+            let x = composition(&c, b)?;
+            Layout::from_modes(vec![a.clone(), x])
+        }
+        Tiler::Tuple(ts) => by_mode(a, t, ts, lprod),
+    }
+}
+
+/// `((blocks),(products))`.
+pub fn zipped_product(a: &Layout, tiler: impl Into<Tiler>) -> Result<Layout> {
+    let t = tiler.into();
+    tile_unzip(&logical_product(a, &t)?, &t)
+}
+
+/// `((blocks),product0,product1,...)`.
+pub fn tiled_product(a: &Layout, tiler: impl Into<Tiler>) -> Result<Layout> {
+    splat(&zipped_product(a, tiler)?, false)
+}
+
+/// `(block0,block1,...,product0,product1,...)`.
+pub fn flat_product(a: &Layout, tiler: impl Into<Tiler>) -> Result<Layout> {
+    splat(&zipped_product(a, tiler)?, true)
+}
+
+fn rank_sensitive_product(a: &Layout, b: &Layout, block_first: bool) -> Result<Layout> {
+    let r = a.rank().max(b.rank());
+    let pa = a.pad_to_rank(r);
+    let pb = b.pad_to_rank(r);
+    let lp = lprod(&pa, &Tiler::Layout(pb.clone()))?;
+    let x = lp
+        .mode(1)
+        .ok_or_else(|| LayoutError::Unsupported("logical_product rank".into()))?;
+    let pair = |u: Layout, v: Layout| {
+        if block_first {
+            Layout::from_modes(vec![u, v])
+        } else {
+            Layout::from_modes(vec![v, u])
+        }
+    };
+    if r == 1 {
+        // zip of two rank-1 layouts is a rank-1 tuple holding the pair, as in CuTe.
+        let u = if pa.shape().is_int() {
+            pa.clone()
+        } else {
+            pa.mode(0).unwrap_or(pa.clone())
+        };
+        let v = if pb.shape().is_int() {
+            x.clone()
+        } else {
+            x.mode(0).unwrap_or(x.clone())
+        };
+        return Layout::from_modes(vec![pair(u, v)?]);
+    }
+    let modes = pa
+        .modes()
+        .into_iter()
+        .zip(x.modes())
+        .map(|(u, v)| pair(u, v))
+        .collect::<Result<Vec<_>>>()?;
+    Layout::from_modes(modes)
+}
+
+/// Reproduce block `a` over `b`, each copy of `a` contiguous: mode i is `(a_i, b_i)`.
+/// Result rank is `max(rank a, rank b)`.
+pub fn blocked_product(a: &Layout, b: &Layout) -> Result<Layout> {
+    rank_sensitive_product(a, b, true)
+}
+
+/// Reproduce block `a` over `b` with the copies interleaved: mode i is `(b_i, a_i)`.
+pub fn raked_product(a: &Layout, b: &Layout) -> Result<Layout> {
+    rank_sensitive_product(a, b, false)
+}
+
+/// Repeat `block` until it covers `target` (a shape of rank >= rank(block)): a blocked product
+/// with an ordered layout of `target / block` copies. `order` ranks the modes to repeat along
+/// first (default column-major: mode 0 first). Each block extent must divide the target's.
+pub fn tile_to_shape(
+    block: &Layout,
+    target: &IntTuple,
+    order: Option<&IntTuple>,
+) -> Result<Layout> {
+    let err = |reason: String| LayoutError::TileToShape {
+        block: block.to_string(),
+        target: target.to_string(),
+        reason,
+    };
+    target.check_nonempty("target shape")?;
+    let r = target.rank();
+    if block.rank() > r {
+        return Err(err(format!(
+            "the block has rank {}, the target {}",
+            block.rank(),
+            r
+        )));
+    }
+    let padded = block.pad_to_rank(r);
+    let mut counts = Vec::with_capacity(r);
+    for (i, (bm, tm)) in padded.modes().iter().zip(target.modes()).enumerate() {
+        let (bs, ts) = (bm.size(), tm.product()?);
+        if ts < 1 || ts % bs != 0 {
+            return Err(err(format!(
+                "block extent {bs} does not divide target extent {ts} in mode {i}"
+            )));
+        }
+        counts.push(ts / bs);
+    }
+    let product_shape = if target.is_int() {
+        IntTuple::Int(counts[0])
+    } else {
+        IntTuple::flat(&counts)
+    };
+    let reps = match order {
+        Some(o) => make_ordered_layout(&product_shape, o)?,
+        None => Layout::col_major(product_shape)?,
+    };
+    blocked_product(&padded, &reps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse::{parse_int_tuple, parse_layout, parse_tiler};
+    use crate::testutil::{arb_compact_layout, arb_injective_layout};
+    use proptest::prelude::*;
+
+    fn l(s: &str) -> Layout {
+        parse_layout(s).unwrap()
+    }
+
+    #[test]
+    fn doc_examples() {
+        assert_eq!(
+            logical_product(&l("(2,2):(4,1)"), l("6:1"))
+                .unwrap()
+                .to_string(),
+            "((2,2),(2,3)):((4,1),(2,8))"
+        );
+        assert_eq!(
+            logical_product(&l("(2,2):(4,1)"), l("(4,2):(2,1)"))
+                .unwrap()
+                .to_string(),
+            "((2,2),(4,2)):((4,1),(8,2))"
+        );
+        assert_eq!(
+            logical_product(&l("(2,5):(5,1)"), parse_tiler("<3:5,4:6>").unwrap())
+                .unwrap()
+                .to_string(),
+            "((2,3),(5,4)):((5,10),(1,30))"
+        );
+    }
+
+    #[test]
+    fn blocked_and_raked() {
+        // CuTe's tutorial example: a 2x5 block over a 3x4 grid.
+        let a = l("(2,5):(5,1)");
+        let b = l("(3,4):(1,3)");
+        assert_eq!(
+            blocked_product(&a, &b).unwrap().to_string(),
+            "((2,3),(5,4)):((5,10),(1,30))"
+        );
+        assert_eq!(
+            raked_product(&a, &b).unwrap().to_string(),
+            "((3,2),(4,5)):((10,5),(30,1))"
+        );
+        // Rank 1: a rank-1 tuple holding the pair, not coalesced.
+        assert_eq!(
+            blocked_product(&l("4:1"), &l("3:1")).unwrap().to_string(),
+            "((4,3)):((1,4))"
+        );
+        // Unequal ranks are padded with 1:0.
+        assert_eq!(
+            blocked_product(&l("(2,2):(1,2)"), &l("3:1"))
+                .unwrap()
+                .to_string(),
+            "((2,3),(2,1)):((1,4),(2,0))"
+        );
+    }
+
+    #[test]
+    fn zipped_tiled_flat() {
+        let a = l("(2,5):(5,1)");
+        let t = parse_tiler("<3:5,4:6>").unwrap();
+        assert_eq!(
+            zipped_product(&a, &t).unwrap().to_string(),
+            "((2,5),(3,4)):((5,1),(10,30))"
+        );
+        assert_eq!(
+            tiled_product(&a, &t).unwrap().to_string(),
+            "((2,5),3,4):((5,1),10,30)"
+        );
+        assert_eq!(
+            flat_product(&a, &t).unwrap().to_string(),
+            "(2,5,3,4):(5,1,10,30)"
+        );
+        // By-mode products are independent: with stride-1 tilers the modes interleave.
+        let t1 = parse_tiler("<3:1,4:1>").unwrap();
+        assert_eq!(
+            logical_product(&a, &t1).unwrap().to_string(),
+            "((2,3),(5,4)):((5,1),(1,5))"
+        );
+    }
+
+    #[test]
+    fn tile_to_shape_examples() {
+        let atom = l("(8,64):(64,1)");
+        let s = parse_int_tuple("(128,128)").unwrap();
+        assert_eq!(
+            tile_to_shape(&atom, &s, None).unwrap().to_string(),
+            "((8,16),(64,2)):((64,512),(1,8192))"
+        );
+        let o = parse_int_tuple("(1,0)").unwrap();
+        assert_eq!(
+            tile_to_shape(&atom, &s, Some(&o)).unwrap().to_string(),
+            "((8,16),(64,2)):((64,1024),(1,512))"
+        );
+        assert!(tile_to_shape(&atom, &parse_int_tuple("(12,128)").unwrap(), None).is_err());
+        assert!(tile_to_shape(&atom, &parse_int_tuple("128").unwrap(), None).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn logical_product_matches_definition(a in arb_injective_layout(), b in arb_compact_layout()) {
+            prop_assume!(a.size() * b.size() <= 512);
+            if let Ok(p) = logical_product(&a, &b) {
+                prop_assert_eq!(p.rank(), 2);
+                prop_assert_eq!(p.mode(0).unwrap(), a.clone());
+                prop_assert_eq!(p.size(), a.size() * b.size());
+                let c = complement(&a, a.size() * b.cosize()).unwrap();
+                let m1 = p.mode(1).unwrap();
+                for i in 0..b.size() {
+                    prop_assert_eq!(m1.call(i), c.call(b.call(i)));
+                }
+                // The copies of A never overlap.
+                prop_assert!(p.is_injective(), "{} x {} = {}", a, b, p);
+            }
+        }
+
+        #[test]
+        fn blocked_raked_structure(a in arb_injective_layout(), b in arb_compact_layout()) {
+            prop_assume!(a.size() * b.size() <= 512);
+            if let Ok(bp) = blocked_product(&a, &b) {
+                let r = a.rank().max(b.rank());
+                prop_assert_eq!(bp.rank(), r);
+                let rp = raked_product(&a, &b).unwrap();
+                prop_assert_eq!(rp.rank(), r);
+                prop_assert_eq!(bp.size(), rp.size());
+                if r >= 2 {
+                    for (bm, rm) in bp.modes().iter().zip(rp.modes()) {
+                        prop_assert_eq!(bm.mode(0).unwrap(), rm.mode(1).unwrap());
+                        prop_assert_eq!(bm.mode(1).unwrap(), rm.mode(0).unwrap());
+                    }
+                }
+                let mut v1 = bp.values();
+                let mut v2 = rp.values();
+                v1.sort_unstable();
+                v2.sort_unstable();
+                prop_assert_eq!(v1, v2);
+            }
+        }
+    }
+}
