@@ -78,6 +78,7 @@
 //!
 //! See `docs/layout/README.md` for the notation, the CLI and pictures of the atoms.
 
+pub mod atoms;
 pub mod error;
 pub mod int_tuple;
 pub mod layout;
@@ -90,6 +91,11 @@ pub mod tiler;
 #[cfg(test)]
 pub(crate) mod testutil;
 
+pub use atoms::{
+    atom_by_name, ldmatrix, mfma_16x16x16f16_a, mfma_16x16x16f16_b, mfma_16x16x16f16_c,
+    mfma_16x16x32_bf16_a, mfma_16x16x32_bf16_b, mfma_16x16x32_bf16_c, mma_m16n8k16_a,
+    mma_m16n8k16_b, mma_m16n8k16_c, wgmma_m64nnk16_a, wgmma_m64nnk16_c, TvAtom, ATOM_NAMES,
+};
 pub use error::{LayoutError, Result};
 pub use int_tuple::{ceil_div_tuple, compact_col_major, compact_row_major, IntTuple};
 pub use layout::{make_ordered_layout, Layout};
