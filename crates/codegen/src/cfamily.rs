@@ -1,0 +1,548 @@
+//! Printing thread-level IR as C-family source (C for the CPU; CUDA and HIP C++ reuse it).
+//!
+//! Narrow floats (f16, bf16, float8) are stored as integers and computed as `float`: loads
+//! widen, stores and explicit casts round. Index arithmetic on global tensors is widened to
+//! 64 bits so tensors past 2^31 elements address correctly.
+
+use std::fmt::Write;
+
+use tl_ir::{
+    BinOp, Buffer, CmpOp, DType, Diagnostic, Expr, ExprKind, ForKind, Intrinsic, Scope, Stmt,
+    StmtKind, UnOp,
+};
+
+use crate::names::Names;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Dialect {
+    C,
+    Cuda,
+    Hip,
+}
+
+/// How a value of a dtype is held in memory.
+pub fn storage_type(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool | DType::U8 | DType::F8E4M3 | DType::F8E5M2 => "uint8_t",
+        DType::I8 => "int8_t",
+        DType::I16 => "int16_t",
+        DType::I32 => "int32_t",
+        DType::I64 => "int64_t",
+        DType::U16 | DType::F16 | DType::BF16 => "uint16_t",
+        DType::U32 => "uint32_t",
+        DType::U64 => "uint64_t",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// How a value of a dtype is held in an expression.
+pub fn compute_type(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "int",
+        DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 | DType::F32 => "float",
+        d => storage_type(d),
+    }
+}
+
+fn narrow_name(dt: DType) -> Option<&'static str> {
+    match dt {
+        DType::F16 => Some("f16"),
+        DType::BF16 => Some("bf16"),
+        DType::F8E4M3 => Some("e4m3"),
+        DType::F8E5M2 => Some("e5m2"),
+        _ => None,
+    }
+}
+
+pub fn float_literal(v: f64, dt: DType) -> String {
+    let is_f64 = dt == DType::F64;
+    if v.is_nan() {
+        return if is_f64 {
+            "(double)NAN".into()
+        } else {
+            "NAN".into()
+        };
+    }
+    if v.is_infinite() {
+        let s = if v > 0.0 { "INFINITY" } else { "(-INFINITY)" };
+        return if is_f64 {
+            format!("(double){s}")
+        } else {
+            s.into()
+        };
+    }
+    let mut s = format!("{v:?}");
+    if !s.contains('.') && !s.contains('e') && !s.contains("inf") {
+        s.push_str(".0");
+    }
+    if is_f64 {
+        s
+    } else {
+        format!("{s}f")
+    }
+}
+
+pub fn int_literal(v: i64, dt: DType) -> String {
+    match dt {
+        DType::I64 => {
+            if v == i64::MIN {
+                "((int64_t)(-9223372036854775807LL - 1))".into()
+            } else {
+                format!("((int64_t){v}LL)")
+            }
+        }
+        DType::U64 => format!("((uint64_t){}ULL)", v as u64),
+        DType::U32 => format!("{}u", v as u32),
+        DType::I32 if v == i32::MIN as i64 => "(-2147483647 - 1)".into(),
+        DType::I32 => {
+            if v < 0 {
+                format!("({v})")
+            } else {
+                format!("{v}")
+            }
+        }
+        d => format!("(({}){v})", compute_type(d)),
+    }
+}
+
+pub struct Printer<'a> {
+    pub names: &'a mut Names,
+    pub dialect: Dialect,
+    pub out: String,
+    pub indent: usize,
+    pub errors: Vec<Diagnostic>,
+}
+
+impl<'a> Printer<'a> {
+    pub fn new(names: &'a mut Names, dialect: Dialect) -> Printer<'a> {
+        Printer {
+            names,
+            dialect,
+            out: String::new(),
+            indent: 1,
+            errors: vec![],
+        }
+    }
+
+    pub fn line(&mut self, s: &str) {
+        for _ in 0..self.indent {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(s);
+        self.out.push('\n');
+    }
+
+    fn unsupported(&mut self, what: String) -> String {
+        self.errors.push(Diagnostic::internal(format!(
+            "code generation for {:?} does not support {what}",
+            self.dialect
+        )));
+        "0".into()
+    }
+
+    /// A linear element offset into a buffer.
+    pub fn offset(&mut self, buf: &Buffer, idx: &[Expr]) -> String {
+        if idx.len() == 1 {
+            let i = self.expr(&idx[0]);
+            return if buf.scope() == Scope::Global {
+                format!("(int64_t)({i})")
+            } else {
+                i
+            };
+        }
+        let strides = buf.row_major_strides();
+        let wide = buf.scope() == Scope::Global;
+        let mut terms = vec![];
+        for (i, s) in idx.iter().zip(&strides) {
+            let ie = self.expr(i);
+            let ie = if wide { format!("(int64_t)({ie})") } else { ie };
+            match s.as_int() {
+                Some(0) => {}
+                Some(1) => terms.push(ie),
+                _ => {
+                    let se = self.expr(s);
+                    terms.push(format!("{ie} * {se}"));
+                }
+            }
+        }
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    /// An lvalue for an element of a buffer (scalars of `var` scope are plain variables).
+    pub fn lvalue(&mut self, buf: &Buffer, idx: &[Expr]) -> String {
+        let name = self.names.buf(buf);
+        if buf.scope() == Scope::Var {
+            return name;
+        }
+        let off = self.offset(buf, idx);
+        format!("{name}[{off}]")
+    }
+
+    fn load(&mut self, buf: &Buffer, idx: &[Expr]) -> String {
+        let lv = self.lvalue(buf, idx);
+        let dt = buf.dtype();
+        if buf.scope() == Scope::Var {
+            return lv;
+        }
+        match narrow_name(dt) {
+            Some(n) => format!("tl_{n}_to_f32({lv})"),
+            None if dt == DType::Bool && buf.scope() != Scope::Var => format!("({lv} != 0)"),
+            None => lv,
+        }
+    }
+
+    /// Convert a computed value to what memory of `dt` holds.
+    pub fn to_storage(&self, value: String, dt: DType) -> String {
+        match narrow_name(dt) {
+            Some(n) => format!("tl_f32_to_{n}({value})"),
+            None if dt == DType::Bool => format!("(uint8_t)(({value}) != 0)"),
+            None => value,
+        }
+    }
+
+    fn math(&self, op: UnOp, dt: DType, a: String) -> String {
+        let d = dt == DType::F64;
+        let gpu = self.dialect != Dialect::C;
+        let f = |single: &str, double: &str| {
+            if d {
+                format!("{double}({a})")
+            } else {
+                format!("{single}({a})")
+            }
+        };
+        match op {
+            UnOp::Exp if !d && !gpu => format!("tl_expf({a})"),
+            UnOp::Exp => f("expf", "exp"),
+            UnOp::Exp2 if !d && !gpu => format!("tl_exp2f({a})"),
+            UnOp::Exp2 => f("exp2f", "exp2"),
+            UnOp::Log => f("logf", "log"),
+            UnOp::Log2 => f("log2f", "log2"),
+            UnOp::Sqrt => f("sqrtf", "sqrt"),
+            UnOp::Rsqrt if gpu => f("rsqrtf", "rsqrt"),
+            UnOp::Rsqrt if d => format!("(1.0 / sqrt({a}))"),
+            UnOp::Rsqrt => format!("(1.0f / sqrtf({a}))"),
+            UnOp::Tanh => f("tanhf", "tanh"),
+            UnOp::Sigmoid if d => format!("tl_sigmoid({a})"),
+            UnOp::Sigmoid => format!("tl_sigmoidf({a})"),
+            UnOp::Floor => f("floorf", "floor"),
+            UnOp::Ceil => f("ceilf", "ceil"),
+            UnOp::Erf => f("erff", "erf"),
+            UnOp::Sin => f("sinf", "sin"),
+            UnOp::Cos => f("cosf", "cos"),
+            UnOp::Abs if dt.is_float() => f("fabsf", "fabs"),
+            UnOp::Abs => format!("({a} < 0 ? -{a} : {a})"),
+            UnOp::Neg => format!("(-{a})"),
+            UnOp::Not => format!("(!{a})"),
+        }
+    }
+
+    /// Round a float computed in f32 to a narrow type's precision (an explicit cast).
+    fn round_narrow(&self, dt: DType, v: String) -> String {
+        match narrow_name(dt) {
+            Some(n) => format!("tl_round_{n}({v})"),
+            None => v,
+        }
+    }
+
+    pub fn expr(&mut self, e: &Expr) -> String {
+        let dt = e.dtype();
+        match e.kind() {
+            ExprKind::Int(v) => {
+                if dt.is_float() {
+                    float_literal(*v as f64, dt)
+                } else {
+                    int_literal(*v, dt)
+                }
+            }
+            ExprKind::Float(v) => float_literal(*v, dt),
+            ExprKind::Bool(b) => if *b { "1" } else { "0" }.into(),
+            ExprKind::Var(v) => self.names.var(v),
+            ExprKind::Bin(op, a, b) => {
+                let odt = a.dtype();
+                let (x, y) = (self.expr(a), self.expr(b));
+                let r = match op {
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div => {
+                        format!("({x} {} {y})", op.symbol())
+                    }
+                    BinOp::Mod if odt.is_float() => {
+                        if odt == DType::F64 {
+                            format!("fmod({x}, {y})")
+                        } else {
+                            format!("fmodf({x}, {y})")
+                        }
+                    }
+                    BinOp::Mod => format!("({x} % {y})"),
+                    BinOp::FloorDiv if odt.is_float() => {
+                        if odt == DType::F64 {
+                            format!("floor({x} / {y})")
+                        } else {
+                            format!("floorf({x} / {y})")
+                        }
+                    }
+                    BinOp::FloorMod if odt.is_float() => {
+                        if odt == DType::F64 {
+                            format!("tl_floormod_f64({x}, {y})")
+                        } else {
+                            format!("tl_floormod_f32({x}, {y})")
+                        }
+                    }
+                    BinOp::FloorDiv | BinOp::FloorMod => {
+                        let w = if odt.bytes() > 4 { "i64" } else { "i32" };
+                        let f = if *op == BinOp::FloorDiv {
+                            "floordiv"
+                        } else {
+                            "floormod"
+                        };
+                        if odt.is_unsigned_int() {
+                            let s = if *op == BinOp::FloorDiv { "/" } else { "%" };
+                            format!("({x} {s} {y})")
+                        } else {
+                            format!("tl_{f}_{w}({x}, {y})")
+                        }
+                    }
+                    BinOp::Min | BinOp::Max if odt.is_float() => {
+                        let f = if *op == BinOp::Min { "fmin" } else { "fmax" };
+                        if odt == DType::F64 {
+                            format!("{f}({x}, {y})")
+                        } else {
+                            format!("{f}f({x}, {y})")
+                        }
+                    }
+                    BinOp::Min => format!("({x} < {y} ? {x} : {y})"),
+                    BinOp::Max => format!("({x} > {y} ? {x} : {y})"),
+                    BinOp::Pow => {
+                        if odt == DType::F64 {
+                            format!("pow({x}, {y})")
+                        } else {
+                            format!("powf({x}, {y})")
+                        }
+                    }
+                    BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Shl | BinOp::Shr => {
+                        format!("({x} {} {y})", op.symbol())
+                    }
+                };
+                if matches!(
+                    op,
+                    BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div | BinOp::Pow
+                ) && narrow_name(dt).is_some()
+                {
+                    // Arithmetic on narrow floats happens in f32; keep it there (rounding
+                    // happens at stores and explicit casts).
+                    r
+                } else if dt.is_int() && dt.bytes() < 4 {
+                    format!("(({}){r})", compute_type(dt))
+                } else {
+                    r
+                }
+            }
+            ExprKind::Cmp(op, a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                let s = match op {
+                    CmpOp::Eq => "==",
+                    CmpOp::Ne => "!=",
+                    CmpOp::Lt => "<",
+                    CmpOp::Le => "<=",
+                    CmpOp::Gt => ">",
+                    CmpOp::Ge => ">=",
+                };
+                format!("({x} {s} {y})")
+            }
+            ExprKind::And(a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                format!("({x} && {y})")
+            }
+            ExprKind::Or(a, b) => {
+                let (x, y) = (self.expr(a), self.expr(b));
+                format!("({x} || {y})")
+            }
+            ExprKind::Unary(op, a) => {
+                let x = self.expr(a);
+                self.math(*op, dt, x)
+            }
+            ExprKind::Select(c, a, b) | ExprKind::IfThenElse(c, a, b) => {
+                let (c, x, y) = (self.expr(c), self.expr(a), self.expr(b));
+                format!("({c} ? {x} : {y})")
+            }
+            ExprKind::Cast(a) => {
+                let x = self.expr(a);
+                if dt.is_bool() {
+                    format!("({x} != 0)")
+                } else if narrow_name(dt).is_some() {
+                    self.round_narrow(dt, format!("(float)({x})"))
+                } else {
+                    format!("(({}){x})", compute_type(dt))
+                }
+            }
+            ExprKind::Load(buf, idx) => self.load(buf, idx),
+            ExprKind::Call(op, args) => self.call(op, args, dt),
+        }
+    }
+
+    fn call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
+        match op {
+            Intrinsic::AddressOf => match args.first().map(|a| a.kind()) {
+                Some(ExprKind::Load(buf, idx)) => {
+                    let lv = self.lvalue(buf, idx);
+                    format!("(&{lv})")
+                }
+                _ => self.unsupported("address_of of a non-load".into()),
+            },
+            Intrinsic::Extern { name, .. } => {
+                let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
+                format!("{name}({})", a.join(", "))
+            }
+            Intrinsic::AtomicAdd if self.dialect == Dialect::C => {
+                let (Some(addr), Some(v)) = (args.first(), args.get(1)) else {
+                    return self.unsupported("atomic_add without two arguments".into());
+                };
+                let target_dt = match addr.kind() {
+                    ExprKind::Call(Intrinsic::AddressOf, a) => a.first().map(|l| l.dtype()),
+                    _ => None,
+                }
+                .unwrap_or(DType::F32);
+                let (a, v) = (self.expr(addr), self.expr(v));
+                format!("tl_atomic_add_{}({a}, {v})", target_dt.name())
+            }
+            other => {
+                let _ = dt;
+                self.unsupported(format!("the intrinsic {}", other.name()))
+            }
+        }
+    }
+
+    pub fn stmt(&mut self, s: &Stmt) {
+        match &s.kind {
+            StmtKind::Seq(v) => {
+                for x in v {
+                    self.stmt(x);
+                }
+            }
+            StmtKind::Let { var, value } => {
+                let n = self.names.var(var);
+                let v = self.expr(value);
+                self.line(&format!("const {} {n} = {v};", compute_type(var.dtype())));
+            }
+            StmtKind::Alloc(b) => self.alloc(b),
+            StmtKind::If { cond, then_, else_ } => {
+                let c = self.expr(cond);
+                self.line(&format!("if ({c}) {{"));
+                self.indent += 1;
+                self.stmt(then_);
+                self.indent -= 1;
+                if let Some(e) = else_ {
+                    self.line("} else {");
+                    self.indent += 1;
+                    self.stmt(e);
+                    self.indent -= 1;
+                }
+                self.line("}");
+            }
+            StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } => {
+                let lv = self.lvalue(buffer, indices);
+                let v = self.expr(value);
+                let v = if buffer.scope() == Scope::Var {
+                    v
+                } else {
+                    self.to_storage(v, buffer.dtype())
+                };
+                self.line(&format!("{lv} = {v};"));
+            }
+            StmtKind::For(l) => {
+                let v = self.names.var(&l.var);
+                let lo = self.expr(&l.min);
+                let ext = self.expr(&l.extent);
+                let ty = compute_type(l.var.dtype());
+                match &l.kind {
+                    ForKind::Vectorized => {
+                        let pragma = self.simd_pragma(&l.body);
+                        self.line(&pragma);
+                    }
+                    ForKind::Unrolled => {
+                        let n = l.extent.as_int().unwrap_or(4).clamp(1, 65535);
+                        if self.dialect == Dialect::C {
+                            self.line(&format!("#pragma GCC unroll {n}"));
+                        } else {
+                            self.line("#pragma unroll");
+                        }
+                    }
+                    _ => {}
+                }
+                let end = if l.min.as_int() == Some(0) {
+                    ext
+                } else {
+                    format!("{lo} + {ext}")
+                };
+                self.line(&format!("for ({ty} {v} = {lo}; {v} < {end}; ++{v}) {{"));
+                self.indent += 1;
+                self.stmt(&l.body);
+                self.indent -= 1;
+                self.line("}");
+            }
+            StmtKind::Eval(e) => {
+                let x = self.expr(e);
+                self.line(&format!("{x};"));
+            }
+            StmtKind::Op(op) => {
+                let name = op.name();
+                let _ = self.unsupported(format!("an unlowered tile op `{name}`"));
+            }
+            StmtKind::AnnotateLayout { .. } => {}
+        }
+    }
+
+    /// `#pragma omp simd`, with a reduction clause when the body folds into a scalar.
+    fn simd_pragma(&mut self, body: &Stmt) -> String {
+        if self.dialect != Dialect::C {
+            return String::new();
+        }
+        if let StmtKind::Store { buffer, value, .. } = &body.kind {
+            if buffer.scope() == Scope::Var {
+                let op = match value.kind() {
+                    ExprKind::Bin(BinOp::Add, _, _) => Some("+"),
+                    ExprKind::Bin(BinOp::Max, _, _) => Some("max"),
+                    ExprKind::Bin(BinOp::Min, _, _) => Some("min"),
+                    _ => None,
+                };
+                if let Some(op) = op {
+                    let n = self.names.buf(buffer);
+                    return format!("#pragma omp simd reduction({op}:{n})");
+                }
+            }
+        }
+        "#pragma omp simd".into()
+    }
+
+    pub fn alloc(&mut self, b: &Buffer) {
+        let name = self.names.buf(b);
+        let ty = if b.scope() == Scope::Var {
+            compute_type(b.dtype())
+        } else {
+            storage_type(b.dtype())
+        };
+        let n = b.const_numel().unwrap_or(1);
+        match (b.scope(), self.dialect) {
+            (Scope::Var, _) => self.line(&format!("{ty} {name};")),
+            (Scope::Shared, Dialect::Cuda | Dialect::Hip) => {
+                self.line(&format!("__shared__ __align__(16) {ty} {name}[{n}];"))
+            }
+            (_, Dialect::C) => {
+                self.line(&format!("{ty} {name}[{n}] __attribute__((aligned(64)));"))
+            }
+            _ => self.line(&format!("{ty} {name}[{n}];")),
+        }
+    }
+}
+
+/// Write `s` with a trailing newline (a small helper for headers built piecewise).
+pub fn push_line(out: &mut String, s: &str) {
+    let _ = writeln!(out, "{s}");
+}

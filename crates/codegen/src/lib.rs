@@ -1,0 +1,9 @@
+//! Source generation from thread-level IR. Codegen never decides anything a pass should: it
+//! prints what the IR says, in C for the CPU, CUDA C++ or HIP C++.
+
+pub mod abi;
+pub mod c;
+pub mod cfamily;
+pub mod names;
+
+pub use abi::{Abi, IntSlot};

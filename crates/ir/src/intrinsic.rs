@@ -1,0 +1,74 @@
+//! Intrinsics: operations below the tile level. The tile IR uses only `Extern` (the escape hatch
+//! to a raw device function); lowering to thread-level IR introduces the rest.
+
+use std::fmt;
+
+/// An operation that is not arithmetic: a thread index, a barrier, a shuffle, an async copy, a
+/// raw device function. Those with side effects appear as `Stmt::Eval(Call(..))`.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Intrinsic {
+    /// `threadIdx.x` (blocks are one-dimensional). i32.
+    ThreadIdx,
+    /// Escape hatch: a call of a device function by name, emitted verbatim. `pure` says it has
+    /// no side effects (so it may be moved or removed).
+    Extern { name: String, pure: bool },
+    /// The address of the element a `Load` argument names (for async copies and atomics).
+    AddressOf,
+    /// `__syncthreads()`.
+    SyncThreads,
+    /// `__syncwarp()`.
+    SyncWarp,
+    /// `__shfl_xor_sync(full, value, lane_mask, width)`; args: value, lane_mask.
+    ShflXor { width: u32 },
+    /// `__shfl_down_sync(full, value, delta, width)`; args: value, delta.
+    ShflDown { width: u32 },
+    /// `__shfl_sync(full, value, src_lane, width)`; args: value, src_lane.
+    ShflIdx { width: u32 },
+    /// `cp.async.cg/ca.shared.global` of `bytes` bytes; args: dst address (shared), src address
+    /// (global), predicate (false: the destination is zero-filled and nothing is read).
+    CpAsync { bytes: u32 },
+    /// `cp.async.commit_group`.
+    CpAsyncCommit,
+    /// `cp.async.wait_group n`.
+    CpAsyncWait { n: u32 },
+    /// Copy `lanes` consecutive elements (16 bytes at most) with one vector access; args: dst
+    /// address, src address. Both must be aligned to the vector size.
+    VecCopy { lanes: u32 },
+    /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
+    AtomicAdd,
+}
+
+impl Intrinsic {
+    pub fn name(&self) -> String {
+        match self {
+            Intrinsic::ThreadIdx => "thread_idx".into(),
+            Intrinsic::Extern { name, .. } => name.clone(),
+            Intrinsic::AddressOf => "address_of".into(),
+            Intrinsic::SyncThreads => "sync_threads".into(),
+            Intrinsic::SyncWarp => "sync_warp".into(),
+            Intrinsic::ShflXor { width } => format!("shfl_xor<{width}>"),
+            Intrinsic::ShflDown { width } => format!("shfl_down<{width}>"),
+            Intrinsic::ShflIdx { width } => format!("shfl_idx<{width}>"),
+            Intrinsic::CpAsync { bytes } => format!("cp_async<{bytes}>"),
+            Intrinsic::CpAsyncCommit => "cp_async_commit".into(),
+            Intrinsic::CpAsyncWait { n } => format!("cp_async_wait<{n}>"),
+            Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
+            Intrinsic::AtomicAdd => "atomic_add".into(),
+        }
+    }
+
+    /// Free of side effects: may be reordered, duplicated or dropped.
+    pub fn is_pure(&self) -> bool {
+        match self {
+            Intrinsic::ThreadIdx | Intrinsic::AddressOf => true,
+            Intrinsic::Extern { pure, .. } => *pure,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Intrinsic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}

@@ -1,0 +1,84 @@
+//! Kernels: parameters, launch grid, threads per block, body.
+
+use crate::buffer::Buffer;
+use crate::expr::{Expr, Var};
+use crate::stmt::Stmt;
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Role {
+    Input,
+    Output,
+    InOut,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Input => "in",
+            Role::Output => "out",
+            Role::InOut => "inout",
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub enum Param {
+    /// A global tensor (row-major, contiguous) whose shape may use symbolic dims.
+    Tensor { buffer: Buffer, role: Role },
+    /// A scalar argument.
+    Scalar(Var),
+}
+
+impl Param {
+    pub fn name(&self) -> &str {
+        match self {
+            Param::Tensor { buffer, .. } => buffer.name(),
+            Param::Scalar(v) => v.name(),
+        }
+    }
+}
+
+/// Launch-time options that change code generation but not semantics.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct KernelAttrs {
+    /// Rasterize blocks in panels of this many block-rows for L2 reuse (TileLang's
+    /// `T.use_swizzle`).
+    pub swizzle_panel: Option<u32>,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct Kernel {
+    pub name: String,
+    /// Symbolic sizes, bound at launch from the tensors' shapes.
+    pub dims: Vec<Var>,
+    pub params: Vec<Param>,
+    /// Blocks along x, y, z (1 to 3 entries), expressions over dims and scalar params.
+    pub grid: Vec<Expr>,
+    /// The block index variables, one per grid entry.
+    pub block_vars: Vec<Var>,
+    pub threads: u32,
+    pub body: Stmt,
+    pub attrs: KernelAttrs,
+}
+
+impl Kernel {
+    pub fn tensors(&self) -> impl Iterator<Item = (&Buffer, Role)> {
+        self.params.iter().filter_map(|p| match p {
+            Param::Tensor { buffer, role } => Some((buffer, *role)),
+            Param::Scalar(_) => None,
+        })
+    }
+    pub fn scalars(&self) -> impl Iterator<Item = &Var> {
+        self.params.iter().filter_map(|p| match p {
+            Param::Scalar(v) => Some(v),
+            Param::Tensor { .. } => None,
+        })
+    }
+    /// The same kernel with a new body.
+    pub fn with_body(&self, body: Stmt) -> Kernel {
+        Kernel {
+            body,
+            ..self.clone()
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Statements, loops and tile operations.
+
+use crate::buffer::{Buffer, Region};
+use crate::expr::{Expr, Var};
+use crate::span::Span;
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct Stmt {
+    pub kind: StmtKind,
+    pub span: Span,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub enum StmtKind {
+    Seq(Vec<Stmt>),
+    /// Binds `var` to `value` from here to the end of the enclosing sequence.
+    Let {
+        var: Var,
+        value: Expr,
+    },
+    /// Declares a shared, fragment, local or var buffer, live to the end of the enclosing
+    /// sequence.
+    Alloc(Buffer),
+    If {
+        cond: Expr,
+        then_: Box<Stmt>,
+        else_: Option<Box<Stmt>>,
+    },
+    Store {
+        buffer: Buffer,
+        indices: Vec<Expr>,
+        value: Expr,
+    },
+    For(Box<For>),
+    Op(TileOp),
+    /// An intrinsic called for its side effect.
+    Eval(Expr),
+    /// `t.annotate_layout(buf, layout)`: the user's choice of layout for a buffer, in CuTe
+    /// notation; layout inference takes it as a strict constraint.
+    AnnotateLayout {
+        buffer: Buffer,
+        layout: String,
+    },
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct For {
+    pub var: Var,
+    pub min: Expr,
+    pub extent: Expr,
+    pub kind: ForKind,
+    pub body: Stmt,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub enum ForKind {
+    Serial,
+    /// Iterations are independent; the compiler spreads them over threads and vector lanes.
+    Parallel,
+    Unrolled,
+    /// Iterations are independent and run by one thread; codegen may use vector instructions.
+    /// What a parallel loop becomes once its iterations are assigned to threads.
+    Vectorized,
+    /// Software-pipelined: copies into shared memory run `stages - 1` iterations ahead.
+    /// `order` and `stage` optionally place each statement of the body (TileLang's
+    /// `T.Pipelined(order=, stage=)`).
+    Pipelined {
+        stages: u32,
+        order: Option<Vec<i32>>,
+        stage: Option<Vec<i32>>,
+    },
+}
+
+impl ForKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ForKind::Serial => "serial",
+            ForKind::Parallel => "parallel",
+            ForKind::Unrolled => "unroll",
+            ForKind::Vectorized => "vectorized",
+            ForKind::Pipelined { .. } => "pipelined",
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum WarpPolicy {
+    /// Let the compiler pick the partition of the output tile over warps.
+    #[default]
+    Auto,
+    Square,
+    FullRow,
+    FullCol,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+    Min,
+    AbsSum,
+    AbsMax,
+}
+
+impl ReduceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::AbsSum => "abssum",
+            ReduceKind::AbsMax => "absmax",
+        }
+    }
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct CopyOp {
+    pub src: Region,
+    pub dst: Region,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct GemmOp {
+    /// `[M, K]`, or `[K, M]` when `trans_a`.
+    pub a: Region,
+    /// `[K, N]`, or `[N, K]` when `trans_b`.
+    pub b: Region,
+    /// `[M, N]` accumulator (a fragment).
+    pub c: Region,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    /// Overwrite C instead of accumulating into it.
+    pub clear_accum: bool,
+    pub policy: WarpPolicy,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct ReduceOp {
+    pub src: Region,
+    /// The source shape with `dim` removed.
+    pub dst: Region,
+    pub kind: ReduceKind,
+    pub dim: usize,
+    /// Overwrite dst (true) or combine the reduction into its current value (false).
+    pub clear: bool,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct FillOp {
+    pub dst: Region,
+    pub value: Expr,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct AtomicAddOp {
+    pub src: Region,
+    pub dst: Region,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub struct CumsumOp {
+    pub src: Region,
+    pub dst: Region,
+    pub dim: usize,
+    pub reverse: bool,
+}
+
+#[derive(Clone, PartialEq, Debug)]
+pub enum TileOp {
+    Copy(CopyOp),
+    Gemm(GemmOp),
+    Reduce(ReduceOp),
+    Fill(FillOp),
+    AtomicAdd(AtomicAddOp),
+    Cumsum(CumsumOp),
+}
+
+impl TileOp {
+    pub fn name(&self) -> &'static str {
+        match self {
+            TileOp::Copy(_) => "copy",
+            TileOp::Gemm(_) => "gemm",
+            TileOp::Reduce(_) => "reduce",
+            TileOp::Fill(_) => "fill",
+            TileOp::AtomicAdd(_) => "atomic_add",
+            TileOp::Cumsum(_) => "cumsum",
+        }
+    }
+    /// The regions the op reads, then the regions it writes.
+    pub fn regions(&self) -> (Vec<&Region>, Vec<&Region>) {
+        match self {
+            TileOp::Copy(c) => (vec![&c.src], vec![&c.dst]),
+            TileOp::Gemm(g) => {
+                if g.clear_accum {
+                    (vec![&g.a, &g.b], vec![&g.c])
+                } else {
+                    (vec![&g.a, &g.b, &g.c], vec![&g.c])
+                }
+            }
+            TileOp::Reduce(r) => {
+                if r.clear {
+                    (vec![&r.src], vec![&r.dst])
+                } else {
+                    (vec![&r.src, &r.dst], vec![&r.dst])
+                }
+            }
+            TileOp::Fill(f) => (vec![], vec![&f.dst]),
+            TileOp::AtomicAdd(a) => (vec![&a.src, &a.dst], vec![&a.dst]),
+            TileOp::Cumsum(c) => (vec![&c.src], vec![&c.dst]),
+        }
+    }
+    pub fn regions_mut(&mut self) -> Vec<&mut Region> {
+        match self {
+            TileOp::Copy(c) => vec![&mut c.src, &mut c.dst],
+            TileOp::Gemm(g) => vec![&mut g.a, &mut g.b, &mut g.c],
+            TileOp::Reduce(r) => vec![&mut r.src, &mut r.dst],
+            TileOp::Fill(f) => vec![&mut f.dst],
+            TileOp::AtomicAdd(a) => vec![&mut a.src, &mut a.dst],
+            TileOp::Cumsum(c) => vec![&mut c.src, &mut c.dst],
+        }
+    }
+}
+
+impl Stmt {
+    pub fn new(kind: StmtKind, span: Span) -> Stmt {
+        Stmt { kind, span }
+    }
+    pub fn seq(stmts: Vec<Stmt>, span: Span) -> Stmt {
+        Stmt::new(StmtKind::Seq(stmts), span)
+    }
+    pub fn empty() -> Stmt {
+        Stmt::seq(vec![], Span::UNKNOWN)
+    }
+    pub fn is_empty(&self) -> bool {
+        matches!(&self.kind, StmtKind::Seq(v) if v.iter().all(|s| s.is_empty()))
+    }
+
+    /// Visit every statement, pre-order.
+    pub fn walk(&self, f: &mut dyn FnMut(&Stmt)) {
+        f(self);
+        match &self.kind {
+            StmtKind::Seq(v) => v.iter().for_each(|s| s.walk(f)),
+            StmtKind::If { then_, else_, .. } => {
+                then_.walk(f);
+                if let Some(e) = else_ {
+                    e.walk(f);
+                }
+            }
+            StmtKind::For(l) => l.body.walk(f),
+            _ => {}
+        }
+    }
+
+    /// Visit every expression that appears directly in a statement (not recursing into
+    /// sub-statements; combine with `walk` for everything).
+    pub fn exprs(&self) -> Vec<&Expr> {
+        match &self.kind {
+            StmtKind::Seq(_) | StmtKind::Alloc(_) | StmtKind::AnnotateLayout { .. } => vec![],
+            StmtKind::Let { value, .. } => vec![value],
+            StmtKind::If { cond, .. } => vec![cond],
+            StmtKind::Store { indices, value, .. } => {
+                indices.iter().chain(std::iter::once(value)).collect()
+            }
+            StmtKind::For(l) => vec![&l.min, &l.extent],
+            StmtKind::Op(op) => {
+                let mut v = vec![];
+                let (r, w) = op.regions();
+                for reg in r.into_iter().chain(w) {
+                    v.extend(reg.offsets.iter());
+                    v.extend(reg.extents.iter());
+                }
+                if let TileOp::Fill(f) = op {
+                    v.push(&f.value);
+                }
+                v
+            }
+            StmtKind::Eval(e) => vec![e],
+        }
+    }
+
+    /// Rebuild the statement tree bottom-up: `f` sees each statement after its children were
+    /// rebuilt and returns the replacement.
+    pub fn map_post(&self, f: &mut dyn FnMut(Stmt) -> Stmt) -> Stmt {
+        let kind = match &self.kind {
+            StmtKind::Seq(v) => StmtKind::Seq(v.iter().map(|s| s.map_post(f)).collect()),
+            StmtKind::If { cond, then_, else_ } => StmtKind::If {
+                cond: cond.clone(),
+                then_: Box::new(then_.map_post(f)),
+                else_: else_.as_ref().map(|e| Box::new(e.map_post(f))),
+            },
+            StmtKind::For(l) => StmtKind::For(Box::new(For {
+                var: l.var.clone(),
+                min: l.min.clone(),
+                extent: l.extent.clone(),
+                kind: l.kind.clone(),
+                body: l.body.map_post(f),
+            })),
+            k => k.clone(),
+        };
+        f(Stmt::new(kind, self.span))
+    }
+
+    /// Apply `f` to every expression in the tree (statement expressions and region bounds).
+    pub fn map_exprs(&self, f: &mut dyn FnMut(&Expr) -> Expr) -> Stmt {
+        self.map_post(&mut |s| {
+            let kind = match s.kind {
+                StmtKind::Let { var, value } => StmtKind::Let {
+                    var,
+                    value: f(&value),
+                },
+                StmtKind::If { cond, then_, else_ } => StmtKind::If {
+                    cond: f(&cond),
+                    then_,
+                    else_,
+                },
+                StmtKind::Store {
+                    buffer,
+                    indices,
+                    value,
+                } => StmtKind::Store {
+                    buffer,
+                    indices: indices.iter().map(&mut *f).collect(),
+                    value: f(&value),
+                },
+                StmtKind::For(mut l) => {
+                    l.min = f(&l.min);
+                    l.extent = f(&l.extent);
+                    StmtKind::For(l)
+                }
+                StmtKind::Op(mut op) => {
+                    for r in op.regions_mut() {
+                        r.offsets = r.offsets.iter().map(&mut *f).collect();
+                        r.extents = r.extents.iter().map(&mut *f).collect();
+                    }
+                    if let TileOp::Fill(fl) = &mut op {
+                        fl.value = f(&fl.value);
+                    }
+                    StmtKind::Op(op)
+                }
+                StmtKind::Eval(e) => StmtKind::Eval(f(&e)),
+                k => k,
+            };
+            Stmt::new(kind, s.span)
+        })
+    }
+
+    /// Flatten nested sequences and drop empty ones.
+    pub fn flatten(self) -> Stmt {
+        self.map_post(&mut |s| match s.kind {
+            StmtKind::Seq(v) => {
+                let mut out = Vec::with_capacity(v.len());
+                for st in v {
+                    match st.kind {
+                        StmtKind::Seq(inner) if !declares(&inner) => out.extend(inner),
+                        _ => out.push(st),
+                    }
+                }
+                if out.len() == 1 && !declares(&out) {
+                    out.pop().unwrap_or_else(Stmt::empty)
+                } else {
+                    Stmt::seq(out, s.span)
+                }
+            }
+            _ => s,
+        })
+    }
+}
+
+/// Does a sequence introduce names (a `Let` or `Alloc`)? Such a sequence is a scope and must not
+/// be merged into its parent.
+fn declares(v: &[Stmt]) -> bool {
+    v.iter()
+        .any(|s| matches!(s.kind, StmtKind::Let { .. } | StmtKind::Alloc(_)))
+}
+
+impl Stmt {
+    /// Replace variables by expressions everywhere in the tree.
+    pub fn substitute(&self, map: &std::collections::HashMap<u64, Expr>) -> Stmt {
+        self.map_exprs(&mut |e| e.substitute(map))
+    }
+}

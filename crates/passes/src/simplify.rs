@@ -1,0 +1,138 @@
+//! Statement-level simplification: simplify every expression knowing the ranges of loop,
+//! block and size variables, drop branches that are decided, and remove empty loops. This is
+//! where the tail checks of full tiles disappear.
+
+use tl_ir::{Analyzer, Diagnostics, Expr, Kernel, Stmt, StmtKind};
+use tl_target::Target;
+
+pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
+    let _ = target;
+    let mut an = kernel_analyzer(&k);
+    let body = simplify_stmt(&k.body, &mut an);
+    Ok(k.with_body(body.flatten()))
+}
+
+/// An analyzer that knows the kernel's sizes are non-negative, the block indices lie inside
+/// the grid, and how many threads a block has.
+pub fn kernel_analyzer(k: &Kernel) -> Analyzer {
+    let mut an = Analyzer::new();
+    an.threads = Some(k.threads);
+    for d in &k.dims {
+        an.bind(d, 0, i32::MAX as i64);
+    }
+    for v in k.scalars() {
+        if v.dtype().is_unsigned_int() {
+            an.bind(v, 0, i64::MAX);
+        }
+    }
+    for (v, g) in k.block_vars.iter().zip(&k.grid) {
+        let hi = an.bound(g).hi;
+        an.bind(v, 0, hi.saturating_sub(1).max(0));
+    }
+    an
+}
+
+pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
+    let span = s.span;
+    let kind = match &s.kind {
+        StmtKind::Seq(v) => StmtKind::Seq(v.iter().map(|x| simplify_stmt(x, an)).collect()),
+        StmtKind::Let { var, value } => {
+            let value = an.simplify(value);
+            let b = an.bound(&value);
+            an.bind(var, b.lo, b.hi);
+            StmtKind::Let {
+                var: var.clone(),
+                value,
+            }
+        }
+        StmtKind::If { cond, then_, else_ } => {
+            let cond = an.simplify(cond);
+            match cond.as_bool() {
+                Some(true) => return simplify_stmt(then_, an),
+                Some(false) => {
+                    return match else_ {
+                        Some(e) => simplify_stmt(e, an),
+                        None => Stmt::empty(),
+                    }
+                }
+                None => StmtKind::If {
+                    cond,
+                    then_: Box::new(simplify_stmt(then_, an)),
+                    else_: else_.as_ref().map(|e| Box::new(simplify_stmt(e, an))),
+                },
+            }
+        }
+        StmtKind::For(l) => {
+            let min = an.simplify(&l.min);
+            let extent = an.simplify(&l.extent);
+            if let Some(e) = extent.as_int() {
+                if e <= 0 {
+                    return Stmt::empty();
+                }
+            }
+            an.bind_loop(&l.var, &min, &extent);
+            let body = simplify_stmt(&l.body, an);
+            an.forget(&l.var);
+            if body.is_empty() {
+                return Stmt::empty();
+            }
+            let mut l2 = (**l).clone();
+            l2.min = min;
+            l2.extent = extent;
+            l2.body = body;
+            StmtKind::For(Box::new(l2))
+        }
+        _ => {
+            let one = Stmt::new(s.kind.clone(), span);
+            return one.map_exprs(&mut |e: &Expr| an.simplify(e));
+        }
+    };
+    Stmt::new(kind, span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tl_ir::{Buffer, DType, For, ForKind, Scope, Span, Var};
+
+    #[test]
+    fn proves_tail_checks_away() {
+        let i = Var::new("i", DType::I32);
+        let buf = Buffer::new(
+            "x",
+            vec![Expr::int(64)],
+            DType::F32,
+            Scope::Shared,
+            Span::UNKNOWN,
+        );
+        let store = Stmt::new(
+            StmtKind::Store {
+                buffer: buf.clone(),
+                indices: vec![i.expr()],
+                value: Expr::float(1.0),
+            },
+            Span::UNKNOWN,
+        );
+        let guarded = Stmt::new(
+            StmtKind::If {
+                cond: i.expr().lt(64),
+                then_: Box::new(store),
+                else_: None,
+            },
+            Span::UNKNOWN,
+        );
+        let l = Stmt::new(
+            StmtKind::For(Box::new(For {
+                var: i.clone(),
+                min: Expr::int(0),
+                extent: Expr::int(64),
+                kind: ForKind::Serial,
+                body: guarded,
+            })),
+            Span::UNKNOWN,
+        );
+        let mut an = Analyzer::new();
+        let s = simplify_stmt(&l, &mut an);
+        assert!(!s.to_string().contains("if"), "{s}");
+    }
+}

@@ -1,0 +1,215 @@
+//! Helpers shared by the tile-op lowerings: walking the elements of a region, bounds
+//! predicates for global tiles, and loop nests.
+
+use tl_ir::DType;
+use tl_ir::{Buffer, Expr, For, ForKind, Intrinsic, Region, Scope, Span, Stmt, StmtKind, Var};
+
+/// The dimensions of a region whose extent is not 1 (the ones a tile op iterates over).
+pub fn nonunit_dims(r: &Region) -> Vec<usize> {
+    (0..r.rank())
+        .filter(|&d| r.extents[d].as_int() != Some(1))
+        .collect()
+}
+
+/// Constant extents of the non-unit dims.
+pub fn squeezed_const_extents(r: &Region) -> Option<Vec<i64>> {
+    nonunit_dims(r)
+        .into_iter()
+        .map(|d| r.extents[d].as_int())
+        .collect()
+}
+
+/// Buffer indices of the element at `vars` (one per non-unit dim) of the region.
+pub fn region_index(r: &Region, vars: &[Expr]) -> Vec<Expr> {
+    let mut k = 0;
+    (0..r.rank())
+        .map(|d| {
+            if r.extents[d].as_int() == Some(1) {
+                r.offsets[d].clone()
+            } else {
+                let v = vars.get(k).cloned().unwrap_or_else(|| Expr::int(0));
+                k += 1;
+                r.offsets[d].clone() + v
+            }
+        })
+        .collect()
+}
+
+/// `0 <= idx[d] < shape[d]` for every dim of a global buffer; None for on-chip buffers, whose
+/// regions the verifier already checked.
+pub fn in_bounds(buf: &Buffer, idx: &[Expr]) -> Option<Expr> {
+    if buf.scope() != Scope::Global {
+        return None;
+    }
+    let mut cond: Option<Expr> = None;
+    for (i, s) in idx.iter().zip(buf.shape()) {
+        let c = i.ge(0).and(i.lt(s.clone()));
+        cond = Some(match cond {
+            None => c,
+            Some(p) => p.and(c),
+        });
+    }
+    cond
+}
+
+/// Is the whole region inside its (global) buffer? None for on-chip buffers.
+pub fn region_in_bounds(r: &Region) -> Option<Expr> {
+    if r.buffer.scope() != Scope::Global {
+        return None;
+    }
+    let mut cond: Option<Expr> = None;
+    for d in 0..r.rank() {
+        let c = r.offsets[d]
+            .ge(0)
+            .and((r.offsets[d].clone() + r.extents[d].clone()).le(r.buffer.shape()[d].clone()));
+        cond = Some(match cond {
+            None => c,
+            Some(p) => p.and(c),
+        });
+    }
+    cond
+}
+
+pub fn and_opt(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.and(b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+pub fn stmt(kind: StmtKind, span: Span) -> Stmt {
+    Stmt::new(kind, span)
+}
+
+pub fn store(buf: &Buffer, idx: Vec<Expr>, value: Expr, span: Span) -> Stmt {
+    stmt(
+        StmtKind::Store {
+            buffer: buf.clone(),
+            indices: idx,
+            value: value.cast(buf.dtype()),
+        },
+        span,
+    )
+}
+
+pub fn if_then(cond: Option<Expr>, then: Stmt, span: Span) -> Stmt {
+    match cond {
+        None => then,
+        Some(c) => stmt(
+            StmtKind::If {
+                cond: c,
+                then_: Box::new(then),
+                else_: None,
+            },
+            span,
+        ),
+    }
+}
+
+pub fn if_else(cond: Expr, then: Stmt, else_: Stmt, span: Span) -> Stmt {
+    stmt(
+        StmtKind::If {
+            cond,
+            then_: Box::new(then),
+            else_: Some(Box::new(else_)),
+        },
+        span,
+    )
+}
+
+pub fn for_loop(var: &Var, extent: i64, kind: ForKind, body: Stmt, span: Span) -> Stmt {
+    stmt(
+        StmtKind::For(Box::new(For {
+            var: var.clone(),
+            min: Expr::int(0),
+            extent: Expr::int(extent),
+            kind,
+            body,
+        })),
+        span,
+    )
+}
+
+/// Fresh loop variables, one per extent.
+pub fn loop_vars(n: usize, prefix: &str) -> Vec<Var> {
+    (0..n)
+        .map(|d| Var::new(format!("{prefix}{d}"), DType::I32))
+        .collect()
+}
+
+/// Wrap `body` in loops over `extents` (outermost first); the innermost gets `inner`, the rest
+/// are serial.
+pub fn loop_nest(vars: &[Var], extents: &[i64], inner: ForKind, body: Stmt, span: Span) -> Stmt {
+    let mut s = body;
+    for (d, (v, e)) in vars.iter().zip(extents).enumerate().rev() {
+        let kind = if d + 1 == vars.len() {
+            inner.clone()
+        } else {
+            ForKind::Serial
+        };
+        s = for_loop(v, *e, kind, s, span);
+    }
+    s
+}
+
+pub fn address_of(buf: &Buffer, idx: Vec<Expr>) -> Expr {
+    Expr::call(Intrinsic::AddressOf, vec![Expr::load(buf, idx)], DType::U64)
+}
+
+/// The identity element of a reduction, and how to fold an element in.
+pub fn reduce_identity(kind: tl_ir::ReduceKind, dt: DType) -> Expr {
+    use tl_ir::ReduceKind::*;
+    match kind {
+        Sum | AbsSum | AbsMax => Expr::int_of(0, dt),
+        Max => {
+            if dt.is_float() {
+                Expr::const_of(f64::NEG_INFINITY, dt)
+            } else {
+                Expr::int_of(dt.int_range().map(|r| r.0 as i64).unwrap_or(i64::MIN), dt)
+            }
+        }
+        Min => {
+            if dt.is_float() {
+                Expr::const_of(f64::INFINITY, dt)
+            } else {
+                Expr::int_of(
+                    dt.int_range()
+                        .map(|r| r.1.min(i64::MAX as i128) as i64)
+                        .unwrap_or(i64::MAX),
+                    dt,
+                )
+            }
+        }
+    }
+}
+
+/// Fold one element `x` into the running value `acc`.
+pub fn reduce_combine(kind: tl_ir::ReduceKind, acc: Expr, x: Expr) -> Expr {
+    use tl_ir::ReduceKind::*;
+    match kind {
+        Sum => acc + x,
+        AbsSum => acc + x.abs(),
+        Max => acc.max(x),
+        Min => acc.min(x),
+        AbsMax => acc.max(x.abs()),
+    }
+}
+
+/// Merge two partial results of a reduction.
+pub fn reduce_merge(kind: tl_ir::ReduceKind, a: Expr, b: Expr) -> Expr {
+    use tl_ir::ReduceKind::*;
+    match kind {
+        Sum | AbsSum => a + b,
+        Max | AbsMax => a.max(b),
+        Min => a.min(b),
+    }
+}
+
+/// The type a reduction accumulates in: f32 for narrow floats, else the destination's type.
+pub fn accum_dtype(dt: DType) -> DType {
+    match dt {
+        DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => DType::F32,
+        d => d,
+    }
+}

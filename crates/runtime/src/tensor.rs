@@ -1,0 +1,345 @@
+//! Tensors: a shape, a dtype, row-major strides and storage on a device.
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::cell::UnsafeCell;
+use std::fmt;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tl_ir::DType;
+
+use crate::device::Device;
+use crate::dtype_io;
+use crate::error::{Result, RuntimeError};
+
+/// Host memory aligned for wide vector loads. Kernels write it through shared references
+/// (a launch takes `&Tensor` for outputs, as GPU buffers are handles), hence the `UnsafeCell`.
+pub(crate) struct HostBuf {
+    ptr: *mut u8,
+    bytes: usize,
+    _cell: UnsafeCell<()>,
+}
+
+// Access is coordinated by the runtime: a launch writes only the outputs the kernel declares,
+// and host reads happen between launches.
+unsafe impl Send for HostBuf {}
+unsafe impl Sync for HostBuf {}
+
+const ALIGN: usize = 64;
+
+impl HostBuf {
+    fn new(bytes: usize) -> Result<HostBuf> {
+        let size = bytes.max(1);
+        let layout = Layout::from_size_align(size, ALIGN)
+            .map_err(|e| RuntimeError::Tensor(format!("cannot allocate {bytes} bytes: {e}")))?;
+        // SAFETY: the layout has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(RuntimeError::Tensor(format!(
+                "out of host memory allocating {bytes} bytes"
+            )));
+        }
+        Ok(HostBuf {
+            ptr,
+            bytes,
+            _cell: UnsafeCell::new(()),
+        })
+    }
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for `bytes` bytes for the life of self.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.bytes) }
+    }
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn as_mut_slice(&self) -> &mut [u8] {
+        // SAFETY: see the type's comment; callers do not hold other slices across this.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.bytes) }
+    }
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        if let Ok(layout) = Layout::from_size_align(self.bytes.max(1), ALIGN) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { dealloc(self.ptr, layout) }
+        }
+    }
+}
+
+pub(crate) enum Storage {
+    Host(HostBuf),
+}
+
+pub struct Tensor {
+    shape: Vec<usize>,
+    strides: Vec<usize>,
+    dtype: DType,
+    device: Device,
+    pub(crate) storage: Storage,
+}
+
+fn row_major(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        s[d] = s[d + 1] * shape[d + 1];
+    }
+    s
+}
+
+impl Tensor {
+    /// A zero-filled tensor.
+    pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let numel = shape
+            .iter()
+            .try_fold(1usize, |a, &b| a.checked_mul(b))
+            .ok_or_else(|| RuntimeError::Tensor(format!("shape {shape:?} overflows")))?;
+        let bytes = numel
+            .checked_mul(dtype.bytes())
+            .ok_or_else(|| RuntimeError::Tensor(format!("shape {shape:?} overflows")))?;
+        let storage = match device {
+            Device::Cpu => Storage::Host(HostBuf::new(bytes)?),
+            Device::Cuda(_) => {
+                return Err(RuntimeError::DeviceUnavailable {
+                    device: device.to_string(),
+                    reason: "this build has no CUDA backend".into(),
+                })
+            }
+        };
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            strides: row_major(shape),
+            dtype,
+            device: *device,
+            storage,
+        })
+    }
+
+    /// A tensor holding `data` (row-major), converted to `dtype`.
+    pub fn from_f64(
+        shape: &[usize],
+        dtype: DType,
+        data: &[f64],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let t = Tensor::zeros(shape, dtype, device)?;
+        if data.len() != t.numel() {
+            return Err(RuntimeError::Tensor(format!(
+                "{} values given for shape {shape:?} ({} elements)",
+                data.len(),
+                t.numel()
+            )));
+        }
+        t.write_f64(data)?;
+        Ok(t)
+    }
+
+    pub fn from_f32(
+        shape: &[usize],
+        dtype: DType,
+        data: &[f32],
+        device: &Device,
+    ) -> Result<Tensor> {
+        let d: Vec<f64> = data.iter().map(|&x| x as f64).collect();
+        Tensor::from_f64(shape, dtype, &d, device)
+    }
+
+    /// Standard-normal values from a seeded generator (the same seed gives the same tensor on
+    /// every device).
+    pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        let t = Tensor::zeros(shape, dtype, device)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let data: Vec<f64> = (0..t.numel())
+            .map(|_| {
+                // Box-Muller: two uniforms give one normal.
+                let u1: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
+                let u2: f64 = rng.gen();
+                (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+            })
+            .collect();
+        t.write_f64(&data)?;
+        Ok(t)
+    }
+
+    /// Uniform values in `[lo, hi)` from a seeded generator.
+    pub fn rand(
+        shape: &[usize],
+        dtype: DType,
+        lo: f64,
+        hi: f64,
+        seed: u64,
+        device: &Device,
+    ) -> Result<Tensor> {
+        let t = Tensor::zeros(shape, dtype, device)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let data: Vec<f64> = (0..t.numel()).map(|_| rng.gen_range(lo..hi)).collect();
+        t.write_f64(&data)?;
+        Ok(t)
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn strides(&self) -> &[usize] {
+        &self.strides
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn device(&self) -> Device {
+        self.device
+    }
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn nbytes(&self) -> usize {
+        self.numel() * self.dtype.bytes()
+    }
+    pub fn is_contiguous(&self) -> bool {
+        self.strides == row_major(&self.shape)
+    }
+
+    /// Every element, converted to f64.
+    pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        match &self.storage {
+            Storage::Host(h) => {
+                let b = h.as_slice();
+                Ok((0..self.numel())
+                    .map(|i| dtype_io::read(b, self.dtype, i))
+                    .collect())
+            }
+        }
+    }
+
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        Ok(self.to_f64_vec()?.into_iter().map(|x| x as f32).collect())
+    }
+
+    /// Overwrite every element (values converted to the tensor's dtype).
+    pub fn write_f64(&self, data: &[f64]) -> Result<()> {
+        if data.len() != self.numel() {
+            return Err(RuntimeError::Tensor(format!(
+                "{} values written to a tensor of {} elements",
+                data.len(),
+                self.numel()
+            )));
+        }
+        match &self.storage {
+            Storage::Host(h) => {
+                let b = h.as_mut_slice();
+                for (i, &v) in data.iter().enumerate() {
+                    dtype_io::write(b, self.dtype, i, v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Set every element to `v` (NaN poisons an output, so unwritten elements show up).
+    pub fn fill(&self, v: f64) -> Result<()> {
+        self.write_f64(&vec![v; self.numel()])
+    }
+
+    /// ‖self − reference‖₂ / ‖reference‖₂; infinite when anything is NaN.
+    pub fn rel_err(&self, reference: &[f64]) -> Result<f64> {
+        let out = self.to_f64_vec()?;
+        rel_err(&out, reference).map_err(RuntimeError::Tensor)
+    }
+
+    /// `|out - ref| <= atol + rtol * |ref|` everywhere (NaN fails).
+    pub fn allclose(&self, reference: &[f64], rtol: f64, atol: f64) -> Result<bool> {
+        let out = self.to_f64_vec()?;
+        if out.len() != reference.len() {
+            return Err(RuntimeError::Tensor(format!(
+                "comparing {} elements with a reference of {}",
+                out.len(),
+                reference.len()
+            )));
+        }
+        Ok(out
+            .iter()
+            .zip(reference)
+            .all(|(o, r)| (o - r).abs() <= atol + rtol * r.abs()))
+    }
+
+    pub(crate) fn host_ptr(&self) -> *mut u8 {
+        match &self.storage {
+            Storage::Host(h) => h.ptr(),
+        }
+    }
+}
+
+/// ‖out − reference‖₂ / ‖reference‖₂ (‖out‖ when the reference is zero); infinite on NaN.
+pub fn rel_err(out: &[f64], reference: &[f64]) -> std::result::Result<f64, String> {
+    if out.len() != reference.len() {
+        return Err(format!(
+            "comparing {} elements with a reference of {}",
+            out.len(),
+            reference.len()
+        ));
+    }
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (o, r) in out.iter().zip(reference) {
+        if o.is_nan() || r.is_nan() {
+            return Ok(f64::INFINITY);
+        }
+        num += (o - r) * (o - r);
+        den += r * r;
+    }
+    Ok(if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    })
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Tensor({:?}, {}, {})",
+            self.shape, self.dtype, self.device
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_and_read() {
+        let t = Tensor::from_f64(
+            &[2, 3],
+            DType::BF16,
+            &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+            &Device::Cpu,
+        )
+        .unwrap();
+        assert_eq!(t.to_f64_vec().unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        assert!(t.is_contiguous());
+        assert_eq!(t.strides(), &[3, 1]);
+        assert!(Tensor::from_f64(&[2], DType::F32, &[1.0], &Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn seeded_random_is_reproducible() {
+        let a = Tensor::randn(&[100], DType::F32, 7, &Device::Cpu).unwrap();
+        let b = Tensor::randn(&[100], DType::F32, 7, &Device::Cpu).unwrap();
+        assert_eq!(a.to_f64_vec().unwrap(), b.to_f64_vec().unwrap());
+        let v = a.to_f64_vec().unwrap();
+        let mean: f64 = v.iter().sum::<f64>() / 100.0;
+        assert!(mean.abs() < 0.5);
+    }
+
+    #[test]
+    fn errors() {
+        let t = Tensor::from_f64(&[2], DType::F32, &[1.0, 2.0], &Device::Cpu).unwrap();
+        assert!(t.rel_err(&[1.0, 2.0]).unwrap() == 0.0);
+        t.fill(f64::NAN).unwrap();
+        assert!(t.rel_err(&[1.0, 2.0]).unwrap().is_infinite());
+        assert!(!t.allclose(&[1.0, 2.0], 1e-3, 1e-3).unwrap());
+    }
+}

@@ -1,0 +1,104 @@
+//! GEMM on tiles: C[M,N] = A · B with f32 accumulation, checked against an f64 reference.
+//!
+//!     cargo run --release --example gemm -- --m 1000 --n 1000 --k 1000 --layout nt --dtype bf16
+
+mod common;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+use tilelang::kernels::reference;
+use tilelang::prelude::*;
+
+#[derive(Parser, Debug)]
+#[command(about = "Tile GEMM with a reference check")]
+struct Args {
+    #[arg(long, default_value_t = 1000)]
+    m: usize,
+    #[arg(long, default_value_t = 1000)]
+    n: usize,
+    #[arg(long, default_value_t = 1000)]
+    k: usize,
+    /// nn (B is [K,N]), nt (B is [N,K]) or tn (A is [K,M])
+    #[arg(long, default_value = "nn")]
+    layout: String,
+    /// Input type: f32, bf16 or f16 (accumulation is f32)
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Output type (default: f32 for f32 inputs, else the input type)
+    #[arg(long)]
+    out_dtype: Option<String>,
+    #[arg(long)]
+    bm: Option<i64>,
+    #[arg(long)]
+    bn: Option<i64>,
+    #[arg(long)]
+    bk: Option<i64>,
+    #[arg(long)]
+    stages: Option<u32>,
+    #[command(flatten)]
+    common: common::CommonArgs,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    let layout = Layout::parse(&args.layout)
+        .ok_or_else(|| anyhow::anyhow!("unknown layout `{}`: use nn, nt or tn", args.layout))?;
+    let dt = common::parse_dtype(&args.dtype)?;
+    let out_dt = match &args.out_dtype {
+        Some(s) => common::parse_dtype(s)?,
+        None => dt,
+    };
+    let mut cfg = GemmConfig::cpu();
+    cfg.bm = args.bm.unwrap_or(cfg.bm);
+    cfg.bn = args.bn.unwrap_or(cfg.bn);
+    cfg.bk = args.bk.unwrap_or(cfg.bk);
+    cfg.stages = args.stages.unwrap_or(cfg.stages);
+    let kernel = gemm(layout, dt, out_dt, cfg);
+    if args.common.emit(&[&kernel])? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dev = args.common.device()?;
+    let exe = common::compile(&kernel, &dev)?;
+    let (m, n, k) = (args.m, args.n, args.k);
+    let a_shape = if layout == Layout::TN { [k, m] } else { [m, k] };
+    let b_shape = if layout == Layout::NT { [n, k] } else { [k, n] };
+    let a = Tensor::randn(&a_shape, dt, args.common.seed, &dev)?;
+    let b = Tensor::randn(&b_shape, dt, args.common.seed + 1, &dev)?;
+    let c = Tensor::zeros(&[m, n], out_dt, &dev)?;
+    c.fill(f64::NAN)?;
+    exe.run(&[&a, &b, &c])?;
+    let want = reference::gemm(
+        &a.to_f64_vec()?,
+        &b.to_f64_vec()?,
+        m,
+        n,
+        k,
+        layout == Layout::TN,
+        layout == Layout::NT,
+    );
+    let err = c.rel_err(&want)?;
+    let ms = args.common.time_ms(|| {
+        let _ = exe.run(&[&a, &b, &c]);
+    });
+    let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+    Ok(common::finish(
+        "gemm",
+        &format!("{m}x{n}x{k} {} {}", layout.name(), dt),
+        err,
+        ms,
+        common::tolerance(dt).max(common::tolerance(out_dt)),
+        &format!("tflops={tflops:.3} device={dev}"),
+    ))
+}

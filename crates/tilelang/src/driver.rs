@@ -1,0 +1,231 @@
+//! The compiler driver: tile IR → passes → source → native compiler → executable, with the
+//! disk cache keyed by the normalized IR, the target, the flags and the crate version.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use tl_ir::{DiagKind, Diagnostic, Diagnostics, Span};
+use tl_runtime::{BuildError, Cache, Device, Executable, RuntimeError, Signature};
+use tl_target::Target;
+
+use crate::dsl::KernelBuilder;
+
+/// A kernel built with the DSL: its tile IR and any problems found while tracing it.
+#[derive(Clone)]
+pub struct Kernel {
+    ir: tl_ir::Kernel,
+    build_errors: Vec<Diagnostic>,
+}
+
+/// Why compiling or running failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The kernel is ill-formed or cannot be lowered for the target; the diagnostics name
+    /// the line to change.
+    #[error("{0}")]
+    Compile(Diagnostics),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
+impl From<Diagnostics> for Error {
+    fn from(d: Diagnostics) -> Error {
+        Error::Compile(d)
+    }
+}
+
+/// Options for [`Kernel::compile_with`].
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    /// Write the IR after every pass and the generated source here (also set by the
+    /// `TILELANG_DUMP_IR` environment variable).
+    pub dump_ir: Option<PathBuf>,
+    /// The kernel cache (default: `TILELANG_CACHE_DIR` or the user cache directory).
+    pub cache_dir: Option<PathBuf>,
+}
+
+fn valid_ident(s: &str) -> bool {
+    let mut c = s.chars();
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+}
+
+fn cc_version() -> Result<&'static str, RuntimeError> {
+    static V: OnceLock<Result<String, String>> = OnceLock::new();
+    match V.get_or_init(|| tl_runtime::cpu::compiler_version().map_err(|e| e.to_string())) {
+        Ok(v) => Ok(v.as_str()),
+        Err(e) => Err(RuntimeError::NoCompiler {
+            cc: tl_runtime::cpu::c_compiler(),
+            reason: e.clone(),
+        }),
+    }
+}
+
+fn host_id() -> &'static str {
+    static V: OnceLock<String> = OnceLock::new();
+    V.get_or_init(tl_runtime::cpu::host_cpu_id)
+}
+
+impl Kernel {
+    /// Trace `f` into a kernel. Problems found while tracing are kept and reported by
+    /// [`verify`](Self::verify) and [`compile`](Self::compile).
+    #[track_caller]
+    pub fn build(name: &str, f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
+        let span = Span::caller();
+        let mut b = KernelBuilder::new(name, span);
+        f(&mut b);
+        let (ir, mut build_errors) = b.finish();
+        if !valid_ident(name) {
+            build_errors.insert(
+                0,
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("kernel name `{name}` is not an identifier"),
+                )
+                .help("use letters, digits and underscores, starting with a letter"),
+            );
+        }
+        Kernel { ir, build_errors }
+    }
+
+    /// Wrap tile IR made some other way.
+    pub fn from_ir(ir: tl_ir::Kernel) -> Kernel {
+        Kernel {
+            ir,
+            build_errors: vec![],
+        }
+    }
+
+    pub fn ir(&self) -> &tl_ir::Kernel {
+        &self.ir
+    }
+    pub fn name(&self) -> &str {
+        &self.ir.name
+    }
+
+    /// Check the kernel; every problem comes with the user's line.
+    pub fn verify(&self) -> Result<(), Diagnostics> {
+        if !self.build_errors.is_empty() {
+            return Err(Diagnostics(self.build_errors.clone()));
+        }
+        tl_ir::verify::verify(&self.ir)
+    }
+
+    /// Run the target's pass pipeline; the thread-level IR that codegen prints.
+    pub fn lower(&self, target: Target) -> Result<tl_ir::Kernel, Diagnostics> {
+        self.lower_dump(target, None)
+    }
+
+    fn lower_dump(
+        &self,
+        target: Target,
+        dump: Option<&std::path::Path>,
+    ) -> Result<tl_ir::Kernel, Diagnostics> {
+        self.verify()?;
+        tl_passes::run_pipeline(&self.ir, &target, dump)
+    }
+
+    /// The generated source for a target, without compiling it (no GPU or compiler needed).
+    pub fn emit(&self, target: Target) -> Result<String, Error> {
+        let low = self.lower(target)?;
+        match target {
+            Target::Cpu => Ok(tl_codegen::c::generate(&low)?.code),
+            other => Err(Error::Compile(Diagnostics::from(
+                Diagnostic::new(
+                    DiagKind::Unsupported,
+                    Span::UNKNOWN,
+                    format!("code generation for {other} is not available in this build"),
+                )
+                .help("use the CPU target"),
+            ))),
+        }
+    }
+
+    pub fn compile(&self, dev: &Device) -> Result<Executable, Error> {
+        self.compile_with(dev, &CompileOptions::default())
+    }
+
+    pub fn compile_with(&self, dev: &Device, opts: &CompileOptions) -> Result<Executable, Error> {
+        let t0 = Instant::now();
+        self.verify()?;
+        let dump = opts
+            .dump_ir
+            .clone()
+            .or_else(|| std::env::var_os("TILELANG_DUMP_IR").map(PathBuf::from));
+        let cache = match &opts.cache_dir {
+            Some(d) => Cache::at(d),
+            None => Cache::from_env(),
+        };
+        let target = dev.target()?;
+        match target {
+            Target::Cpu => {
+                let normalized = self.ir.to_string();
+                let flags = tl_runtime::cpu::CFLAGS.join(" ");
+                let key = Cache::key(&[
+                    "cpu",
+                    &normalized,
+                    env!("CARGO_PKG_VERSION"),
+                    &flags,
+                    tl_codegen::c::CPU_HEADER,
+                    cc_version()?,
+                    host_id(),
+                ]);
+                let entry = format!("tl_kernel_{}_entry", self.ir.name);
+                let mut lower_time = Default::default();
+                let mut codegen_time = Default::default();
+                let mut diags: Option<Diagnostics> = None;
+                let sig = Signature::of(&self.ir);
+                let result = tl_runtime::build_cpu(sig, &cache, &key, &entry, || {
+                    let t = Instant::now();
+                    let low = self.lower_dump(Target::Cpu, dump.as_deref()).map_err(|d| {
+                        diags = Some(d.clone());
+                        d.to_string()
+                    })?;
+                    lower_time = t.elapsed();
+                    let t = Instant::now();
+                    let src = tl_codegen::c::generate(&low).map_err(|d| {
+                        diags = Some(d.clone());
+                        d.to_string()
+                    })?;
+                    codegen_time = t.elapsed();
+                    if let Some(dir) = &dump {
+                        let _ = std::fs::write(dir.join(format!("{}.c", self.ir.name)), &src.code);
+                    }
+                    Ok(src.code)
+                });
+                let mut exe = match result {
+                    Ok(e) => e,
+                    Err(BuildError::Lowering(msg)) => {
+                        return Err(match diags {
+                            Some(d) => Error::Compile(d),
+                            None => Error::Compile(Diagnostics::from(Diagnostic::internal(msg))),
+                        })
+                    }
+                    Err(BuildError::Runtime(e)) => return Err(e.into()),
+                };
+                let st = exe_stats(&mut exe);
+                st.lower = lower_time;
+                st.codegen = codegen_time;
+                st.total = t0.elapsed();
+                Ok(exe)
+            }
+            other => Err(Error::Compile(Diagnostics::from(Diagnostic::new(
+                DiagKind::Unsupported,
+                Span::UNKNOWN,
+                format!("no backend for {other} in this build"),
+            )))),
+        }
+    }
+}
+
+fn exe_stats(e: &mut Executable) -> &mut tl_runtime::CompileStats {
+    e.stats_mut()
+}
+
+impl std::fmt::Display for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.ir)
+    }
+}

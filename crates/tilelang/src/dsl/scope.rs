@@ -1,0 +1,769 @@
+//! The `t` in `k.launch(.., |t, [bx, by]| ..)`: allocations, tile ops, loops and control flow,
+//! each recorded with the user's source line.
+
+use tl_ir::{
+    AtomicAddOp, Buffer, CopyOp, CumsumOp, DType, DiagKind, Diagnostic, Expr, FillOp, For, ForKind,
+    GemmOp, Intrinsic, ReduceKind, ReduceOp, Region, Scope, Span, Stmt, StmtKind, TileOp, Var,
+    WarpPolicy,
+};
+
+use super::args::{IntoExprs, Tile};
+use super::builder::Shared;
+
+pub struct TileScope {
+    stmts: Vec<Stmt>,
+    state: Shared,
+    threads: u32,
+}
+
+/// Names for the dimensions of a parallel loop nest.
+const PAR_NAMES: [&str; 6] = ["i", "j", "k", "l", "m", "n"];
+
+impl TileScope {
+    pub(crate) fn new(state: Shared, threads: u32) -> TileScope {
+        TileScope {
+            stmts: vec![],
+            state,
+            threads,
+        }
+    }
+
+    pub(crate) fn finish(self) -> Vec<Stmt> {
+        self.stmts
+    }
+
+    fn child(&self) -> TileScope {
+        TileScope::new(self.state.clone(), self.threads)
+    }
+
+    fn push(&mut self, kind: StmtKind, span: Span) {
+        self.stmts.push(Stmt::new(kind, span));
+    }
+
+    fn error(&self, d: Diagnostic) {
+        self.state.borrow_mut().errors.push(d);
+    }
+
+    /// Threads per block of this launch.
+    pub fn threads(&self) -> u32 {
+        self.threads
+    }
+
+    // ----- allocation -----
+
+    #[track_caller]
+    fn alloc(
+        &mut self,
+        name: Option<&str>,
+        shape: Vec<Expr>,
+        dtype: DType,
+        scope: Scope,
+    ) -> Buffer {
+        let span = Span::caller();
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => {
+                let prefix = match scope {
+                    Scope::Shared => "shared",
+                    Scope::Fragment => "frag",
+                    Scope::Local => "local",
+                    Scope::Var => "var",
+                    Scope::Global => "global",
+                };
+                self.state.borrow_mut().fresh(prefix)
+            }
+        };
+        let shape: Vec<Expr> = shape.iter().map(tl_ir::simplify).collect();
+        let b = Buffer::new(name, shape, dtype, scope, span);
+        self.push(StmtKind::Alloc(b.clone()), span);
+        b
+    }
+
+    /// A tile in shared memory, visible to every thread of the block.
+    #[track_caller]
+    pub fn alloc_shared(&mut self, shape: impl IntoExprs, dtype: DType) -> Buffer {
+        self.alloc(None, shape.into_exprs(), dtype, Scope::Shared)
+    }
+    /// A tile held in registers, spread over the block's threads.
+    #[track_caller]
+    pub fn alloc_fragment(&mut self, shape: impl IntoExprs, dtype: DType) -> Buffer {
+        self.alloc(None, shape.into_exprs(), dtype, Scope::Fragment)
+    }
+    /// A per-thread array.
+    #[track_caller]
+    pub fn alloc_local(&mut self, shape: impl IntoExprs, dtype: DType) -> Buffer {
+        self.alloc(None, shape.into_exprs(), dtype, Scope::Local)
+    }
+    /// A per-thread scalar variable (read with `v.at([0])`, write with `t.store(&v, [0], x)`).
+    #[track_caller]
+    pub fn alloc_var(&mut self, dtype: DType) -> Buffer {
+        self.alloc(None, vec![Expr::int(1)], dtype, Scope::Var)
+    }
+    /// Like [`alloc_shared`](Self::alloc_shared), with a name for printed IR and diagnostics.
+    #[track_caller]
+    pub fn alloc_shared_named(
+        &mut self,
+        name: &str,
+        shape: impl IntoExprs,
+        dtype: DType,
+    ) -> Buffer {
+        self.alloc(Some(name), shape.into_exprs(), dtype, Scope::Shared)
+    }
+    #[track_caller]
+    pub fn alloc_fragment_named(
+        &mut self,
+        name: &str,
+        shape: impl IntoExprs,
+        dtype: DType,
+    ) -> Buffer {
+        self.alloc(Some(name), shape.into_exprs(), dtype, Scope::Fragment)
+    }
+    #[track_caller]
+    pub fn alloc_local_named(&mut self, name: &str, shape: impl IntoExprs, dtype: DType) -> Buffer {
+        self.alloc(Some(name), shape.into_exprs(), dtype, Scope::Local)
+    }
+
+    // ----- scalar statements -----
+
+    /// `buf[idx] = value`; the value is cast to the buffer's element type.
+    #[track_caller]
+    pub fn store(&mut self, buf: &Buffer, idx: impl IntoExprs, value: impl Into<Expr>) {
+        let value = value.into().cast(buf.dtype());
+        self.push(
+            StmtKind::Store {
+                buffer: buf.clone(),
+                indices: idx.into_exprs(),
+                value,
+            },
+            Span::caller(),
+        );
+    }
+
+    /// Bind a value to a new variable for the rest of this block.
+    #[track_caller]
+    pub fn let_(&mut self, name: &str, value: impl Into<Expr>) -> Expr {
+        let value = value.into();
+        let v = Var::new(name, value.dtype());
+        self.push(
+            StmtKind::Let {
+                var: v.clone(),
+                value,
+            },
+            Span::caller(),
+        );
+        v.expr()
+    }
+
+    // ----- tile ops -----
+
+    /// Resolve the extents of two tile arguments from each other.
+    fn pair(&self, op: &str, src: Tile, dst: Tile, span: Span) -> Option<(Region, Region)> {
+        let (se, de) = match (&src.extents, &dst.extents) {
+            (Some(s), Some(d)) => (s.clone(), d.clone()),
+            (None, Some(d)) => (
+                self.align_extents(op, d, src.buffer.rank(), &src, span)?,
+                d.clone(),
+            ),
+            (Some(s), None) => (
+                s.clone(),
+                self.align_extents(op, s, dst.buffer.rank(), &dst, span)?,
+            ),
+            (None, None) => {
+                self.error(
+                    Diagnostic::new(
+                        DiagKind::ShapeMismatch,
+                        span,
+                        format!(
+                            "{op}: neither `{}` nor `{}` says how large the tile is",
+                            src.buffer.name(),
+                            dst.buffer.name()
+                        ),
+                    )
+                    .help("give one side explicit extents with `.region(offsets, extents)`, or use a whole buffer"),
+                );
+                return None;
+            }
+        };
+        Some((
+            self.region(op, &src, se, span)?,
+            self.region(op, &dst, de, span)?,
+        ))
+    }
+
+    /// Extents for a tile of a `rank`-d buffer that has the other side's `other` shape:
+    /// leading unit dims are added or dropped as needed.
+    fn align_extents(
+        &self,
+        op: &str,
+        other: &[Expr],
+        rank: usize,
+        t: &Tile,
+        span: Span,
+    ) -> Option<Vec<Expr>> {
+        if other.len() == rank {
+            return Some(other.to_vec());
+        }
+        if other.len() < rank {
+            let mut e = vec![Expr::int(1); rank - other.len()];
+            e.extend(other.iter().cloned());
+            return Some(e);
+        }
+        let drop = other.len() - rank;
+        if other[..drop].iter().all(|e| e.as_int() == Some(1)) {
+            return Some(other[drop..].to_vec());
+        }
+        self.error(
+            Diagnostic::new(
+                DiagKind::ShapeMismatch,
+                span,
+                format!(
+                    "{op}: a {}-d tile cannot be taken from the {}-d buffer `{}`",
+                    other.len(),
+                    rank,
+                    t.buffer.name()
+                ),
+            )
+            .note(
+                t.buffer.span(),
+                format!("`{}` declared here", t.buffer.name()),
+            )
+            .help("give the tile explicit extents with `.region(offsets, extents)`"),
+        );
+        None
+    }
+
+    fn region(&self, op: &str, t: &Tile, extents: Vec<Expr>, span: Span) -> Option<Region> {
+        if t.offsets.len() != t.buffer.rank() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::ShapeMismatch,
+                    if t.span.is_known() { t.span } else { span },
+                    format!(
+                        "{op}: `{}` has {} dimensions but the tile gives {} offsets",
+                        t.buffer.name(),
+                        t.buffer.rank(),
+                        t.offsets.len()
+                    ),
+                )
+                .note(
+                    t.buffer.span(),
+                    format!("`{}` declared here", t.buffer.name()),
+                ),
+            );
+            return None;
+        }
+        Some(Region::new(&t.buffer, t.offsets.clone(), extents))
+    }
+
+    fn full(&self, op: &str, t: Tile, span: Span) -> Option<Region> {
+        match t.extents.clone() {
+            Some(e) => self.region(op, &t, e, span),
+            None => {
+                self.error(
+                    Diagnostic::new(
+                        DiagKind::ShapeMismatch,
+                        span,
+                        format!("{op}: the tile of `{}` has no extents", t.buffer.name()),
+                    )
+                    .help("use `.region(offsets, extents)` or the whole buffer"),
+                );
+                None
+            }
+        }
+    }
+
+    /// Copy a tile between any two scopes; element types are converted; the parts of a global
+    /// tile past the tensor's edge are skipped (stores) or read as zero (loads).
+    #[track_caller]
+    pub fn copy(&mut self, src: impl Into<Tile>, dst: impl Into<Tile>) {
+        let span = Span::caller();
+        if let Some((src, dst)) = self.pair("copy", src.into(), dst.into(), span) {
+            self.push(StmtKind::Op(TileOp::Copy(CopyOp { src, dst })), span);
+        }
+    }
+
+    /// `C += A · B` on tiles (see [`GemmHandle`] for transposes and policies).
+    #[track_caller]
+    pub fn gemm(
+        &mut self,
+        a: impl Into<Tile>,
+        b: impl Into<Tile>,
+        c: impl Into<Tile>,
+    ) -> GemmHandle<'_> {
+        let span = Span::caller();
+        let regs = (
+            self.full("gemm", a.into(), span),
+            self.full("gemm", b.into(), span),
+            self.full("gemm", c.into(), span),
+        );
+        if let (Some(a), Some(b), Some(c)) = regs {
+            self.push(
+                StmtKind::Op(TileOp::Gemm(GemmOp {
+                    a,
+                    b,
+                    c,
+                    trans_a: false,
+                    trans_b: false,
+                    clear_accum: false,
+                    policy: WarpPolicy::Auto,
+                })),
+                span,
+            );
+            let idx = self.stmts.len() - 1;
+            GemmHandle {
+                stmt: self.stmts.get_mut(idx),
+            }
+        } else {
+            GemmHandle { stmt: None }
+        }
+    }
+
+    #[track_caller]
+    fn reduce(&mut self, kind: ReduceKind, src: Tile, dst: Tile, dim: usize) -> ReduceHandle<'_> {
+        let span = Span::caller();
+        let regs = (
+            self.full("reduce", src, span),
+            self.full("reduce", dst, span),
+        );
+        if let (Some(src), Some(dst)) = regs {
+            self.push(
+                StmtKind::Op(TileOp::Reduce(ReduceOp {
+                    src,
+                    dst,
+                    kind,
+                    dim,
+                    clear: true,
+                })),
+                span,
+            );
+            let idx = self.stmts.len() - 1;
+            ReduceHandle {
+                stmt: self.stmts.get_mut(idx),
+            }
+        } else {
+            ReduceHandle { stmt: None }
+        }
+    }
+
+    /// `dst = sum(src, dim)`; `.accumulate()` adds into dst instead.
+    #[track_caller]
+    pub fn reduce_sum(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> ReduceHandle<'_> {
+        self.reduce(ReduceKind::Sum, src.into(), dst.into(), dim)
+    }
+    #[track_caller]
+    pub fn reduce_max(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> ReduceHandle<'_> {
+        self.reduce(ReduceKind::Max, src.into(), dst.into(), dim)
+    }
+    #[track_caller]
+    pub fn reduce_min(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> ReduceHandle<'_> {
+        self.reduce(ReduceKind::Min, src.into(), dst.into(), dim)
+    }
+    #[track_caller]
+    pub fn reduce_abssum(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> ReduceHandle<'_> {
+        self.reduce(ReduceKind::AbsSum, src.into(), dst.into(), dim)
+    }
+    #[track_caller]
+    pub fn reduce_absmax(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> ReduceHandle<'_> {
+        self.reduce(ReduceKind::AbsMax, src.into(), dst.into(), dim)
+    }
+
+    /// Set every element of a tile to `value`.
+    #[track_caller]
+    pub fn fill(&mut self, dst: impl Into<Tile>, value: impl Into<Expr>) {
+        let span = Span::caller();
+        if let Some(dst) = self.full("fill", dst.into(), span) {
+            let value = value.into().cast(dst.buffer.dtype());
+            self.push(StmtKind::Op(TileOp::Fill(FillOp { dst, value })), span);
+        }
+    }
+    /// Set every element of a tile to zero.
+    #[track_caller]
+    pub fn clear(&mut self, dst: impl Into<Tile>) {
+        let span = Span::caller();
+        if let Some(dst) = self.full("clear", dst.into(), span) {
+            let value = Expr::int_of(0, dst.buffer.dtype());
+            self.push(StmtKind::Op(TileOp::Fill(FillOp { dst, value })), span);
+        }
+    }
+
+    /// `dst += src` element-wise with atomic adds (dst in global or shared memory).
+    #[track_caller]
+    pub fn atomic_add(&mut self, dst: impl Into<Tile>, src: impl Into<Tile>) {
+        let span = Span::caller();
+        if let Some((src, dst)) = self.pair("atomic_add", src.into(), dst.into(), span) {
+            self.push(
+                StmtKind::Op(TileOp::AtomicAdd(AtomicAddOp { src, dst })),
+                span,
+            );
+        }
+    }
+
+    /// Inclusive prefix sum of `src` along `dim` into `dst` (same shape; may be the same buffer).
+    #[track_caller]
+    pub fn cumsum(
+        &mut self,
+        src: impl Into<Tile>,
+        dst: impl Into<Tile>,
+        dim: usize,
+    ) -> CumsumHandle<'_> {
+        let span = Span::caller();
+        let regs = (
+            self.full("cumsum", src.into(), span),
+            self.full("cumsum", dst.into(), span),
+        );
+        if let (Some(src), Some(dst)) = regs {
+            self.push(
+                StmtKind::Op(TileOp::Cumsum(CumsumOp {
+                    src,
+                    dst,
+                    dim,
+                    reverse: false,
+                })),
+                span,
+            );
+            let idx = self.stmts.len() - 1;
+            CumsumHandle {
+                stmt: self.stmts.get_mut(idx),
+            }
+        } else {
+            CumsumHandle { stmt: None }
+        }
+    }
+
+    // ----- loops and control flow -----
+
+    #[track_caller]
+    fn loop_(
+        &mut self,
+        name: &str,
+        min: Expr,
+        extent: Expr,
+        kind: ForKind,
+        f: impl FnOnce(&mut TileScope, Expr),
+    ) -> usize {
+        let span = Span::caller();
+        let var = Var::new(name, DType::I32);
+        let mut body = self.child();
+        f(&mut body, var.expr());
+        self.push(
+            StmtKind::For(Box::new(For {
+                var,
+                min: min.cast(DType::I32),
+                extent: extent.cast(DType::I32),
+                kind,
+                body: Stmt::seq(body.finish(), span),
+            })),
+            span,
+        );
+        self.stmts.len() - 1
+    }
+
+    /// An element-wise loop nest over `extents`: iterations are independent, and the compiler
+    /// spreads them over the block's threads (and vector lanes).
+    #[track_caller]
+    pub fn parallel<const N: usize>(
+        &mut self,
+        extents: impl IntoExprs,
+        f: impl FnOnce(&mut TileScope, [Expr; N]),
+    ) {
+        let span = Span::caller();
+        let extents = extents.into_exprs();
+        if extents.len() != N || N == 0 {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "parallel over {} extents, but the body takes {} indices",
+                        extents.len(),
+                        N
+                    ),
+                )
+                .help("take one index per extent, e.g. `t.parallel([bm, bn], |t, [i, j]| ..)`"),
+            );
+            return;
+        }
+        let vars: Vec<Var> = (0..N)
+            .map(|d| Var::new(*PAR_NAMES.get(d).unwrap_or(&"p"), DType::I32))
+            .collect();
+        let idx: [Expr; N] = std::array::from_fn(|d| vars[d].expr());
+        let mut body = self.child();
+        f(&mut body, idx);
+        let mut stmt = Stmt::seq(body.finish(), span);
+        for (v, e) in vars.into_iter().zip(extents).rev() {
+            stmt = Stmt::new(
+                StmtKind::For(Box::new(For {
+                    var: v,
+                    min: Expr::int(0),
+                    extent: e.cast(DType::I32),
+                    kind: ForKind::Parallel,
+                    body: stmt,
+                })),
+                span,
+            );
+        }
+        self.stmts.push(stmt);
+    }
+
+    /// A sequential loop `0 .. extent`.
+    #[track_caller]
+    pub fn serial(&mut self, extent: impl Into<Expr>, f: impl FnOnce(&mut TileScope, Expr)) {
+        self.loop_("s", Expr::int(0), extent.into(), ForKind::Serial, f);
+    }
+    /// A sequential loop `lo .. hi`.
+    #[track_caller]
+    pub fn serial_range(
+        &mut self,
+        lo: impl Into<Expr>,
+        hi: impl Into<Expr>,
+        f: impl FnOnce(&mut TileScope, Expr),
+    ) {
+        let lo = lo.into();
+        let ext = tl_ir::simplify(&(hi.into() - lo.clone()));
+        self.loop_("s", lo, ext, ForKind::Serial, f);
+    }
+    /// A loop the compiler unrolls completely (the extent must be a constant).
+    #[track_caller]
+    pub fn unroll(&mut self, extent: impl Into<Expr>, f: impl FnOnce(&mut TileScope, Expr)) {
+        self.loop_("u", Expr::int(0), extent.into(), ForKind::Unrolled, f);
+    }
+    /// A software-pipelined loop: copies into shared memory are issued `stages - 1`
+    /// iterations ahead of the compute that uses them.
+    #[track_caller]
+    pub fn pipelined(
+        &mut self,
+        extent: impl Into<Expr>,
+        stages: u32,
+        f: impl FnOnce(&mut TileScope, Expr),
+    ) -> PipelineHandle<'_> {
+        let kind = ForKind::Pipelined {
+            stages,
+            order: None,
+            stage: None,
+        };
+        let idx = self.loop_("ko", Expr::int(0), extent.into(), kind, f);
+        PipelineHandle {
+            stmt: self.stmts.get_mut(idx),
+        }
+    }
+
+    /// `if cond { then }`; chain `.else_(..)` for the other branch.
+    #[track_caller]
+    pub fn if_(
+        &mut self,
+        cond: impl Into<Expr>,
+        then: impl FnOnce(&mut TileScope),
+    ) -> IfHandle<'_> {
+        let span = Span::caller();
+        let mut body = self.child();
+        then(&mut body);
+        let state = self.state.clone();
+        let threads = self.threads;
+        self.push(
+            StmtKind::If {
+                cond: cond.into(),
+                then_: Box::new(Stmt::seq(body.finish(), span)),
+                else_: None,
+            },
+            span,
+        );
+        let idx = self.stmts.len() - 1;
+        IfHandle {
+            stmt: self.stmts.get_mut(idx),
+            state,
+            threads,
+        }
+    }
+
+    // ----- annotations and escape hatches -----
+
+    /// Rasterize blocks in panels of `panel` block-rows, so neighbouring blocks share L2 tiles.
+    pub fn use_swizzle(&mut self, panel: u32) {
+        self.state.borrow_mut().attrs.swizzle_panel = Some(panel.max(1));
+    }
+
+    /// Give a buffer a layout (CuTe notation, e.g. `"(128,64):(64,1)"`), overriding inference.
+    #[track_caller]
+    pub fn annotate_layout(&mut self, buf: &Buffer, layout: &str) {
+        self.push(
+            StmtKind::AnnotateLayout {
+                buffer: buf.clone(),
+                layout: layout.to_string(),
+            },
+            Span::caller(),
+        );
+    }
+
+    /// `threadIdx.x` (escape hatch for per-thread code in raw loops).
+    pub fn thread_idx(&self) -> Expr {
+        Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32)
+    }
+
+    /// Call a device function by name (escape hatch), as an expression.
+    pub fn call_extern(&self, name: &str, args: impl IntoExprs, dtype: DType) -> Expr {
+        Expr::call(
+            Intrinsic::Extern {
+                name: name.to_string(),
+                pure: true,
+            },
+            args.into_exprs(),
+            dtype,
+        )
+    }
+
+    /// Evaluate an intrinsic for its side effect (escape hatch, e.g. a raw barrier).
+    #[track_caller]
+    pub fn evaluate(&mut self, e: Expr) {
+        self.push(StmtKind::Eval(e), Span::caller());
+    }
+}
+
+/// Options of a gemm, set after the call: `t.gemm(&a, &b, &c).transpose_b()`.
+pub struct GemmHandle<'a> {
+    stmt: Option<&'a mut Stmt>,
+}
+
+impl GemmHandle<'_> {
+    fn with(mut self, f: impl FnOnce(&mut GemmOp)) -> Self {
+        if let Some(Stmt {
+            kind: StmtKind::Op(TileOp::Gemm(g)),
+            ..
+        }) = self.stmt.as_deref_mut()
+        {
+            f(g);
+        }
+        self
+    }
+    /// A is given as `[K, M]`.
+    pub fn transpose_a(self) -> Self {
+        self.with(|g| g.trans_a = true)
+    }
+    /// B is given as `[N, K]` (the "NT" gemm).
+    pub fn transpose_b(self) -> Self {
+        self.with(|g| g.trans_b = true)
+    }
+    /// `C = A · B` instead of `C += A · B`.
+    pub fn clear_accum(self) -> Self {
+        self.with(|g| g.clear_accum = true)
+    }
+    pub fn policy(self, p: WarpPolicy) -> Self {
+        self.with(|g| g.policy = p)
+    }
+}
+
+pub struct ReduceHandle<'a> {
+    stmt: Option<&'a mut Stmt>,
+}
+
+impl ReduceHandle<'_> {
+    /// Combine the reduction into the destination's current values instead of overwriting.
+    pub fn accumulate(mut self) -> Self {
+        if let Some(Stmt {
+            kind: StmtKind::Op(TileOp::Reduce(r)),
+            ..
+        }) = self.stmt.as_deref_mut()
+        {
+            r.clear = false;
+        }
+        self
+    }
+    /// `clear(false)` is `accumulate()`, as TileLang spells it.
+    pub fn clear(self, clear: bool) -> Self {
+        if clear {
+            self
+        } else {
+            self.accumulate()
+        }
+    }
+}
+
+pub struct CumsumHandle<'a> {
+    stmt: Option<&'a mut Stmt>,
+}
+
+impl CumsumHandle<'_> {
+    /// Sum from the end instead of the start.
+    pub fn reverse(mut self) -> Self {
+        if let Some(Stmt {
+            kind: StmtKind::Op(TileOp::Cumsum(c)),
+            ..
+        }) = self.stmt.as_deref_mut()
+        {
+            c.reverse = true;
+        }
+        self
+    }
+}
+
+pub struct PipelineHandle<'a> {
+    stmt: Option<&'a mut Stmt>,
+}
+
+impl PipelineHandle<'_> {
+    fn with(mut self, f: impl FnOnce(&mut Option<Vec<i32>>, &mut Option<Vec<i32>>)) -> Self {
+        if let Some(Stmt {
+            kind: StmtKind::For(l),
+            ..
+        }) = self.stmt.as_deref_mut()
+        {
+            if let ForKind::Pipelined { order, stage, .. } = &mut l.kind {
+                f(order, stage);
+            }
+        }
+        self
+    }
+    /// The order statements of the body are issued in (TileLang's `order=`).
+    pub fn order(self, o: Vec<i32>) -> Self {
+        self.with(|order, _| *order = Some(o))
+    }
+    /// The pipeline stage of each statement of the body (TileLang's `stage=`).
+    pub fn stage(self, s: Vec<i32>) -> Self {
+        self.with(|_, stage| *stage = Some(s))
+    }
+}
+
+pub struct IfHandle<'a> {
+    stmt: Option<&'a mut Stmt>,
+    state: Shared,
+    threads: u32,
+}
+
+impl IfHandle<'_> {
+    /// The branch taken when the condition is false.
+    pub fn else_(self, f: impl FnOnce(&mut TileScope)) {
+        let mut body = TileScope::new(self.state.clone(), self.threads);
+        f(&mut body);
+        if let Some(Stmt {
+            kind: StmtKind::If { else_, .. },
+            span,
+        }) = self.stmt
+        {
+            *else_ = Some(Box::new(Stmt::seq(body.finish(), *span)));
+        }
+    }
+}

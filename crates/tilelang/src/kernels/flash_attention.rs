@@ -1,0 +1,131 @@
+//! FlashAttention forward: O = softmax(Q Kᵀ · scale) V on [B, H, S, D] tensors, with the
+//! log-sum-exp of every row saved (natural log) for a backward pass. One block per `bm` query
+//! rows of one (batch, head); K and V stream through in `bn`-row tiles with an online softmax
+//! in the exp2 domain. Causal blocks stop at the diagonal.
+
+use crate::prelude::*;
+
+#[derive(Clone, Copy, Debug)]
+pub struct AttnConfig {
+    pub bm: i64,
+    pub bn: i64,
+    pub stages: u32,
+    pub threads: u32,
+}
+
+impl AttnConfig {
+    pub fn cpu() -> AttnConfig {
+        AttnConfig {
+            bm: 64,
+            bn: 64,
+            stages: 1,
+            threads: 128,
+        }
+    }
+}
+
+pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfig) -> Kernel {
+    let AttnConfig {
+        bm,
+        bn,
+        stages,
+        threads,
+    } = cfg;
+    let d = head_dim;
+    let sm_scale = 1.0 / (d as f64).sqrt();
+    let scale = sm_scale * std::f64::consts::LOG2_E;
+    let name = if causal {
+        "flash_attn_fwd_causal"
+    } else {
+        "flash_attn_fwd"
+    };
+    Kernel::build(name, |k| {
+        let (b, h, s) = (k.dim("B"), k.dim("H"), k.dim("S"));
+        let q = k.input("Q", (&b, &h, &s, d), dtype);
+        let kk = k.input("K", (&b, &h, &s, d), dtype);
+        let v = k.input("V", (&b, &h, &s, d), dtype);
+        let o = k.output("O", (&b, &h, &s, d), dtype);
+        let lse = k.output("LSE", [&b, &h, &s], F32);
+        k.launch(
+            [ceildiv(&s, bm), h.clone(), b.clone()],
+            threads,
+            |t, [bx, by, bz]| {
+                let q_s = t.alloc_shared_named("Q_s", [bm, d], dtype);
+                let k_s = t.alloc_shared_named("K_s", [bn, d], dtype);
+                let v_s = t.alloc_shared_named("V_s", [bn, d], dtype);
+                let scores = t.alloc_fragment_named("scores", [bm, bn], F32);
+                let probs = t.alloc_fragment_named("probs", [bm, bn], dtype);
+                let acc_o = t.alloc_fragment_named("acc_o", [bm, d], F32);
+                let m_i = t.alloc_fragment_named("m_i", [bm], F32);
+                let m_prev = t.alloc_fragment_named("m_prev", [bm], F32);
+                let rescale = t.alloc_fragment_named("rescale", [bm], F32);
+                let row_sum = t.alloc_fragment_named("row_sum", [bm], F32);
+                let l_i = t.alloc_fragment_named("l_i", [bm], F32);
+
+                t.copy(q.tile((&bz, &by, &bx * bm, 0)), &q_s);
+                t.clear(&acc_o);
+                t.clear(&l_i);
+                t.fill(&m_i, f64::NEG_INFINITY);
+                let kv_tiles = if causal {
+                    min(ceildiv(&s, bn), ceildiv((&bx + 1) * bm, bn))
+                } else {
+                    ceildiv(&s, bn)
+                };
+                t.pipelined(kv_tiles, stages, |t, kt| {
+                    t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
+                    // Start the scores at 0 where a key is visible and -inf where it is masked
+                    // (past the sequence, or after the query when causal); the gemm adds Q·Kᵀ.
+                    t.parallel([bm, bn], |t, [i, j]| {
+                        let key = &kt * bn + &j;
+                        let visible = if causal {
+                            (&bx * bm + &i).ge(&key).and(key.lt(&s))
+                        } else {
+                            key.lt(&s)
+                        };
+                        t.store(&scores, [&i, &j], select(visible, 0.0, f64::NEG_INFINITY));
+                    });
+                    t.gemm(&q_s, &k_s, &scores).transpose_b();
+                    t.copy(&m_i, &m_prev);
+                    t.reduce_max(&scores, &m_i, 1).accumulate();
+                    t.parallel([bm], |t, [i]| {
+                        t.store(
+                            &rescale,
+                            [&i],
+                            exp2((m_prev.at([&i]) - m_i.at([&i])) * scale),
+                        );
+                    });
+                    t.parallel([bm, d], |t, [i, j]| {
+                        t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
+                    });
+                    t.parallel([bm, bn], |t, [i, j]| {
+                        t.store(
+                            &scores,
+                            [&i, &j],
+                            exp2((scores.at([&i, &j]) - m_i.at([&i])) * scale),
+                        );
+                    });
+                    t.reduce_sum(&scores, &row_sum, 1);
+                    t.parallel([bm], |t, [i]| {
+                        t.store(
+                            &l_i,
+                            [&i],
+                            l_i.at([&i]) * rescale.at([&i]) + row_sum.at([&i]),
+                        );
+                    });
+                    t.copy(&scores, &probs);
+                    t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
+                    t.gemm(&probs, &v_s, &acc_o);
+                });
+                t.parallel([bm, d], |t, [i, j]| {
+                    t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) / l_i.at([&i]));
+                });
+                t.copy(&acc_o, o.tile((&bz, &by, &bx * bm, 0)));
+                // Natural-log LSE of the scaled scores: m·sm_scale + ln(l).
+                t.parallel([bm], |t, [i]| {
+                    t.store(&m_prev, [&i], m_i.at([&i]) * sm_scale + log(l_i.at([&i])));
+                });
+                t.copy(&m_prev, lse.tile((&bz, &by, &bx * bm)));
+            },
+        );
+    })
+}

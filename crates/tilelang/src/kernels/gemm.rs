@@ -1,0 +1,113 @@
+//! GEMM: C[M,N] = A[M,K] · B, B given as [K,N] (NN) or [N,K] (NT); f32 accumulate.
+
+use crate::prelude::*;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// B is [K, N].
+    NN,
+    /// B is [N, K] (B transposed, the common weight layout).
+    NT,
+    /// A is [K, M], B is [K, N].
+    TN,
+}
+
+impl Layout {
+    pub fn parse(s: &str) -> Option<Layout> {
+        match s.to_ascii_lowercase().as_str() {
+            "nn" => Some(Layout::NN),
+            "nt" => Some(Layout::NT),
+            "tn" => Some(Layout::TN),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::NN => "nn",
+            Layout::NT => "nt",
+            Layout::TN => "tn",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct GemmConfig {
+    pub bm: i64,
+    pub bn: i64,
+    pub bk: i64,
+    pub stages: u32,
+    pub threads: u32,
+}
+
+impl GemmConfig {
+    /// Tiles that suit the CPU backend (big tiles amortize packing).
+    pub fn cpu() -> GemmConfig {
+        GemmConfig {
+            bm: 128,
+            bn: 128,
+            bk: 64,
+            stages: 1,
+            threads: 128,
+        }
+    }
+}
+
+/// The tile program: one block per `bm × bn` tile of C, a pipelined loop over K.
+pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) -> Kernel {
+    let GemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+    } = cfg;
+    Kernel::build(&format!("gemm_{}", layout.name()), |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = match layout {
+            Layout::TN => k.input("A", [&kd, &m], in_dtype),
+            _ => k.input("A", [&m, &kd], in_dtype),
+        };
+        let b = match layout {
+            Layout::NT => k.input("B", [&n, &kd], in_dtype),
+            _ => k.input("B", [&kd, &n], in_dtype),
+        };
+        let c = k.output("C", [&m, &n], out_dtype);
+        k.launch(
+            [ceildiv(&n, bn), ceildiv(&m, bm)],
+            threads,
+            |t, [bx, by]| {
+                let a_s = match layout {
+                    Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),
+                    _ => t.alloc_shared_named("A_s", [bm, bk], in_dtype),
+                };
+                let b_s = match layout {
+                    Layout::NT => t.alloc_shared_named("B_s", [bn, bk], in_dtype),
+                    _ => t.alloc_shared_named("B_s", [bk, bn], in_dtype),
+                };
+                let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+                t.clear(&acc);
+                t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
+                    match layout {
+                        Layout::TN => t.copy(a.tile([&ko * bk, &by * bm]), &a_s),
+                        _ => t.copy(a.tile([&by * bm, &ko * bk]), &a_s),
+                    }
+                    match layout {
+                        Layout::NT => t.copy(b.tile([&bx * bn, &ko * bk]), &b_s),
+                        _ => t.copy(b.tile([&ko * bk, &bx * bn]), &b_s),
+                    }
+                    let g = t.gemm(&a_s, &b_s, &acc);
+                    match layout {
+                        Layout::NT => {
+                            g.transpose_b();
+                        }
+                        Layout::TN => {
+                            g.transpose_a();
+                        }
+                        Layout::NN => {}
+                    }
+                });
+                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+            },
+        );
+    })
+}

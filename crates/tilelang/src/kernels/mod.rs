@@ -1,0 +1,8 @@
+//! The kernels the examples, tests and benches share, each with a plain-Rust f64 reference.
+
+pub mod elementwise;
+pub mod flash_attention;
+pub mod gemm;
+pub mod reference;
+pub mod rmsnorm;
+pub mod softmax;

@@ -1,0 +1,189 @@
+//! Plain-Rust references in f64, multithreaded where the work is large.
+
+use std::thread;
+
+fn threads() -> usize {
+    thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// Split `0..rows` over threads, each filling its rows of `out` (`row_len` values a row).
+pub fn par_rows(out: &mut [f64], row_len: usize, f: impl Fn(usize, &mut [f64]) + Sync) {
+    if row_len == 0 || out.is_empty() {
+        return;
+    }
+    let rows = out.len() / row_len;
+    let per = rows.div_ceil(threads()).max(1);
+    thread::scope(|s| {
+        for (ci, chunk) in out.chunks_mut(per * row_len).enumerate() {
+            let f = &f;
+            s.spawn(move || {
+                for (r, row) in chunk.chunks_mut(row_len).enumerate() {
+                    f(ci * per + r, row);
+                }
+            });
+        }
+    });
+}
+
+/// C = op(A) · op(B) with A given row-major as [M,K] (or [K,M] when `trans_a`) and B as
+/// [K,N] (or [N,K] when `trans_b`).
+pub fn gemm(
+    a: &[f64],
+    b: &[f64],
+    m: usize,
+    n: usize,
+    k: usize,
+    trans_a: bool,
+    trans_b: bool,
+) -> Vec<f64> {
+    // Bring B to [N][K] so the inner loop is contiguous.
+    let mut bt = vec![0.0; n * k];
+    for kk in 0..k {
+        for j in 0..n {
+            bt[j * k + kk] = if trans_b {
+                b[j * k + kk]
+            } else {
+                b[kk * n + j]
+            };
+        }
+    }
+    let mut at = vec![0.0; m * k];
+    for i in 0..m {
+        for kk in 0..k {
+            at[i * k + kk] = if trans_a {
+                a[kk * m + i]
+            } else {
+                a[i * k + kk]
+            };
+        }
+    }
+    let mut c = vec![0.0; m * n];
+    par_rows(&mut c, n, |i, row| {
+        let ar = &at[i * k..(i + 1) * k];
+        for (j, out) in row.iter_mut().enumerate() {
+            let br = &bt[j * k..(j + 1) * k];
+            *out = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+        }
+    });
+    c
+}
+
+/// Row-wise softmax of a [rows, cols] matrix.
+pub fn softmax(x: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut y = vec![0.0; rows * cols];
+    par_rows(&mut y, cols, |r, out| {
+        let row = &x[r * cols..(r + 1) * cols];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let s: f64 = row.iter().map(|v| (v - m).exp()).sum();
+        for (o, v) in out.iter_mut().zip(row) {
+            *o = (v - m).exp() / s;
+        }
+    });
+    y
+}
+
+/// Row-wise RMS normalization: x / sqrt(mean(x²) + eps).
+pub fn rmsnorm(x: &[f64], rows: usize, cols: usize, eps: f64) -> Vec<f64> {
+    let mut y = vec![0.0; rows * cols];
+    par_rows(&mut y, cols, |r, out| {
+        let row = &x[r * cols..(r + 1) * cols];
+        let ms: f64 = row.iter().map(|v| v * v).sum::<f64>() / cols as f64;
+        let inv = 1.0 / (ms + eps).sqrt();
+        for (o, v) in out.iter_mut().zip(row) {
+            *o = v * inv;
+        }
+    });
+    y
+}
+
+/// Attention forward on [B, H, S, D] tensors: (O, LSE) with LSE[b,h,s] the natural-log
+/// sum-exp of the scaled scores of row s.
+pub fn attention(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    dims: (usize, usize, usize, usize),
+    causal: bool,
+    sm_scale: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (b, h, s, d) = dims;
+    let mut o = vec![0.0; b * h * s * d];
+    let mut lse = vec![0.0; b * h * s];
+    par_rows(&mut o, d, |row, out| {
+        let bh = row / s;
+        let i = row % s;
+        let base = bh * s * d;
+        let qi = &q[base + i * d..base + (i + 1) * d];
+        let last = if causal { i + 1 } else { s };
+        let scores: Vec<f64> = (0..last)
+            .map(|j| {
+                let kj = &k[base + j * d..base + (j + 1) * d];
+                qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>() * sm_scale
+            })
+            .collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+        let sum: f64 = p.iter().sum();
+        for (j, pj) in p.iter().enumerate() {
+            let vj = &v[base + j * d..base + (j + 1) * d];
+            for (o, vv) in out.iter_mut().zip(vj) {
+                *o += pj * vv / sum;
+            }
+        }
+    });
+    for row in 0..b * h * s {
+        let bh = row / s;
+        let i = row % s;
+        let base = bh * s * d;
+        let qi = &q[base + i * d..base + (i + 1) * d];
+        let last = if causal { i + 1 } else { s };
+        let scores: Vec<f64> = (0..last)
+            .map(|j| {
+                let kj = &k[base + j * d..base + (j + 1) * d];
+                qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>() * sm_scale
+            })
+            .collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        lse[row] = m + scores.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+    }
+    (o, lse)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gemm_small() {
+        // [[1,2],[3,4]] · [[5,6],[7,8]]
+        let c = gemm(
+            &[1.0, 2.0, 3.0, 4.0],
+            &[5.0, 6.0, 7.0, 8.0],
+            2,
+            2,
+            2,
+            false,
+            false,
+        );
+        assert_eq!(c, vec![19.0, 22.0, 43.0, 50.0]);
+        let ct = gemm(
+            &[1.0, 2.0, 3.0, 4.0],
+            &[5.0, 7.0, 6.0, 8.0],
+            2,
+            2,
+            2,
+            false,
+            true,
+        );
+        assert_eq!(ct, c);
+    }
+
+    #[test]
+    fn softmax_rows_sum_to_one() {
+        let y = softmax(&[1.0, 2.0, 3.0, 0.0, 0.0, 0.0], 2, 3);
+        assert!((y[..3].iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        assert!((y[3] - 1.0 / 3.0).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,41 @@
+//! Row-wise RMS normalization: y = x / sqrt(mean(x²) + eps). One pass accumulates the sum of
+//! squares chunk by chunk (the zeros read past a row's end add nothing), a second scales.
+
+use super::softmax::RowConfig;
+use crate::prelude::*;
+
+pub const EPS: f64 = 1e-6;
+
+pub fn rmsnorm(dtype: DType, cfg: RowConfig) -> Kernel {
+    let (br, bc) = (cfg.rows, cfg.cols);
+    Kernel::build("rmsnorm", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let x = k.input("X", [&m, &n], dtype);
+        let y = k.output("Y", [&m, &n], dtype);
+        k.launch([ceildiv(&m, br)], cfg.threads, |t, [bx]| {
+            let xf = t.alloc_fragment_named("x", [br, bc], F32);
+            let sq = t.alloc_fragment_named("sq", [br, bc], F32);
+            let ss = t.alloc_fragment_named("sum_sq", [br], F32);
+            t.clear(&ss);
+            let chunks = ceildiv(&n, bc);
+            t.serial(&chunks, |t, j| {
+                t.copy(x.tile([&bx * br, &j * bc]), &xf);
+                t.parallel([br, bc], |t, [i, c]| {
+                    let v = xf.at([&i, &c]);
+                    t.store(&sq, [&i, &c], &v * &v);
+                });
+                t.reduce_sum(&sq, &ss, 1).accumulate();
+            });
+            t.parallel([br], |t, [i]| {
+                t.store(&ss, [&i], rsqrt(ss.at([&i]) / n.cast(F32) + EPS));
+            });
+            t.serial(&chunks, |t, j| {
+                t.copy(x.tile([&bx * br, &j * bc]), &xf);
+                t.parallel([br, bc], |t, [i, c]| {
+                    t.store(&xf, [&i, &c], xf.at([&i, &c]) * ss.at([&i]));
+                });
+                t.copy(&xf, y.tile([&bx * br, &j * bc]));
+            });
+        });
+    })
+}
