@@ -71,7 +71,9 @@
 //! fn parse_int_tuple / parse_layout / parse_tiler / parse_swizzle / parse_composed(&str)
 //!     -> Result<_, ParseError { offset, message }>   (also FromStr for each type)
 //! fn layout_svg(&Layout) -> Result<String>   fn tv_svg(&TvAtom) -> Result<String>
-//! fn tv_layout_svg(&Layout, m, n, title, dims) -> Result<String>   fn layout_grid(&Layout)
+//! fn tv_layout_svg(&Layout, m, n, title, dims) -> Result<String>
+//! fn composed_layout_svg(&ComposedLayout) -> Result<String>
+//! fn layout_grid(&Layout) / composed_grid(&ComposedLayout) -> Result<(rows, cols, Vec<i64>)>
 //! mod cli: fn run(&[String]) -> Result<String, CliError>   (`tilelang layout ...`)
 //! enum LayoutError (thiserror), type Result<T> = std::result::Result<T, LayoutError>
 //! ```
@@ -79,12 +81,14 @@
 //! See `docs/layout/README.md` for the notation, the CLI and pictures of the atoms.
 
 pub mod atoms;
+pub mod cli;
 pub mod error;
 pub mod int_tuple;
 pub mod layout;
 pub mod ops;
 pub mod parse;
 pub mod smem;
+pub mod svg;
 pub mod swizzle;
 pub mod tiler;
 
@@ -113,6 +117,7 @@ pub use parse::{
     parse_composed, parse_int_tuple, parse_layout, parse_swizzle, parse_tiler, ParseError,
 };
 pub use smem::{smem_swizzle_layout, SmemLayout};
+pub use svg::{composed_grid, composed_layout_svg, layout_grid, layout_svg, tv_layout_svg, tv_svg};
 pub use swizzle::{
     amd_ds_read_b128_chunk, amd_ds_read_b128_swizzle, ComposedLayout, NvSwizzle, Swizzle,
 };
