@@ -521,6 +521,9 @@ mod tests {
             ok(&["show", "4:2"]).lines().nth(3).unwrap(),
             "0  | 0 | 2 | 4 | 6 |"
         );
+        let s = ok(&["show", "Sw<1,0,1> o 0 o (2,2):(2,1)"]);
+        assert_eq!(s.lines().nth(3).unwrap(), "0  | 0 | 1 |");
+        assert_eq!(s.lines().nth(5).unwrap(), "1  | 3 | 2 |");
         assert_eq!(
             ok(&["atom", "mma_m16n8k16_c"]),
             "((4,8),(2,2)):((32,1),(16,8))\n"

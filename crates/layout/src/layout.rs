@@ -39,11 +39,11 @@ impl Layout {
                     extent: s,
                 });
             }
-            let term = cmul(
-                s - 1,
-                d.checked_abs().unwrap_or(i64::MAX),
-                "the span of a layout",
-            )?;
+            // |d| must be representable so that sign and magnitude can be split everywhere.
+            let ad = d.checked_abs().ok_or_else(|| LayoutError::Overflow {
+                what: format!("|{d}| in layout {shape}:{stride}"),
+            })?;
+            let term = cmul(s - 1, ad, "the span of a layout")?;
             span = span
                 .checked_add(term)
                 .ok_or_else(|| LayoutError::Overflow {
@@ -455,6 +455,7 @@ mod tests {
         assert!(Layout::new(IntTuple::from([1 << 40, 1 << 40]), IntTuple::from([1, 1])).is_err());
         assert!(Layout::new(IntTuple::Int(3), IntTuple::Int(i64::MAX)).is_err());
         assert!(Layout::new(IntTuple::Int(3), IntTuple::Int(i64::MIN)).is_err());
+        assert!(Layout::new(IntTuple::Int(1), IntTuple::Int(i64::MIN)).is_err());
     }
 
     #[test]

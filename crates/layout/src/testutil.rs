@@ -135,3 +135,25 @@ pub fn arb_compact_of_size(n: i64) -> impl Strategy<Value = Layout> {
             Layout::new(shape, stride).ok()
         })
 }
+
+/// Layouts with extreme extents and strides (anything `Layout::new` accepts), for checking
+/// that no operation panics or overflows silently.
+pub fn arb_wild_layout() -> impl Strategy<Value = Layout> {
+    let ext = prop_oneof![
+        1i64..=4,
+        1i64..=(1 << 20),
+        Just(1i64 << 31),
+        Just(3i64 << 40)
+    ];
+    let stride = prop_oneof![
+        -3i64..=12,
+        any::<i64>(),
+        Just(1i64 << 62),
+        Just(i64::MAX),
+        Just(i64::MIN + 1),
+    ];
+    prop::collection::vec((ext, stride), 1..=4).prop_filter_map("valid layout", |m| {
+        let (s, d): (Vec<i64>, Vec<i64>) = m.into_iter().unzip();
+        Layout::from_flat(&s, &d).ok()
+    })
+}

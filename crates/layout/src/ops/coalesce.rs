@@ -5,8 +5,9 @@ use crate::int_tuple::IntTuple;
 use crate::layout::Layout;
 
 /// Walk the flat modes from the back, merging `s0:d0` into a following `s1:s0*d0` and
-/// dropping size-1 modes. `init` is the starting front mode (the last flat mode).
-fn bw_coalesce(modes: &[(i64, i64)], init: (i64, i64)) -> Layout {
+/// dropping size-1 modes. `init` is the starting front mode (the last flat mode). Returns the
+/// merged flat modes; `[(1, 0)]` when nothing is left.
+fn bw_coalesce(modes: &[(i64, i64)], init: (i64, i64)) -> Vec<(i64, i64)> {
     // `acc` holds the result reversed: its last element is the current front.
     let mut acc: Vec<(i64, i64)> = vec![init];
     for &(s, d) in modes.iter().rev() {
@@ -18,7 +19,6 @@ fn bw_coalesce(modes: &[(i64, i64)], init: (i64, i64)) -> Layout {
         if single && front.0 == 1 {
             *front = (s, d);
         } else if s.checked_mul(d) == Some(front.1) {
-            // Both factors are bounded by the (validated) size and span of the layout.
             front.0 = front.0.saturating_mul(s);
             front.1 = d;
         } else {
@@ -26,36 +26,39 @@ fn bw_coalesce(modes: &[(i64, i64)], init: (i64, i64)) -> Layout {
         }
     }
     if acc.len() == 1 && acc[0].0 == 1 {
-        return Layout::raw(IntTuple::Int(1), IntTuple::Int(0));
+        return vec![(1, 0)];
     }
     acc.reverse();
-    if acc.len() == 1 {
-        return Layout::raw(IntTuple::Int(acc[0].0), IntTuple::Int(acc[0].1));
-    }
-    let (s, d): (Vec<i64>, Vec<i64>) = acc.into_iter().unzip();
-    Layout::raw(IntTuple::flat(&s), IntTuple::flat(&d))
+    acc
 }
 
 /// Same size and the same value at every index, depth <= 1, no size-1 modes, and adjacent
 /// modes merged when `s0:d0, s1:s0*d0` (CuTe's `coalesce`). A layout of size 1 becomes `1:0`.
 pub fn coalesce(l: &Layout) -> Layout {
     let modes = l.flat_modes();
-    let (last, rest) = match modes.split_last() {
-        Some((last, rest)) => (*last, rest),
-        None => return Layout::raw(IntTuple::Int(1), IntTuple::Int(0)),
+    let Some((last, rest)) = modes.split_last() else {
+        return Layout::raw(IntTuple::Int(1), IntTuple::Int(0));
     };
-    bw_coalesce(rest, last)
+    // Same size and a span no larger than l's, so the result is a valid layout.
+    let merged = bw_coalesce(rest, *last);
+    if merged.len() == 1 {
+        return Layout::raw(IntTuple::Int(merged[0].0), IntTuple::Int(merged[0].1));
+    }
+    let (s, d): (Vec<i64>, Vec<i64>) = merged.into_iter().unzip();
+    Layout::raw(IntTuple::flat(&s), IntTuple::flat(&d))
 }
 
 /// Like [`coalesce`], but also preserves the function *outside* the domain (the last mode
 /// keeps its stride even when its extent is 1). Composition needs this because it evaluates
-/// the left layout with CuTe's extension beyond its size.
-pub(crate) fn coalesce_x(l: &Layout) -> Layout {
+/// the left layout with CuTe's extension beyond its size. Returns flat `(extent, stride)`
+/// modes rather than a layout: the last extent is only a placeholder (it may be 2 where the
+/// layout had 1), so the modes need not form a layout of the same size.
+pub(crate) fn coalesce_x(l: &Layout) -> Vec<(i64, i64)> {
     let modes = l.flat_modes();
     match modes.split_last() {
         Some((&(1, d), rest)) => bw_coalesce(rest, (2, d)),
         Some((&last, rest)) => bw_coalesce(rest, last),
-        None => Layout::raw(IntTuple::Int(1), IntTuple::Int(0)),
+        None => vec![(1, 0)],
     }
 }
 
@@ -140,8 +143,9 @@ mod tests {
         assert_eq!(coalesce(&l("(4,1):(1,0)")).to_string(), "4:1");
         assert_eq!(coalesce(&l("(2,2):(0,0)")).to_string(), "4:0");
         assert_eq!(coalesce(&l("(2,3):(3,1)")).to_string(), "(2,3):(3,1)");
-        assert_eq!(coalesce_x(&l("(4,1):(1,4)")).to_string(), "8:1");
-        assert_eq!(coalesce_x(&l("1:5")).to_string(), "2:5");
+        assert_eq!(coalesce_x(&l("(4,1):(1,4)")), vec![(8, 1)]);
+        assert_eq!(coalesce_x(&l("1:5")), vec![(2, 5)]);
+        assert_eq!(coalesce_x(&l("(4611686018427387904,1):(1,1)")).len(), 2);
         assert_eq!(filter(&l("(2,3,4):(0,1,3)")).to_string(), "12:1");
         assert_eq!(filter(&l("(2,3):(0,0)")).to_string(), "1:0");
         assert!(coalesce_by(&l("4:1"), &parse_int_tuple("(1,1)").unwrap()).is_err());
@@ -158,6 +162,8 @@ mod tests {
             }
             // coalesce_x agrees even beyond the domain.
             let x = coalesce_x(&a);
+            let (s, d): (Vec<i64>, Vec<i64>) = x.into_iter().unzip();
+            let x = Layout::from_flat(&s, &d).unwrap();
             for i in 0..2 * a.size() + 3 {
                 prop_assert_eq!(x.call(i), a.call(i));
             }

@@ -46,7 +46,7 @@ fn compose_tiler(a: &Layout, t: &Tiler) -> Result<Layout> {
 }
 
 fn compose_layout(a: &Layout, b: &Layout) -> Result<Layout> {
-    let flat = coalesce_x(a).flat_modes();
+    let flat = coalesce_x(a);
     let err = |reason: String| LayoutError::Composition {
         lhs: a.to_string(),
         rhs: b.to_string(),

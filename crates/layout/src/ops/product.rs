@@ -156,6 +156,7 @@ mod tests {
     use super::*;
     use crate::parse::{parse_int_tuple, parse_layout, parse_tiler};
     use crate::testutil::{arb_compact_layout, arb_injective_layout};
+    use crate::tiler::Tiler;
     use proptest::prelude::*;
 
     fn l(s: &str) -> Layout {
@@ -267,6 +268,43 @@ mod tests {
                 }
                 // The copies of A never overlap.
                 prop_assert!(p.is_injective(), "{} x {} = {}", a, b, p);
+            }
+        }
+
+        #[test]
+        fn zipped_tiled_flat_product_structure(
+            a in arb_compact_layout(),
+            ts in prop::collection::vec(arb_compact_layout(), 1..=2),
+        ) {
+            prop_assume!(ts.len() <= a.rank());
+            let t = Tiler::tuple(ts.clone());
+            if let Ok(lp) = logical_product(&a, &t) {
+                let z = zipped_product(&a, &t).unwrap();
+                let tp = tiled_product(&a, &t).unwrap();
+                let fp = flat_product(&a, &t).unwrap();
+                // Same image, regrouped: ((blocks),(products, untouched modes)); tiled and
+                // flat only splat the modes, so they keep zipped's index order.
+                let sorted = |l: &Layout| {
+                    let mut v = l.values();
+                    v.sort_unstable();
+                    v
+                };
+                prop_assert_eq!(sorted(&z), sorted(&lp));
+                prop_assert_eq!(tp.values(), z.values());
+                prop_assert_eq!(fp.values(), z.values());
+                prop_assert_eq!(z.rank(), 2);
+                let blocks = z.mode(0).unwrap();
+                prop_assert_eq!(blocks.rank(), ts.len());
+                for (i, bm) in blocks.modes().iter().enumerate() {
+                    prop_assert_eq!(bm, &a.modes()[i]);
+                }
+                let rests = z.mode(1).unwrap();
+                prop_assert_eq!(rests.rank(), a.rank());
+                for (i, t) in ts.iter().enumerate() {
+                    prop_assert_eq!(rests.modes()[i].size(), t.size());
+                }
+                prop_assert_eq!(tp.rank(), 1 + a.rank());
+                prop_assert_eq!(fp.rank(), ts.len() + a.rank());
             }
         }
 
