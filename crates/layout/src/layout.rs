@@ -107,8 +107,14 @@ impl Layout {
 
     /// Number of coordinates (product of the shape).
     pub fn size(&self) -> i64 {
-        // Checked at construction.
-        self.shape.leaves().iter().product()
+        fn prod(t: &IntTuple) -> i64 {
+            match t {
+                IntTuple::Int(v) => *v,
+                // Cannot overflow: the product was checked at construction.
+                IntTuple::Tuple(v) => v.iter().map(prod).product(),
+            }
+        }
+        prod(&self.shape)
     }
 
     /// `L(size-1) + 1`: one past the index of the last coordinate (CuTe's cosize). For layouts
@@ -214,21 +220,33 @@ impl Layout {
     /// domain it follows CuTe's extension (the last mode absorbs the quotient), saturating at
     /// the `i64` range instead of overflowing. Use [`Layout::try_call`] for a checked result.
     pub fn call(&self, i: i64) -> i64 {
-        let modes = self.flat_modes();
+        // Walk the tree without allocating: this is the hot path of pictures, tests and any
+        // caller that enumerates a layout.
+        fn walk(s: &IntTuple, d: &IntTuple, last: bool, rest: &mut i128, acc: &mut i128) {
+            match (s, d) {
+                (IntTuple::Int(s), IntTuple::Int(d)) => {
+                    let c = if last {
+                        *rest
+                    } else {
+                        let s = i128::from(*s);
+                        let c = *rest % s;
+                        *rest /= s;
+                        c
+                    };
+                    *acc = acc.saturating_add(c.saturating_mul(i128::from(*d)));
+                }
+                (IntTuple::Tuple(ss), IntTuple::Tuple(ds)) => {
+                    let n = ss.len();
+                    for (k, (s, d)) in ss.iter().zip(ds).enumerate() {
+                        walk(s, d, last && k + 1 == n, rest, acc);
+                    }
+                }
+                _ => {} // unreachable: shape and stride are congruent by construction
+            }
+        }
         let mut rest = i128::from(i);
         let mut acc: i128 = 0;
-        let n = modes.len();
-        for (k, (s, d)) in modes.into_iter().enumerate() {
-            let c = if k + 1 == n {
-                rest
-            } else {
-                let s = i128::from(s);
-                let c = rest % s;
-                rest /= s;
-                c
-            };
-            acc = acc.saturating_add(c.saturating_mul(i128::from(d)));
-        }
+        walk(&self.shape, &self.stride, true, &mut rest, &mut acc);
         acc.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
     }
 

@@ -78,6 +78,26 @@
 //! enum LayoutError (thiserror), type Result<T> = std::result::Result<T, LayoutError>
 //! ```
 //!
+//! ## Example
+//!
+//! ```
+//! use tl_layout::{composition, logical_divide, parse_layout, parse_tiler, Swizzle};
+//!
+//! let a = parse_layout("(6,2):(8,2)")?;
+//! let b = parse_layout("(4,3):(3,1)")?;
+//! let r = composition(&a, &b)?;
+//! assert_eq!(r.to_string(), "((2,2),3):((24,2),8)");
+//! assert!((0..b.size()).all(|i| r.call(i) == a.call(b.call(i))));
+//!
+//! let tiles = logical_divide(&parse_layout("(9,(4,8)):(59,(13,1))")?, parse_tiler("<3:3,(2,4):(1,8)>")?)?;
+//! assert_eq!(tiles.to_string(), "((3,3),((2,4),(2,2))):((177,59),((13,2),(26,1)))");
+//!
+//! // Indivisible requests are errors, not wrong layouts.
+//! assert!(composition(&parse_layout("(3,2):(1,10)")?, parse_layout("4:2")?).is_err());
+//! assert_eq!(Swizzle::nv128b_for_elem_bytes(2)?.to_string(), "Sw<3,3,3>");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! See `docs/layout/README.md` for the notation, the CLI and pictures of the atoms.
 
 pub mod atoms;
