@@ -141,35 +141,34 @@ impl<'a> Printer<'a> {
         "0".into()
     }
 
-    /// A linear element offset into a buffer.
+    /// A linear element offset into a buffer (64-bit for global tensors).
     pub fn offset(&mut self, buf: &Buffer, idx: &[Expr]) -> String {
-        if idx.len() == 1 {
-            let i = self.expr(&idx[0]);
-            return if buf.scope() == Scope::Global {
-                format!("(int64_t)({i})")
-            } else {
-                i
-            };
-        }
-        let strides = buf.row_major_strides();
         let wide = buf.scope() == Scope::Global;
-        let mut terms = vec![];
-        for (i, s) in idx.iter().zip(&strides) {
-            let ie = self.expr(i);
-            let ie = if wide { format!("(int64_t)({ie})") } else { ie };
-            match s.as_int() {
-                Some(0) => {}
-                Some(1) => terms.push(ie),
-                _ => {
-                    let se = self.expr(s);
-                    terms.push(format!("{ie} * {se}"));
-                }
-            }
-        }
-        if terms.is_empty() {
-            "0".into()
+        let e = if idx.len() == 1 {
+            idx[0].clone()
         } else {
-            terms.join(" + ")
+            let strides = buf.row_major_strides();
+            let mut acc: Option<Expr> = None;
+            for (i, s) in idx.iter().zip(&strides) {
+                let (i, s) = if wide {
+                    (i.cast(DType::I64), s.cast(DType::I64))
+                } else {
+                    (i.clone(), s.clone())
+                };
+                let t = i * s;
+                acc = Some(match acc {
+                    None => t,
+                    Some(a) => a + t,
+                });
+            }
+            acc.unwrap_or_else(|| Expr::int(0))
+        };
+        let e = tl_ir::simplify(&e);
+        let s = self.expr(&e);
+        if wide && e.dtype() != DType::I64 {
+            format!("(int64_t)({s})")
+        } else {
+            s
         }
     }
 
@@ -304,6 +303,11 @@ impl<'a> Printer<'a> {
                         } else {
                             format!("tl_{f}_{w}({x}, {y})")
                         }
+                    }
+                    // In C, a compare-select vectorizes (fminf/fmaxf's NaN rules do not).
+                    BinOp::Min | BinOp::Max if odt.is_float() && self.dialect == Dialect::C => {
+                        let c = if *op == BinOp::Min { "<" } else { ">" };
+                        format!("({x} {c} {y} ? {x} : {y})")
                     }
                     BinOp::Min | BinOp::Max if odt.is_float() => {
                         let f = if *op == BinOp::Min { "fmin" } else { "fmax" };

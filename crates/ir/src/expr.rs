@@ -698,6 +698,19 @@ impl From<Var> for Expr {
     }
 }
 
+impl Expr {
+    /// Replace variables by expressions (by variable id).
+    pub fn substitute(&self, map: &std::collections::HashMap<u64, Expr>) -> Expr {
+        if map.is_empty() {
+            return self.clone();
+        }
+        if let ExprKind::Var(v) = self.kind() {
+            return map.get(&v.id()).cloned().unwrap_or_else(|| self.clone());
+        }
+        self.map_children(&mut |c| c.substitute(map))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -742,18 +755,5 @@ mod tests {
     fn erf_is_accurate() {
         assert!((erf(0.5) - 0.520_499_877_813_046_5).abs() < 2e-7);
         assert!((erf(-1.5) + 0.966_105_146_475_310_7).abs() < 2e-7);
-    }
-}
-
-impl Expr {
-    /// Replace variables by expressions (by variable id).
-    pub fn substitute(&self, map: &std::collections::HashMap<u64, Expr>) -> Expr {
-        if map.is_empty() {
-            return self.clone();
-        }
-        if let ExprKind::Var(v) = self.kind() {
-            return map.get(&v.id()).cloned().unwrap_or_else(|| self.clone());
-        }
-        self.map_children(&mut |c| c.substitute(map))
     }
 }

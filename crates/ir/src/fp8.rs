@@ -34,7 +34,6 @@ fn encode_magnitude(a: f64, exp_bits: u32, man_bits: u32, bias: i32) -> u8 {
         m += 1.0;
     }
     let mut m = m as u32;
-    let mut e = e;
     let is_normal_range = m >= (1 << man_bits);
     if m >= (2 << man_bits) {
         m >>= 1;

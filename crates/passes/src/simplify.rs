@@ -70,6 +70,13 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
                     return Stmt::empty();
                 }
             }
+            if extent.as_int() == Some(1) && !matches!(l.kind, tl_ir::ForKind::Pipelined { .. }) {
+                // A single iteration: the body with the variable replaced by the start.
+                let mut map = std::collections::HashMap::new();
+                map.insert(l.var.id(), min.clone());
+                let body = simplify_stmt(&l.body.substitute(&map), an);
+                return Stmt::seq(vec![body], span);
+            }
             an.bind_loop(&l.var, &min, &extent);
             let body = simplify_stmt(&l.body, an);
             an.forget(&l.var);

@@ -25,6 +25,8 @@ pub const CFLAGS: &[&str] = &[
     "-std=gnu11",
     "-fopenmp-simd",
     "-fno-math-errno",
+    "-fno-trapping-math",
+    "-mprefer-vector-width=512",
     "-ffp-contract=fast",
     "-w",
 ];

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use tl_ir::{DiagKind, Diagnostic, Diagnostics, Span};
-use tl_runtime::{BuildError, Cache, Device, Executable, RuntimeError, Signature};
+use tl_runtime::{Cache, Device, Executable, RuntimeError, Signature};
 use tl_target::Target;
 
 use crate::dsl::KernelBuilder;
@@ -161,51 +161,30 @@ impl Kernel {
         let target = dev.target()?;
         match target {
             Target::Cpu => {
-                let normalized = self.ir.to_string();
+                // The key covers the generated source (so any change to lowering or codegen
+                // is a new entry), the compiler and its flags, the host CPU (code is built for
+                // it) and the crate version.
+                let t = Instant::now();
+                let low = self.lower_dump(Target::Cpu, dump.as_deref())?;
+                let lower_time = t.elapsed();
+                let t = Instant::now();
+                let src = tl_codegen::c::generate(&low)?;
+                let codegen_time = t.elapsed();
+                if let Some(dir) = &dump {
+                    let _ = std::fs::write(dir.join(format!("{}.c", self.ir.name)), &src.code);
+                }
                 let flags = tl_runtime::cpu::CFLAGS.join(" ");
                 let key = Cache::key(&[
                     "cpu",
-                    &normalized,
+                    &src.code,
                     env!("CARGO_PKG_VERSION"),
                     &flags,
-                    tl_codegen::c::CPU_HEADER,
                     cc_version()?,
                     host_id(),
                 ]);
-                let entry = format!("tl_kernel_{}_entry", self.ir.name);
-                let mut lower_time = Default::default();
-                let mut codegen_time = Default::default();
-                let mut diags: Option<Diagnostics> = None;
                 let sig = Signature::of(&self.ir);
-                let result = tl_runtime::build_cpu(sig, &cache, &key, &entry, || {
-                    let t = Instant::now();
-                    let low = self.lower_dump(Target::Cpu, dump.as_deref()).map_err(|d| {
-                        diags = Some(d.clone());
-                        d.to_string()
-                    })?;
-                    lower_time = t.elapsed();
-                    let t = Instant::now();
-                    let src = tl_codegen::c::generate(&low).map_err(|d| {
-                        diags = Some(d.clone());
-                        d.to_string()
-                    })?;
-                    codegen_time = t.elapsed();
-                    if let Some(dir) = &dump {
-                        let _ = std::fs::write(dir.join(format!("{}.c", self.ir.name)), &src.code);
-                    }
-                    Ok(src.code)
-                });
-                let mut exe = match result {
-                    Ok(e) => e,
-                    Err(BuildError::Lowering(msg)) => {
-                        return Err(match diags {
-                            Some(d) => Error::Compile(d),
-                            None => Error::Compile(Diagnostics::from(Diagnostic::internal(msg))),
-                        })
-                    }
-                    Err(BuildError::Runtime(e)) => return Err(e.into()),
-                };
-                let st = exe_stats(&mut exe);
+                let mut exe = tl_runtime::build_cpu(sig, &cache, &key, &src.entry, src.code)?;
+                let st = exe.stats_mut();
                 st.lower = lower_time;
                 st.codegen = codegen_time;
                 st.total = t0.elapsed();
@@ -218,10 +197,6 @@ impl Kernel {
             )))),
         }
     }
-}
-
-fn exe_stats(e: &mut Executable) -> &mut tl_runtime::CompileStats {
-    e.stats_mut()
 }
 
 impl std::fmt::Display for Kernel {

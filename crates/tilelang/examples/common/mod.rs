@@ -8,6 +8,9 @@ use std::time::Duration;
 use tilelang::prelude::*;
 use tilelang::runtime::profile::{median_time, reps_for};
 
+/// Every target `--emit` writes source for, with the file extension.
+const EMIT_TARGETS: &[(Target, &str)] = &[(Target::Cpu, "c")];
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Where to run: cpu, cuda[:N], sim (default: the best available)
@@ -39,7 +42,7 @@ impl CommonArgs {
         };
         std::fs::create_dir_all(dir)?;
         for k in kernels {
-            for (target, ext) in [(Target::Cpu, "c")] {
+            for &(target, ext) in EMIT_TARGETS {
                 let src = k.emit(target).map_err(|e| anyhow::anyhow!("{e}"))?;
                 let path = dir.join(format!("{}.{}.{ext}", k.name(), target));
                 std::fs::write(&path, src)?;

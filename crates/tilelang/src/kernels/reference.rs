@@ -109,22 +109,25 @@ pub fn attention(
     sm_scale: f64,
 ) -> (Vec<f64>, Vec<f64>) {
     let (b, h, s, d) = dims;
-    let mut o = vec![0.0; b * h * s * d];
-    let mut lse = vec![0.0; b * h * s];
-    par_rows(&mut o, d, |row, out| {
-        let bh = row / s;
+    // Scaled scores of query row `row` (over all B·H·S rows) against its visible keys.
+    let scores = |row: usize| -> Vec<f64> {
+        let base = (row / s) * s * d;
         let i = row % s;
-        let base = bh * s * d;
         let qi = &q[base + i * d..base + (i + 1) * d];
         let last = if causal { i + 1 } else { s };
-        let scores: Vec<f64> = (0..last)
+        (0..last)
             .map(|j| {
                 let kj = &k[base + j * d..base + (j + 1) * d];
                 qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>() * sm_scale
             })
-            .collect();
-        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        let p: Vec<f64> = scores.iter().map(|x| (x - m).exp()).collect();
+            .collect()
+    };
+    let mut o = vec![0.0; b * h * s * d];
+    par_rows(&mut o, d, |row, out| {
+        let base = (row / s) * s * d;
+        let sc = scores(row);
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let p: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
         let sum: f64 = p.iter().sum();
         for (j, pj) in p.iter().enumerate() {
             let vj = &v[base + j * d..base + (j + 1) * d];
@@ -133,21 +136,12 @@ pub fn attention(
             }
         }
     });
-    for row in 0..b * h * s {
-        let bh = row / s;
-        let i = row % s;
-        let base = bh * s * d;
-        let qi = &q[base + i * d..base + (i + 1) * d];
-        let last = if causal { i + 1 } else { s };
-        let scores: Vec<f64> = (0..last)
-            .map(|j| {
-                let kj = &k[base + j * d..base + (j + 1) * d];
-                qi.iter().zip(kj).map(|(x, y)| x * y).sum::<f64>() * sm_scale
-            })
-            .collect();
-        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-        lse[row] = m + scores.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
-    }
+    let mut lse = vec![0.0; b * h * s];
+    par_rows(&mut lse, 1, |row, out| {
+        let sc = scores(row);
+        let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        out[0] = m + sc.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+    });
     (o, lse)
 }
 

@@ -1,0 +1,67 @@
+//! Fused element-wise kernel: C = relu(A + B).
+//!
+//!     cargo run --release --example elementwise -- --n 1000003
+
+mod common;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tilelang::kernels::elementwise::add_relu;
+use tilelang::prelude::*;
+
+#[derive(Parser, Debug)]
+#[command(about = "Fused add + relu with a reference check")]
+struct Args {
+    #[arg(long, default_value_t = 1_000_003)]
+    n: usize,
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Elements per block
+    #[arg(long, default_value_t = 4096)]
+    block: i64,
+    #[command(flatten)]
+    common: common::CommonArgs,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    let dt = common::parse_dtype(&args.dtype)?;
+    let kernel = add_relu(dt, args.block, 256);
+    if args.common.emit(&[&kernel])? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dev = args.common.device()?;
+    let exe = common::compile(&kernel, &dev)?;
+    let n = args.n;
+    let a = Tensor::randn(&[n], dt, args.common.seed, &dev)?;
+    let b = Tensor::randn(&[n], dt, args.common.seed + 1, &dev)?;
+    let c = Tensor::zeros(&[n], dt, &dev)?;
+    c.fill(f64::NAN)?;
+    exe.run(&[&a, &b, &c])?;
+    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
+    let want: Vec<f64> = av.iter().zip(&bv).map(|(x, y)| (x + y).max(0.0)).collect();
+    let err = c.rel_err(&want)?;
+    let ms = args.common.time_ms(|| {
+        let _ = exe.run(&[&a, &b, &c]);
+    });
+    let gbs = 3.0 * (n * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
+    Ok(common::finish(
+        "elementwise",
+        &format!("{n} {dt}"),
+        err,
+        ms,
+        common::tolerance(dt),
+        &format!("gbps={gbs:.1} device={dev}"),
+    ))
+}

@@ -1,0 +1,75 @@
+//! Row-wise RMS normalization.
+//!
+//!     cargo run --release --example rmsnorm -- --rows 1000 --cols 3000
+
+mod common;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tilelang::kernels::reference;
+use tilelang::kernels::rmsnorm::{rmsnorm, EPS};
+use tilelang::kernels::softmax::RowConfig;
+use tilelang::prelude::*;
+
+#[derive(Parser, Debug)]
+#[command(about = "Row-wise RMS norm with a reference check")]
+struct Args {
+    #[arg(long, default_value_t = 1000)]
+    rows: usize,
+    #[arg(long, default_value_t = 3000)]
+    cols: usize,
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Columns per chunk
+    #[arg(long)]
+    chunk: Option<i64>,
+    /// Rows per block
+    #[arg(long)]
+    block_rows: Option<i64>,
+    #[command(flatten)]
+    common: common::CommonArgs,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<ExitCode> {
+    let args = Args::parse();
+    let dt = common::parse_dtype(&args.dtype)?;
+    let mut cfg = RowConfig::cpu();
+    cfg.cols = args.chunk.unwrap_or(cfg.cols);
+    cfg.rows = args.block_rows.unwrap_or(cfg.rows);
+    let kernel = rmsnorm(dt, cfg);
+    if args.common.emit(&[&kernel])? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let dev = args.common.device()?;
+    let exe = common::compile(&kernel, &dev)?;
+    let (r, c) = (args.rows, args.cols);
+    let x = Tensor::randn(&[r, c], dt, args.common.seed, &dev)?;
+    let y = Tensor::zeros(&[r, c], dt, &dev)?;
+    y.fill(f64::NAN)?;
+    exe.run(&[&x, &y])?;
+    let want = reference::rmsnorm(&x.to_f64_vec()?, r, c, EPS);
+    let err = y.rel_err(&want)?;
+    let ms = args.common.time_ms(|| {
+        let _ = exe.run(&[&x, &y]);
+    });
+    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
+    Ok(common::finish(
+        "rmsnorm",
+        &format!("{r}x{c} {dt}"),
+        err,
+        ms,
+        common::tolerance(dt),
+        &format!("gbps={gbs:.1} device={dev}"),
+    ))
+}

@@ -1,0 +1,141 @@
+//! Every example at small, odd sizes: it must pass its own reference check (exit code 0) and
+//! print the summary line last. `cargo test` builds the examples next to this test binary.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    // target/<profile>/deps/examples-<hash> → target/<profile>/examples/<name>
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target profile directory")
+        .join("examples");
+    dir.join(name)
+}
+
+fn run(name: &str, args: &[&str]) -> String {
+    let path = example(name);
+    assert!(
+        path.exists(),
+        "{} was not built: run the whole `cargo test` (it builds the examples) or `cargo build --examples`",
+        path.display()
+    );
+    let out = Command::new(&path)
+        .args(args)
+        .args(["--reps", "2", "--device", "cpu"])
+        .output()
+        .expect("example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        out.status.success(),
+        "{name} {args:?} failed ({}):\n{stdout}\n{stderr}",
+        out.status
+    );
+    let last = stdout.lines().last().unwrap_or_default().to_string();
+    assert!(
+        last.starts_with(name) && last.contains(" err=") && last.contains(" ms="),
+        "summary line: {last}"
+    );
+    last
+}
+
+#[test]
+fn gemm_all_layouts_and_types() {
+    for layout in ["nn", "nt", "tn"] {
+        for dtype in ["f32", "bf16"] {
+            run(
+                "gemm",
+                &[
+                    "--m", "67", "--n", "45", "--k", "99", "--layout", layout, "--dtype", dtype,
+                ],
+            );
+        }
+    }
+    // Tiles smaller than the problem, with tails in every dimension.
+    run(
+        "gemm",
+        &[
+            "--m", "130", "--n", "70", "--k", "50", "--bm", "64", "--bn", "32", "--bk", "16",
+        ],
+    );
+}
+
+#[test]
+fn elementwise_odd_length() {
+    run("elementwise", &["--n", "10007"]);
+    run(
+        "elementwise",
+        &["--n", "333", "--dtype", "bf16", "--block", "128"],
+    );
+}
+
+#[test]
+fn softmax_and_rmsnorm_odd_rows() {
+    for ex in ["softmax", "rmsnorm"] {
+        run(ex, &["--rows", "37", "--cols", "1003", "--chunk", "256"]);
+        run(
+            ex,
+            &[
+                "--rows",
+                "5",
+                "--cols",
+                "77",
+                "--dtype",
+                "bf16",
+                "--chunk",
+                "32",
+                "--block-rows",
+                "2",
+            ],
+        );
+    }
+}
+
+#[test]
+fn flash_attention_causal_and_not() {
+    run(
+        "flash_attention",
+        &[
+            "--batch", "1", "--heads", "2", "--seq", "77", "--dim", "32", "--bm", "32", "--bn",
+            "16",
+        ],
+    );
+    run(
+        "flash_attention",
+        &[
+            "--batch", "2", "--heads", "1", "--seq", "45", "--dim", "64", "--causal", "--bm", "16",
+            "--bn", "32",
+        ],
+    );
+    run(
+        "flash_attention",
+        &[
+            "--seq", "50", "--dim", "64", "--causal", "--dtype", "bf16", "--bm", "32", "--bn", "32",
+        ],
+    );
+}
+
+#[test]
+fn emit_writes_sources_without_running() {
+    let dir = std::env::temp_dir().join(format!("tl-emit-{}", std::process::id()));
+    let out = Command::new(example("gemm"))
+        .args(["--emit", dir.to_str().unwrap_or("/tmp/tl-emit")])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    assert!(dir.join("gemm_nn.cpu.c").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn bad_arguments_fail_cleanly() {
+    let out = Command::new(example("gemm"))
+        .args(["--layout", "xx"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown layout"));
+}
