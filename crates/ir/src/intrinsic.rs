@@ -36,6 +36,16 @@ pub enum Intrinsic {
     VecCopy { lanes: u32 },
     /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
     AtomicAdd,
+    /// `ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`: args: the shared address of
+    /// this lane's 16-byte row (lanes 8j..8j+7 address the rows of matrix j; lanes past
+    /// 8·num pass any valid address), and the address of the first of `2·num` consecutive
+    /// 16-bit elements of a local buffer that receive this lane's `num` registers.
+    Ldmatrix { num: u32, trans: bool },
+    /// `mma.sync.aligned.m16n8k16.row.col.f32.{bf16|f16}.{bf16|f16}.f32`: D = A·B + C.
+    /// args: addresses (in local buffers) of D (4 f32), A (8 elements of `ab`), B (4
+    /// elements of `ab`), C (4 f32). D may alias C. Fragment layouts are PTX's (see
+    /// shared/design/layout-algebra.md).
+    MmaSync { ab: crate::dtype::DType },
 }
 
 impl Intrinsic {
@@ -54,6 +64,10 @@ impl Intrinsic {
             Intrinsic::CpAsyncWait { n } => format!("cp_async_wait<{n}>"),
             Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
             Intrinsic::AtomicAdd => "atomic_add".into(),
+            Intrinsic::Ldmatrix { num, trans } => {
+                format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
+            }
+            Intrinsic::MmaSync { ab } => format!("mma_m16n8k16_{ab}"),
         }
     }
 
