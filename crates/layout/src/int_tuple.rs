@@ -202,24 +202,30 @@ impl IntTuple {
 }
 
 /// Compact column-major (LayoutLeft) strides for `shape`, starting at `start`: the first leaf
-/// gets `start`, each next leaf the running product. CuTe's `compact_major<LayoutLeft>`.
+/// gets `start`, each next leaf the running product. CuTe's `compact_major<LayoutLeft>`;
+/// like CuTe with static shapes, an extent-1 leaf gets stride 0 (it is never stepped over).
 pub fn compact_col_major(shape: &IntTuple, start: i64) -> Result<IntTuple> {
     let mut cur = start;
     shape.try_map(&mut |s| {
+        if s == 1 {
+            return Ok(0);
+        }
         let d = cur;
         cur = cmul(cur, s, "compact column-major strides")?;
         Ok(d)
     })
 }
 
-/// Compact row-major (LayoutRight) strides: the last leaf is fastest.
+/// Compact row-major (LayoutRight) strides: the last leaf is fastest (extent-1 leaves get 0).
 pub fn compact_row_major(shape: &IntTuple, start: i64) -> Result<IntTuple> {
     let leaves = shape.leaves();
     let mut strides = vec![0; leaves.len()];
     let mut cur = start;
     for (i, &s) in leaves.iter().enumerate().rev() {
-        strides[i] = cur;
-        cur = cmul(cur, s, "compact row-major strides")?;
+        if s != 1 {
+            strides[i] = cur;
+            cur = cmul(cur, s, "compact row-major strides")?;
+        }
     }
     let mut it = strides.into_iter();
     Ok(shape.map(&mut |_| it.next().unwrap_or(0)))
@@ -296,6 +302,9 @@ mod tests {
         assert_eq!(compact_col_major(&s, 1).unwrap().to_string(), "(1,(3,6))");
         assert_eq!(compact_row_major(&s, 1).unwrap().to_string(), "(8,(4,1))");
         assert!(compact_col_major(&IntTuple::flat(&[i64::MAX, 2, 2]), 1).is_err());
+        let s = IntTuple::flat(&[2, 1, 3]);
+        assert_eq!(compact_col_major(&s, 1).unwrap().to_string(), "(1,0,2)");
+        assert_eq!(compact_row_major(&s, 1).unwrap().to_string(), "(3,0,1)");
     }
 
     #[test]

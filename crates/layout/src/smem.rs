@@ -63,13 +63,13 @@ mod tests {
         assert_eq!(s.mode, NvSwizzle::B128);
         assert_eq!(
             s.layout.to_string(),
-            "Sw<3,3,3> o 0 o ((8,16),(64,1)):((64,512),(1,8192))"
+            "Sw<3,3,3> o 0 o ((8,16),(64,1)):((64,512),(1,0))"
         );
         let s = smem_swizzle_layout(64, 32, 2).unwrap();
         assert_eq!(s.mode, NvSwizzle::B64);
         assert_eq!(
             s.layout.to_string(),
-            "Sw<2,3,3> o 0 o ((8,8),(32,1)):((32,256),(1,2048))"
+            "Sw<2,3,3> o 0 o ((8,8),(32,1)):((32,256),(1,0))"
         );
         assert_eq!(smem_swizzle_layout(64, 16, 2).unwrap().mode, NvSwizzle::B32);
         assert_eq!(smem_swizzle_layout(64, 8, 2).unwrap().mode, NvSwizzle::None);

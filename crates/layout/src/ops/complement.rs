@@ -31,7 +31,7 @@ pub fn complement_shape(a: &Layout, cotarget: &IntTuple) -> Result<Layout> {
     let total = cotarget.product()?;
     let f = filter(a);
     if f.stride() == &IntTuple::Int(0) {
-        return Layout::new(IntTuple::Int(total), IntTuple::Int(1));
+        return Layout::col_major(IntTuple::Int(total));
     }
     let mut modes = f.flat_modes();
     if let Some(&(_, d)) = modes.iter().find(|m| m.1 < 0) {

@@ -96,12 +96,15 @@ fn zip2_by(l: &Layout, t: &Tiler) -> Result<(Layout, Layout)> {
 }
 
 /// Splat mode 1 (`tiled`) or both modes (`flat`) of a zipped result into top-level modes.
+/// As CuTe's `result(_, repeat<R1>(_))`, a mode of rank 1 is kept whole (a rank-1 tuple stays
+/// a tuple) and only modes of rank >= 2 are spread out.
 pub(crate) fn splat(z: &Layout, both: bool) -> Result<Layout> {
     let (Some(m0), Some(m1)) = (z.mode(0), z.mode(1)) else {
         return Ok(z.clone());
     };
-    let mut out = if both { m0.modes() } else { vec![m0] };
-    out.extend(m1.modes());
+    let spread = |m: Layout| if m.rank() > 1 { m.modes() } else { vec![m] };
+    let mut out = if both { spread(m0) } else { vec![m0] };
+    out.extend(spread(m1));
     Layout::from_modes(out)
 }
 

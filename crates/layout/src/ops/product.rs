@@ -65,34 +65,34 @@ fn rank_sensitive_product(a: &Layout, b: &Layout, block_first: bool) -> Result<L
     let x = lp
         .mode(1)
         .ok_or_else(|| LayoutError::Unsupported("logical_product rank".into()))?;
-    let pair = |u: Layout, v: Layout| {
-        if block_first {
-            Layout::from_modes(vec![u, v])
-        } else {
-            Layout::from_modes(vec![v, u])
-        }
-    };
-    if r == 1 {
-        // zip of two rank-1 layouts is a rank-1 tuple holding the pair, as in CuTe.
-        let u = if pa.shape().is_int() {
-            pa.clone()
-        } else {
-            pa.mode(0).unwrap_or(pa.clone())
-        };
-        let v = if pb.shape().is_int() {
-            x.clone()
-        } else {
-            x.mode(0).unwrap_or(x.clone())
-        };
-        return Layout::from_modes(vec![pair(u, v)?]);
+    let (first, second) = if block_first { (pa, x) } else { (x, pa) };
+    zip_modes(&first, &second).map_err(|reason| LayoutError::TilerMismatch {
+        layout: a.to_string(),
+        tiler: b.to_string(),
+        reason,
+    })
+}
+
+/// CuTe's `zip(u, v)` of two layouts: if `u` is a tuple, transpose `((u0,u1,..),(v0,v1,..))`
+/// into `((u0,v0),(u1,v1),..)`, which needs `v` to be a tuple of the same rank (CuTe rejects
+/// anything else at compile time); if `u` is an integer, the result is the rank-1 `((u,v))`.
+fn zip_modes(u: &Layout, v: &Layout) -> std::result::Result<Layout, String> {
+    let pair = |x: Layout, y: Layout| Layout::from_modes(vec![x, y]).map_err(|e| e.to_string());
+    if u.shape().is_int() {
+        return Layout::from_modes(vec![pair(u.clone(), v.clone())?]).map_err(|e| e.to_string());
     }
-    let modes = pa
+    if v.shape().is_int() || v.rank() != u.rank() {
+        return Err(format!(
+            "cannot zip the modes of {u} with those of {v}: both must be tuples of the same rank"
+        ));
+    }
+    let modes = u
         .modes()
         .into_iter()
-        .zip(x.modes())
-        .map(|(u, v)| pair(u, v))
-        .collect::<Result<Vec<_>>>()?;
-    Layout::from_modes(modes)
+        .zip(v.modes())
+        .map(|(x, y)| pair(x, y))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Layout::from_modes(modes).map_err(|e| e.to_string())
 }
 
 /// Reproduce block `a` over `b`, each copy of `a` contiguous: mode i is `(a_i, b_i)`.
@@ -203,6 +203,15 @@ mod tests {
             blocked_product(&l("4:1"), &l("3:1")).unwrap().to_string(),
             "((4,3)):((1,4))"
         );
+        assert_eq!(
+            blocked_product(&l("7:1"), &l("(3):(1)"))
+                .unwrap()
+                .to_string(),
+            "((7,(3))):((1,(7)))"
+        );
+        // A rank-1 tuple cannot be zipped with an integer (CuTe does not compile it either).
+        assert!(raked_product(&l("7:1"), &l("(3):(1)")).is_err());
+        assert!(blocked_product(&l("(3):(1)"), &l("1:1")).is_err());
         // Unequal ranks are padded with 1:0.
         assert_eq!(
             blocked_product(&l("(2,2):(1,2)"), &l("3:1"))
@@ -311,10 +320,10 @@ mod tests {
         #[test]
         fn blocked_raked_structure(a in arb_injective_layout(), b in arb_compact_layout()) {
             prop_assume!(a.size() * b.size() <= 512);
-            if let Ok(bp) = blocked_product(&a, &b) {
+            // Rank 1 mixes of tuples and integers cannot be zipped (CuTe rejects them too).
+            if let (Ok(bp), Ok(rp)) = (blocked_product(&a, &b), raked_product(&a, &b)) {
                 let r = a.rank().max(b.rank());
                 prop_assert_eq!(bp.rank(), r);
-                let rp = raked_product(&a, &b).unwrap();
                 prop_assert_eq!(rp.rank(), r);
                 prop_assert_eq!(bp.size(), rp.size());
                 if r >= 2 {
