@@ -335,12 +335,14 @@ impl Layout {
         self.shape.map(&mut |_| it.next().unwrap_or(0))
     }
 
-    /// All values `L(0), ..., L(size-1)`. Meant for small layouts (tests, printing).
+    /// All values `L(0), ..., L(size-1)`. Allocates `size` elements: meant for small layouts
+    /// (tests, printing); check [`Layout::size`] first when the layout comes from a user.
     pub fn values(&self) -> Vec<i64> {
         (0..self.size()).map(|i| self.call(i)).collect()
     }
 
-    /// True when no two coordinates map to the same index.
+    /// True when no two coordinates map to the same index. Enumerates the layout, so the same
+    /// size caveat as [`Layout::values`] applies.
     pub fn is_injective(&self) -> bool {
         let mut v = self.values();
         v.sort_unstable();

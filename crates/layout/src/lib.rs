@@ -14,7 +14,7 @@
 //! enum IntTuple { Int(i64), Tuple(Vec<IntTuple>) }          // Display: 4, (3,(2,4))
 //!   rank() depth() product() -> Result<i64> leaves() flatten() congruent() weakly_congruent()
 //!   mode(i) modes() map() try_map() unflatten_like()
-//! fn compact_col_major(&IntTuple, start) / compact_row_major(&IntTuple, start) -> Result<IntTuple>
+//! fn compact_col_major(&IntTuple, start) / compact_row_major(&IntTuple, start) -> Result<IntTuple>  // extent-1 leaves get stride 0
 //! fn ceil_div_tuple(&IntTuple, i64) -> IntTuple
 //! struct Layout  (private shape/stride, always valid)            // Display: (3,(2,4)):(177,(13,2))
 //!   Layout::new(shape, stride) -> Result<Layout>, from_flat(&[i64], &[i64]), identity(n),

@@ -15,12 +15,68 @@ pub enum Device {
 }
 
 impl Device {
-    /// A CUDA GPU when one is present, else the CPU.
+    /// `TILELANG_DEVICE` when it is set to a usable device (`cpu`, `cuda`, `cuda:N`), else a
+    /// CUDA GPU when the driver loads and reports one, else the CPU. Never panics: a missing or
+    /// broken CUDA installation means the CPU.
     pub fn best() -> Device {
+        if let Ok(name) = std::env::var("TILELANG_DEVICE") {
+            if let Ok(d) = Device::parse(&name) {
+                if d.is_available() {
+                    return d;
+                }
+            }
+        }
         if crate::cuda_probe::device_count() > 0 {
             Device::Cuda(0)
         } else {
             Device::Cpu
+        }
+    }
+
+    /// Whether tensors can be made and kernels run here.
+    pub fn is_available(&self) -> bool {
+        match self {
+            Device::Cpu => true,
+            Device::Cuda(i) => crate::cuda_probe::check(*i).is_ok(),
+        }
+    }
+
+    /// Number of usable CUDA devices (0 without a driver or GPU).
+    pub fn cuda_count() -> usize {
+        crate::cuda_probe::device_count()
+    }
+
+    /// Why there is no CUDA device, when there is none (for SKIPPED messages).
+    pub fn cuda_unavailable_reason() -> Option<String> {
+        crate::cuda_probe::probe().reason.clone()
+    }
+
+    /// A name that identifies the hardware, for cache keys and tuning records: the GPU's
+    /// marketing name, or the host CPU's model.
+    pub fn name(&self) -> Result<String> {
+        match self {
+            Device::Cpu => Ok(crate::cpu::host_cpu_id()),
+            Device::Cuda(i) => crate::cuda_probe::name(*i),
+        }
+    }
+
+    /// Properties of a CUDA device (multiprocessors, L2 size, shared memory limits); opens the
+    /// device.
+    pub fn cuda_props(&self) -> Result<crate::cuda::DeviceProps> {
+        match self {
+            Device::Cpu => Err(RuntimeError::DeviceUnavailable {
+                device: "cpu".into(),
+                reason: "the CPU has no CUDA properties".into(),
+            }),
+            Device::Cuda(i) => Ok(crate::cuda::device(*i)?.props().clone()),
+        }
+    }
+
+    /// Wait for all work queued on this device (a no-op on the CPU).
+    pub fn synchronize(&self) -> Result<()> {
+        match self {
+            Device::Cpu => Ok(()),
+            Device::Cuda(i) => crate::cuda::device(*i)?.synchronize(),
         }
     }
 
@@ -44,7 +100,8 @@ impl Device {
         })
     }
 
-    /// The compile target for this device.
+    /// The compile target for this device: `Target::Cuda { sm }` from a GPU's compute
+    /// capability (sm 90 gives the `sm_90a` arch).
     pub fn target(&self) -> Result<Target> {
         match self {
             Device::Cpu => Ok(Target::Cpu),
@@ -54,6 +111,10 @@ impl Device {
 
     pub fn is_cpu(&self) -> bool {
         matches!(self, Device::Cpu)
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        matches!(self, Device::Cuda(_))
     }
 }
 

@@ -35,6 +35,20 @@ pub enum RuntimeError {
     DeviceUnavailable { device: String, reason: String },
     #[error("{0}")]
     Launch(String),
+    /// A CUDA driver call failed; `what` names the call and, for launches, the kernel.
+    #[error("CUDA error in {what}: {error}")]
+    Cuda { what: String, error: String },
+    /// NVRTC (the CUDA run-time compiler) could not be loaded.
+    #[error("NVRTC is not available: {reason}; install the CUDA toolkit or the nvidia-cuda-nvrtc wheel, or set TILELANG_NVRTC_LIB to the path of libnvrtc.so")]
+    NvrtcUnavailable { reason: String },
+    /// NVRTC rejected generated CUDA source.
+    #[error("NVRTC failed on kernel `{kernel}` for {arch} (source kept at {source_path}):\n{log}")]
+    NvrtcFailed {
+        kernel: String,
+        arch: String,
+        source_path: PathBuf,
+        log: String,
+    },
 }
 
 pub type Result<T> = std::result::Result<T, RuntimeError>;

@@ -9,6 +9,7 @@ use tl_ir::eval::{eval_int, Value};
 use tl_ir::{Expr, ExprKind, Kernel, Param};
 
 use crate::cpu::CpuModule;
+use crate::cuda::{CudaKernel, ResourceUsage};
 use crate::device::Device;
 use crate::error::{Result, RuntimeError};
 use crate::tensor::Tensor;
@@ -70,6 +71,7 @@ pub struct CompileStats {
 
 pub(crate) enum Module {
     Cpu(CpuModule),
+    Cuda(CudaKernel),
 }
 
 pub struct Executable {
@@ -80,13 +82,168 @@ pub struct Executable {
     source: Option<String>,
 }
 
-/// Launch arguments after checking: pointers, integer and float slots, and the grid.
+/// One checked argument, in parameter order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BoundArg {
+    /// A tensor's data: a host pointer on the CPU, a device address on a GPU.
+    Ptr(*mut c_void),
+    /// An integer or bool scalar.
+    Int(i64),
+    /// A float scalar.
+    Float(f64),
+}
+
+/// Launch arguments after checking: pointers, integer and float slots (the CPU ABI), the
+/// arguments in parameter order and the symbolic sizes in declaration order (the GPU ABI),
+/// and the grid.
 pub struct Bound {
     pub ptrs: Vec<*mut c_void>,
     pub ints: Vec<i64>,
     pub floats: Vec<f64>,
     pub grid: [i64; 3],
     pub dims: HashMap<String, i64>,
+    pub args: Vec<BoundArg>,
+    pub dim_values: Vec<i64>,
+}
+
+/// Kind of value in a [`ParamBlock`] slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A device pointer (8 bytes).
+    Ptr,
+    /// An integer, stored sign-extended to 8 bytes so that a kernel parameter of any integer
+    /// width (int8_t .. int64_t, read from the start of the slot on a little-endian host)
+    /// sees the same value.
+    Int,
+    /// A `float`, in the slot's low 4 bytes.
+    F32,
+    /// A `double`.
+    F64,
+}
+
+/// Kernel parameters for `cuLaunchKernel`: one 8-byte slot per parameter, in the kernel's
+/// order. The driver copies from each slot as many bytes as the kernel's parameter has, so
+/// each slot holds its value in its low bytes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ParamBlock {
+    slots: Vec<u64>,
+    kinds: Vec<ParamKind>,
+}
+
+impl ParamBlock {
+    pub fn push_u64(&mut self, v: u64) {
+        self.slots.push(v);
+        self.kinds.push(ParamKind::Ptr);
+    }
+    pub fn push_i64(&mut self, v: i64) {
+        self.slots.push(v as u64);
+        self.kinds.push(ParamKind::Int);
+    }
+    pub fn push_f32(&mut self, v: f32) {
+        self.slots.push(v.to_bits() as u64);
+        self.kinds.push(ParamKind::F32);
+    }
+    pub fn push_f64(&mut self, v: f64) {
+        self.slots.push(v.to_bits());
+        self.kinds.push(ParamKind::F64);
+    }
+    pub fn slots(&self) -> &[u64] {
+        &self.slots
+    }
+    pub fn kinds(&self) -> &[ParamKind] {
+        &self.kinds
+    }
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+    /// The `void**` array `cuLaunchKernel` takes: a pointer to each slot. Valid while `self`
+    /// is neither moved nor modified.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect()
+    }
+}
+
+/// Pack checked arguments per the GPU kernel ABI (docs/design/thread-ir.md, "Kernel ABI on the
+/// GPU"): each parameter in order — a tensor as its device pointer, a scalar as its compute
+/// type (integers of any width, bools as 0/1, `float` for f32 and narrower floats, `double`
+/// for f64) — then each symbolic size as `int32_t`. Integer scalars outside their dtype's range
+/// are rejected rather than silently wrapped.
+pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
+    let mut p = ParamBlock::default();
+    let bad = |index: usize, reason: String| RuntimeError::BadArg {
+        kernel: sig.name.clone(),
+        index,
+        name: sig
+            .params
+            .get(index)
+            .map(|p| p.name().to_string())
+            .unwrap_or_default(),
+        reason,
+    };
+    if b.args.len() != sig.params.len() {
+        return Err(RuntimeError::ArgCount {
+            kernel: sig.name.clone(),
+            expected: sig.params.len(),
+            got: b.args.len(),
+            names: sig
+                .params
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    for (i, (param, arg)) in sig.params.iter().zip(&b.args).enumerate() {
+        match (param, *arg) {
+            (Param::Tensor { .. }, BoundArg::Ptr(ptr)) => p.push_u64(ptr as usize as u64),
+            (Param::Scalar(v), a) => {
+                let dt = v.dtype();
+                let x = match a {
+                    BoundArg::Int(x) => x as f64,
+                    BoundArg::Float(x) => x,
+                    BoundArg::Ptr(_) => return Err(bad(i, format!("expected a {dt} scalar"))),
+                };
+                if dt == tl_ir::DType::F64 {
+                    p.push_f64(x);
+                } else if dt.is_float() {
+                    p.push_f32(x as f32);
+                } else if dt.is_bool() {
+                    p.push_i64((x != 0.0) as i64);
+                } else {
+                    let BoundArg::Int(n) = a else {
+                        return Err(bad(i, format!("expected an integer for a {dt} scalar")));
+                    };
+                    if let Some((lo, hi)) = dt.int_range() {
+                        if (n as i128) < lo || (n as i128) > hi {
+                            return Err(bad(
+                                i,
+                                format!("{n} does not fit in {dt} (range {lo}..={hi})"),
+                            ));
+                        }
+                    }
+                    p.push_i64(n);
+                }
+            }
+            (Param::Tensor { .. }, _) => return Err(bad(i, "expected a tensor".into())),
+        }
+    }
+    for (d, &n) in sig.dims.iter().zip(&b.dim_values) {
+        if n < i32::MIN as i64 || n > i32::MAX as i64 {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}`: the size `{}` is {n}, which does not fit the int32_t the GPU ABI passes sizes as",
+                sig.name,
+                d.name()
+            )));
+        }
+        p.push_i64(n);
+    }
+    Ok(p)
 }
 
 impl Executable {
@@ -123,203 +280,419 @@ impl Executable {
         self.source.as_deref()
     }
 
+    /// Registers, local memory (spills), shared memory and the NVRTC log of a GPU kernel;
+    /// `None` on the CPU.
+    pub fn resource_usage(&self) -> Option<&ResourceUsage> {
+        match &self.module {
+            Module::Cpu(_) => None,
+            Module::Cuda(k) => Some(k.usage()),
+        }
+    }
+
+    /// The compiler's log (NVRTC, with ptxas's resource report), when there is one.
+    pub fn compile_log(&self) -> Option<&str> {
+        self.resource_usage().map(|u| u.log.as_str())
+    }
+
+    /// Wait until launches of this executable's device have finished (GPU launches are
+    /// asynchronous; CPU ones are not). Errors from earlier launches surface here.
+    pub fn synchronize(&self) -> Result<()> {
+        match &self.module {
+            Module::Cpu(_) => Ok(()),
+            Module::Cuda(k) => k.device().synchronize(),
+        }
+    }
+
+    pub(crate) fn module(&self) -> &Module {
+        &self.module
+    }
+
     /// Run with tensors only (kernels without scalar parameters).
     pub fn run(&self, tensors: &[&Tensor]) -> Result<()> {
         let args: Vec<Arg> = tensors.iter().map(|t| Arg::Tensor(t)).collect();
         self.run_args(&args)
     }
 
-    /// Run with tensors and scalars, in parameter order.
+    /// Run with tensors and scalars, in parameter order. On the CPU this returns when the
+    /// kernel has finished; on a GPU the launch is queued on the device's stream (reading a
+    /// result, e.g. `to_f64_vec`, waits for it, and [`synchronize`](Self::synchronize) does
+    /// explicitly).
     pub fn run_args(&self, args: &[Arg]) -> Result<()> {
         let b = self.bind(args)?;
         match &self.module {
             Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),
+            Module::Cuda(k) => {
+                let mut p = pack_gpu_params(&self.sig, &b)?;
+                k.launch(&mut p, b.grid, self.sig.threads)?;
+            }
         }
         Ok(())
     }
 
-    fn bad(&self, index: usize, reason: String) -> RuntimeError {
-        RuntimeError::BadArg {
-            kernel: self.sig.name.clone(),
-            index,
-            name: self
-                .sig
-                .params
-                .get(index)
-                .map(|p| p.name().to_string())
-                .unwrap_or_default(),
-            reason,
-        }
-    }
-
     /// Check arguments against the signature, bind the symbolic sizes, compute the grid.
     pub fn bind(&self, args: &[Arg]) -> Result<Bound> {
-        let sig = &self.sig;
-        if args.len() != sig.params.len() {
-            return Err(RuntimeError::ArgCount {
-                kernel: sig.name.clone(),
-                expected: sig.params.len(),
-                got: args.len(),
-                names: sig
-                    .params
-                    .iter()
-                    .map(|p| p.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            });
-        }
-        let mut env: HashMap<u64, Value> = HashMap::new();
-        let mut scalars: HashMap<u64, Arg> = HashMap::new();
-        // Pass 1: kinds, dtypes, ranks, devices; bind sizes from bare-variable extents.
-        for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
-            match (p, a) {
-                (Param::Tensor { buffer, .. }, Arg::Tensor(t)) => {
-                    if t.dtype() != buffer.dtype() {
-                        return Err(self.bad(
-                            i,
-                            format!("expected {} elements, got {}", buffer.dtype(), t.dtype()),
-                        ));
-                    }
-                    if t.shape().len() != buffer.rank() {
-                        return Err(self.bad(
-                            i,
-                            format!(
-                                "expected a {}-d tensor, got shape {:?}",
-                                buffer.rank(),
-                                t.shape()
-                            ),
-                        ));
-                    }
-                    if t.device() != self.device {
-                        return Err(self.bad(
-                            i,
-                            format!(
-                                "the tensor is on {}, the kernel on {}",
-                                t.device(),
-                                self.device
-                            ),
-                        ));
-                    }
-                    if !t.is_contiguous() {
-                        return Err(self.bad(i, "the tensor is not contiguous (row-major)".into()));
-                    }
-                    for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
-                        if let ExprKind::Var(v) = e.kind() {
-                            if n > i32::MAX as usize {
-                                return Err(self.bad(
+        bind_args(&self.sig, self.device, args)
+    }
+}
+
+/// Check `args` for a kernel with signature `sig` running on `device`: count, kinds, dtypes,
+/// ranks, devices, contiguity and sizes; bind the symbolic sizes and compute the grid.
+pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound> {
+    let bad = |index: usize, reason: String| RuntimeError::BadArg {
+        kernel: sig.name.clone(),
+        index,
+        name: sig
+            .params
+            .get(index)
+            .map(|p| p.name().to_string())
+            .unwrap_or_default(),
+        reason,
+    };
+    if args.len() != sig.params.len() {
+        return Err(RuntimeError::ArgCount {
+            kernel: sig.name.clone(),
+            expected: sig.params.len(),
+            got: args.len(),
+            names: sig
+                .params
+                .iter()
+                .map(|p| p.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let mut env: HashMap<u64, Value> = HashMap::new();
+    // Pass 1: kinds, dtypes, ranks, devices; bind sizes from bare-variable extents.
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        match (p, a) {
+            (Param::Tensor { buffer, .. }, Arg::Tensor(t)) => {
+                if t.dtype() != buffer.dtype() {
+                    return Err(bad(
+                        i,
+                        format!("expected {} elements, got {}", buffer.dtype(), t.dtype()),
+                    ));
+                }
+                if t.shape().len() != buffer.rank() {
+                    return Err(bad(
+                        i,
+                        format!(
+                            "expected a {}-d tensor, got shape {:?}",
+                            buffer.rank(),
+                            t.shape()
+                        ),
+                    ));
+                }
+                if t.device() != device {
+                    return Err(bad(
+                        i,
+                        format!("the tensor is on {}, the kernel on {}", t.device(), device),
+                    ));
+                }
+                if !t.is_contiguous() {
+                    return Err(bad(i, "the tensor is not contiguous (row-major)".into()));
+                }
+                for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
+                    if let ExprKind::Var(v) = e.kind() {
+                        if n > i32::MAX as usize {
+                            return Err(bad(
+                                i,
+                                format!("dimension {d} is {n}, past the 2^31-1 a size may have"),
+                            ));
+                        }
+                        match env.get(&v.id()) {
+                            Some(prev) if prev.as_i64() != n as i64 => {
+                                return Err(bad(
                                     i,
                                     format!(
-                                        "dimension {d} is {n}, past the 2^31-1 a size may have"
-                                    ),
-                                ));
+                                    "dimension {d} is {n}, but `{}` is {} from an earlier argument",
+                                    v.name(),
+                                    prev.as_i64()
+                                ),
+                                ))
                             }
-                            match env.get(&v.id()) {
-                                Some(prev) if prev.as_i64() != n as i64 => {
-                                    return Err(self.bad(
-                                        i,
-                                        format!(
-                                            "dimension {d} is {n}, but `{}` is {} from an earlier argument",
-                                            v.name(),
-                                            prev.as_i64()
-                                        ),
-                                    ))
-                                }
-                                _ => {
-                                    env.insert(v.id(), Value::Int(n as i64));
-                                }
+                            _ => {
+                                env.insert(v.id(), Value::Int(n as i64));
                             }
                         }
                     }
                 }
-                (Param::Scalar(v), Arg::Int(x)) if !v.dtype().is_float() => {
-                    env.insert(v.id(), Value::Int(*x));
-                    scalars.insert(v.id(), *a);
-                }
-                (Param::Scalar(v), Arg::Float(x)) if v.dtype().is_float() => {
-                    env.insert(v.id(), Value::Float(*x));
-                    scalars.insert(v.id(), *a);
-                }
-                (Param::Scalar(v), Arg::Int(x)) => {
-                    env.insert(v.id(), Value::Float(*x as f64));
-                    scalars.insert(v.id(), Arg::Float(*x as f64));
-                }
-                (Param::Tensor { .. }, _) => return Err(self.bad(i, "expected a tensor".into())),
-                (Param::Scalar(v), _) => {
-                    return Err(self.bad(i, format!("expected a {} scalar", v.dtype())))
-                }
+            }
+            (Param::Scalar(v), Arg::Int(x)) if !v.dtype().is_float() => {
+                env.insert(v.id(), Value::Int(*x));
+            }
+            (Param::Scalar(v), Arg::Float(x)) if v.dtype().is_float() => {
+                env.insert(v.id(), Value::Float(*x));
+            }
+            (Param::Scalar(v), Arg::Int(x)) => {
+                env.insert(v.id(), Value::Float(*x as f64));
+            }
+            (Param::Tensor { .. }, _) => return Err(bad(i, "expected a tensor".into())),
+            (Param::Scalar(v), _) => {
+                return Err(bad(i, format!("expected a {} scalar", v.dtype())))
             }
         }
-        for d in &sig.dims {
-            if !env.contains_key(&d.id()) {
-                return Err(RuntimeError::Launch(format!(
+    }
+    for d in &sig.dims {
+        if !env.contains_key(&d.id()) {
+            return Err(RuntimeError::Launch(format!(
                     "kernel `{}`: the symbolic size `{}` is not the extent of any tensor dimension, so no argument defines it",
                     sig.name,
                     d.name()
                 )));
-            }
         }
-        // Pass 2: extents that are expressions must match.
-        let mut ptrs = vec![];
-        for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
-            if let (Param::Tensor { buffer, .. }, Arg::Tensor(t)) = (p, a) {
-                for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
-                    let want = eval_int(e, &env).map_err(|x| self.bad(i, x.to_string()))?;
-                    if want != n as i64 {
-                        return Err(self.bad(
-                            i,
-                            format!(
-                                "dimension {d} is {n}, but the kernel expects {} = {want}",
-                                e
-                            ),
-                        ));
-                    }
+    }
+    // Pass 2: extents that are expressions must match.
+    let mut ptrs = vec![];
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        if let (Param::Tensor { buffer, .. }, Arg::Tensor(t)) = (p, a) {
+            for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
+                let want = eval_int(e, &env).map_err(|x| bad(i, x.to_string()))?;
+                if want != n as i64 {
+                    return Err(bad(
+                        i,
+                        format!(
+                            "dimension {d} is {n}, but the kernel expects {} = {want}",
+                            e
+                        ),
+                    ));
                 }
-                ptrs.push(t.host_ptr() as *mut c_void);
             }
+            ptrs.push(t.raw_ptr());
         }
-        let mut ints = vec![];
-        for s in &sig.abi.ints {
-            let v = match s {
-                IntSlot::Dim(v) | IntSlot::Scalar(v) => {
-                    env.get(&v.id()).map(|x| x.as_i64()).unwrap_or(0)
-                }
-            };
-            ints.push(v);
-        }
-        let floats = sig
-            .abi
-            .floats
-            .iter()
-            .map(|v| env.get(&v.id()).map(|x| x.as_f64()).unwrap_or(0.0))
-            .collect();
-        let mut grid = [1i64; 3];
-        for (g, e) in grid.iter_mut().zip(&sig.grid) {
-            let n = eval_int(e, &env)
-                .map_err(|x| RuntimeError::Launch(format!("grid of `{}`: {x}", sig.name)))?;
-            if n < 0 {
-                return Err(RuntimeError::Launch(format!(
-                    "kernel `{}`: grid extent {e} is {n} for these arguments",
-                    sig.name
-                )));
+    }
+    let bound_args = sig
+        .params
+        .iter()
+        .zip(args)
+        .map(|(p, a)| match (p, a) {
+            (Param::Scalar(v), _) if v.dtype().is_float() => {
+                BoundArg::Float(env.get(&v.id()).map(|x| x.as_f64()).unwrap_or(0.0))
             }
-            *g = n;
-        }
-        let dims = sig
-            .dims
-            .iter()
-            .map(|d| {
-                (
-                    d.name().to_string(),
-                    env.get(&d.id()).map(|x| x.as_i64()).unwrap_or(0),
-                )
-            })
-            .collect();
-        Ok(Bound {
-            ptrs,
-            ints,
-            floats,
-            grid,
-            dims,
+            (Param::Scalar(v), _) => {
+                BoundArg::Int(env.get(&v.id()).map(|x| x.as_i64()).unwrap_or(0))
+            }
+            (Param::Tensor { .. }, Arg::Tensor(t)) => BoundArg::Ptr(t.raw_ptr()),
+            (Param::Tensor { .. }, _) => BoundArg::Ptr(std::ptr::null_mut()),
         })
+        .collect();
+    let dim_values = sig
+        .dims
+        .iter()
+        .map(|d| env.get(&d.id()).map(|x| x.as_i64()).unwrap_or(0))
+        .collect();
+    let mut ints = vec![];
+    for s in &sig.abi.ints {
+        let v = match s {
+            IntSlot::Dim(v) | IntSlot::Scalar(v) => {
+                env.get(&v.id()).map(|x| x.as_i64()).unwrap_or(0)
+            }
+        };
+        ints.push(v);
+    }
+    let floats = sig
+        .abi
+        .floats
+        .iter()
+        .map(|v| env.get(&v.id()).map(|x| x.as_f64()).unwrap_or(0.0))
+        .collect();
+    let mut grid = [1i64; 3];
+    for (g, e) in grid.iter_mut().zip(&sig.grid) {
+        let n = eval_int(e, &env)
+            .map_err(|x| RuntimeError::Launch(format!("grid of `{}`: {x}", sig.name)))?;
+        if n < 0 {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}`: grid extent {e} is {n} for these arguments",
+                sig.name
+            )));
+        }
+        *g = n;
+    }
+    let dims = sig
+        .dims
+        .iter()
+        .map(|d| {
+            (
+                d.name().to_string(),
+                env.get(&d.id()).map(|x| x.as_i64()).unwrap_or(0),
+            )
+        })
+        .collect();
+    Ok(Bound {
+        ptrs,
+        ints,
+        floats,
+        grid,
+        dims,
+        args: bound_args,
+        dim_values,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tl_ir::{Buffer, DType, Role, Scope, Span, Var};
+
+    /// `k(x: f32[N, 4], y: bf16[N*2], alpha: f32, beta: f64, steps: i8, flag: bool)`, grid
+    /// `ceil(N / 64)`, 128 threads.
+    fn sig() -> Signature {
+        let n = Var::new("N", DType::I32);
+        let x = Buffer::new(
+            "x",
+            vec![Expr::from(&n), Expr::int(4)],
+            DType::F32,
+            Scope::Global,
+            Span::UNKNOWN,
+        );
+        let y = Buffer::new(
+            "y",
+            vec![Expr::from(&n) * Expr::int(2)],
+            DType::BF16,
+            Scope::Global,
+            Span::UNKNOWN,
+        );
+        let alpha = Var::new("alpha", DType::F32);
+        let beta = Var::new("beta", DType::F64);
+        let steps = Var::new("steps", DType::I8);
+        let flag = Var::new("flag", DType::Bool);
+        let params = vec![
+            Param::Tensor {
+                buffer: x,
+                role: Role::Input,
+            },
+            Param::Scalar(alpha.clone()),
+            Param::Tensor {
+                buffer: y,
+                role: Role::Output,
+            },
+            Param::Scalar(beta.clone()),
+            Param::Scalar(steps.clone()),
+            Param::Scalar(flag.clone()),
+        ];
+        let abi = Abi {
+            tensors: vec![0, 2],
+            ints: vec![
+                IntSlot::Dim(n.clone()),
+                IntSlot::Scalar(steps),
+                IntSlot::Scalar(flag),
+            ],
+            floats: vec![alpha, beta],
+        };
+        Signature {
+            name: "k".into(),
+            params,
+            dims: vec![n.clone()],
+            grid: vec![tl_ir::ops::ceildiv(&n, 64i64)],
+            threads: 128,
+            abi,
+        }
+    }
+
+    #[test]
+    fn gpu_params_follow_the_abi() {
+        let s = sig();
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[100, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[200], DType::BF16, &cpu).unwrap();
+        let args = [
+            Arg::Tensor(&x),
+            Arg::Float(1.5),
+            Arg::Tensor(&y),
+            Arg::Int(3), // an int for a float scalar is converted
+            Arg::Int(-7),
+            Arg::Int(5),
+        ];
+        let b = bind_args(&s, cpu, &args).unwrap();
+        assert_eq!(b.grid, [2, 1, 1]);
+        assert_eq!(b.dim_values, vec![100]);
+        assert_eq!(b.args[0], BoundArg::Ptr(x.raw_ptr()));
+        assert_eq!(b.args[3], BoundArg::Float(3.0));
+        let p = pack_gpu_params(&s, &b).unwrap();
+        use ParamKind::*;
+        assert_eq!(p.kinds(), &[Ptr, F32, Ptr, F64, Int, Int, Int]);
+        let slots = p.slots();
+        assert_eq!(slots[0], x.raw_ptr() as usize as u64);
+        assert_eq!(slots[1], 1.5f32.to_bits() as u64);
+        assert_eq!(slots[2], y.raw_ptr() as usize as u64);
+        assert_eq!(slots[3], 3.0f64.to_bits());
+        // -7 sign-extended: an int8_t, int32_t or int64_t parameter reads -7 from the slot.
+        assert_eq!(slots[4], (-7i64) as u64);
+        assert_eq!((slots[4] as u8) as i8, -7);
+        assert_eq!((slots[4] as u32) as i32, -7);
+        // bool as 0/1
+        assert_eq!(slots[5], 1);
+        // the symbolic size, last
+        assert_eq!(slots[6], 100);
+        // The CPU slots are unchanged: dims then int scalars; floats.
+        assert_eq!(b.ints, vec![100, -7, 5]);
+        assert_eq!(b.floats, vec![1.5, 3.0]);
+
+        // Pointers point at the slots, in order.
+        let mut p2 = p.clone();
+        let ptrs = p2.pointers();
+        assert_eq!(ptrs.len(), 7);
+        // SAFETY: each pointer points at a live u64 slot of p2.
+        let back: Vec<u64> = ptrs
+            .iter()
+            .map(|&q| unsafe { *(q as *const u64) })
+            .collect();
+        assert_eq!(back, p.slots());
+        // SAFETY: the low 4 bytes of the f32 slot hold the float (little-endian).
+        let alpha = unsafe { *(ptrs[1] as *const f32) };
+        assert_eq!(alpha, 1.5);
+    }
+
+    #[test]
+    fn out_of_range_scalars_are_rejected() {
+        let s = sig();
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[1, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[2], DType::BF16, &cpu).unwrap();
+        let args = [
+            Arg::Tensor(&x),
+            Arg::Float(1.0),
+            Arg::Tensor(&y),
+            Arg::Float(1.0),
+            Arg::Int(300), // does not fit i8
+            Arg::Int(0),
+        ];
+        let b = bind_args(&s, cpu, &args).unwrap();
+        let e = pack_gpu_params(&s, &b).unwrap_err().to_string();
+        assert!(e.contains("`steps`") && e.contains("i8"), "{e}");
+    }
+
+    #[test]
+    fn argument_errors_name_the_argument() {
+        let s = sig();
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[10, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[21], DType::BF16, &cpu).unwrap();
+        let args = [
+            Arg::Tensor(&x),
+            Arg::Float(1.0),
+            Arg::Tensor(&y),
+            Arg::Float(1.0),
+            Arg::Int(1),
+            Arg::Int(0),
+        ];
+        let e = bind_args(&s, cpu, &args).err().unwrap().to_string();
+        assert!(e.contains("`y`") && e.contains("= 20"), "{e}");
+        let e = bind_args(&s, cpu, &args[..2]).err().unwrap().to_string();
+        assert!(e.contains("takes 6 arguments"), "{e}");
+        // A kernel on a GPU rejects CPU tensors (and vice versa) before anything is launched.
+        let y = Tensor::zeros(&[20], DType::BF16, &cpu).unwrap();
+        let args = [
+            Arg::Tensor(&x),
+            Arg::Float(1.0),
+            Arg::Tensor(&y),
+            Arg::Float(1.0),
+            Arg::Int(1),
+            Arg::Int(0),
+        ];
+        let e = bind_args(&s, Device::Cuda(0), &args)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("on cpu, the kernel on cuda:0"), "{e}");
     }
 }

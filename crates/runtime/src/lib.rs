@@ -3,18 +3,24 @@
 
 pub mod cache;
 pub mod cpu;
-mod cuda_probe;
+pub mod cuda;
+pub mod cuda_probe;
 pub mod device;
 pub mod dtype_io;
 pub mod error;
 pub mod exec;
+pub mod nvrtc;
 pub mod profile;
+pub mod rng;
+pub mod selftest;
 pub mod tensor;
 
 pub use cache::Cache;
+pub use cuda::{DeviceProps, ResourceUsage};
 pub use device::Device;
 pub use error::{Result, RuntimeError};
 pub use exec::{Arg, CompileStats, Executable, Signature};
+pub use profile::Timing;
 pub use tensor::{rel_err, Tensor};
 
 use std::time::Instant;
@@ -44,6 +50,88 @@ pub fn build_cpu(
         sig,
         Device::Cpu,
         exec::Module::Cpu(m),
+        stats,
+        Some(source),
+    ))
+}
+
+/// The NVRTC version string (`nvrtc 12.9`), part of a CUDA kernel's cache key.
+pub fn nvrtc_version() -> Result<String> {
+    nvrtc::version().map_err(|e| RuntimeError::NvrtcUnavailable {
+        reason: e.to_string(),
+    })
+}
+
+/// Compile generated CUDA source for `device` (or take the cubin from the cache) and load it.
+///
+/// On a cache miss the source is compiled by NVRTC for exactly `arch` (e.g. `sm_90a`) with
+/// [`nvrtc::OPTIONS`] and stored as `<key>.cubin` (with the NVRTC log as `<key>.log`); on a hit
+/// the cubin is loaded without NVRTC. `key` is the caller's: it must cover the source, the
+/// arch, [`nvrtc_version`], [`nvrtc::OPTIONS`] and the crate version. `entry` is the
+/// `extern "C" __global__` function; `dynamic_smem_bytes` is the dynamic shared memory every
+/// launch gets (the function's limit is raised when it is over 48 KiB). A cached cubin that
+/// fails to load is recompiled once.
+#[allow(clippy::too_many_arguments)] // mirrors build_cpu plus the GPU-only inputs
+pub fn build_cuda(
+    device: &Device,
+    sig: Signature,
+    cache: &Cache,
+    key: &str,
+    source: String,
+    entry: &str,
+    arch: &str,
+    dynamic_smem_bytes: u32,
+) -> Result<Executable> {
+    let t0 = Instant::now();
+    let ordinal = match device {
+        Device::Cuda(i) => *i,
+        Device::Cpu => {
+            return Err(RuntimeError::DeviceUnavailable {
+                device: device.to_string(),
+                reason: "build_cuda needs a CUDA device; use build_cpu for the CPU".into(),
+            })
+        }
+    };
+    let dev = cuda::device(ordinal)?;
+    let mut art = cuda::compile_cached(cache, key, &sig.name, &source, arch)?;
+    let t_load = Instant::now();
+    let kernel = match cuda::CudaKernel::load(
+        dev,
+        &art.cubin,
+        entry,
+        &sig.name,
+        dynamic_smem_bytes,
+        art.log.clone(),
+    ) {
+        Ok(k) => k,
+        Err(e) if art.cache_hit => {
+            // A stale or damaged cache entry: compile afresh and overwrite it.
+            let _ = e;
+            let p = cache.path(key, "cubin");
+            let _ = std::fs::remove_file(&p);
+            art = cuda::compile_cached(cache, key, &sig.name, &source, arch)?;
+            cuda::CudaKernel::load(
+                dev,
+                &art.cubin,
+                entry,
+                &sig.name,
+                dynamic_smem_bytes,
+                art.log.clone(),
+            )?
+        }
+        Err(e) => return Err(e),
+    };
+    let stats = CompileStats {
+        cache_hit: art.cache_hit,
+        compile: art.compile_time,
+        load: t_load.elapsed(),
+        total: t0.elapsed(),
+        ..Default::default()
+    };
+    Ok(Executable::new(
+        sig,
+        *device,
+        exec::Module::Cuda(kernel),
         stats,
         Some(source),
     ))

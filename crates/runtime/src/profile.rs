@@ -23,3 +23,213 @@ pub fn reps_for(one: Duration, budget: Duration) -> usize {
     let n = budget.as_secs_f64() / one.as_secs_f64().max(1e-7);
     n.clamp(3.0, 1000.0) as usize
 }
+
+/// Timings of repeated launches, in milliseconds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Timing {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub mean_ms: f64,
+    /// Timed launches.
+    pub reps: usize,
+    /// Whether L2 was flushed before each timed launch.
+    pub l2_flushed: bool,
+    /// `cuda:0` or `cpu`: what measured it (CUDA events, or the host clock).
+    pub device: String,
+}
+
+impl Timing {
+    /// Summary statistics of per-run times in milliseconds (not empty).
+    pub fn from_samples(samples: &[f64], l2_flushed: bool, device: String) -> Timing {
+        let mut s: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        let (median, min, max, mean) = if n == 0 {
+            (f64::NAN, f64::NAN, f64::NAN, f64::NAN)
+        } else {
+            let median = if n % 2 == 1 {
+                s[n / 2]
+            } else {
+                0.5 * (s[n / 2 - 1] + s[n / 2])
+            };
+            (median, s[0], s[n - 1], s.iter().sum::<f64>() / n as f64)
+        };
+        Timing {
+            median_ms: median,
+            min_ms: min,
+            max_ms: max,
+            mean_ms: mean,
+            reps: n,
+            l2_flushed,
+            device,
+        }
+    }
+
+    /// TFLOP/s at the median time for `flops` floating-point operations per run.
+    pub fn tflops(&self, flops: f64) -> f64 {
+        flops / (self.median_ms * 1e-3) / 1e12
+    }
+
+    /// GB/s (10^9 bytes per second) at the median time for `bytes` moved per run.
+    pub fn gbps(&self, bytes: f64) -> f64 {
+        bytes / (self.median_ms * 1e-3) / 1e9
+    }
+
+    /// One line: the median (and spread), then TFLOP/s and/or GB/s when the work is given.
+    pub fn summary(&self, flops: Option<f64>, bytes: Option<f64>) -> String {
+        let mut s = format!(
+            "{:.4} ms (min {:.4}, max {:.4}, {} runs{})",
+            self.median_ms,
+            self.min_ms,
+            self.max_ms,
+            self.reps,
+            if self.l2_flushed { ", L2 flushed" } else { "" }
+        );
+        if let Some(f) = flops {
+            s.push_str(&format!(", {}", format_rate(f, self.median_ms, "FLOP/s")));
+        }
+        if let Some(b) = bytes {
+            s.push_str(&format!(", {}", format_rate(b, self.median_ms, "B/s")));
+        }
+        s
+    }
+}
+
+/// `amount` per `ms` as a rate with an SI prefix: `format_rate(2e12, 1.0, "FLOP/s")` is
+/// `2.00 PFLOP/s`; `format_rate(3e9, 1.0, "B/s")` is `3.00 TB/s`.
+pub fn format_rate(amount: f64, ms: f64, unit: &str) -> String {
+    let per_s = amount / (ms * 1e-3);
+    if !per_s.is_finite() {
+        return format!("- {unit}");
+    }
+    let prefixes = [(1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")];
+    for (scale, p) in prefixes {
+        if per_s >= scale {
+            return format!("{:.2} {p}{unit}", per_s / scale);
+        }
+    }
+    format!("{per_s:.2} {unit}")
+}
+
+/// How to time a kernel.
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// Untimed runs first (module load, clocks ramping up, caches of the instruction stream).
+    pub warmup: usize,
+    /// Timed runs; the median is reported.
+    pub reps: usize,
+    /// On a GPU, write a buffer of twice the L2 size before each timed run (outside the timed
+    /// region), so every run reads its inputs from device memory as a cold call would.
+    pub flush_l2: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        BenchConfig {
+            warmup: 10,
+            reps: 100,
+            flush_l2: true,
+        }
+    }
+}
+
+/// Time `exe` on `args`: on a GPU with CUDA events around each launch (after `warmup` untimed
+/// launches, with an L2 flush before each timed one); on the CPU with the host clock. The
+/// arguments are checked once, as `run_args` would.
+pub fn bench(
+    exe: &crate::Executable,
+    args: &[crate::Arg],
+    warmup: usize,
+    reps: usize,
+) -> crate::Result<Timing> {
+    bench_with(
+        exe,
+        args,
+        &BenchConfig {
+            warmup,
+            reps,
+            ..BenchConfig::default()
+        },
+    )
+}
+
+/// [`bench`] with every option.
+pub fn bench_with(
+    exe: &crate::Executable,
+    args: &[crate::Arg],
+    cfg: &BenchConfig,
+) -> crate::Result<Timing> {
+    let b = exe.bind(args)?;
+    match exe.module() {
+        crate::exec::Module::Cuda(k) => {
+            let mut p = crate::exec::pack_gpu_params(exe.signature(), &b)?;
+            let samples = k.bench(
+                &mut p,
+                b.grid,
+                exe.signature().threads,
+                cfg.warmup,
+                cfg.reps,
+                cfg.flush_l2,
+            )?;
+            Ok(Timing::from_samples(
+                &samples,
+                cfg.flush_l2,
+                exe.device().to_string(),
+            ))
+        }
+        crate::exec::Module::Cpu(_) => {
+            let mut err = None;
+            let mut run = || {
+                if err.is_none() {
+                    if let Err(e) = exe.run_args(args) {
+                        err = Some(e);
+                    }
+                }
+            };
+            for _ in 0..cfg.warmup {
+                run();
+            }
+            let samples: Vec<f64> = (0..cfg.reps.max(1))
+                .map(|_| {
+                    let t = Instant::now();
+                    run();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            if let Some(e) = err {
+                return Err(e);
+            }
+            Ok(Timing::from_samples(&samples, false, "cpu".into()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        let t = Timing::from_samples(&[3.0, 1.0, 2.0, 10.0], true, "cuda:0".into());
+        assert_eq!(t.median_ms, 2.5);
+        assert_eq!(t.min_ms, 1.0);
+        assert_eq!(t.max_ms, 10.0);
+        assert_eq!(t.mean_ms, 4.0);
+        assert_eq!(t.reps, 4);
+        let t = Timing::from_samples(&[2.0, 1.0, 3.0], false, "cpu".into());
+        assert_eq!(t.median_ms, 2.0);
+        // 2 ms for 2e12 flops is 1 PFLOP/s = 1000 TFLOP/s.
+        assert!((t.tflops(2e12) - 1000.0).abs() < 1e-9);
+        assert!((t.gbps(2e9) - 1000.0).abs() < 1e-9);
+        let s = t.summary(Some(2e12), Some(8e9));
+        assert!(s.contains("1.00 PFLOP/s") && s.contains("4.00 TB/s"), "{s}");
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(format_rate(3e9, 1.0, "B/s"), "3.00 TB/s");
+        assert_eq!(format_rate(5.0, 1000.0, "B/s"), "5.00 B/s");
+        assert_eq!(format_rate(1.0, 0.0, "B/s"), "- B/s");
+    }
+}

@@ -2,15 +2,18 @@
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::cell::UnsafeCell;
+use std::ffi::c_void;
 use std::fmt;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tl_ir::DType;
 
+use crate::cuda::DeviceBuf;
 use crate::device::Device;
 use crate::dtype_io;
 use crate::error::{Result, RuntimeError};
+use crate::rng::Dist;
 
 /// Host memory aligned for wide vector loads. Kernels write it through shared references
 /// (a launch takes `&Tensor` for outputs, as GPU buffers are handles), hence the `UnsafeCell`.
@@ -70,6 +73,9 @@ impl Drop for HostBuf {
 
 pub(crate) enum Storage {
     Host(HostBuf),
+    /// Device memory of a CUDA GPU. Reads download (after the work queued before them);
+    /// writes upload or run on the device's stream.
+    Cuda(DeviceBuf),
 }
 
 pub struct Tensor {
@@ -91,6 +97,15 @@ fn row_major(shape: &[usize]) -> Vec<usize> {
 impl Tensor {
     /// A zero-filled tensor.
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
+        let t = Tensor::uninit(shape, dtype, device)?;
+        if let Storage::Cuda(b) = &t.storage {
+            b.fill_pattern(&[0])?;
+        }
+        Ok(t)
+    }
+
+    /// A tensor whose device memory is not initialized (host memory is zeroed anyway).
+    fn uninit(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let numel = shape
             .iter()
             .try_fold(1usize, |a, &b| a.checked_mul(b))
@@ -100,12 +115,7 @@ impl Tensor {
             .ok_or_else(|| RuntimeError::Tensor(format!("shape {shape:?} overflows")))?;
         let storage = match device {
             Device::Cpu => Storage::Host(HostBuf::new(bytes)?),
-            Device::Cuda(_) => {
-                return Err(RuntimeError::DeviceUnavailable {
-                    device: device.to_string(),
-                    reason: "this build has no CUDA backend".into(),
-                })
-            }
+            Device::Cuda(i) => Storage::Cuda(DeviceBuf::alloc(crate::cuda::device(*i)?, bytes)?),
         };
         Ok(Tensor {
             shape: shape.to_vec(),
@@ -123,7 +133,7 @@ impl Tensor {
         data: &[f64],
         device: &Device,
     ) -> Result<Tensor> {
-        let t = Tensor::zeros(shape, dtype, device)?;
+        let t = Tensor::uninit(shape, dtype, device)?;
         if data.len() != t.numel() {
             return Err(RuntimeError::Tensor(format!(
                 "{} values given for shape {shape:?} ({} elements)",
@@ -145,9 +155,23 @@ impl Tensor {
         Tensor::from_f64(shape, dtype, &d, device)
     }
 
-    /// Standard-normal values from a seeded generator (the same seed gives the same tensor on
-    /// every device).
+    /// Standard-normal values from a seeded generator: the same seed gives the same tensor on
+    /// every run. CPU tensors use ChaCha8 with Box-Muller; CUDA tensors use the counter-based
+    /// generator of [`crate::rng`], filled on the GPU (so the values differ from the CPU
+    /// tensor of the same seed — copy with [`to_device`](Self::to_device) for identical inputs).
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        if device.is_cuda() {
+            let t = Tensor::uninit(shape, dtype, device)?;
+            t.cuda_buf()?.fill_random(
+                dtype,
+                seed,
+                Dist::Normal {
+                    mean: 0.0,
+                    std: 1.0,
+                },
+            )?;
+            return Ok(t);
+        }
         let t = Tensor::zeros(shape, dtype, device)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let data: Vec<f64> = (0..t.numel())
@@ -162,7 +186,8 @@ impl Tensor {
         Ok(t)
     }
 
-    /// Uniform values in `[lo, hi)` from a seeded generator.
+    /// Uniform values in `[lo, hi)` from a seeded generator (per device kind, as
+    /// [`randn`](Self::randn)).
     pub fn rand(
         shape: &[usize],
         dtype: DType,
@@ -171,6 +196,17 @@ impl Tensor {
         seed: u64,
         device: &Device,
     ) -> Result<Tensor> {
+        if !(lo.is_finite() && hi.is_finite() && lo < hi) {
+            return Err(RuntimeError::Tensor(format!(
+                "uniform range [{lo}, {hi}) is empty or not finite"
+            )));
+        }
+        if device.is_cuda() {
+            let t = Tensor::uninit(shape, dtype, device)?;
+            t.cuda_buf()?
+                .fill_random(dtype, seed, Dist::Uniform { lo, hi })?;
+            return Ok(t);
+        }
         let t = Tensor::zeros(shape, dtype, device)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let data: Vec<f64> = (0..t.numel()).map(|_| rng.gen_range(lo..hi)).collect();
@@ -200,15 +236,78 @@ impl Tensor {
         self.strides == row_major(&self.shape)
     }
 
-    /// Every element, converted to f64.
+    /// Every element, converted to f64. For a GPU tensor this waits for the work queued on
+    /// the device (so it reports errors of earlier launches) and downloads.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
+        let read = |b: &[u8]| {
+            (0..self.numel())
+                .map(|i| dtype_io::read(b, self.dtype, i))
+                .collect()
+        };
         match &self.storage {
-            Storage::Host(h) => {
-                let b = h.as_slice();
-                Ok((0..self.numel())
-                    .map(|i| dtype_io::read(b, self.dtype, i))
-                    .collect())
+            Storage::Host(h) => Ok(read(h.as_slice())),
+            Storage::Cuda(_) => Ok(read(&self.to_bytes()?)),
+        }
+    }
+
+    /// The raw little-endian bytes of every element (downloaded for a GPU tensor).
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        match &self.storage {
+            Storage::Host(h) => Ok(h.as_slice().to_vec()),
+            Storage::Cuda(b) => {
+                let mut host = vec![0u8; self.nbytes()];
+                b.download(&mut host)?;
+                Ok(host)
             }
+        }
+    }
+
+    /// A copy of this tensor on `device` (CPU ↔ GPU, or the same device).
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        let t = Tensor::uninit(&self.shape, self.dtype, device)?;
+        match (&self.storage, &t.storage) {
+            (Storage::Cuda(src), Storage::Cuda(dst))
+                if src.device().ordinal() == dst.device().ordinal() =>
+            {
+                dst.copy_from(src)?
+            }
+            _ => t.write_bytes(&self.to_bytes()?)?,
+        }
+        Ok(t)
+    }
+
+    /// Overwrite every element with raw little-endian bytes (`nbytes()` of them).
+    pub fn write_bytes(&self, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != self.nbytes() {
+            return Err(RuntimeError::Tensor(format!(
+                "{} bytes written to a tensor of {} bytes",
+                bytes.len(),
+                self.nbytes()
+            )));
+        }
+        match &self.storage {
+            Storage::Host(h) => h.as_mut_slice().copy_from_slice(bytes),
+            Storage::Cuda(b) => b.upload(bytes)?,
+        }
+        Ok(())
+    }
+
+    /// The device address of a GPU tensor (for interop with other CUDA libraries, which must
+    /// use the device's stream, [`crate::cuda::CudaDevice::stream`]); `None` on the CPU.
+    pub fn cuda_ptr(&self) -> Option<u64> {
+        match &self.storage {
+            Storage::Cuda(b) => Some(b.ptr()),
+            Storage::Host(_) => None,
+        }
+    }
+
+    fn cuda_buf(&self) -> Result<&DeviceBuf> {
+        match &self.storage {
+            Storage::Cuda(b) => Ok(b),
+            Storage::Host(_) => Err(RuntimeError::Tensor(format!(
+                "tensor on {} is not on a GPU",
+                self.device
+            ))),
         }
     }
 
@@ -232,13 +331,28 @@ impl Tensor {
                     dtype_io::write(b, self.dtype, i, v);
                 }
             }
+            Storage::Cuda(d) => {
+                let mut b = vec![0u8; self.nbytes()];
+                for (i, &v) in data.iter().enumerate() {
+                    dtype_io::write(&mut b, self.dtype, i, v);
+                }
+                d.upload(&b)?;
+            }
         }
         Ok(())
     }
 
-    /// Set every element to `v` (NaN poisons an output, so unwritten elements show up).
+    /// Set every element to `v` (NaN poisons an output, so unwritten elements show up). On a
+    /// GPU this is a memset on the device's stream, with no host copy.
     pub fn fill(&self, v: f64) -> Result<()> {
-        self.write_f64(&vec![v; self.numel()])
+        match &self.storage {
+            Storage::Host(_) => self.write_f64(&vec![v; self.numel()]),
+            Storage::Cuda(b) => {
+                let mut elem = vec![0u8; self.dtype.bytes()];
+                dtype_io::write(&mut elem, self.dtype, 0, v);
+                b.fill_pattern(&elem)
+            }
+        }
     }
 
     /// ‖self − reference‖₂ / ‖reference‖₂; infinite when anything is NaN.
@@ -263,9 +377,12 @@ impl Tensor {
             .all(|(o, r)| (o - r).abs() <= atol + rtol * r.abs()))
     }
 
-    pub(crate) fn host_ptr(&self) -> *mut u8 {
+    /// What a kernel receives for this tensor: the host address on the CPU, the device address
+    /// (as a pointer-sized value) on a GPU.
+    pub(crate) fn raw_ptr(&self) -> *mut c_void {
         match &self.storage {
-            Storage::Host(h) => h.ptr(),
+            Storage::Host(h) => h.ptr() as *mut c_void,
+            Storage::Cuda(b) => b.ptr() as usize as *mut c_void,
         }
     }
 }

@@ -1,0 +1,974 @@
+//! The CUDA backend: contexts, device memory, modules, launches and event timing, through the
+//! driver API (cudarc's thin `result`/`sys` layers, loaded at run time).
+//!
+//! Nothing here runs unless [`crate::cuda_probe`] found a driver and a device, so a machine
+//! without CUDA never reaches cudarc (whose loader panics when `libcuda` is missing).
+//!
+//! One process-wide [`CudaDevice`] per ordinal holds the primary context and one stream; every
+//! copy, memset and launch of the runtime goes to that stream, so work on one device is ordered
+//! without events, and the host waits only where it reads results (downloads, timing).
+//! The stream is a blocking one (`CU_STREAM_DEFAULT`): work other libraries put on the legacy
+//! default stream is ordered with it as well.
+
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::{sys, CudaContext};
+use tl_target::Target;
+
+use crate::cache::Cache;
+use crate::cuda_probe::{self, attr};
+use crate::error::{Result, RuntimeError};
+use crate::nvrtc;
+
+/// What the runtime reads off a device once.
+#[derive(Clone, Debug)]
+pub struct DeviceProps {
+    pub name: String,
+    /// Compute capability as `major * 10 + minor`.
+    pub sm: u32,
+    pub multiprocessors: u32,
+    pub l2_bytes: usize,
+    pub total_memory: usize,
+    /// Shared memory a block gets without opting in (48 KiB).
+    pub smem_per_block: usize,
+    /// Shared memory a block may get after raising its limit (227 KiB on Hopper).
+    pub smem_per_block_optin: usize,
+    pub max_threads_per_block: u32,
+    /// The driver's CUDA version (12080 for 12.8).
+    pub driver_version: i32,
+}
+
+impl DeviceProps {
+    pub fn target(&self) -> Target {
+        Target::Cuda { sm: self.sm }
+    }
+}
+
+/// A CUDA device in use by this process: its primary context, the runtime's stream and its
+/// properties. Created once per ordinal and never freed (contexts live as long as the process).
+pub struct CudaDevice {
+    ordinal: usize,
+    ctx: Arc<CudaContext>,
+    stream: sys::CUstream,
+    props: DeviceProps,
+    /// The last kernel launched, to name it when an asynchronous error surfaces later.
+    last_kernel: Mutex<Option<String>>,
+    /// The built-in kernels (random fill), compiled on first use.
+    builtin: OnceLock<std::result::Result<CudaKernel, String>>,
+    /// A buffer of twice the L2 size, written between timed runs to evict the cache.
+    flush: Mutex<Option<DeviceBuf>>,
+}
+
+// SAFETY: the stream handle is only used through the driver API, which is thread-safe; the
+// context is made current on the calling thread before every call (see `bind`).
+unsafe impl Send for CudaDevice {}
+// SAFETY: as above; mutable state is behind mutexes.
+unsafe impl Sync for CudaDevice {}
+
+/// Turn a driver error into a runtime error naming the operation.
+pub(crate) fn drv(what: impl Into<String>, e: DriverError) -> RuntimeError {
+    let name = e
+        .error_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| cuda_probe::error_name(e.0 as i32).to_string());
+    let text = e
+        .error_string()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut error = if text.is_empty() {
+        name.clone()
+    } else {
+        format!("{name}: {text}")
+    };
+    if matches!(
+        e.0,
+        sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | sys::CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | sys::CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | sys::CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | sys::CUresult::CUDA_ERROR_ASSERT
+    ) {
+        error.push_str(
+            " (a fault inside a kernel is sticky: this process can no longer use the GPU; \
+             run with TILELANG_CUDA_SYNC=1 or under compute-sanitizer to find the kernel)",
+        );
+    }
+    RuntimeError::Cuda {
+        what: what.into(),
+        error,
+    }
+}
+
+fn registry() -> &'static [OnceLock<std::result::Result<&'static CudaDevice, String>>] {
+    static R: OnceLock<Vec<OnceLock<std::result::Result<&'static CudaDevice, String>>>> =
+        OnceLock::new();
+    R.get_or_init(|| {
+        (0..cuda_probe::device_count())
+            .map(|_| OnceLock::new())
+            .collect()
+    })
+}
+
+/// The device `cuda:ordinal`, opened on first use.
+pub fn device(ordinal: usize) -> Result<&'static CudaDevice> {
+    cuda_probe::check(ordinal)?;
+    let slot = registry()
+        .get(ordinal)
+        .ok_or_else(|| RuntimeError::DeviceUnavailable {
+            device: format!("cuda:{ordinal}"),
+            reason: "no such device".into(),
+        })?;
+    slot.get_or_init(|| open(ordinal).map(|d| &*Box::leak(Box::new(d))))
+        .as_ref()
+        .copied()
+        .map_err(|reason| RuntimeError::DeviceUnavailable {
+            device: format!("cuda:{ordinal}"),
+            reason: reason.clone(),
+        })
+}
+
+fn open(ordinal: usize) -> std::result::Result<CudaDevice, String> {
+    let probe = cuda_probe::probe();
+    let q = |a: i32| cuda_probe::attribute(ordinal, a).map_err(|e| e.to_string());
+    let props = DeviceProps {
+        name: cuda_probe::name(ordinal).map_err(|e| e.to_string())?,
+        sm: cuda_probe::compute_capability(ordinal).map_err(|e| e.to_string())?,
+        multiprocessors: q(attr::MULTIPROCESSOR_COUNT)? as u32,
+        l2_bytes: q(attr::L2_CACHE_SIZE)? as usize,
+        total_memory: cuda_probe::total_memory(ordinal).map_err(|e| e.to_string())?,
+        smem_per_block: q(attr::MAX_SHARED_MEMORY_PER_BLOCK)? as usize,
+        smem_per_block_optin: q(attr::MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as usize,
+        max_threads_per_block: q(attr::MAX_THREADS_PER_BLOCK)? as u32,
+        driver_version: probe.driver_version.unwrap_or(0),
+    };
+    // The probe has shown that the driver loads and is recent enough, so cudarc's loader (which
+    // panics on a missing library or symbol) should succeed; a panic here is still turned into
+    // an error rather than taking the process down.
+    let ctx = std::panic::catch_unwind(|| CudaContext::new(ordinal))
+        .map_err(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            format!("cudarc could not load the CUDA driver: {msg}")
+        })?
+        .map_err(|e| drv(format!("creating the context of cuda:{ordinal}"), e).to_string())?;
+    let stream = result::stream::create(result::stream::StreamKind::Default)
+        .map_err(|e| drv(format!("creating a stream on cuda:{ordinal}"), e).to_string())?;
+    Ok(CudaDevice {
+        ordinal,
+        ctx,
+        stream,
+        props,
+        last_kernel: Mutex::new(None),
+        builtin: OnceLock::new(),
+        flush: Mutex::new(None),
+    })
+}
+
+impl CudaDevice {
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    pub fn props(&self) -> &DeviceProps {
+        &self.props
+    }
+
+    /// Make this device's context current on the calling thread (driver calls act on the
+    /// current context).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self.ctx.bind_to_thread().map_err(|e| {
+            drv(
+                format!("making the context of cuda:{} current", self.ordinal),
+                e,
+            )
+        })
+    }
+
+    /// The stream all of the runtime's work on this device goes to; for interop, e.g. running
+    /// a cuBLAS reference in order with the runtime's launches.
+    pub fn stream(&self) -> sys::CUstream {
+        self.stream
+    }
+
+    fn note_launch(&self, kernel: &str) {
+        if let Ok(mut g) = self.last_kernel.lock() {
+            if g.as_deref() != Some(kernel) {
+                *g = Some(kernel.to_string());
+            }
+        }
+    }
+
+    /// Wait for all work the runtime queued on this device. An error raised by an earlier
+    /// asynchronous launch surfaces here; the message names the last kernel launched.
+    pub fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the stream was created by `open` and is never destroyed.
+        unsafe { result::stream::synchronize(self.stream) }.map_err(|e| {
+            let last = self
+                .last_kernel
+                .lock()
+                .ok()
+                .and_then(|g| g.clone())
+                .map(|k| format!(" (the last kernel launched was `{k}`)"))
+                .unwrap_or_default();
+            drv(format!("synchronizing cuda:{}{last}", self.ordinal), e)
+        })
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        self.bind()?;
+        result::mem_get_info().map_err(|e| drv("cuMemGetInfo", e))
+    }
+
+    /// Evict L2 by writing a buffer of twice its size (queued on the stream).
+    pub(crate) fn flush_l2(&'static self) -> Result<()> {
+        let mut g = self
+            .flush
+            .lock()
+            .map_err(|_| RuntimeError::Launch("the L2 flush buffer's lock is poisoned".into()))?;
+        if g.is_none() {
+            let bytes = (2 * self.props.l2_bytes).max(1 << 20);
+            *g = Some(DeviceBuf::alloc(self, bytes)?);
+        }
+        if let Some(b) = g.as_ref() {
+            b.memset_d32(0x5A5A_5A5A, b.bytes / 4)?;
+        }
+        Ok(())
+    }
+
+    /// The built-in kernels, compiled (or taken from the disk cache) on first use.
+    fn builtin(&'static self) -> std::result::Result<&'static CudaKernel, String> {
+        self.builtin
+            .get_or_init(|| {
+                let arch = self.props.target().arch();
+                let nv = nvrtc::version().map_err(|e| e.to_string())?;
+                let cache = Cache::from_env();
+                let key = Cache::key(&[
+                    "cuda-builtin",
+                    crate::rng::CUDA_SOURCE,
+                    &arch,
+                    &nv,
+                    &nvrtc::OPTIONS.join(" "),
+                    env!("CARGO_PKG_VERSION"),
+                ]);
+                let art = compile_cached(&cache, &key, "tl_rand", crate::rng::CUDA_SOURCE, &arch)
+                    .map_err(|e| e.to_string())?;
+                CudaKernel::load(self, &art.cubin, "tl_rand", "tl_rand", 0, art.log)
+                    .map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| e.clone())
+    }
+}
+
+/// Device memory from `cuMemAlloc` (never managed memory), freed on drop.
+pub(crate) struct DeviceBuf {
+    ptr: sys::CUdeviceptr,
+    bytes: usize,
+    dev: &'static CudaDevice,
+}
+
+impl DeviceBuf {
+    /// `bytes` of uninitialized device memory (at least one byte is allocated, so even an empty
+    /// tensor has a distinct, valid address).
+    pub(crate) fn alloc(dev: &'static CudaDevice, bytes: usize) -> Result<DeviceBuf> {
+        dev.bind()?;
+        // SAFETY: the context is current; the memory is owned by the returned value.
+        let ptr = unsafe { result::malloc_sync(bytes.max(1)) }.map_err(|e| {
+            let free = result::mem_get_info()
+                .map(|(f, t)| format!(" ({} MiB free of {} MiB)", f >> 20, t >> 20))
+                .unwrap_or_default();
+            drv(
+                format!("allocating {bytes} bytes on cuda:{}{free}", dev.ordinal),
+                e,
+            )
+        })?;
+        Ok(DeviceBuf { ptr, bytes, dev })
+    }
+
+    pub(crate) fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub(crate) fn device(&self) -> &'static CudaDevice {
+        self.dev
+    }
+
+    /// Copy `host` (exactly `bytes` long) to the device, ordered on the runtime's stream.
+    pub(crate) fn upload(&self, host: &[u8]) -> Result<()> {
+        if host.len() != self.bytes {
+            return Err(RuntimeError::Tensor(format!(
+                "uploading {} bytes into a device buffer of {}",
+                host.len(),
+                self.bytes
+            )));
+        }
+        if host.is_empty() {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        // SAFETY: the destination holds `bytes` bytes; for pageable host memory the driver
+        // stages the data before returning, so `host` may be dropped afterwards.
+        unsafe { result::memcpy_htod_async(self.ptr, host, self.dev.stream) }.map_err(|e| {
+            drv(
+                format!("copying {} bytes to cuda:{}", host.len(), self.dev.ordinal),
+                e,
+            )
+        })
+    }
+
+    /// Copy the whole buffer to `host`, after the work queued before it (which may fail, and
+    /// then the error names the last kernel).
+    pub(crate) fn download(&self, host: &mut [u8]) -> Result<()> {
+        if host.len() != self.bytes {
+            return Err(RuntimeError::Tensor(format!(
+                "downloading a device buffer of {} bytes into {}",
+                self.bytes,
+                host.len()
+            )));
+        }
+        self.dev.synchronize()?;
+        if host.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: `host` holds `bytes` bytes; the copy completes before the stream sync below.
+        unsafe { result::memcpy_dtoh_async(host, self.ptr, self.dev.stream) }.map_err(|e| {
+            drv(
+                format!(
+                    "copying {} bytes from cuda:{}",
+                    host.len(),
+                    self.dev.ordinal
+                ),
+                e,
+            )
+        })?;
+        self.dev.synchronize()
+    }
+
+    /// Copy `bytes` from another device buffer on the same device.
+    pub(crate) fn copy_from(&self, src: &DeviceBuf) -> Result<()> {
+        if src.bytes != self.bytes || src.dev.ordinal != self.dev.ordinal {
+            return Err(RuntimeError::Tensor(
+                "device copy between buffers of different sizes or devices".into(),
+            ));
+        }
+        if self.bytes == 0 {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        // SAFETY: both buffers hold `bytes` bytes on the current device.
+        unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, self.bytes, self.dev.stream) }
+            .map_err(|e| drv("cuMemcpyDtoDAsync", e))
+    }
+
+    fn memset_d32(&self, v: u32, count: usize) -> Result<()> {
+        self.dev.bind()?;
+        // SAFETY: `count` 32-bit words fit in the buffer (callers pass at most bytes / 4).
+        unsafe { sys::cuMemsetD32Async(self.ptr, v, count, self.dev.stream) }
+            .result()
+            .map_err(|e| drv("cuMemsetD32Async", e))
+    }
+
+    /// Set every element of `elem.len()` bytes to the pattern `elem`, on the stream.
+    pub(crate) fn fill_pattern(&self, elem: &[u8]) -> Result<()> {
+        let n = elem.len();
+        if n == 0 || self.bytes == 0 {
+            return Ok(());
+        }
+        let count = self.bytes / n;
+        self.dev.bind()?;
+        let s = self.dev.stream;
+        let what = format!("filling {} bytes on cuda:{}", self.bytes, self.dev.ordinal);
+        // SAFETY (all arms): `count` elements of `n` bytes fit in the buffer, which is valid on
+        // the current context; the memsets are ordered on the runtime's stream.
+        let rc = match n {
+            _ if elem.iter().all(|&b| b == elem[0]) => unsafe {
+                sys::cuMemsetD8Async(self.ptr, elem[0], self.bytes, s)
+            },
+            2 => unsafe {
+                sys::cuMemsetD16Async(self.ptr, u16::from_le_bytes([elem[0], elem[1]]), count, s)
+            },
+            4 => unsafe {
+                sys::cuMemsetD32Async(
+                    self.ptr,
+                    u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]),
+                    count,
+                    s,
+                )
+            },
+            8 => {
+                let lo = u32::from_le_bytes([elem[0], elem[1], elem[2], elem[3]]);
+                let hi = u32::from_le_bytes([elem[4], elem[5], elem[6], elem[7]]);
+                if lo == hi {
+                    unsafe { sys::cuMemsetD32Async(self.ptr, lo, count * 2, s) }
+                } else {
+                    // Two strided 2-D memsets (pitch 8 bytes, one word per row) write the low
+                    // and the high halves of every 64-bit element.
+                    let r = unsafe { sys::cuMemsetD2D32Async(self.ptr, 8, lo, 1, count, s) };
+                    if r != sys::CUresult::CUDA_SUCCESS {
+                        r
+                    } else {
+                        unsafe { sys::cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, count, s) }
+                    }
+                }
+            }
+            _ => {
+                return Err(RuntimeError::Tensor(format!(
+                    "no fill for {n}-byte elements"
+                )))
+            }
+        };
+        rc.result().map_err(|e| drv(what, e))
+    }
+
+    /// Fill with the counter-based random stream of [`crate::rng`], on the device when the
+    /// built-in kernel is available and the tensor is large, else on the host.
+    pub(crate) fn fill_random(
+        &self,
+        dtype: tl_ir::DType,
+        seed: u64,
+        dist: crate::rng::Dist,
+    ) -> Result<()> {
+        let numel = self.bytes / dtype.bytes().max(1);
+        const DEVICE_MIN: usize = 1 << 16;
+        if let (Some(code), true) = (crate::rng::device_code(dtype), numel >= DEVICE_MIN) {
+            if let Ok(k) = self.dev.builtin() {
+                let (mode, a, b) = match dist {
+                    crate::rng::Dist::Uniform { lo, hi } => (0i32, lo, hi),
+                    crate::rng::Dist::Normal { mean, std } => (1i32, mean, std),
+                };
+                let mut p = crate::exec::ParamBlock::default();
+                p.push_u64(self.ptr);
+                p.push_u64(numel as u64);
+                p.push_u64(crate::rng::key(seed));
+                p.push_i64(mode as i64);
+                p.push_f64(a);
+                p.push_f64(b);
+                p.push_i64(code as i64);
+                let threads = 256u32;
+                let blocks = (numel as u64)
+                    .div_ceil(threads as u64)
+                    .min(self.dev.props.multiprocessors as u64 * 32)
+                    .max(1);
+                return k.launch(&mut p, [blocks as i64, 1, 1], threads);
+            }
+        }
+        let mut host = vec![0u8; self.bytes];
+        crate::rng::fill_host(&mut host, dtype, seed, dist);
+        self.upload(&host)
+    }
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: `ptr` came from cuMemAlloc and is freed once, here. cuMemFree waits for
+            // queued work that may still use it.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// What the compiler and the driver report about a compiled kernel: the numbers to look at
+/// for register pressure, spills and occupancy.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceUsage {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Local memory per thread in bytes (stack frame and spills).
+    pub local_bytes: u32,
+    /// Statically declared shared memory in bytes.
+    pub static_smem_bytes: u32,
+    /// Dynamic shared memory the kernel is launched with.
+    pub dynamic_smem_bytes: u32,
+    pub const_bytes: u32,
+    /// The most threads a block may have with this register use.
+    pub max_threads_per_block: u32,
+    /// SASS version (90 for sm_90).
+    pub binary_version: u32,
+    /// From ptxas's report in the NVRTC log, when the log has one.
+    pub spill_stores: Option<u32>,
+    pub spill_loads: Option<u32>,
+    pub stack_frame: Option<u32>,
+    /// The NVRTC log (kept in the disk cache next to the cubin, so also on a cache hit).
+    pub log: String,
+}
+
+impl ResourceUsage {
+    /// Whether the compiler spilled registers to local memory.
+    pub fn spills(&self) -> bool {
+        self.spill_stores.unwrap_or(0) > 0 || self.spill_loads.unwrap_or(0) > 0
+    }
+}
+
+/// `(stack frame, spill stores, spill loads)` from ptxas's `-v` report
+/// (`    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads`).
+pub fn parse_ptxas_log(log: &str) -> (Option<u32>, Option<u32>, Option<u32>) {
+    let mut out = (None, None, None);
+    for line in log.lines() {
+        for part in line.split(',') {
+            let words: Vec<&str> = part.split_whitespace().collect();
+            if words.len() >= 3 && words[1] == "bytes" {
+                let Ok(n) = words[0].parse::<u32>() else {
+                    continue;
+                };
+                let add = |slot: &mut Option<u32>| *slot = Some(slot.unwrap_or(0) + n);
+                match &words[2..] {
+                    ["stack", "frame", ..] => add(&mut out.0),
+                    ["spill", "stores", ..] => add(&mut out.1),
+                    ["spill", "loads", ..] => add(&mut out.2),
+                    _ => {}
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A loaded kernel: its module (unloaded on drop) and function.
+pub struct CudaKernel {
+    dev: &'static CudaDevice,
+    module: sys::CUmodule,
+    func: sys::CUfunction,
+    name: String,
+    usage: ResourceUsage,
+}
+
+// SAFETY: module and function handles are used only through the thread-safe driver API, with
+// the context made current first.
+unsafe impl Send for CudaKernel {}
+// SAFETY: as above; launches do not mutate the handle.
+unsafe impl Sync for CudaKernel {}
+
+impl Drop for CudaKernel {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: the module was loaded by `load` and is unloaded once, here.
+            let _ = unsafe { result::module::unload(self.module) };
+        }
+    }
+}
+
+fn func_attr(
+    f: sys::CUfunction,
+    a: sys::CUfunction_attribute,
+) -> std::result::Result<i32, DriverError> {
+    let mut v = 0i32;
+    // SAFETY: `f` is a valid function of a loaded module; the out-pointer is valid.
+    unsafe { sys::cuFuncGetAttribute(&mut v, a, f) }.result()?;
+    Ok(v)
+}
+
+impl CudaKernel {
+    /// Load `cubin`, find `entry`, and allow `dynamic_smem` bytes of dynamic shared memory.
+    pub(crate) fn load(
+        dev: &'static CudaDevice,
+        cubin: &[u8],
+        entry: &str,
+        kernel: &str,
+        dynamic_smem: u32,
+        log: String,
+    ) -> Result<CudaKernel> {
+        dev.bind()?;
+        // The driver parses the image in place; give it an 8-byte-aligned copy, as ELF wants.
+        let mut image: Vec<u64> = vec![0; cubin.len().div_ceil(8) + 1];
+        // SAFETY: `image` has at least `cubin.len()` bytes; the regions do not overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                cubin.as_ptr(),
+                image.as_mut_ptr() as *mut u8,
+                cubin.len(),
+            )
+        };
+        // SAFETY: `image` is a complete cubin (ELF) that outlives the call.
+        let module = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }
+            .map_err(|e| {
+                let hint = if e.0 == sys::CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+                    || e.0 == sys::CUresult::CUDA_ERROR_INVALID_IMAGE
+                {
+                    format!(
+                        " (the device is {} = {}; compile for that architecture)",
+                        dev.props.name,
+                        dev.props.target().arch()
+                    )
+                } else {
+                    String::new()
+                };
+                drv(
+                    format!(
+                        "loading the module of kernel `{kernel}` on cuda:{}{hint}",
+                        dev.ordinal
+                    ),
+                    e,
+                )
+            })?;
+        let unload = |m| {
+            // SAFETY: `m` was just loaded and is not used after this.
+            let _ = unsafe { result::module::unload(m) };
+        };
+        let cname = match CString::new(entry) {
+            Ok(c) => c,
+            Err(_) => {
+                unload(module);
+                return Err(RuntimeError::Launch(format!(
+                    "kernel `{kernel}`: entry name `{entry}` contains a NUL byte"
+                )));
+            }
+        };
+        // SAFETY: the module is loaded; the name is NUL-terminated.
+        let func = match unsafe { result::module::get_function(module, cname) } {
+            Ok(f) => f,
+            Err(e) => {
+                unload(module);
+                return Err(drv(
+                    format!("finding `{entry}` in the module of kernel `{kernel}` (is it `extern \"C\" __global__`?)"),
+                    e,
+                ));
+            }
+        };
+        use sys::CUfunction_attribute as A;
+        let get = |a| func_attr(func, a).map(|v| v.max(0) as u32);
+        let usage = (|| -> std::result::Result<ResourceUsage, DriverError> {
+            let (stack_frame, spill_stores, spill_loads) = parse_ptxas_log(&log);
+            Ok(ResourceUsage {
+                registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+                local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+                static_smem_bytes: get(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+                dynamic_smem_bytes: dynamic_smem,
+                const_bytes: get(A::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
+                max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+                binary_version: get(A::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
+                spill_stores,
+                spill_loads,
+                stack_frame,
+                log: log.clone(),
+            })
+        })();
+        let usage = match usage {
+            Ok(u) => u,
+            Err(e) => {
+                unload(module);
+                return Err(drv(format!("cuFuncGetAttribute on kernel `{kernel}`"), e));
+            }
+        };
+        let k = CudaKernel {
+            dev,
+            module,
+            func,
+            name: kernel.to_string(),
+            usage,
+        };
+        let total_smem = dynamic_smem as usize + k.usage.static_smem_bytes as usize;
+        if total_smem > dev.props.smem_per_block_optin {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{kernel}` needs {total_smem} bytes of shared memory ({dynamic_smem} dynamic + {} static), but a block on {} may have at most {}; use smaller tiles or fewer pipeline stages",
+                k.usage.static_smem_bytes, dev.props.name, dev.props.smem_per_block_optin
+            )));
+        }
+        if dynamic_smem as usize > 48 * 1024 {
+            // Past 48 KiB a kernel must opt in to its dynamic shared memory size.
+            // SAFETY: `func` is a valid function of the loaded module.
+            unsafe {
+                result::function::set_function_attribute(
+                    func,
+                    A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dynamic_smem as i32,
+                )
+            }
+            .map_err(|e| {
+                drv(
+                    format!("raising the dynamic shared memory of kernel `{kernel}` to {dynamic_smem} bytes"),
+                    e,
+                )
+            })?;
+        }
+        Ok(k)
+    }
+
+    pub fn usage(&self) -> &ResourceUsage {
+        &self.usage
+    }
+    pub fn device(&self) -> &'static CudaDevice {
+        self.dev
+    }
+
+    /// Check the launch shape against what the device and this kernel allow.
+    pub(crate) fn check_shape(&self, grid: [i64; 3], threads: u32) -> Result<()> {
+        check_launch_shape(&self.name, grid, threads, self.usage.max_threads_per_block)
+    }
+
+    /// Queue one launch on the runtime's stream. A zero-size grid is a no-op.
+    pub(crate) fn launch(
+        &self,
+        params: &mut crate::exec::ParamBlock,
+        grid: [i64; 3],
+        threads: u32,
+    ) -> Result<()> {
+        self.check_shape(grid, threads)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        self.dev.bind()?;
+        let mut ptrs = params.pointers();
+        self.dev.note_launch(&self.name);
+        // SAFETY: the function belongs to a loaded module on the current context; `ptrs` points
+        // at one slot per kernel parameter, in the kernel's order, each holding a value of the
+        // parameter's type (see `ParamBlock`), and the slots outlive the call (the driver copies
+        // them at launch). Tensor pointers were checked against the signature by `bind`.
+        unsafe {
+            result::launch_kernel(
+                self.func,
+                (grid[0] as u32, grid[1] as u32, grid[2] as u32),
+                (threads, 1, 1),
+                self.usage.dynamic_smem_bytes,
+                self.dev.stream,
+                &mut ptrs,
+            )
+        }
+        .map_err(|e| {
+            drv(
+                format!(
+                    "launching kernel `{}` on cuda:{} (grid {:?}, {} threads, {} bytes dynamic shared memory)",
+                    self.name, self.dev.ordinal, grid, threads, self.usage.dynamic_smem_bytes
+                ),
+                e,
+            )
+        })?;
+        if sync_launches() {
+            self.dev.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Time `reps` launches with CUDA events after `warmup` untimed ones, optionally writing
+    /// the L2 flush buffer before each timed launch (outside the timed region).
+    pub(crate) fn bench(
+        &self,
+        params: &mut crate::exec::ParamBlock,
+        grid: [i64; 3],
+        threads: u32,
+        warmup: usize,
+        reps: usize,
+        flush_l2: bool,
+    ) -> Result<Vec<f64>> {
+        let reps = reps.max(1);
+        for _ in 0..warmup {
+            self.launch(params, grid, threads)?;
+        }
+        self.dev.synchronize()?;
+        self.dev.bind()?;
+        let mut events = Vec::with_capacity(2 * reps);
+        for _ in 0..2 * reps {
+            events.push(Event::new(self.dev)?);
+        }
+        for r in 0..reps {
+            if flush_l2 {
+                self.dev.flush_l2()?;
+            }
+            events[2 * r].record()?;
+            self.launch(params, grid, threads)?;
+            events[2 * r + 1].record()?;
+        }
+        self.dev.synchronize()?;
+        (0..reps)
+            .map(|r| events[2 * r].elapsed_ms(&events[2 * r + 1]))
+            .collect()
+    }
+}
+
+/// Grid and block limits every CUDA device has, and the kernel's own thread limit (which its
+/// register use lowers).
+pub fn check_launch_shape(
+    kernel: &str,
+    grid: [i64; 3],
+    threads: u32,
+    max_threads: u32,
+) -> Result<()> {
+    let limits = [i32::MAX as i64, 65535, 65535];
+    for (d, (&g, &lim)) in grid.iter().zip(&limits).enumerate() {
+        if g < 0 || g > lim {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{kernel}`: grid dimension {} is {g}, outside 0..={lim} (CUDA's limit); launch fewer, larger blocks",
+                ["x", "y", "z"][d]
+            )));
+        }
+    }
+    if threads == 0 || threads > max_threads.min(1024) {
+        return Err(RuntimeError::Launch(format!(
+            "kernel `{kernel}`: {threads} threads per block, but this kernel can run at most {} (its register use sets the limit)",
+            max_threads.min(1024)
+        )));
+    }
+    Ok(())
+}
+
+/// `TILELANG_CUDA_SYNC=1` waits after every launch, so a fault is reported against the kernel
+/// that caused it.
+fn sync_launches() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("TILELANG_CUDA_SYNC")
+            .map(|v| !v.is_empty() && v != "0")
+            .unwrap_or(false)
+    })
+}
+
+/// A timing event on the runtime's stream.
+struct Event {
+    ev: sys::CUevent,
+    dev: &'static CudaDevice,
+}
+
+impl Event {
+    fn new(dev: &'static CudaDevice) -> Result<Event> {
+        dev.bind()?;
+        let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(|e| drv("cuEventCreate", e))?;
+        Ok(Event { ev, dev })
+    }
+    fn record(&self) -> Result<()> {
+        // SAFETY: a live event and the runtime's stream, both on the current context.
+        unsafe { result::event::record(self.ev, self.dev.stream) }
+            .map_err(|e| drv("cuEventRecord", e))
+    }
+    fn elapsed_ms(&self, end: &Event) -> Result<f64> {
+        // SAFETY: both events are live and were recorded (and completed: the stream was synced).
+        unsafe { result::event::elapsed(self.ev, end.ev) }
+            .map(|v| v as f64)
+            .map_err(|e| drv("cuEventElapsedTime", e))
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if self.dev.bind().is_ok() {
+            // SAFETY: the event was created in `new` and is destroyed once, here.
+            let _ = unsafe { result::event::destroy(self.ev) };
+        }
+    }
+}
+
+/// A cubin and its NVRTC log, from the cache or a fresh compile.
+pub(crate) struct Artifact {
+    pub cubin: Vec<u8>,
+    pub log: String,
+    pub cache_hit: bool,
+    pub compile_time: Duration,
+}
+
+/// Take `<key>.cubin` (and its `<key>.log`) from the cache, or compile `source` with NVRTC for
+/// `arch` and store both (atomically, so concurrent processes never read a torn file). The
+/// source of a failed compile is kept as `<key>.cu` for the error message.
+pub(crate) fn compile_cached(
+    cache: &Cache,
+    key: &str,
+    kernel: &str,
+    source: &str,
+    arch: &str,
+) -> Result<Artifact> {
+    if let Some(p) = cache.get(key, "cubin") {
+        if let Ok(cubin) = std::fs::read(&p) {
+            if !cubin.is_empty() {
+                let log = cache
+                    .get(key, "log")
+                    .and_then(|l| std::fs::read_to_string(l).ok())
+                    .unwrap_or_default();
+                return Ok(Artifact {
+                    cubin,
+                    log,
+                    cache_hit: true,
+                    compile_time: Duration::ZERO,
+                });
+            }
+        }
+    }
+    let t = Instant::now();
+    let compiled = nvrtc::compile(source, arch, &[]).map_err(|e| match e {
+        nvrtc::NvrtcError::NotFound(reason) => RuntimeError::NvrtcUnavailable { reason },
+        nvrtc::NvrtcError::Compile { log } => {
+            let src_path = cache.path(key, "cu");
+            if let Some(d) = src_path.parent() {
+                let _ = std::fs::create_dir_all(d);
+            }
+            let _ = std::fs::write(&src_path, source);
+            let mut log = log;
+            if log.len() > 16000 {
+                let mut cut = 16000;
+                while !log.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                log.truncate(cut);
+                log.push_str("\n[log truncated]");
+            }
+            RuntimeError::NvrtcFailed {
+                kernel: kernel.to_string(),
+                arch: arch.to_string(),
+                source_path: src_path,
+                log,
+            }
+        }
+        other => RuntimeError::NvrtcUnavailable {
+            reason: other.to_string(),
+        },
+    })?;
+    let compile_time = t.elapsed();
+    let io = |path: &std::path::Path, e: std::io::Error| RuntimeError::Cache {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    };
+    cache.put(key, "log", |tmp| {
+        std::fs::write(tmp, &compiled.log).map_err(|e| io(tmp, e))
+    })?;
+    cache.put(key, "cubin", |tmp| {
+        std::fs::write(tmp, &compiled.cubin).map_err(|e| io(tmp, e))
+    })?;
+    Ok(Artifact {
+        cubin: compiled.cubin,
+        log: compiled.log,
+        cache_hit: false,
+        compile_time,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_report_is_parsed() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k\n    \
+                   24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 255 registers, 380 bytes cmem[0]";
+        assert_eq!(parse_ptxas_log(log), (Some(24), Some(8), Some(12)));
+        assert_eq!(parse_ptxas_log(""), (None, None, None));
+    }
+
+    #[test]
+    fn launch_shape_limits() {
+        assert!(check_launch_shape("k", [1, 1, 1], 128, 1024).is_ok());
+        assert!(check_launch_shape("k", [0, 1, 1], 128, 1024).is_ok());
+        let e = check_launch_shape("k", [1, 70000, 1], 128, 1024)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("grid dimension y") && e.contains("`k`"), "{e}");
+        let e = check_launch_shape("k", [1, 1, 1], 512, 384)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 384"), "{e}");
+        assert!(check_launch_shape("k", [1, 1, 1], 0, 1024).is_err());
+    }
+
+    #[test]
+    fn no_device_is_an_error_not_a_panic() {
+        if cuda_probe::device_count() == 0 {
+            let e = device(0).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("cuda:0"), "{e}");
+        }
+    }
+}
