@@ -1,5 +1,5 @@
-//! Line-oriented driver for differential testing against C++ CuTe (see
-//! `crates/layout/tools/cute_diff.py`): each stdin line is `op|arg|arg`, each output line is
+//! Line-oriented driver for differential testing against another layout implementation: each
+//! stdin line is `op|arg|arg`, each output line is
 //! `OK <result>` or `ERR <message>`.
 
 use std::io::BufRead;
