@@ -4,6 +4,7 @@
 //! widen, stores and explicit casts round. Index arithmetic on global tensors is widened to
 //! 64 bits so tensors past 2^31 elements address correctly.
 
+use std::collections::HashMap;
 use std::fmt::Write;
 
 use tl_ir::{
@@ -112,6 +113,9 @@ pub struct Printer<'a> {
     pub out: String,
     pub indent: usize,
     pub errors: Vec<Diagnostic>,
+    /// Byte offsets of shared buffers (by buffer id) in the kernel's one dynamic shared-memory
+    /// block; CUDA declares each shared `Alloc` as a pointer into it. Empty for C.
+    pub smem_offsets: HashMap<u64, u64>,
 }
 
 impl<'a> Printer<'a> {
@@ -122,6 +126,7 @@ impl<'a> Printer<'a> {
             out: String::new(),
             indent: 1,
             errors: vec![],
+            smem_offsets: HashMap::new(),
         }
     }
 
@@ -133,7 +138,7 @@ impl<'a> Printer<'a> {
         self.out.push('\n');
     }
 
-    fn unsupported(&mut self, what: String) -> String {
+    pub(crate) fn unsupported(&mut self, what: String) -> String {
         self.errors.push(Diagnostic::internal(format!(
             "code generation for {:?} does not support {what}",
             self.dialect
@@ -412,6 +417,7 @@ impl<'a> Printer<'a> {
                 let (a, v) = (self.expr(addr), self.expr(v));
                 format!("tl_atomic_add_{}({a}, {v})", target_dt.name())
             }
+            other if self.dialect == Dialect::Cuda => self.cuda_call(other, args, dt),
             other => {
                 let _ = dt;
                 self.unsupported(format!("the intrinsic {}", other.name()))
@@ -468,7 +474,9 @@ impl<'a> Printer<'a> {
                 match &l.kind {
                     ForKind::Vectorized => {
                         let pragma = self.simd_pragma(&l.body);
-                        self.line(&pragma);
+                        if !pragma.is_empty() {
+                            self.line(&pragma);
+                        }
                     }
                     ForKind::Unrolled => {
                         let n = l.extent.as_int().unwrap_or(4).clamp(1, 65535);
@@ -526,6 +534,9 @@ impl<'a> Printer<'a> {
     }
 
     pub fn alloc(&mut self, b: &Buffer) {
+        if self.dialect == Dialect::Cuda {
+            return self.cuda_alloc(b);
+        }
         let name = self.names.buf(b);
         let ty = if b.scope() == Scope::Var {
             compute_type(b.dtype())

@@ -4,6 +4,8 @@
 pub mod abi;
 pub mod c;
 pub mod cfamily;
+pub mod cuda;
 pub mod names;
 
 pub use abi::{Abi, IntSlot};
+pub use cuda::CudaSource;

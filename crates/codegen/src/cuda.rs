@@ -1,0 +1,662 @@
+//! CUDA C++ from thread-level IR (docs/design/thread-ir.md), for NVRTC.
+//!
+//! One `extern "C" __global__` function per kernel, with the ABI of the design doc: tensor
+//! parameters as device pointers, scalars by value, then the symbolic dims as `int32_t`. The
+//! generated source includes no CUDA toolkit header: `include/tl_cuda.h` (embedded below)
+//! supplies the integer types, the narrow-float conversions and the inline-PTX wrappers of
+//! cp.async, ldmatrix and mma.sync, so NVRTC compiles it with no include path.
+//!
+//! Expressions and statements are printed by the shared C-family printer ([`Printer`] with
+//! [`Dialect::Cuda`]); this module adds what only CUDA has: the kernel signature, block indices
+//! (with the optional block swizzle), shared memory placed in one dynamic block, and the
+//! intrinsics.
+
+use std::collections::{HashMap, HashSet};
+
+use tl_ir::{
+    Buffer, DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Param,
+    Role, Scope, Span, Stmt, StmtKind,
+};
+use tl_target::Target;
+
+use crate::cfamily::{compute_type, storage_type, Dialect, Printer};
+use crate::names::Names;
+
+/// The device header every generated kernel starts with.
+pub const CUDA_HEADER: &str = include_str!("../include/tl_cuda.h");
+
+/// Generated CUDA source and what the runtime needs to launch it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CudaSource {
+    pub code: String,
+    /// The `extern "C" __global__` function: `tl_kernel_<name>`.
+    pub entry: String,
+    /// Bytes of dynamic shared memory to launch with (every shared buffer of the kernel).
+    pub dynamic_smem_bytes: u32,
+    /// Threads per block (`blockDim.x`); also the kernel's `__launch_bounds__`.
+    pub threads: u32,
+    /// The architecture the source was generated for (`sm_80`, `sm_90a`), as NVRTC takes it.
+    pub arch: String,
+}
+
+/// Names the generated code uses from NVRTC's built-ins and the header; user variables must
+/// not shadow them inside the kernel.
+const CUDA_NAMES: &[&str] = &[
+    "int8_t",
+    "int16_t",
+    "int32_t",
+    "int64_t",
+    "uint8_t",
+    "uint16_t",
+    "uint32_t",
+    "uint64_t",
+    "uint2",
+    "make_uint4",
+    "atomicAdd",
+    "atomicCAS",
+    "memcpy",
+    "expf",
+    "exp2f",
+    "logf",
+    "log2f",
+    "sqrtf",
+    "rsqrtf",
+    "rsqrt",
+    "tanhf",
+    "tanh",
+    "erff",
+    "erf",
+    "sinf",
+    "sin",
+    "cosf",
+    "cos",
+    "floorf",
+    "floor",
+    "ceilf",
+    "ceil",
+    "fabsf",
+    "fabs",
+    "fminf",
+    "fmin",
+    "fmaxf",
+    "fmax",
+    "powf",
+    "fmodf",
+    "fmod",
+    "exp2",
+    "log2",
+];
+
+/// Generate CUDA C++ for a thread-level kernel. Errors are diagnostics (never panics): a
+/// non-CUDA or pre-sm_80 target, shared memory past the target's limit, buffers without
+/// constant sizes, malformed intrinsic calls, constructs that should have been lowered.
+pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
+    let sm = match target {
+        Target::Cuda { sm } if sm >= 80 => sm,
+        other => {
+            return Err(Diagnostic::new(
+                DiagKind::Unsupported,
+                Span::UNKNOWN,
+                format!("CUDA code generation does not support the target `{other}`"),
+            )
+            .help("generate CUDA for sm_80 or newer (sm_80, sm_86, sm_89, sm_90a)")
+            .into())
+        }
+    };
+    let mut errors = vec![];
+    let span = k.body.span;
+    if k.threads == 0 || k.threads > 1024 {
+        errors.push(
+            Diagnostic::new(
+                DiagKind::InvalidArgument,
+                span,
+                format!("kernel `{}` has {} threads per block", k.name, k.threads),
+            )
+            .help("use between 1 and 1024 threads per block"),
+        );
+    }
+    if k.grid.is_empty() || k.grid.len() > 3 || k.block_vars.len() != k.grid.len() {
+        errors.push(Diagnostic::new(
+            DiagKind::InvalidArgument,
+            span,
+            format!(
+                "kernel `{}` has a {}-d grid and {} block index variables",
+                k.name,
+                k.grid.len(),
+                k.block_vars.len()
+            ),
+        ));
+    }
+
+    let plan = plan_shared(&k.body, &mut errors);
+    let limit = target.max_shared_bytes() as u64;
+    if plan.total > limit {
+        errors.push(
+            Diagnostic::new(
+                DiagKind::OutOfRange,
+                span,
+                format!(
+                    "kernel `{}` needs {} bytes of shared memory; {} allows {} bytes per block",
+                    k.name, plan.total, target, limit
+                ),
+            )
+            .help("use smaller tiles or fewer pipeline stages"),
+        );
+    }
+
+    let mut names = Names::new();
+    for n in CUDA_NAMES {
+        names.reserve(n);
+    }
+    let kname = format!("tl_kernel_{}", sanitize(&k.name));
+    let written = written_buffers(&k.body);
+
+    let mut params = vec![];
+    for p in &k.params {
+        match p {
+            Param::Tensor { buffer, role } => {
+                let n = names.buf(buffer);
+                let konst = if *role == Role::Input && !written.contains(&buffer.id()) {
+                    "const "
+                } else {
+                    ""
+                };
+                params.push(format!(
+                    "{konst}{}* __restrict__ {n}",
+                    storage_type(buffer.dtype())
+                ));
+            }
+            Param::Scalar(v) => {
+                let n = names.var(v);
+                params.push(format!("const {} {n}", scalar_param_type(v.dtype())));
+            }
+        }
+    }
+    for d in &k.dims {
+        let n = names.var(d);
+        params.push(format!("const int32_t {n}"));
+    }
+
+    let mut p = Printer::new(&mut names, Dialect::Cuda);
+    p.smem_offsets = plan.offsets;
+    if plan.total > 0 {
+        p.line("extern __shared__ __align__(1024) unsigned char tl_smem[];");
+    }
+    block_indices(&mut p, k);
+    p.stmt(&k.body);
+    errors.append(&mut p.errors);
+    let body = std::mem::take(&mut p.out);
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+
+    let mut code = String::new();
+    code.push_str(&format!(
+        "/* generated by tilelang: CUDA C++ for {} (kernel `{}`) */\n",
+        target.arch(),
+        k.name
+    ));
+    code.push_str(CUDA_HEADER);
+    code.push('\n');
+    code.push_str(&format!(
+        "extern \"C\" __global__ void __launch_bounds__({}) {kname}({}) {{\n{body}}}\n",
+        k.threads.max(1),
+        params.join(", ")
+    ));
+    let _ = sm;
+    Ok(CudaSource {
+        code,
+        entry: kname,
+        dynamic_smem_bytes: plan.total as u32,
+        threads: k.threads,
+        arch: target.arch(),
+    })
+}
+
+/// How a scalar parameter is passed: its compute type, bools as `int32_t`.
+fn scalar_param_type(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool => "int32_t",
+        d => compute_type(d),
+    }
+}
+
+/// `block_vars[d] = blockIdx.{x,y,z}`, or the panel swizzle of the design doc for a 2-d grid
+/// with `attrs.swizzle_panel` (a panel of 1 row is the identity, so it is skipped).
+fn block_indices(p: &mut Printer, k: &Kernel) {
+    let axes = ["x", "y", "z"];
+    let vars: Vec<String> = k.block_vars.iter().map(|v| p.names.var(v)).collect();
+    match k.attrs.swizzle_panel {
+        Some(panel) if panel > 1 && vars.len() == 2 => {
+            // 32-bit unsigned arithmetic: exact for grids of fewer than 2^32 blocks.
+            p.line("const uint32_t tl_gx = gridDim.x, tl_gy = gridDim.y;");
+            p.line("const uint32_t tl_lin = blockIdx.y * tl_gx + blockIdx.x;");
+            p.line(&format!("const uint32_t tl_pw = {panel}u * tl_gx;"));
+            p.line("const uint32_t tl_panel = tl_lin / tl_pw, tl_r = tl_lin % tl_pw;");
+            p.line(&format!(
+                "const uint32_t tl_rows_left = tl_gy - tl_panel * {panel}u;"
+            ));
+            p.line(&format!(
+                "const uint32_t tl_rows = tl_rows_left < {panel}u ? tl_rows_left : {panel}u;"
+            ));
+            p.line(&format!(
+                "const int32_t {} = (int32_t)(tl_r / tl_rows);",
+                vars[0]
+            ));
+            p.line(&format!(
+                "const int32_t {} = (int32_t)(tl_panel * {panel}u + tl_r % tl_rows);",
+                vars[1]
+            ));
+        }
+        _ => {
+            for (v, a) in vars.iter().zip(axes) {
+                p.line(&format!("const int32_t {v} = (int32_t)blockIdx.{a};"));
+            }
+        }
+    }
+}
+
+/// Where each shared buffer lives in the dynamic shared-memory block.
+struct SharedPlan {
+    offsets: HashMap<u64, u64>,
+    total: u64,
+}
+
+/// Place every shared `Alloc` of the kernel, in program order, one after another: 16-byte
+/// aligned, 1024-byte aligned from 1 KiB up (128-byte-swizzled tiles repeat every 1024 bytes).
+/// Buffers are not overlapped even when their lifetimes are disjoint.
+fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
+    let mut offsets = HashMap::new();
+    let mut cur: u64 = 0;
+    body.walk(&mut |s| {
+        let StmtKind::Alloc(b) = &s.kind else { return };
+        if b.scope() != Scope::Shared || offsets.contains_key(&b.id()) {
+            return;
+        }
+        let Some(n) = b.const_numel().filter(|&n| n >= 0) else {
+            errors.push(
+                Diagnostic::new(
+                    DiagKind::Unsupported,
+                    b.span(),
+                    format!(
+                        "shared buffer `{}` has no constant size ({:?})",
+                        b.name(),
+                        b.shape()
+                    ),
+                )
+                .help("give shared buffers constant shapes"),
+            );
+            return;
+        };
+        let bytes = (n as u64).saturating_mul(b.dtype().bytes() as u64);
+        let align = if bytes >= 1024 { 1024 } else { 16 };
+        let off = cur.div_ceil(align).saturating_mul(align);
+        offsets.insert(b.id(), off);
+        cur = off.saturating_add(bytes);
+    });
+    SharedPlan {
+        offsets,
+        total: cur.div_ceil(16).saturating_mul(16),
+    }
+}
+
+/// The buffer and indices of an `AddressOf(Load(buf, idx))` argument.
+fn address_target(e: &Expr) -> Option<(&Buffer, &[Expr])> {
+    match e.kind() {
+        ExprKind::Call(Intrinsic::AddressOf, a) => match a.first().map(|l| l.kind()) {
+            Some(ExprKind::Load(b, idx)) => Some((b, idx.as_slice())),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Argument positions of intrinsics that only read through the address they are given.
+fn reads_only(op: &Intrinsic, i: usize) -> bool {
+    match op {
+        Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
+        Intrinsic::Ldmatrix { .. } => i == 0,
+        Intrinsic::MmaSync { .. } => i >= 1,
+        _ => false,
+    }
+}
+
+/// Buffers the kernel may write: stored to, or passed by address to an intrinsic that writes
+/// (or to an `Extern`, which might). Input tensors outside this set are declared `const`.
+fn written_buffers(body: &Stmt) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    body.walk(&mut |s| {
+        if let StmtKind::Store { buffer, .. } = &s.kind {
+            out.insert(buffer.id());
+        }
+        for e in s.exprs() {
+            e.visit(&mut |x| {
+                if let ExprKind::Call(op, args) = x.kind() {
+                    if *op == Intrinsic::AddressOf {
+                        return;
+                    }
+                    for (i, a) in args.iter().enumerate() {
+                        if let Some((b, _)) = address_target(a) {
+                            if !reads_only(op, i) {
+                                out.insert(b.id());
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    out
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The CUDA-only parts of the shared printer.
+impl Printer<'_> {
+    fn cuda_error(&mut self, kind: DiagKind, message: String, help: &str) -> String {
+        self.errors
+            .push(Diagnostic::new(kind, Span::UNKNOWN, message).help(help));
+        "0".into()
+    }
+
+    /// Print an address argument, checking it is `address_of(load)` of a buffer in one of
+    /// `scopes` (and, when given, with elements of `bytes` bytes).
+    fn cuda_addr(
+        &mut self,
+        op: &Intrinsic,
+        arg: Option<&Expr>,
+        what: &str,
+        scopes: &[Scope],
+        bytes: Option<usize>,
+    ) -> Option<(String, Buffer)> {
+        let Some((buf, idx)) = arg.and_then(address_target) else {
+            self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: the {what} argument is not `address_of(buffer[index])`"),
+                "this is a compiler bug; lowering must pass element addresses",
+            );
+            return None;
+        };
+        if !scopes.contains(&buf.scope()) {
+            let want: Vec<&str> = scopes.iter().map(|s| s.name()).collect();
+            self.cuda_error(
+                DiagKind::ScopeMismatch,
+                format!(
+                    "{op}: the {what} `{}` is in {} memory; it must be in {}",
+                    buf.name(),
+                    buf.scope(),
+                    want.join(" or ")
+                ),
+                "this is a compiler bug in lowering",
+            );
+            return None;
+        }
+        if let Some(n) = bytes {
+            if buf.dtype().bytes() != n {
+                self.cuda_error(
+                    DiagKind::DTypeMismatch,
+                    format!(
+                        "{op}: the {what} `{}` has {}-byte elements ({}); it needs {n}-byte ones",
+                        buf.name(),
+                        buf.dtype().bytes(),
+                        buf.dtype()
+                    ),
+                    "this is a compiler bug in lowering",
+                );
+                return None;
+            }
+        }
+        let lv = self.lvalue(buf, idx);
+        Some((format!("(&{lv})"), buf.clone()))
+    }
+
+    fn cuda_nargs(&mut self, op: &Intrinsic, args: &[Expr], n: usize) -> bool {
+        if args.len() == n {
+            return true;
+        }
+        self.cuda_error(
+            DiagKind::Internal,
+            format!("{op} takes {n} arguments, got {}", args.len()),
+            "this is a compiler bug; lowering built a malformed intrinsic call",
+        );
+        false
+    }
+
+    pub(crate) fn cuda_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
+        const SHARED: &[Scope] = &[Scope::Shared];
+        const GLOBAL: &[Scope] = &[Scope::Global];
+        const LOCAL: &[Scope] = &[Scope::Local];
+        const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
+        match op {
+            Intrinsic::ThreadIdx => "((int32_t)threadIdx.x)".into(),
+            Intrinsic::SyncThreads => "__syncthreads()".into(),
+            Intrinsic::SyncWarp => "__syncwarp()".into(),
+            Intrinsic::ShflXor { width }
+            | Intrinsic::ShflDown { width }
+            | Intrinsic::ShflIdx { width } => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                if !width.is_power_of_two() || *width > 32 {
+                    return self.cuda_error(
+                        DiagKind::InvalidArgument,
+                        format!("{op}: the width must be a power of two up to 32"),
+                        "use a width of 1, 2, 4, 8, 16 or 32 lanes",
+                    );
+                }
+                let f = match op {
+                    Intrinsic::ShflXor { .. } => "__shfl_xor_sync",
+                    Intrinsic::ShflDown { .. } => "__shfl_down_sync",
+                    _ => "__shfl_sync",
+                };
+                let v = self.expr(&args[0]);
+                let lane = self.expr(&args[1]);
+                let ct = compute_type(args[0].dtype());
+                // NVRTC's overloads take 32- and 64-bit ints and floats; narrower ints travel as
+                // int (f16/bf16 are already f32 in expressions).
+                if matches!(
+                    ct,
+                    "float" | "double" | "int32_t" | "uint32_t" | "int64_t" | "uint64_t" | "int"
+                ) {
+                    format!("{f}(0xffffffffu, {v}, {lane}, {width})")
+                } else {
+                    let rt = compute_type(dt);
+                    format!("(({rt}){f}(0xffffffffu, (int)({v}), {lane}, {width}))")
+                }
+            }
+            Intrinsic::CpAsync { bytes } => {
+                if !self.cuda_nargs(op, args, 3) {
+                    return "0".into();
+                }
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return self.cuda_error(
+                        DiagKind::InvalidArgument,
+                        format!("{op}: cp.async copies 4, 8 or 16 bytes"),
+                        "this is a compiler bug in async-copy lowering",
+                    );
+                }
+                let Some((d, _)) = self.cuda_addr(op, args.first(), "destination", SHARED, None)
+                else {
+                    return "0".into();
+                };
+                let Some((s, _)) = self.cuda_addr(op, args.get(1), "source", GLOBAL, None) else {
+                    return "0".into();
+                };
+                let pred = self.expr(&args[2]);
+                format!("tl_cp_async_{bytes}({d}, {s}, {pred})")
+            }
+            Intrinsic::CpAsyncCommit => "tl_cp_async_commit()".into(),
+            Intrinsic::CpAsyncWait { n } => format!("tl_cp_async_wait<{n}>()"),
+            Intrinsic::VecCopy { lanes } => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", ANY_MEM, None)
+                else {
+                    return "0".into();
+                };
+                let Some((s, _)) = self.cuda_addr(op, args.get(1), "source", ANY_MEM, None) else {
+                    return "0".into();
+                };
+                let bytes = *lanes as usize * db.dtype().bytes();
+                if !matches!(bytes, 1 | 2 | 4 | 8 | 16) {
+                    return self.cuda_error(
+                        DiagKind::InvalidArgument,
+                        format!(
+                            "{op} of {} elements moves {bytes} bytes; vector copies move 1, 2, 4, 8 or 16",
+                            db.dtype()
+                        ),
+                        "this is a compiler bug in vectorization",
+                    );
+                }
+                format!("tl_vec_copy_{bytes}({d}, {s})")
+            }
+            Intrinsic::AtomicAdd => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let Some((a, b)) = self.cuda_addr(
+                    op,
+                    args.first(),
+                    "target",
+                    &[Scope::Global, Scope::Shared],
+                    None,
+                ) else {
+                    return "0".into();
+                };
+                let ty = b.dtype();
+                if !matches!(
+                    ty,
+                    DType::F32
+                        | DType::F64
+                        | DType::I32
+                        | DType::U32
+                        | DType::I64
+                        | DType::U64
+                        | DType::F16
+                        | DType::BF16
+                ) {
+                    return self.cuda_error(
+                        DiagKind::Unsupported,
+                        format!("atomic add on `{}` of type {ty}", b.name()),
+                        "atomically add to f32, f64, f16, bf16, i32, u32, i64 or u64 elements",
+                    );
+                }
+                let v = self.expr(&args[1]);
+                format!("tl_atomic_add_{}({a}, {v})", ty.name())
+            }
+            Intrinsic::Ldmatrix { num, trans } => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                if !matches!(num, 1 | 2 | 4) {
+                    return self.cuda_error(
+                        DiagKind::InvalidArgument,
+                        format!("{op}: ldmatrix loads 1, 2 or 4 matrices"),
+                        "this is a compiler bug in gemm lowering",
+                    );
+                }
+                let Some((s, _)) = self.cuda_addr(op, args.first(), "source", SHARED, Some(2))
+                else {
+                    return "0".into();
+                };
+                let Some((d, _)) = self.cuda_addr(op, args.get(1), "destination", LOCAL, Some(2))
+                else {
+                    return "0".into();
+                };
+                let t = if *trans { "_trans" } else { "" };
+                format!("tl_ldmatrix_x{num}{t}({s}, (uint16_t*){d})")
+            }
+            Intrinsic::MmaSync { ab } => {
+                if !self.cuda_nargs(op, args, 4) {
+                    return "0".into();
+                }
+                if !matches!(ab, DType::BF16 | DType::F16) {
+                    return self.cuda_error(
+                        DiagKind::Unsupported,
+                        format!("mma.sync m16n8k16 with {ab} operands"),
+                        "mma.sync m16n8k16 takes bf16 or f16 operands",
+                    );
+                }
+                let d = self.cuda_addr(op, args.first(), "D", LOCAL, Some(4));
+                let a = self.cuda_addr(op, args.get(1), "A", LOCAL, Some(2));
+                let b = self.cuda_addr(op, args.get(2), "B", LOCAL, Some(2));
+                let c = self.cuda_addr(op, args.get(3), "C", LOCAL, Some(4));
+                let (Some((d, _)), Some((a, _)), Some((b, _)), Some((c, _))) = (d, a, b, c) else {
+                    return "0".into();
+                };
+                format!(
+                    "tl_mma_m16n8k16_{}((float*){d}, (const uint16_t*){a}, (const uint16_t*){b}, (const float*){c})",
+                    ab.name()
+                )
+            }
+            other => self.unsupported(format!("the intrinsic {}", other.name())),
+        }
+    }
+
+    /// Declarations: shared buffers are pointers into the dynamic block (planned beforehand),
+    /// local buffers per-thread arrays (16-byte aligned for vector copies), vars scalars.
+    pub(crate) fn cuda_alloc(&mut self, b: &Buffer) {
+        let name = self.names.buf(b);
+        match b.scope() {
+            Scope::Var => {
+                let ty = compute_type(b.dtype());
+                self.line(&format!("{ty} {name};"));
+            }
+            Scope::Local => {
+                let ty = storage_type(b.dtype());
+                match b.const_numel().filter(|&n| n >= 0) {
+                    Some(n) => self.line(&format!("__align__(16) {ty} {name}[{}];", n.max(1))),
+                    None => {
+                        self.cuda_error(
+                            DiagKind::Unsupported,
+                            format!(
+                                "local buffer `{}` has no constant size ({:?})",
+                                b.name(),
+                                b.shape()
+                            ),
+                            "give per-thread buffers constant shapes",
+                        );
+                    }
+                }
+            }
+            Scope::Shared => {
+                let ty = storage_type(b.dtype());
+                match self.smem_offsets.get(&b.id()).copied() {
+                    Some(off) => {
+                        self.line(&format!("{ty}* const {name} = ({ty}*)(tl_smem + {off});"))
+                    }
+                    // plan_shared already reported why this buffer has no place.
+                    None if self.errors.is_empty() => {
+                        let _ = self.unsupported(format!(
+                            "shared buffer `{}` that was not planned",
+                            b.name()
+                        ));
+                    }
+                    None => {}
+                }
+            }
+            Scope::Fragment | Scope::Global => {
+                let _ = self.cuda_error(
+                    DiagKind::Internal,
+                    format!(
+                        "an allocation of {} buffer `{}` in thread-level IR",
+                        b.scope(),
+                        b.name()
+                    ),
+                    "fragments must be lowered to local buffers before code generation",
+                );
+            }
+        }
+    }
+}
