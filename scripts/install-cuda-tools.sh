@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Install the CUDA compiler pieces the tests use, from PyPI wheels, without touching the system:
+#   - nvidia-cuda-nvrtc      libnvrtc (CUDA C++ -> PTX -> cubin, with ptxas inside), and
+#   - nvidia-cuda-cuobjdump  cuobjdump (lists the SASS of a cubin), and
+#   - nvidia-cuda-nvdisasm   nvdisasm (which cuobjdump runs to disassemble),
+# downloaded with `pip download` (nothing is pip-installed) and unpacked under
+# target/cuda-tools/ (or $TILELANG_CUDA_TOOLS). No GPU and no driver are needed: this is only
+# the compiler.
+#
+# Usage:   eval "$(bash scripts/install-cuda-tools.sh)"
+# stdout carries only `export NAME=value` lines; progress and errors go to stderr.
+# Idempotent: a second run with the same pinned versions downloads nothing.
+#
+# Versions: NVRTC 13.0 matches the GPU machines' driver (580, CUDA 13.0), so its PTX and cubins
+# load there; it compiles sm_80 ... sm_90a ... sm_120. cuobjdump and nvdisasm have no 13.0
+# wheels; 13.2 reads 13.0 cubins.
+set -euo pipefail
+
+NVRTC_VERSION="${TILELANG_NVRTC_VERSION:-13.0.88}"
+CUOBJDUMP_VERSION="${TILELANG_CUOBJDUMP_VERSION:-13.2.86}"
+NVDISASM_VERSION="${TILELANG_NVDISASM_VERSION:-$CUOBJDUMP_VERSION}"
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dest="${TILELANG_CUDA_TOOLS:-$root/target/cuda-tools}"
+stamp="$dest/.installed"
+want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION"
+
+log() { echo "install-cuda-tools: $*" >&2; }
+
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64) platform=manylinux_2_17_x86_64 ;;
+  Linux-aarch64) platform=manylinux_2_17_aarch64 ;;
+  *)
+    log "no CUDA wheels for $(uname -s)-$(uname -m); the CUDA compile tests will be skipped"
+    exit 0
+    ;;
+esac
+
+find_one() { # find_one DIR NAME-GLOB: the first matching file, or nothing
+  find "$1" -name "$2" -type f 2>/dev/null | grep -v '\.alt\.' | sort | head -n 1 || true
+}
+
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] \
+   || [ -z "$(find_one "$dest" 'libnvrtc.so.*')" ]; then
+  python="$(command -v python3 || command -v python || true)"
+  if [ -z "$python" ]; then
+    log "error: python3 with pip is needed to download the NVRTC wheels"
+    exit 1
+  fi
+  log "downloading $want into $dest"
+  rm -rf "$dest"
+  mkdir -p "$dest/wheels"
+  # Platform tags list every manylinux level the wheels have used; --only-binary keeps pip
+  # from building anything.
+  "$python" -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform "$platform" --platform "manylinux2014_${platform##*_2_17_}" \
+    --platform "manylinux_2_12_${platform##*_2_17_}" --platform "manylinux2010_${platform##*_2_17_}" \
+    --platform "manylinux_2_27_${platform##*_2_17_}" --platform "manylinux_2_28_${platform##*_2_17_}" \
+    --implementation py --python-version 3 \
+    -d "$dest/wheels" $want >&2
+  # Unpack with Python's zipfile (unzip may be absent); it drops the executable bits, which
+  # are put back below.
+  "$python" - "$dest" >&2 <<'PY'
+import pathlib, sys, zipfile
+dest = pathlib.Path(sys.argv[1])
+for whl in sorted((dest / "wheels").glob("*.whl")):
+    with zipfile.ZipFile(whl) as z:
+        for name in z.namelist():
+            # Skip the ".alt" library variants (another 114 MB, unused) and package stubs.
+            if (name.startswith("nvidia/") and not name.endswith("/")
+                    and "__init__" not in name and ".alt." not in name):
+                z.extract(name, dest)
+    print(f"unpacked {whl.name}", file=sys.stderr)
+PY
+  find "$dest/nvidia" -path '*/bin/*' -type f -exec chmod +x {} +
+  rm -rf "$dest/wheels"
+  echo "$want" > "$stamp"
+else
+  log "already installed in $dest ($want)"
+fi
+
+nvrtc="$(find_one "$dest" 'libnvrtc.so.*')"
+cuobjdump="$(find_one "$dest" cuobjdump)"
+if [ -z "$nvrtc" ]; then
+  log "error: no libnvrtc.so.* under $dest after unpacking"
+  exit 1
+fi
+log "NVRTC: $nvrtc"
+log "cuobjdump: ${cuobjdump:-<none>}"
+echo "export TILELANG_CUDA_TOOLS='$dest'"
+echo "export TILELANG_NVRTC='$nvrtc'"
+[ -n "$cuobjdump" ] && echo "export TILELANG_CUOBJDUMP='$cuobjdump'"
+# With the toolchain installed, the compile tests must run: a missing library now fails them.
+echo "export TILELANG_REQUIRE_NVRTC=1"
