@@ -964,6 +964,67 @@ mod tests {
         assert!(check_launch_shape("k", [1, 1, 1], 0, 1024).is_err());
     }
 
+    /// The cache half of `build_cuda` needs NVRTC but no GPU: a miss compiles and stores the
+    /// cubin and log, a hit reads them back; a compile error keeps the source and its log.
+    #[test]
+    fn compile_cache_miss_then_hit() {
+        if let Err(e) = nvrtc::version() {
+            println!("SKIPPED compile_cache_miss_then_hit: {e}");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("tl-cuda-cache-{}", std::process::id()));
+        let cache = Cache::at(&dir);
+        let src = crate::selftest::AXPY_SOURCE;
+        let key = Cache::key(&["test", src]);
+        let a = compile_cached(&cache, &key, "axpy", src, "sm_90a").unwrap();
+        assert!(!a.cache_hit);
+        assert_eq!(&a.cubin[..4], b"\x7fELF");
+        let (_, stores, loads) = parse_ptxas_log(&a.log);
+        assert_eq!((stores, loads), (Some(0), Some(0)), "{}", a.log);
+        let b = compile_cached(&cache, &key, "axpy", src, "sm_90a").unwrap();
+        assert!(b.cache_hit);
+        assert_eq!(a.cubin, b.cubin);
+        assert_eq!(a.log, b.log);
+
+        let bad = "extern \"C\" __global__ void k() { undeclared_thing(); }";
+        let key = Cache::key(&["test", bad]);
+        match compile_cached(&cache, &key, "k", bad, "sm_80") {
+            Err(RuntimeError::NvrtcFailed {
+                kernel,
+                source_path,
+                log,
+                ..
+            }) => {
+                assert_eq!(kernel, "k");
+                assert!(log.contains("undeclared_thing"), "{log}");
+                assert_eq!(std::fs::read_to_string(source_path).unwrap(), bad);
+            }
+            other => panic!("expected NvrtcFailed, got {:?}", other.err()),
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The built-in random kernel and the self-test kernels compile for Ampere and Hopper
+    /// without spills (needs NVRTC, not a GPU).
+    #[test]
+    fn builtin_kernels_compile() {
+        if let Err(e) = nvrtc::version() {
+            println!("SKIPPED builtin_kernels_compile: {e}");
+            return;
+        }
+        for src in [
+            crate::rng::CUDA_SOURCE,
+            crate::selftest::AXPY_SOURCE,
+            crate::selftest::REVERSE_SOURCE,
+        ] {
+            for arch in ["sm_80", "sm_90a"] {
+                let c = nvrtc::compile(src, arch, &[]).unwrap_or_else(|e| panic!("{arch}: {e}"));
+                let (_, stores, _) = parse_ptxas_log(&c.log);
+                assert_eq!(stores, Some(0), "{arch}: {}", c.log);
+            }
+        }
+    }
+
     #[test]
     fn no_device_is_an_error_not_a_panic() {
         if cuda_probe::device_count() == 0 {

@@ -17,7 +17,9 @@ use crate::tensor::Tensor;
 
 /// `out[i] = alpha * x[i] + y[i]`: params (x, y, out, alpha), then the size N.
 pub const AXPY_SOURCE: &str = r#"
-#include <stdint.h>
+// NVRTC has no C library headers: the fixed-width types are declared here.
+typedef int int32_t;
+typedef long long int64_t;
 extern "C" __global__ void __launch_bounds__(256)
 tl_kernel_axpy(const float* __restrict__ x, const float* __restrict__ y, float* __restrict__ out,
                float alpha, int32_t N) {
@@ -29,7 +31,9 @@ tl_kernel_axpy(const float* __restrict__ x, const float* __restrict__ y, float* 
 /// Each block reverses a chunk of 16384 floats through 64 KiB of dynamic shared memory:
 /// params (x, out), then N (a multiple of 16384).
 pub const REVERSE_SOURCE: &str = r#"
-#include <stdint.h>
+// NVRTC has no C library headers: the fixed-width types are declared here.
+typedef int int32_t;
+typedef long long int64_t;
 extern "C" __global__ void __launch_bounds__(1024)
 tl_kernel_reverse(const float* __restrict__ x, float* __restrict__ out, int32_t N) {
   extern __shared__ __align__(16) float s[];
