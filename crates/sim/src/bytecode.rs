@@ -1,0 +1,198 @@
+//! The simulator's program form: a flat list of instructions with jumps, one per kernel launch.
+//!
+//! A flat program lets every thread keep just a program counter, so a thread can stop at a
+//! barrier or a warp collective and resume there later; a tree walker would need a stack of
+//! loop states per thread. Expressions stay trees ([`E`]) with variables resolved to register
+//! numbers and buffers to indices in [`Program::bufs`], so evaluating one does no lookups.
+
+use tl_ir::eval::Value;
+use tl_ir::{BinOp, CmpOp, DType, Scope, Span, UnOp};
+
+/// A compiled expression. Every variable is a register of the executing thread; symbolic sizes
+/// and scalar parameters are constants by the time the program exists.
+#[derive(Clone, Debug)]
+pub enum E {
+    Const(Value),
+    Reg(u32),
+    ThreadIdx,
+    /// `op` computed in `dt` (narrow floats compute in f32, see `compile::compute_dtype`).
+    Bin(BinOp, DType, Box<(E, E)>),
+    /// A comparison of operands of dtype `dt`.
+    Cmp(CmpOp, DType, Box<(E, E)>),
+    And(Box<(E, E)>),
+    Or(Box<(E, E)>),
+    Un(UnOp, DType, Box<E>),
+    /// Both arms evaluated.
+    Select(Box<(E, E, E)>),
+    /// Only the taken arm evaluated.
+    IfThenElse(Box<(E, E, E)>),
+    Cast(DType, Box<E>),
+    Load(Box<MemRef>),
+    /// A known pure device function (`Extern { pure: true }`).
+    Pure(PureFn, DType, Vec<E>),
+}
+
+/// The device functions the simulator knows how to evaluate.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PureFn {
+    Unary(UnOp),
+    Min,
+    Max,
+    Div,
+}
+
+/// An element of a buffer: `bufs[buf]` at `idx` (one index: a flat element offset; else one
+/// index per dimension).
+#[derive(Clone, Debug)]
+pub struct MemRef {
+    pub buf: u32,
+    pub idx: Vec<E>,
+}
+
+/// Which shuffle.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ShflKind {
+    Xor,
+    Down,
+    Idx,
+}
+
+/// One instruction. `pc` of an instruction doubles as its diagnostic site: [`Program::sites`]
+/// holds its span and name.
+#[derive(Clone, Debug)]
+pub enum Instr {
+    /// `regs[reg] = value` (a `Let`, or a store to a `Var` buffer).
+    Set {
+        reg: u32,
+        value: E,
+    },
+    /// A store into global, shared or local memory (rounded to the element type).
+    Store {
+        dst: MemRef,
+        value: E,
+    },
+    /// Evaluate for side effects only (bounds checks of loads, pure calls).
+    Eval(E),
+    Jump(u32),
+    /// Jump to `target` when `cond` is false.
+    BranchIfNot {
+        cond: E,
+        target: u32,
+    },
+    /// `var = min; end = min + extent`.
+    ForInit {
+        var: u32,
+        end: u32,
+        min: E,
+        extent: E,
+    },
+    /// Leave the loop (jump to `exit`) once `var >= end`.
+    ForTest {
+        var: u32,
+        end: u32,
+        exit: u32,
+    },
+    /// `var += 1` (wrapped to `dtype`), then jump to the loop's test at `test`.
+    ForStep {
+        var: u32,
+        dtype: DType,
+        test: u32,
+    },
+    SyncThreads,
+    SyncWarp,
+    /// Warp collective: `regs[dst] = shfl(value, arg)` over the 32 lanes.
+    Shfl {
+        kind: ShflKind,
+        width: u32,
+        dst: u32,
+        value: E,
+        arg: E,
+    },
+    /// Warp collective `ldmatrix.x{num}[.trans]`.
+    Ldmatrix {
+        num: u32,
+        trans: bool,
+        src: MemRef,
+        dst: MemRef,
+    },
+    /// Warp collective `mma.sync.m16n8k16`, D = A·B + C.
+    Mma {
+        ab: DType,
+        d: MemRef,
+        a: MemRef,
+        b: MemRef,
+        c: MemRef,
+    },
+    CpAsync {
+        bytes: u32,
+        dst: MemRef,
+        src: MemRef,
+        pred: E,
+    },
+    CpCommit,
+    CpWait(u32),
+    VecCopy {
+        lanes: u32,
+        dst: MemRef,
+        src: MemRef,
+    },
+    AtomicAdd {
+        addr: MemRef,
+        value: E,
+    },
+    /// End of the kernel body.
+    Exit,
+}
+
+/// A buffer the program touches, with everything resolved for this launch.
+#[derive(Clone, Debug)]
+pub struct BufInfo {
+    pub name: String,
+    pub dtype: DType,
+    pub scope: Scope,
+    /// Extents (global: from the arguments; others: constant).
+    pub shape: Vec<i64>,
+    pub numel: i64,
+    /// Global: the argument index. Shared: the byte offset in the block's shared memory.
+    /// Local: the byte offset in each thread's local memory. Var: the register.
+    pub base: usize,
+}
+
+impl BufInfo {
+    pub fn bytes(&self) -> usize {
+        self.numel as usize * self.dtype.bytes()
+    }
+}
+
+/// Where an instruction came from.
+#[derive(Clone, Debug)]
+pub struct Site {
+    pub span: Span,
+    pub name: String,
+}
+
+/// A compiled kernel for one launch.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub code: Vec<Instr>,
+    pub sites: Vec<Site>,
+    pub bufs: Vec<BufInfo>,
+    /// Registers per thread (block indices first, then lets, loop variables, `Var` buffers,
+    /// loop ends and temporaries).
+    pub nregs: usize,
+    /// The initial value of every register (poison for `Var` buffers).
+    pub reg_init: Vec<Value>,
+    /// Registers holding `block_vars[d]`.
+    pub block_regs: Vec<u32>,
+    pub local_bytes: usize,
+    pub shared_bytes: usize,
+}
+
+impl Program {
+    pub fn span(&self, pc: usize) -> Span {
+        self.sites.get(pc).map(|s| s.span).unwrap_or(Span::UNKNOWN)
+    }
+    pub fn name(&self, pc: usize) -> &str {
+        self.sites.get(pc).map(|s| s.name.as_str()).unwrap_or("?")
+    }
+}

@@ -1,0 +1,675 @@
+//! From a thread-level `Kernel` (and the launch's bound sizes) to a flat [`Program`].
+//!
+//! The compiler resolves every name once: symbolic sizes and scalar parameters become constants,
+//! variables and `Var` buffers become registers, other buffers become indices into a table with
+//! their shapes, and shared buffers get the offsets codegen gives them in the one dynamic
+//! shared-memory block. Warp shuffles inside expressions are hoisted into their own
+//! instructions, because a thread must be able to stop at a collective and resume after it.
+
+use std::collections::HashMap;
+
+use tl_ir::eval::{wrap_int, Value};
+use tl_ir::{
+    Buffer, DType, Expr, ExprKind, ForKind, Intrinsic, Kernel, Param, Scope, Span, Stmt, StmtKind,
+    UnOp, Var,
+};
+
+use crate::bind::Bound;
+use crate::bytecode::{BufInfo, Instr, MemRef, Program, PureFn, ShflKind, Site, E};
+use crate::error::SimError;
+
+/// The dtype arithmetic of a `dt`-typed expression happens in: narrow floats compute in f32 and
+/// are rounded only by stores and explicit casts (as the generated C and CUDA do).
+pub fn compute_dtype(dt: DType) -> DType {
+    match dt {
+        DType::F16 | DType::BF16 | DType::F8E4M3 | DType::F8E5M2 => DType::F32,
+        d => d,
+    }
+}
+
+/// The value a register or `Var` buffer holds before anything is stored: NaN for floats, a
+/// recognizable garbage pattern for integers, so reading it shows up in results.
+pub fn poison(dt: DType) -> Value {
+    if dt.is_float() {
+        Value::Float(f64::NAN)
+    } else if dt.is_bool() {
+        Value::Bool(true)
+    } else {
+        Value::Int(wrap_int(0x5EAD_BEEF_DEAD_BEEF_i64 as i128, dt))
+    }
+}
+
+/// Codegen's placement of shared buffers: 16-byte aligned, 1024-byte aligned from 1 KiB up.
+pub fn shared_align(bytes: usize) -> usize {
+    if bytes >= 1024 {
+        1024
+    } else {
+        16
+    }
+}
+
+fn align_up(x: usize, a: usize) -> usize {
+    x.div_ceil(a) * a
+}
+
+struct Compiler<'a> {
+    code: Vec<Instr>,
+    sites: Vec<Site>,
+    bufs: Vec<BufInfo>,
+    buf_ids: HashMap<u64, u32>,
+    regs: HashMap<u64, u32>,
+    reg_init: Vec<Value>,
+    consts: &'a HashMap<u64, Value>,
+    span: Span,
+    /// Depth of expression arms that are evaluated conditionally (a collective there cannot
+    /// be hoisted).
+    cond_depth: u32,
+    local_bytes: usize,
+    shared_bytes: usize,
+}
+
+pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
+    let mut c = Compiler {
+        code: vec![],
+        sites: vec![],
+        bufs: vec![],
+        buf_ids: HashMap::new(),
+        regs: HashMap::new(),
+        reg_init: vec![],
+        consts: &bound.env,
+        span: k.body.span,
+        cond_depth: 0,
+        local_bytes: 0,
+        shared_bytes: 0,
+    };
+    let block_regs: Vec<u32> = k.block_vars.iter().map(|v| c.def_var(v)).collect();
+    for (i, p) in k.params.iter().enumerate() {
+        if let Param::Tensor { buffer, .. } = p {
+            let shape = bound.shapes.get(i).cloned().flatten().ok_or_else(|| {
+                SimError::BadArgs(format!("no shape for tensor `{}`", buffer.name()))
+            })?;
+            c.add_buf(buffer, shape, i)?;
+        }
+    }
+    c.allocs(&k.body)?;
+    c.stmt(&k.body)?;
+    c.span = k.body.span;
+    c.emit(Instr::Exit, "end of kernel".into());
+    Ok(Program {
+        code: c.code,
+        sites: c.sites,
+        bufs: c.bufs,
+        nregs: c.reg_init.len(),
+        reg_init: c.reg_init,
+        block_regs,
+        local_bytes: c.local_bytes,
+        shared_bytes: c.shared_bytes,
+    })
+}
+
+impl Compiler<'_> {
+    fn emit(&mut self, i: Instr, name: String) -> u32 {
+        self.code.push(i);
+        self.sites.push(Site {
+            span: self.span,
+            name,
+        });
+        (self.code.len() - 1) as u32
+    }
+
+    fn here(&self) -> u32 {
+        self.code.len() as u32
+    }
+
+    fn patch(&mut self, at: u32, to: u32) {
+        match self.code.get_mut(at as usize) {
+            Some(Instr::Jump(t))
+            | Some(Instr::BranchIfNot { target: t, .. })
+            | Some(Instr::ForTest { exit: t, .. }) => *t = to,
+            _ => {}
+        }
+    }
+
+    fn new_reg(&mut self, init: Value) -> u32 {
+        self.reg_init.push(init);
+        (self.reg_init.len() - 1) as u32
+    }
+
+    /// The register of a variable (one per variable for the whole program: a `let` inside a
+    /// loop reassigns it each iteration).
+    fn def_var(&mut self, v: &Var) -> u32 {
+        if let Some(&r) = self.regs.get(&v.id()) {
+            return r;
+        }
+        let r = self.new_reg(Value::Int(0));
+        self.regs.insert(v.id(), r);
+        r
+    }
+
+    fn add_buf(&mut self, b: &Buffer, shape: Vec<i64>, base: usize) -> Result<u32, SimError> {
+        let numel = shape
+            .iter()
+            .try_fold(1i64, |a, &d| a.checked_mul(d))
+            .filter(|&n| n >= 0)
+            .ok_or_else(|| SimError::InvalidIr(format!("`{}` has shape {shape:?}", b.name())))?;
+        self.bufs.push(BufInfo {
+            name: b.name().to_string(),
+            dtype: b.dtype(),
+            scope: b.scope(),
+            shape,
+            numel,
+            base,
+        });
+        let id = (self.bufs.len() - 1) as u32;
+        self.buf_ids.insert(b.id(), id);
+        Ok(id)
+    }
+
+    /// Give every `Alloc` of the kernel its storage, in program order (codegen's order).
+    fn allocs(&mut self, body: &Stmt) -> Result<(), SimError> {
+        let mut found = vec![];
+        body.walk(&mut |s| {
+            if let StmtKind::Alloc(b) = &s.kind {
+                found.push((b.clone(), s.span));
+            }
+        });
+        for (b, span) in found {
+            if self.buf_ids.contains_key(&b.id()) {
+                continue;
+            }
+            let shape = b.const_shape().ok_or_else(|| {
+                SimError::InvalidIr(format!(
+                    "{} buffer `{}` at {span} has a non-constant shape",
+                    b.scope(),
+                    b.name()
+                ))
+            })?;
+            if shape.iter().any(|&d| d <= 0) {
+                return Err(SimError::InvalidIr(format!(
+                    "`{}` at {span} has shape {shape:?}",
+                    b.name()
+                )));
+            }
+            let bytes = shape.iter().product::<i64>() as usize * b.dtype().bytes();
+            match b.scope() {
+                Scope::Shared => {
+                    let off = align_up(self.shared_bytes, shared_align(bytes));
+                    self.shared_bytes = off + bytes;
+                    self.add_buf(&b, shape, off)?;
+                }
+                Scope::Local => {
+                    let off = align_up(self.local_bytes, 16);
+                    self.local_bytes = off + bytes;
+                    self.add_buf(&b, shape, off)?;
+                }
+                Scope::Var => {
+                    let r = self.new_reg(poison(b.dtype()));
+                    self.add_buf(&b, shape, r as usize)?;
+                }
+                Scope::Fragment => {
+                    return Err(SimError::InvalidIr(format!(
+                        "fragment `{}` at {span} survived lowering to thread-level IR",
+                        b.name()
+                    )))
+                }
+                Scope::Global => {
+                    return Err(SimError::InvalidIr(format!(
+                        "global buffer `{}` allocated inside the kernel at {span}",
+                        b.name()
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn buf(&self, b: &Buffer) -> Result<u32, SimError> {
+        self.buf_ids.get(&b.id()).copied().ok_or_else(|| {
+            SimError::InvalidIr(format!(
+                "buffer `{}` used at {} is neither a parameter nor allocated",
+                b.name(),
+                self.span
+            ))
+        })
+    }
+
+    fn memref(&mut self, b: &Buffer, idx: &[Expr]) -> Result<MemRef, SimError> {
+        let buf = self.buf(b)?;
+        let rank = self.bufs[buf as usize].shape.len();
+        if idx.len() != 1 && idx.len() != rank {
+            return Err(SimError::InvalidIr(format!(
+                "`{}` has {rank} dimensions but is indexed with {} at {}",
+                b.name(),
+                idx.len(),
+                self.span
+            )));
+        }
+        let idx = idx.iter().map(|e| self.expr(e)).collect::<Result<_, _>>()?;
+        Ok(MemRef { buf, idx })
+    }
+
+    /// `Call(AddressOf, [Load(buf, idx)])` as the element it names.
+    fn address(&mut self, e: Option<&Expr>, what: &str) -> Result<MemRef, SimError> {
+        if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) = e.map(|e| e.kind()) {
+            if let Some(ExprKind::Load(b, idx)) = a.first().map(|x| x.kind()) {
+                if b.scope() == Scope::Var {
+                    return Err(SimError::Unsupported(format!(
+                        "the address of var `{}` ({what} at {})",
+                        b.name(),
+                        self.span
+                    )));
+                }
+                return self.memref(b, idx);
+            }
+        }
+        Err(SimError::InvalidIr(format!(
+            "{what} at {} needs `address_of(buffer[index])`, got {}",
+            self.span,
+            e.map(|e| e.to_string()).unwrap_or_else(|| "nothing".into())
+        )))
+    }
+
+    fn var_reg(&self, b: &Buffer) -> Result<u32, SimError> {
+        let id = self.buf(b)?;
+        Ok(self.bufs[id as usize].base as u32)
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), SimError> {
+        self.span = s.span;
+        match &s.kind {
+            StmtKind::Seq(v) => {
+                for x in v {
+                    self.stmt(x)?;
+                }
+            }
+            StmtKind::Let { var, value } => {
+                let e = self.expr(value)?;
+                let reg = self.def_var(var);
+                self.emit(Instr::Set { reg, value: e }, format!("let {}", var.name()));
+            }
+            StmtKind::Alloc(_) => {}
+            StmtKind::If { cond, then_, else_ } => {
+                let c = self.expr(cond)?;
+                let br = self.emit(Instr::BranchIfNot { cond: c, target: 0 }, "if".into());
+                self.stmt(then_)?;
+                match else_ {
+                    Some(e) => {
+                        self.span = s.span;
+                        let j = self.emit(Instr::Jump(0), "else".into());
+                        let h = self.here();
+                        self.patch(br, h);
+                        self.stmt(e)?;
+                        let h = self.here();
+                        self.patch(j, h);
+                    }
+                    None => {
+                        let h = self.here();
+                        self.patch(br, h);
+                    }
+                }
+            }
+            StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } => {
+                let v = self.expr(value)?;
+                if buffer.scope() == Scope::Var {
+                    let reg = self.var_reg(buffer)?;
+                    self.emit(
+                        Instr::Set { reg, value: v },
+                        format!("store `{}`", buffer.name()),
+                    );
+                } else {
+                    let dst = self.memref(buffer, indices)?;
+                    self.emit(
+                        Instr::Store { dst, value: v },
+                        format!("store `{}`", buffer.name()),
+                    );
+                }
+            }
+            StmtKind::For(l) => {
+                if matches!(l.kind, ForKind::Parallel | ForKind::Pipelined { .. }) {
+                    return Err(SimError::InvalidIr(format!(
+                        "a {} loop at {} survived lowering to thread-level IR",
+                        l.kind.name(),
+                        s.span
+                    )));
+                }
+                let min = self.expr(&l.min)?;
+                let extent = self.expr(&l.extent)?;
+                let var = self.def_var(&l.var);
+                let end = self.new_reg(Value::Int(0));
+                let name = format!("for {}", l.var.name());
+                self.emit(
+                    Instr::ForInit {
+                        var,
+                        end,
+                        min,
+                        extent,
+                    },
+                    name.clone(),
+                );
+                let test = self.emit(Instr::ForTest { var, end, exit: 0 }, name.clone());
+                self.stmt(&l.body)?;
+                self.span = s.span;
+                self.emit(
+                    Instr::ForStep {
+                        var,
+                        dtype: l.var.dtype(),
+                        test,
+                    },
+                    name,
+                );
+                let h = self.here();
+                self.patch(test, h);
+            }
+            StmtKind::Eval(e) => self.eval_stmt(e)?,
+            StmtKind::Op(op) => {
+                return Err(SimError::InvalidIr(format!(
+                    "tile op `{}` at {} survived lowering to thread-level IR",
+                    op.name(),
+                    s.span
+                )))
+            }
+            StmtKind::AnnotateLayout { buffer, .. } => {
+                return Err(SimError::InvalidIr(format!(
+                    "layout annotation of `{}` at {} survived lowering",
+                    buffer.name(),
+                    s.span
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn eval_stmt(&mut self, e: &Expr) -> Result<(), SimError> {
+        let ExprKind::Call(op, args) = e.kind() else {
+            let x = self.expr(e)?;
+            self.emit(Instr::Eval(x), "eval".into());
+            return Ok(());
+        };
+        let name = op.name();
+        let need = |n: usize| -> Result<(), SimError> {
+            if args.len() == n {
+                Ok(())
+            } else {
+                Err(SimError::InvalidIr(format!(
+                    "{name} takes {n} arguments, got {} at {}",
+                    args.len(),
+                    self.span
+                )))
+            }
+        };
+        let instr = match op {
+            Intrinsic::SyncThreads => Instr::SyncThreads,
+            Intrinsic::SyncWarp => Instr::SyncWarp,
+            Intrinsic::CpAsyncCommit => Instr::CpCommit,
+            Intrinsic::CpAsyncWait { n } => Instr::CpWait(*n),
+            Intrinsic::CpAsync { bytes } => {
+                need(3)?;
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return Err(SimError::Unsupported(format!(
+                        "cp.async of {bytes} bytes at {} (4, 8 or 16)",
+                        self.span
+                    )));
+                }
+                let dst = self.address(args.first(), &name)?;
+                let src = self.address(args.get(1), &name)?;
+                let pred = match args.get(2) {
+                    Some(p) => self.expr(p)?,
+                    None => E::Const(Value::Bool(true)),
+                };
+                Instr::CpAsync {
+                    bytes: *bytes,
+                    dst,
+                    src,
+                    pred,
+                }
+            }
+            Intrinsic::VecCopy { lanes } => {
+                need(2)?;
+                let dst = self.address(args.first(), &name)?;
+                let src = self.address(args.get(1), &name)?;
+                Instr::VecCopy {
+                    lanes: *lanes,
+                    dst,
+                    src,
+                }
+            }
+            Intrinsic::AtomicAdd => {
+                need(2)?;
+                let addr = self.address(args.first(), &name)?;
+                let value = match args.get(1) {
+                    Some(v) => self.expr(v)?,
+                    None => E::Const(Value::Int(0)),
+                };
+                Instr::AtomicAdd { addr, value }
+            }
+            Intrinsic::Ldmatrix { num, trans } => {
+                need(2)?;
+                if !matches!(num, 1 | 2 | 4) {
+                    return Err(SimError::InvalidIr(format!(
+                        "ldmatrix .x{num} at {} (x1, x2 or x4)",
+                        self.span
+                    )));
+                }
+                let src = self.address(args.first(), &name)?;
+                let dst = self.address(args.get(1), &name)?;
+                Instr::Ldmatrix {
+                    num: *num,
+                    trans: *trans,
+                    src,
+                    dst,
+                }
+            }
+            Intrinsic::MmaSync { ab } => {
+                need(4)?;
+                if !matches!(ab, DType::F16 | DType::BF16) {
+                    return Err(SimError::Unsupported(format!(
+                        "mma.sync with {ab} operands at {} (f16 or bf16)",
+                        self.span
+                    )));
+                }
+                let d = self.address(args.first(), &name)?;
+                let a = self.address(args.get(1), &name)?;
+                let b = self.address(args.get(2), &name)?;
+                let c = self.address(args.get(3), &name)?;
+                Instr::Mma {
+                    ab: *ab,
+                    d,
+                    a,
+                    b,
+                    c,
+                }
+            }
+            Intrinsic::ShflXor { .. } | Intrinsic::ShflDown { .. } | Intrinsic::ShflIdx { .. } => {
+                // A shuffle whose result is dropped still takes part in the collective.
+                let _ = self.expr(e)?;
+                return Ok(());
+            }
+            Intrinsic::Extern { name, pure: false } => {
+                return Err(SimError::Unsupported(format!(
+                    "the device function `{name}` with side effects at {}",
+                    self.span
+                )))
+            }
+            _ => Instr::Eval(self.expr(e)?),
+        };
+        self.emit(instr, name);
+        Ok(())
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<E, SimError> {
+        let dt = e.dtype();
+        Ok(match e.kind() {
+            ExprKind::Int(v) => E::Const(if dt.is_float() {
+                Value::Float(*v as f64)
+            } else if dt.is_bool() {
+                Value::Bool(*v != 0)
+            } else {
+                Value::Int(*v)
+            }),
+            ExprKind::Float(v) => E::Const(if dt.is_float() {
+                Value::Float(*v)
+            } else {
+                tl_ir::eval::apply_cast(Value::Float(*v), dt)
+            }),
+            ExprKind::Bool(b) => E::Const(Value::Bool(*b)),
+            ExprKind::Var(v) => {
+                if let Some(c) = self.consts.get(&v.id()) {
+                    E::Const(*c)
+                } else if let Some(&r) = self.regs.get(&v.id()) {
+                    E::Reg(r)
+                } else {
+                    return Err(SimError::InvalidIr(format!(
+                        "variable `{}` at {} has no definition before its use",
+                        v.name(),
+                        self.span
+                    )));
+                }
+            }
+            ExprKind::Bin(op, a, b) => {
+                let t = compute_dtype(a.dtype());
+                if t.is_float() && op.is_bitwise() {
+                    return Err(SimError::InvalidIr(format!(
+                        "bitwise {} on {} at {}",
+                        op.symbol(),
+                        a.dtype(),
+                        self.span
+                    )));
+                }
+                E::Bin(*op, t, Box::new((self.expr(a)?, self.expr(b)?)))
+            }
+            ExprKind::Cmp(op, a, b) => E::Cmp(
+                *op,
+                compute_dtype(a.dtype()),
+                Box::new((self.expr(a)?, self.expr(b)?)),
+            ),
+            ExprKind::And(a, b) => {
+                let x = self.expr(a)?;
+                let y = self.conditional(b)?;
+                E::And(Box::new((x, y)))
+            }
+            ExprKind::Or(a, b) => {
+                let x = self.expr(a)?;
+                let y = self.conditional(b)?;
+                E::Or(Box::new((x, y)))
+            }
+            ExprKind::Unary(op, a) => E::Un(*op, compute_dtype(dt), Box::new(self.expr(a)?)),
+            ExprKind::Select(c, a, b) => {
+                E::Select(Box::new((self.expr(c)?, self.expr(a)?, self.expr(b)?)))
+            }
+            ExprKind::IfThenElse(c, a, b) => {
+                let c = self.expr(c)?;
+                let a = self.conditional(a)?;
+                let b = self.conditional(b)?;
+                E::IfThenElse(Box::new((c, a, b)))
+            }
+            ExprKind::Cast(a) => E::Cast(dt, Box::new(self.expr(a)?)),
+            ExprKind::Load(b, idx) => {
+                if b.scope() == Scope::Var {
+                    E::Reg(self.var_reg(b)?)
+                } else {
+                    E::Load(Box::new(self.memref(b, idx)?))
+                }
+            }
+            ExprKind::Call(op, args) => self.call(op, args, dt)?,
+        })
+    }
+
+    fn conditional(&mut self, e: &Expr) -> Result<E, SimError> {
+        self.cond_depth += 1;
+        let r = self.expr(e);
+        self.cond_depth -= 1;
+        r
+    }
+
+    fn call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> Result<E, SimError> {
+        let shfl = match op {
+            Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
+            Intrinsic::ShflXor { width } => (ShflKind::Xor, *width),
+            Intrinsic::ShflDown { width } => (ShflKind::Down, *width),
+            Intrinsic::ShflIdx { width } => (ShflKind::Idx, *width),
+            Intrinsic::Extern { name, pure: true } => {
+                let f = pure_fn(name, args.len()).ok_or_else(|| {
+                    SimError::Unsupported(format!(
+                        "the device function `{name}` at {} (the simulator knows a few math functions only)",
+                        self.span
+                    ))
+                })?;
+                let a = args
+                    .iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Result<_, _>>()?;
+                return Ok(E::Pure(f, compute_dtype(dt), a));
+            }
+            other => {
+                return Err(SimError::Unsupported(format!(
+                    "`{}` inside an expression at {}",
+                    other.name(),
+                    self.span
+                )))
+            }
+        };
+        let (kind, width) = shfl;
+        if !width.is_power_of_two() || width > 32 {
+            return Err(SimError::InvalidIr(format!(
+                "shuffle width {width} at {} (a power of two up to 32)",
+                self.span
+            )));
+        }
+        if self.cond_depth > 0 {
+            return Err(SimError::Unsupported(format!(
+                "a warp shuffle inside a conditionally evaluated operand at {}",
+                self.span
+            )));
+        }
+        if args.len() != 2 {
+            return Err(SimError::InvalidIr(format!(
+                "{} takes 2 arguments at {}",
+                op.name(),
+                self.span
+            )));
+        }
+        let value = self.expr(&args[0])?;
+        let arg = self.expr(&args[1])?;
+        let dst = self.new_reg(Value::Int(0));
+        self.emit(
+            Instr::Shfl {
+                kind,
+                width,
+                dst,
+                value,
+                arg,
+            },
+            op.name(),
+        );
+        Ok(E::Reg(dst))
+    }
+}
+
+/// The pure device functions the simulator evaluates (a small table; anything else is
+/// reported as unsupported rather than guessed).
+fn pure_fn(name: &str, nargs: usize) -> Option<PureFn> {
+    let un = |op| Some(PureFn::Unary(op));
+    match (name, nargs) {
+        ("expf" | "__expf" | "exp", 1) => un(UnOp::Exp),
+        ("exp2f" | "exp2", 1) => un(UnOp::Exp2),
+        ("logf" | "__logf" | "log", 1) => un(UnOp::Log),
+        ("log2f" | "__log2f" | "log2", 1) => un(UnOp::Log2),
+        ("sqrtf" | "sqrt", 1) => un(UnOp::Sqrt),
+        ("rsqrtf" | "rsqrt", 1) => un(UnOp::Rsqrt),
+        ("tanhf" | "tanh", 1) => un(UnOp::Tanh),
+        ("fabsf" | "fabs", 1) => un(UnOp::Abs),
+        ("floorf" | "floor", 1) => un(UnOp::Floor),
+        ("ceilf" | "ceil", 1) => un(UnOp::Ceil),
+        ("erff" | "erf", 1) => un(UnOp::Erf),
+        ("sinf" | "__sinf" | "sin", 1) => un(UnOp::Sin),
+        ("cosf" | "__cosf" | "cos", 1) => un(UnOp::Cos),
+        ("fminf" | "fmin", 2) => Some(PureFn::Min),
+        ("fmaxf" | "fmax", 2) => Some(PureFn::Max),
+        ("__fdividef", 2) => Some(PureFn::Div),
+        _ => None,
+    }
+}

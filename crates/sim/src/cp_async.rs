@@ -1,0 +1,91 @@
+//! `cp.async` bookkeeping of one thread: copies are recorded when issued and land in shared
+//! memory only when the thread's `cp.async.wait_group n` retires their group.
+//!
+//! PTX semantics: `commit_group` closes the copies issued since the last commit into a group
+//! (an empty group too: pipelines commit empty groups in their tail so wait counts line up);
+//! `wait_group n` waits until at most `n` of the *committed* groups are incomplete. Copies issued
+//! after the last commit belong to no group and are not waited for.
+
+use std::collections::VecDeque;
+
+/// One issued copy, with the source bytes it read at issue.
+#[derive(Clone, Copy, Debug)]
+pub struct Copy {
+    /// The destination shared buffer and byte offset in it.
+    pub buf: u32,
+    pub off: usize,
+    pub len: usize,
+    /// The bytes to land (zeros when the copy's predicate was false).
+    pub data: [u8; 16],
+    /// The issuing instruction (for reports).
+    pub pc: u32,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CpState {
+    current: Vec<Copy>,
+    committed: VecDeque<Vec<Copy>>,
+}
+
+impl CpState {
+    pub fn issue(&mut self, c: Copy) {
+        self.current.push(c);
+    }
+
+    pub fn commit(&mut self) {
+        let g = std::mem::take(&mut self.current);
+        self.committed.push_back(g);
+    }
+
+    /// The copies that `wait_group n` retires, oldest first.
+    pub fn wait(&mut self, n: u32) -> Vec<Copy> {
+        let mut out = vec![];
+        while self.committed.len() > n as usize {
+            if let Some(g) = self.committed.pop_front() {
+                out.extend(g);
+            }
+        }
+        out
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.current.len() + self.committed.iter().map(Vec::len).sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copy(pc: u32) -> Copy {
+        Copy {
+            buf: 0,
+            off: 0,
+            len: 16,
+            data: [0; 16],
+            pc,
+        }
+    }
+
+    #[test]
+    fn wait_counts_committed_groups_only() {
+        let mut s = CpState::default();
+        s.issue(copy(1));
+        s.commit();
+        s.issue(copy(2));
+        s.commit();
+        s.commit(); // an empty group
+        s.issue(copy(3)); // uncommitted
+        assert!(s.wait(3).is_empty());
+        let w: Vec<u32> = s.wait(1).iter().map(|c| c.pc).collect();
+        assert_eq!(w, vec![1, 2]);
+        assert!(
+            s.wait(0).is_empty(),
+            "the empty group retires, the uncommitted copy stays"
+        );
+        assert_eq!(s.in_flight(), 1);
+        s.commit();
+        assert_eq!(s.wait(0).len(), 1);
+        assert_eq!(s.in_flight(), 0);
+    }
+}

@@ -1,0 +1,172 @@
+//! What can go wrong in a simulated launch. Every error that comes from running the kernel names
+//! the block, the thread and the user's source line, because the point of the simulator is to
+//! turn a silent GPU bug (a race, a missing wait, a wrong layout) into a message a person can act
+//! on.
+
+use std::fmt;
+
+use tl_ir::Span;
+
+/// How an access touched memory.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AccessKind {
+    Read,
+    Write,
+    /// An `AtomicAdd`: atomics do not race with each other, only with plain accesses.
+    Atomic,
+    /// The shared-memory write of a `cp.async`, which lands at some point between the copy's
+    /// issue and the issuing thread's matching wait.
+    AsyncWrite,
+}
+
+impl fmt::Display for AccessKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AccessKind::Read => "read",
+            AccessKind::Write => "write",
+            AccessKind::Atomic => "atomic add",
+            AccessKind::AsyncWrite => "async write",
+        })
+    }
+}
+
+/// One side of a conflict: who touched the byte, with what, and where in the user's source.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Access {
+    pub thread: u32,
+    /// The operation: `store`, `load`, `cp_async<16>`, `ldmatrix_x4`, `vec_copy<8>`, ...
+    pub op: String,
+    pub kind: AccessKind,
+    pub span: Span,
+}
+
+impl fmt::Display for Access {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} by thread {} ({}) at {}",
+            self.kind, self.thread, self.op, self.span
+        )
+    }
+}
+
+fn fmt_block(b: &[i64; 3]) -> String {
+    format!("({}, {}, {})", b[0], b[1], b[2])
+}
+
+#[derive(Clone, PartialEq, Debug, thiserror::Error)]
+pub enum SimError {
+    /// Two threads touched the same shared byte between two block barriers (and, for lanes of
+    /// one warp, with no `SyncWarp` between), at least one of them writing.
+    #[error("data race on shared `{buffer}` byte {offset} in block {}: {first}, then {second}; put a barrier (sync_threads) between them", fmt_block(.block))]
+    DataRace {
+        buffer: String,
+        /// Byte offset inside the buffer.
+        offset: usize,
+        block: [i64; 3],
+        /// The earlier access (in simulation order; the two are unordered on a GPU).
+        first: Box<Access>,
+        second: Box<Access>,
+    },
+
+    /// A read of shared memory that nothing has written since the block started.
+    #[error("thread {thread} of block {} reads uninitialized shared `{buffer}` byte {offset} at {span}", fmt_block(.block))]
+    UninitializedSharedRead {
+        buffer: String,
+        offset: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
+    /// A read of shared bytes that an issued but not yet waited-for `cp.async` will overwrite:
+    /// the value read is whatever was there before (a missing or too-weak `cp_async_wait`).
+    #[error("thread {thread} of block {} reads shared `{buffer}` byte {offset} at {span} while thread {issuer}'s cp.async into it (issued at {issued_at}) is still in flight; wait for it (cp_async_wait) and sync_threads first", fmt_block(.block))]
+    StaleAsyncRead {
+        buffer: String,
+        offset: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        issuer: u32,
+        issued_at: Span,
+    },
+
+    /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
+    #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
+    OutOfBounds {
+        buffer: String,
+        index: Vec<i64>,
+        extent: Vec<i64>,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
+    /// A vector access, async copy or ldmatrix row whose address is not aligned to its size.
+    #[error("thread {thread} of block {} accesses `{buffer}` byte {offset} with {op}, which needs {align}-byte alignment, at {span}", fmt_block(.block))]
+    Misaligned {
+        buffer: String,
+        offset: usize,
+        align: usize,
+        op: String,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
+    /// Not every thread of the block reached the same barrier: some wait at one while others
+    /// finished or wait at a different one (a deadlock or undefined behaviour on a GPU).
+    #[error("barrier divergence in block {}: thread {waiting} waits at the barrier at {barrier}, but thread {other} {other_state}", fmt_block(.block))]
+    BarrierDivergence {
+        block: [i64; 3],
+        waiting: u32,
+        barrier: Span,
+        other: u32,
+        /// `has exited`, `waits at the barrier at file:line`, ...
+        other_state: String,
+    },
+
+    /// Not every lane of a warp reached a warp-collective operation (shuffle, ldmatrix, mma,
+    /// sync_warp) together.
+    #[error("warp divergence in block {}, warp {warp}: lane {waiting} is at {op} ({span}), but lane {other} {other_state}", fmt_block(.block))]
+    WarpDivergence {
+        block: [i64; 3],
+        warp: u32,
+        op: String,
+        span: Span,
+        waiting: u32,
+        other: u32,
+        other_state: String,
+    },
+
+    #[error("division by zero in thread {thread} of block {} at {span}: {detail}", fmt_block(.block))]
+    DivisionByZero {
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        detail: String,
+    },
+
+    /// The launch ran more instructions than `SimOptions::max_steps` (an endless loop, or a
+    /// launch too large to simulate).
+    #[error("step limit of {limit} instructions reached (block {}, thread {thread}, at {span})", fmt_block(.block))]
+    StepLimit {
+        limit: u64,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
+    /// A construct the simulator does not model.
+    #[error("unsupported by the simulator: {0}")]
+    Unsupported(String),
+
+    /// The kernel is not well-formed thread-level IR.
+    #[error("invalid thread-level IR: {0}")]
+    InvalidIr(String),
+
+    /// The arguments do not fit the kernel's signature.
+    #[error("bad arguments: {0}")]
+    BadArgs(String),
+}

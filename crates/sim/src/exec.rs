@@ -1,0 +1,505 @@
+//! One thread's execution: evaluating expressions and running instructions until the thread
+//! reaches a synchronization point (a block barrier or a warp collective) or the end.
+//!
+//! Arithmetic is `tl_ir::eval`'s (`apply_bin`, `apply_unary`, `apply_cast`, `apply_cmp`), with
+//! narrow floats computed in f32 (see `compile::compute_dtype`). Per-thread intrinsics
+//! (`cp.async`, commit/wait, vector copies, atomics) run here; collectives only record their
+//! operands here and run in `sched` once the whole warp has arrived.
+
+use tl_ir::eval::{apply_bin, apply_cast, apply_cmp, apply_unary, wrap_int, EvalError, Value};
+use tl_ir::{BinOp, DType, Scope};
+
+use crate::bytecode::{Instr, MemRef, Program, PureFn, E};
+use crate::compile::compute_dtype;
+use crate::cp_async::{Copy, CpState};
+use crate::elem;
+use crate::error::SimError;
+use crate::memory::Mem;
+use crate::race::{Kind, Rec};
+
+/// Where a thread stands between scheduler rounds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum State {
+    /// Can run.
+    Ready,
+    /// Waits at the `SyncThreads` at its pc.
+    Barrier,
+    /// Waits at the warp collective (or `SyncWarp`) at its pc, operands in its stash.
+    Warp,
+    Done,
+}
+
+/// A resolved element address: buffer and flat element index (not yet range-checked).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Loc {
+    pub buf: u32,
+    pub elem: i64,
+}
+
+/// The operands a thread brings to a collective.
+#[derive(Clone, Copy, Debug)]
+pub enum Stash {
+    None,
+    Shfl(Value, i64),
+    Addrs([Loc; 4]),
+}
+
+pub struct Thread {
+    pub tid: u32,
+    pub pc: u32,
+    pub state: State,
+    pub regs: Vec<Value>,
+    pub local: Vec<u8>,
+    pub stash: Stash,
+    pub cp: CpState,
+}
+
+/// Counters for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stats {
+    pub instructions: u64,
+    pub barriers: u64,
+    pub warp_syncs: u64,
+    pub collectives: u64,
+    pub cp_async: u64,
+    pub cp_async_unwaited: u64,
+}
+
+pub struct Interp<'p, 'g> {
+    pub prog: &'p Program,
+    pub mem: Mem<'p, 'g>,
+    pub stats: Stats,
+    pub max_steps: u64,
+}
+
+fn rec(tid: u32, kind: Kind, pc: u32) -> Rec {
+    Rec {
+        tid: tid as u16,
+        kind,
+        pc,
+    }
+}
+
+impl Interp<'_, '_> {
+    fn eval_err(&self, e: EvalError, tid: u32, pc: u32) -> SimError {
+        match e {
+            EvalError::DivByZero(detail) => SimError::DivisionByZero {
+                block: self.mem.block,
+                thread: tid,
+                span: self.prog.span(pc as usize),
+                detail,
+            },
+            other => SimError::InvalidIr(format!("{other} at {}", self.prog.span(pc as usize))),
+        }
+    }
+
+    pub fn eval(&mut self, th: &Thread, e: &E, pc: u32) -> Result<Value, SimError> {
+        Ok(match e {
+            E::Const(v) => *v,
+            E::Reg(r) => th.regs[*r as usize],
+            E::ThreadIdx => Value::Int(th.tid as i64),
+            E::Bin(op, dt, ab) => {
+                let a = self.eval(th, &ab.0, pc)?;
+                let b = self.eval(th, &ab.1, pc)?;
+                apply_bin(*op, a, b, *dt).map_err(|x| self.eval_err(x, th.tid, pc))?
+            }
+            E::Cmp(op, dt, ab) => {
+                let a = self.eval(th, &ab.0, pc)?;
+                let b = self.eval(th, &ab.1, pc)?;
+                Value::Bool(apply_cmp(*op, a, b, *dt))
+            }
+            E::And(ab) => Value::Bool(
+                self.eval(th, &ab.0, pc)?.truthy() && self.eval(th, &ab.1, pc)?.truthy(),
+            ),
+            E::Or(ab) => Value::Bool(
+                self.eval(th, &ab.0, pc)?.truthy() || self.eval(th, &ab.1, pc)?.truthy(),
+            ),
+            E::Un(op, dt, a) => apply_unary(*op, self.eval(th, a, pc)?, *dt),
+            E::Select(cab) => {
+                let c = self.eval(th, &cab.0, pc)?;
+                let a = self.eval(th, &cab.1, pc)?;
+                let b = self.eval(th, &cab.2, pc)?;
+                if c.truthy() {
+                    a
+                } else {
+                    b
+                }
+            }
+            E::IfThenElse(cab) => {
+                if self.eval(th, &cab.0, pc)?.truthy() {
+                    self.eval(th, &cab.1, pc)?
+                } else {
+                    self.eval(th, &cab.2, pc)?
+                }
+            }
+            E::Cast(dt, a) => apply_cast(self.eval(th, a, pc)?, *dt),
+            E::Load(m) => {
+                let (buf, off) = self.index(th, m, pc)?;
+                self.load(th, buf, off, pc)?
+            }
+            E::Pure(f, dt, args) => {
+                let mut v = [Value::Int(0); 2];
+                for (slot, a) in v.iter_mut().zip(args) {
+                    *slot = self.eval(th, a, pc)?;
+                }
+                let dt = compute_dtype(*dt);
+                match f {
+                    PureFn::Unary(op) => apply_unary(*op, v[0], dt),
+                    PureFn::Min | PureFn::Max | PureFn::Div => {
+                        let op = match f {
+                            PureFn::Min => BinOp::Min,
+                            PureFn::Max => BinOp::Max,
+                            _ => BinOp::Div,
+                        };
+                        apply_bin(op, v[0], v[1], dt).map_err(|x| self.eval_err(x, th.tid, pc))?
+                    }
+                }
+            }
+        })
+    }
+
+    /// The byte offset of a `Load`/`Store` element, with every index checked against its
+    /// extent (one index: against the flat size).
+    fn index(&mut self, th: &Thread, m: &MemRef, pc: u32) -> Result<(u32, usize), SimError> {
+        let info = self.mem.info(m.buf);
+        let esize = info.dtype.bytes();
+        if let [i] = m.idx.as_slice() {
+            let i = self.eval(th, i, pc)?.as_i64();
+            if i < 0 || i >= info.numel {
+                return Err(self.mem.oob(m.buf, vec![i], vec![info.numel], th.tid, pc));
+            }
+            return Ok((m.buf, i as usize * esize));
+        }
+        let mut flat: i64 = 0;
+        let mut bad = false;
+        let mut idx = Vec::with_capacity(m.idx.len());
+        for (d, e) in m.idx.iter().enumerate() {
+            let i = self.eval(th, e, pc)?.as_i64();
+            let ext = info.shape.get(d).copied().unwrap_or(1);
+            bad |= i < 0 || i >= ext;
+            flat = flat.wrapping_mul(ext).wrapping_add(i);
+            idx.push(i);
+        }
+        if bad {
+            return Err(self.mem.oob(m.buf, idx, info.shape.clone(), th.tid, pc));
+        }
+        Ok((m.buf, flat as usize * esize))
+    }
+
+    /// An intrinsic's address: the flat element it names (range-checked at the access, since
+    /// a predicated-off `cp.async` may name any address).
+    fn addr(&mut self, th: &Thread, m: &MemRef, pc: u32) -> Result<Loc, SimError> {
+        let info = self.mem.info(m.buf);
+        if let [i] = m.idx.as_slice() {
+            let elem = self.eval(th, i, pc)?.as_i64();
+            return Ok(Loc { buf: m.buf, elem });
+        }
+        let mut flat: i64 = 0;
+        for (d, e) in m.idx.iter().enumerate() {
+            let i = self.eval(th, e, pc)?.as_i64();
+            let ext = info.shape.get(d).copied().unwrap_or(1);
+            flat = flat.wrapping_mul(ext).wrapping_add(i);
+        }
+        Ok(Loc {
+            buf: m.buf,
+            elem: flat,
+        })
+    }
+
+    fn load(&mut self, th: &Thread, buf: u32, off: usize, pc: u32) -> Result<Value, SimError> {
+        let dt = self.mem.info(buf).dtype;
+        let b = self
+            .mem
+            .read(&th.local, buf, off, dt.bytes(), rec(th.tid, Kind::Load, pc))?;
+        Ok(elem::decode(&b, dt))
+    }
+
+    /// Run `th` until it blocks or finishes.
+    pub fn run_thread(&mut self, th: &mut Thread) -> Result<(), SimError> {
+        let prog = self.prog;
+        loop {
+            self.stats.instructions += 1;
+            let pc = th.pc;
+            if self.stats.instructions > self.max_steps {
+                return Err(SimError::StepLimit {
+                    limit: self.max_steps,
+                    block: self.mem.block,
+                    thread: th.tid,
+                    span: prog.span(pc as usize),
+                });
+            }
+            let Some(ins) = prog.code.get(pc as usize) else {
+                th.state = State::Done;
+                return Ok(());
+            };
+            th.pc += 1;
+            match ins {
+                Instr::Set { reg, value } => {
+                    let v = self.eval(th, value, pc)?;
+                    th.regs[*reg as usize] = v;
+                }
+                Instr::Store { dst, value } => {
+                    let v = self.eval(th, value, pc)?;
+                    let (buf, off) = self.index(th, dst, pc)?;
+                    let dt = self.mem.info(buf).dtype;
+                    let bytes = elem::encode_array(v, dt);
+                    self.mem.write(
+                        &mut th.local,
+                        buf,
+                        off,
+                        &bytes[..dt.bytes()],
+                        rec(th.tid, Kind::Write, pc),
+                    )?;
+                }
+                Instr::Eval(e) => {
+                    self.eval(th, e, pc)?;
+                }
+                Instr::Jump(t) => th.pc = *t,
+                Instr::BranchIfNot { cond, target } => {
+                    if !self.eval(th, cond, pc)?.truthy() {
+                        th.pc = *target;
+                    }
+                }
+                Instr::ForInit {
+                    var,
+                    end,
+                    min,
+                    extent,
+                } => {
+                    let lo = self.eval(th, min, pc)?.as_i64();
+                    let n = self.eval(th, extent, pc)?.as_i64();
+                    th.regs[*var as usize] = Value::Int(lo);
+                    th.regs[*end as usize] = Value::Int(lo.saturating_add(n));
+                }
+                Instr::ForTest { var, end, exit } => {
+                    if th.regs[*var as usize].as_i64() >= th.regs[*end as usize].as_i64() {
+                        th.pc = *exit;
+                    }
+                }
+                Instr::ForStep { var, dtype, test } => {
+                    let v = th.regs[*var as usize].as_i64();
+                    th.regs[*var as usize] = Value::Int(wrap_int(v as i128 + 1, *dtype));
+                    th.pc = *test;
+                }
+                Instr::SyncThreads => {
+                    th.pc = pc;
+                    th.state = State::Barrier;
+                    return Ok(());
+                }
+                Instr::SyncWarp => {
+                    th.pc = pc;
+                    th.stash = Stash::None;
+                    th.state = State::Warp;
+                    return Ok(());
+                }
+                Instr::Shfl { value, arg, .. } => {
+                    let v = self.eval(th, value, pc)?;
+                    let a = self.eval(th, arg, pc)?.as_i64();
+                    th.pc = pc;
+                    th.stash = Stash::Shfl(v, a);
+                    th.state = State::Warp;
+                    return Ok(());
+                }
+                Instr::Ldmatrix { src, dst, .. } => {
+                    let s = self.addr(th, src, pc)?;
+                    let d = self.addr(th, dst, pc)?;
+                    th.pc = pc;
+                    th.stash = Stash::Addrs([s, d, Loc::default(), Loc::default()]);
+                    th.state = State::Warp;
+                    return Ok(());
+                }
+                Instr::Mma { d, a, b, c, .. } => {
+                    let locs = [
+                        self.addr(th, d, pc)?,
+                        self.addr(th, a, pc)?,
+                        self.addr(th, b, pc)?,
+                        self.addr(th, c, pc)?,
+                    ];
+                    th.pc = pc;
+                    th.stash = Stash::Addrs(locs);
+                    th.state = State::Warp;
+                    return Ok(());
+                }
+                Instr::CpAsync {
+                    bytes,
+                    dst,
+                    src,
+                    pred,
+                } => self.cp_async(th, *bytes as usize, dst, src, pred, pc)?,
+                Instr::CpCommit => th.cp.commit(),
+                Instr::CpWait(n) => {
+                    for c in th.cp.wait(*n) {
+                        self.land(th.tid, c)?;
+                    }
+                }
+                Instr::VecCopy { lanes, dst, src } => self.vec_copy(th, *lanes, dst, src, pc)?,
+                Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
+                Instr::Exit => {
+                    th.pc = pc;
+                    th.state = State::Done;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Issue a `cp.async`: check both ends now, read the source now, land at the wait.
+    fn cp_async(
+        &mut self,
+        th: &mut Thread,
+        bytes: usize,
+        dst: &MemRef,
+        src: &MemRef,
+        pred: &E,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let p = self.eval(th, pred, pc)?.truthy();
+        let d = self.addr(th, dst, pc)?;
+        let s = self.addr(th, src, pc)?;
+        let (di, si) = (self.mem.info(d.buf), self.mem.info(s.buf));
+        if di.scope != Scope::Shared || si.scope != Scope::Global {
+            return Err(SimError::Unsupported(format!(
+                "{name} from {} `{}` to {} `{}` at {} (global to shared only)",
+                si.scope,
+                si.name,
+                di.scope,
+                di.name,
+                self.prog.span(pc as usize)
+            )));
+        }
+        let doff = self.mem.range(d.buf, d.elem, bytes, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, bytes, name, th.tid, pc)?;
+        let mut data = [0u8; 16];
+        if p {
+            let soff = self.mem.range(s.buf, s.elem, bytes, th.tid, pc)?;
+            self.mem.aligned(s.buf, soff, bytes, name, th.tid, pc)?;
+            data = self.mem.read(
+                &th.local,
+                s.buf,
+                soff,
+                bytes,
+                rec(th.tid, Kind::IntrinsicRead, pc),
+            )?;
+        }
+        let base = self.mem.info(d.buf).base;
+        let who = rec(th.tid, Kind::AsyncWrite, pc);
+        let when = self.mem.when(th.tid);
+        self.mem
+            .shadow
+            .async_issue(base + doff, bytes, who, when)
+            .map_err(|c| self.mem.conflict(c, d.buf, who))?;
+        th.cp.issue(Copy {
+            buf: d.buf,
+            off: doff,
+            len: bytes,
+            data,
+            pc,
+        });
+        self.stats.cp_async += 1;
+        Ok(())
+    }
+
+    /// A retired `cp.async` lands in shared memory.
+    pub fn land(&mut self, tid: u32, c: Copy) -> Result<(), SimError> {
+        let base = self.mem.info(c.buf).base;
+        let who = rec(tid, Kind::AsyncWrite, c.pc);
+        let when = self.mem.when(tid);
+        self.mem
+            .shadow
+            .async_land(base + c.off, c.len, who, when)
+            .map_err(|x| self.mem.conflict(x, c.buf, who))?;
+        let dst = self
+            .mem
+            .shared
+            .get_mut(base + c.off..base + c.off + c.len)
+            .ok_or_else(|| SimError::InvalidIr("cp.async landing outside shared memory".into()))?;
+        dst.copy_from_slice(&c.data[..c.len]);
+        Ok(())
+    }
+
+    fn vec_copy(
+        &mut self,
+        th: &mut Thread,
+        lanes: u32,
+        dst: &MemRef,
+        src: &MemRef,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let d = self.addr(th, dst, pc)?;
+        let s = self.addr(th, src, pc)?;
+        let bytes = lanes as usize * self.mem.info(d.buf).dtype.bytes();
+        if !matches!(bytes, 2 | 4 | 8 | 16) {
+            return Err(SimError::InvalidIr(format!(
+                "{name} of {bytes} bytes at {} (2, 4, 8 or 16)",
+                self.prog.span(pc as usize)
+            )));
+        }
+        let soff = self.mem.range(s.buf, s.elem, bytes, th.tid, pc)?;
+        let doff = self.mem.range(d.buf, d.elem, bytes, th.tid, pc)?;
+        self.mem.aligned(s.buf, soff, bytes, name, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, bytes, name, th.tid, pc)?;
+        let data = self.mem.read(
+            &th.local,
+            s.buf,
+            soff,
+            bytes,
+            rec(th.tid, Kind::IntrinsicRead, pc),
+        )?;
+        self.mem.write(
+            &mut th.local,
+            d.buf,
+            doff,
+            &data[..bytes],
+            rec(th.tid, Kind::Write, pc),
+        )
+    }
+
+    fn atomic_add(
+        &mut self,
+        th: &mut Thread,
+        addr: &MemRef,
+        value: &E,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let v = self.eval(th, value, pc)?;
+        let a = self.addr(th, addr, pc)?;
+        let info = self.mem.info(a.buf);
+        let dt = info.dtype;
+        if !matches!(
+            dt,
+            DType::F32
+                | DType::F64
+                | DType::F16
+                | DType::BF16
+                | DType::I32
+                | DType::U32
+                | DType::I64
+                | DType::U64
+        ) {
+            return Err(SimError::Unsupported(format!(
+                "atomic add on {dt} `{}` at {}",
+                info.name,
+                self.prog.span(pc as usize)
+            )));
+        }
+        let n = dt.bytes();
+        let off = self.mem.range(a.buf, a.elem, n, th.tid, pc)?;
+        self.mem.aligned(a.buf, off, n, "atomic_add", th.tid, pc)?;
+        if info.scope == Scope::Shared {
+            let who = rec(th.tid, Kind::Atomic, pc);
+            let when = self.mem.when(th.tid);
+            self.mem
+                .shadow
+                .write(info.base + off, n, who, when)
+                .map_err(|c| self.mem.conflict(c, a.buf, who))?;
+        }
+        let cell = self.mem.bytes_mut(&mut th.local, a.buf, off, n)?;
+        let old = elem::decode(cell, dt);
+        let new = apply_bin(BinOp::Add, old, v, compute_dtype(dt))
+            .map_err(|x| SimError::InvalidIr(x.to_string()))?;
+        elem::encode(new, dt, cell);
+        Ok(())
+    }
+}

@@ -1,0 +1,273 @@
+//! The memory a block sees: the kernel's global tensors (the caller's bytes, written in place),
+//! the block's shared memory with its checker, and each thread's local memory; bounds and
+//! alignment checks; and the translation of checker findings into errors that name buffers,
+//! threads and source lines.
+
+use crate::bytecode::{BufInfo, Program};
+use crate::error::{Access, SimError};
+use crate::race::{Conflict, Kind, Rec, Shadow, When};
+use tl_ir::Scope;
+
+/// The byte a fresh block's shared memory and a fresh thread's local memory hold: all-ones
+/// reads as NaN in every float type and -1 in signed integers, so a read of memory nothing
+/// wrote shows up in results even with the checks off.
+pub const POISON: u8 = 0xff;
+
+pub struct Mem<'p, 'g> {
+    pub prog: &'p Program,
+    /// Tensor bytes by parameter index (`None` for scalars).
+    pub globals: Vec<Option<&'g mut [u8]>>,
+    pub shared: Vec<u8>,
+    pub shadow: Shadow,
+    pub block: [i64; 3],
+    /// Block barriers passed so far in this block, plus one.
+    pub epoch: u32,
+    /// `sync_warp`s passed per warp.
+    pub warp_epochs: Vec<u32>,
+}
+
+impl<'p, 'g> Mem<'p, 'g> {
+    pub fn info(&self, buf: u32) -> &'p BufInfo {
+        // The compiler only emits indices of buffers it put in the table.
+        &self.prog.bufs[buf as usize]
+    }
+
+    pub fn when(&self, tid: u32) -> When {
+        When {
+            epoch: self.epoch,
+            warp_epoch: self
+                .warp_epochs
+                .get(tid as usize / 32)
+                .copied()
+                .unwrap_or(0),
+        }
+    }
+
+    /// Describe an access record for a report.
+    pub fn access(&self, r: Rec) -> Access {
+        let site = self.prog.name(r.pc as usize);
+        let op = match r.kind {
+            Kind::Load => format!("load in `{site}`"),
+            _ => site.to_string(),
+        };
+        Access {
+            thread: r.tid as u32,
+            op,
+            kind: r.kind.access_kind(),
+            span: self.prog.span(r.pc as usize),
+        }
+    }
+
+    /// Turn a checker finding about an access to `buf` by `who` into an error.
+    pub fn conflict(&self, c: Conflict, buf: u32, who: Rec) -> SimError {
+        let info = self.info(buf);
+        let base = info.base;
+        let name = info.name.clone();
+        match c {
+            Conflict::Race { byte, first } => SimError::DataRace {
+                buffer: name,
+                offset: byte.saturating_sub(base),
+                block: self.block,
+                first: Box::new(self.access(first)),
+                second: Box::new(self.access(who)),
+            },
+            Conflict::Uninit { byte, who } => SimError::UninitializedSharedRead {
+                buffer: name,
+                offset: byte.saturating_sub(base),
+                block: self.block,
+                thread: who.tid as u32,
+                span: self.prog.span(who.pc as usize),
+            },
+            Conflict::Stale { byte, issuer } => SimError::StaleAsyncRead {
+                buffer: name,
+                offset: byte.saturating_sub(base),
+                block: self.block,
+                thread: who.tid as u32,
+                span: self.prog.span(who.pc as usize),
+                issuer: issuer.tid as u32,
+                issued_at: self.prog.span(issuer.pc as usize),
+            },
+        }
+    }
+
+    /// The shared buffer holding absolute shared byte `byte`.
+    pub fn shared_buf_at(&self, byte: usize) -> u32 {
+        self.prog
+            .bufs
+            .iter()
+            .position(|b| b.scope == Scope::Shared && b.base <= byte && byte < b.base + b.bytes())
+            .unwrap_or(0) as u32
+    }
+
+    /// The uninitialized shared read waiting to be reported, as an error.
+    pub fn take_uninit(&mut self) -> Option<SimError> {
+        let c = self.shadow.take_uninit()?;
+        let Conflict::Uninit { byte, who } = c else {
+            return None;
+        };
+        let buf = self.shared_buf_at(byte);
+        Some(self.conflict(c, buf, who))
+    }
+
+    pub fn oob(&self, buf: u32, index: Vec<i64>, extent: Vec<i64>, tid: u32, pc: u32) -> SimError {
+        SimError::OutOfBounds {
+            buffer: self.info(buf).name.clone(),
+            index,
+            extent,
+            block: self.block,
+            thread: tid,
+            span: self.prog.span(pc as usize),
+        }
+    }
+
+    /// The byte offset of `len` bytes starting at flat element `elem` of `buf`, if they lie
+    /// inside it.
+    pub fn range(
+        &self,
+        buf: u32,
+        elem: i64,
+        len: usize,
+        tid: u32,
+        pc: u32,
+    ) -> Result<usize, SimError> {
+        let info = self.info(buf);
+        let esize = info.dtype.bytes() as i128;
+        let start = elem as i128 * esize;
+        if elem < 0 || start + len as i128 > info.bytes() as i128 {
+            let last = (start + len as i128 - 1).div_euclid(esize.max(1));
+            let shown = if elem < 0 || last == elem as i128 {
+                vec![elem]
+            } else {
+                vec![elem, last as i64]
+            };
+            return Err(self.oob(buf, shown, vec![info.numel], tid, pc));
+        }
+        Ok(start as usize)
+    }
+
+    /// Check that a `len`-byte access at byte `off` of `buf` is aligned to `align` (shared and
+    /// local buffers are placed at 16-byte multiples, global tensors at 256).
+    pub fn aligned(
+        &self,
+        buf: u32,
+        off: usize,
+        align: usize,
+        op: &str,
+        tid: u32,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let info = self.info(buf);
+        let abs = match info.scope {
+            Scope::Shared | Scope::Local => info.base + off,
+            _ => off,
+        };
+        if align > 1 && abs % align != 0 {
+            return Err(SimError::Misaligned {
+                buffer: info.name.clone(),
+                offset: off,
+                align,
+                op: op.to_string(),
+                block: self.block,
+                thread: tid,
+                span: self.prog.span(pc as usize),
+            });
+        }
+        Ok(())
+    }
+
+    /// The bytes `off..off + len` of `buf`, unchecked by the race checker (callers check).
+    pub fn bytes_mut<'a>(
+        &'a mut self,
+        local: &'a mut [u8],
+        buf: u32,
+        off: usize,
+        len: usize,
+    ) -> Result<&'a mut [u8], SimError> {
+        let info = self.info(buf);
+        let mem: &mut [u8] = match info.scope {
+            Scope::Global => match self.globals.get_mut(info.base) {
+                Some(Some(g)) => g,
+                _ => return Err(missing(info)),
+            },
+            Scope::Shared => match self.shared.get_mut(info.base..) {
+                Some(s) => s,
+                None => return Err(missing(info)),
+            },
+            Scope::Local => match local.get_mut(info.base..) {
+                Some(s) => s,
+                None => return Err(missing(info)),
+            },
+            _ => return Err(missing(info)),
+        };
+        mem.get_mut(off..off + len).ok_or_else(|| missing(info))
+    }
+
+    /// Read `len` (at most 16) bytes at byte `off` of `buf` (already range-checked), checking
+    /// shared accesses with `who`.
+    pub fn read(
+        &mut self,
+        local: &[u8],
+        buf: u32,
+        off: usize,
+        len: usize,
+        who: Rec,
+    ) -> Result<[u8; 16], SimError> {
+        let info = self.info(buf);
+        let len = len.min(16);
+        let src: &[u8] = match info.scope {
+            Scope::Global => match self.globals.get(info.base) {
+                Some(Some(g)) => g,
+                _ => return Err(missing(info)),
+            },
+            Scope::Shared => {
+                let when = self.when(who.tid as u32);
+                self.shadow
+                    .read(info.base + off, len, who, when)
+                    .map_err(|c| self.conflict(c, buf, who))?;
+                match self.shared.get(info.base..) {
+                    Some(s) => s,
+                    None => return Err(missing(info)),
+                }
+            }
+            Scope::Local => match local.get(info.base..) {
+                Some(s) => s,
+                None => return Err(missing(info)),
+            },
+            _ => return Err(missing(info)),
+        };
+        let mut out = [0u8; 16];
+        out[..len].copy_from_slice(src.get(off..off + len).ok_or_else(|| missing(info))?);
+        Ok(out)
+    }
+
+    /// Write `data` at byte `off` of `buf` (already range-checked), checking shared accesses
+    /// with `who`.
+    pub fn write(
+        &mut self,
+        local: &mut [u8],
+        buf: u32,
+        off: usize,
+        data: &[u8],
+        who: Rec,
+    ) -> Result<(), SimError> {
+        let info = self.info(buf);
+        if info.scope == Scope::Shared {
+            let when = self.when(who.tid as u32);
+            self.shadow
+                .write(info.base + off, data.len(), who, when)
+                .map_err(|c| self.conflict(c, buf, who))?;
+        }
+        self.bytes_mut(local, buf, off, data.len())?
+            .copy_from_slice(data);
+        Ok(())
+    }
+}
+
+/// An access the compiler should never have produced (a buffer without backing memory, or a
+/// range the caller did not check).
+fn missing(info: &BufInfo) -> SimError {
+    SimError::InvalidIr(format!(
+        "no memory behind {} buffer `{}` for this access",
+        info.scope, info.name
+    ))
+}

@@ -1,0 +1,448 @@
+//! The shared-memory checker: races, reads of uninitialized bytes, and reads of bytes an
+//! in-flight `cp.async` will overwrite.
+//!
+//! Every shared byte has a shadow cell. Two accesses are ordered when a block barrier lies
+//! between them (their block epochs differ), when one thread made both, or when both threads are
+//! lanes of one warp and a `sync_warp` lies between them (their warp epochs differ). The
+//! simulator runs threads one at a time between synchronization points, so an earlier access in
+//! simulation order is never in a later epoch than a later one, and it is enough to remember,
+//! per byte and epoch, the last write and a summary of the reads:
+//!
+//! * which warps read (a bit each: a reader in another warp than a writer is always a race),
+//! * for reads by one warp only, the latest warp epoch of a read and whether a thread other than
+//!   one single reader read in it (a writer in that warp conflicts exactly with those),
+//! * two reader records (threads that differ) so a report can name a reader other than the
+//!   writer.
+//!
+//! Atomics are writes that do not conflict with each other.
+
+use crate::error::AccessKind;
+
+/// Who touched a byte: a thread, the instruction (its pc), and how.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Rec {
+    pub tid: u16,
+    pub kind: Kind,
+    pub pc: u32,
+}
+
+/// An access's operation class (what a report calls it and how it orders).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// A load inside an expression.
+    Load,
+    /// The write of a store, vector copy or ldmatrix-free intrinsic (named by its site).
+    Write,
+    /// The read half of an intrinsic (vector copy, ldmatrix), named by its site.
+    IntrinsicRead,
+    Atomic,
+    AsyncWrite,
+}
+
+impl Kind {
+    pub fn access_kind(self) -> AccessKind {
+        match self {
+            Kind::Load | Kind::IntrinsicRead => AccessKind::Read,
+            Kind::Write => AccessKind::Write,
+            Kind::Atomic => AccessKind::Atomic,
+            Kind::AsyncWrite => AccessKind::AsyncWrite,
+        }
+    }
+}
+
+const NOBODY: u16 = u16::MAX;
+const MANY: u16 = u16::MAX - 1;
+
+impl Rec {
+    const NONE: Rec = Rec {
+        tid: NOBODY,
+        kind: Kind::Load,
+        pc: 0,
+    };
+}
+
+#[derive(Clone, Copy)]
+struct Cell {
+    w_epoch: u32,
+    w_wep: u32,
+    w: Rec,
+    r_epoch: u32,
+    r_warps: u32,
+    r_max_wep: u32,
+    r_at_max: u16,
+    r_first: Rec,
+    r_other: Rec,
+    init: bool,
+}
+
+impl Default for Cell {
+    fn default() -> Cell {
+        Cell {
+            w_epoch: 0,
+            w_wep: 0,
+            w: Rec::NONE,
+            r_epoch: 0,
+            r_warps: 0,
+            r_max_wep: 0,
+            r_at_max: NOBODY,
+            r_first: Rec::NONE,
+            r_other: Rec::NONE,
+            init: false,
+        }
+    }
+}
+
+/// What the checker found wrong with an access (the caller adds names and spans).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Conflict {
+    Race { byte: usize, first: Rec },
+    Uninit { byte: usize, who: Rec },
+    Stale { byte: usize, issuer: Rec },
+}
+
+/// The synchronization state an access happens in.
+#[derive(Clone, Copy, Debug)]
+pub struct When {
+    pub epoch: u32,
+    pub warp_epoch: u32,
+}
+
+/// Shadow state for one block's shared memory.
+pub struct Shadow {
+    cells: Vec<Cell>,
+    pending: Vec<u16>,
+    pending_by: Vec<Rec>,
+    races: bool,
+    uninit: bool,
+    /// The first read of a byte nothing had written. Reported at the next barrier (or the end
+    /// of the block) unless a write by another thread in the same epoch turns out to race
+    /// with it first: then the race is the better explanation.
+    deferred: Option<(usize, Rec)>,
+}
+
+fn warp(tid: u16) -> u32 {
+    (tid as u32) / 32
+}
+
+impl Shadow {
+    pub fn new(bytes: usize, races: bool, uninit: bool) -> Shadow {
+        let on = races || uninit;
+        Shadow {
+            cells: if on {
+                vec![Cell::default(); bytes]
+            } else {
+                vec![]
+            },
+            pending: if races { vec![0; bytes] } else { vec![] },
+            pending_by: if races {
+                vec![Rec::NONE; bytes]
+            } else {
+                vec![]
+            },
+            races,
+            uninit,
+            deferred: None,
+        }
+    }
+
+    /// The uninitialized read waiting to be reported, if any (see `deferred`).
+    pub fn take_uninit(&mut self) -> Option<Conflict> {
+        self.deferred
+            .take()
+            .map(|(byte, who)| Conflict::Uninit { byte, who })
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.races || self.uninit
+    }
+
+    /// Is this earlier write/read by `a` ordered before an access by `b` now?
+    fn ordered(a: Rec, a_epoch: u32, a_wep: u32, b: u16, now: When) -> bool {
+        a_epoch != now.epoch || a.tid == b || (warp(a.tid) == warp(b) && a_wep < now.warp_epoch)
+    }
+
+    /// A read of `len` bytes at `start` (absolute shared offsets).
+    pub fn read(&mut self, start: usize, len: usize, who: Rec, now: When) -> Result<(), Conflict> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        let w = 1u32 << (warp(who.tid) % 32);
+        for byte in start..start + len {
+            if self.races && self.pending.get(byte).is_some_and(|&p| p > 0) {
+                return Err(Conflict::Stale {
+                    byte,
+                    issuer: self.pending_by[byte],
+                });
+            }
+            let Some(c) = self.cells.get_mut(byte) else {
+                continue;
+            };
+            if self.uninit && !c.init && self.deferred.is_none() {
+                self.deferred = Some((byte, who));
+            }
+            if !self.races {
+                continue;
+            }
+            if c.w.tid != NOBODY && !Self::ordered(c.w, c.w_epoch, c.w_wep, who.tid, now) {
+                return Err(Conflict::Race { byte, first: c.w });
+            }
+            if c.r_epoch != now.epoch {
+                c.r_epoch = now.epoch;
+                c.r_warps = w;
+                c.r_max_wep = now.warp_epoch;
+                c.r_at_max = who.tid;
+                c.r_first = who;
+                c.r_other = Rec::NONE;
+            } else {
+                c.r_warps |= w;
+                if now.warp_epoch > c.r_max_wep {
+                    c.r_max_wep = now.warp_epoch;
+                    c.r_at_max = who.tid;
+                } else if now.warp_epoch == c.r_max_wep && c.r_at_max != who.tid {
+                    c.r_at_max = MANY;
+                }
+                if who.tid != c.r_first.tid {
+                    c.r_other = who;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Check a write (plain, atomic or async) against earlier accesses of this epoch; record it
+    /// when `record`.
+    fn check_write(
+        &mut self,
+        byte: usize,
+        who: Rec,
+        now: When,
+        record: bool,
+    ) -> Result<(), Conflict> {
+        let races = self.races;
+        let Some(c) = self.cells.get_mut(byte) else {
+            return Ok(());
+        };
+        if races {
+            let both_atomic = who.kind == Kind::Atomic && c.w.kind == Kind::Atomic;
+            if c.w.tid != NOBODY
+                && !both_atomic
+                && !Self::ordered(c.w, c.w_epoch, c.w_wep, who.tid, now)
+            {
+                return Err(Conflict::Race { byte, first: c.w });
+            }
+            if c.r_epoch == now.epoch {
+                let mine = 1u32 << (warp(who.tid) % 32);
+                let other_warp = c.r_warps & !mine != 0;
+                let same_warp_now =
+                    c.r_max_wep >= now.warp_epoch && c.r_at_max != who.tid && c.r_at_max != NOBODY;
+                if other_warp || same_warp_now {
+                    let first = if c.r_first.tid != who.tid {
+                        c.r_first
+                    } else {
+                        c.r_other
+                    };
+                    if first.tid != NOBODY {
+                        return Err(Conflict::Race { byte, first });
+                    }
+                }
+            }
+        }
+        if record {
+            c.w_epoch = now.epoch;
+            c.w_wep = now.warp_epoch;
+            c.w = who;
+            c.init = true;
+        }
+        Ok(())
+    }
+
+    /// A write (plain or atomic) of `len` bytes at `start`.
+    pub fn write(&mut self, start: usize, len: usize, who: Rec, now: When) -> Result<(), Conflict> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        for byte in start..start + len {
+            if self.races && self.pending.get(byte).is_some_and(|&p| p > 0) {
+                return Err(Conflict::Race {
+                    byte,
+                    first: self.pending_by[byte],
+                });
+            }
+            if self.uninit && who.kind == Kind::Atomic {
+                if let Some(c) = self.cells.get(byte) {
+                    if !c.init {
+                        return Err(Conflict::Uninit { byte, who });
+                    }
+                }
+            }
+            self.check_write(byte, who, now, true)?;
+        }
+        Ok(())
+    }
+
+    /// The issue of a `cp.async` into `len` bytes at `start`: it may land any time until its
+    /// wait, so it conflicts with every unordered access of this epoch and every later access
+    /// until it lands.
+    pub fn async_issue(
+        &mut self,
+        start: usize,
+        len: usize,
+        who: Rec,
+        now: When,
+    ) -> Result<(), Conflict> {
+        if !self.races {
+            return Ok(());
+        }
+        for byte in start..start + len {
+            if self.pending.get(byte).is_some_and(|&p| p > 0) {
+                return Err(Conflict::Race {
+                    byte,
+                    first: self.pending_by[byte],
+                });
+            }
+            self.check_write(byte, who, now, false)?;
+        }
+        for byte in start..start + len {
+            if let Some(p) = self.pending.get_mut(byte) {
+                *p += 1;
+                self.pending_by[byte] = who;
+            }
+        }
+        Ok(())
+    }
+
+    /// A `cp.async` lands (at its issuer's wait).
+    pub fn async_land(
+        &mut self,
+        start: usize,
+        len: usize,
+        who: Rec,
+        now: When,
+    ) -> Result<(), Conflict> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        for byte in start..start + len {
+            if let Some(p) = self.pending.get_mut(byte) {
+                *p = p.saturating_sub(1);
+            }
+            self.check_write(byte, who, now, true)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(tid: u16, kind: Kind) -> Rec {
+        Rec { tid, kind, pc: 0 }
+    }
+    const E1: When = When {
+        epoch: 1,
+        warp_epoch: 0,
+    };
+    const E2: When = When {
+        epoch: 2,
+        warp_epoch: 0,
+    };
+
+    #[test]
+    fn write_then_read_by_another_thread_races_until_a_barrier() {
+        let mut s = Shadow::new(8, true, true);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        assert!(matches!(
+            s.read(0, 4, rec(1, Kind::Load), E1),
+            Err(Conflict::Race { byte: 0, .. })
+        ));
+        let mut s = Shadow::new(8, true, true);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        s.read(0, 4, rec(0, Kind::Load), E1).unwrap();
+        s.read(0, 4, rec(1, Kind::Load), E2).unwrap();
+        s.read(0, 4, rec(40, Kind::Load), E2).unwrap();
+    }
+
+    #[test]
+    fn read_then_write_by_another_thread_races() {
+        let mut s = Shadow::new(8, true, true);
+        s.write(0, 8, rec(0, Kind::Write), E1).unwrap();
+        s.read(0, 4, rec(1, Kind::Load), E2).unwrap();
+        s.read(0, 4, rec(2, Kind::Load), E2).unwrap();
+        let r = s.write(0, 4, rec(2, Kind::Write), E2);
+        assert_eq!(
+            r,
+            Err(Conflict::Race {
+                byte: 0,
+                first: rec(1, Kind::Load)
+            })
+        );
+        // Reading and then writing one's own bytes is fine.
+        s.read(4, 4, rec(3, Kind::Load), E2).unwrap();
+        s.write(4, 4, rec(3, Kind::Write), E2).unwrap();
+    }
+
+    #[test]
+    fn sync_warp_orders_lanes_of_one_warp_only() {
+        let w0 = When {
+            epoch: 1,
+            warp_epoch: 0,
+        };
+        let w1 = When {
+            epoch: 1,
+            warp_epoch: 1,
+        };
+        let mut s = Shadow::new(8, true, true);
+        s.write(0, 4, rec(0, Kind::Write), w0).unwrap();
+        s.read(0, 4, rec(5, Kind::Load), w1).unwrap();
+        // Lane 5 reads at warp epoch 1; lane 0 writes again after another sync_warp: fine.
+        let w2 = When {
+            epoch: 1,
+            warp_epoch: 2,
+        };
+        s.write(0, 4, rec(0, Kind::Write), w2).unwrap();
+        // But thread 33 (another warp) is not ordered by warp 0's sync_warp.
+        assert!(s.read(0, 4, rec(33, Kind::Load), w2).is_err());
+    }
+
+    #[test]
+    fn a_write_after_an_uninitialized_read_by_another_thread_is_a_race() {
+        let mut s = Shadow::new(4, true, true);
+        s.read(0, 4, rec(1, Kind::Load), E1).unwrap();
+        assert!(matches!(
+            s.write(0, 4, rec(32, Kind::Write), E1),
+            Err(Conflict::Race { byte: 0, first }) if first.tid == 1
+        ));
+    }
+
+    #[test]
+    fn atomics_do_not_race_with_each_other() {
+        let mut s = Shadow::new(4, true, true);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        s.write(0, 4, rec(1, Kind::Atomic), E2).unwrap();
+        s.write(0, 4, rec(2, Kind::Atomic), E2).unwrap();
+        assert!(s.read(0, 4, rec(3, Kind::Load), E2).is_err());
+    }
+
+    #[test]
+    fn uninitialized_and_in_flight_bytes() {
+        let mut s = Shadow::new(16, true, true);
+        s.read(2, 1, rec(0, Kind::Load), E1).unwrap();
+        assert_eq!(
+            s.take_uninit(),
+            Some(Conflict::Uninit {
+                byte: 2,
+                who: rec(0, Kind::Load)
+            })
+        );
+        assert_eq!(s.take_uninit(), None);
+        s.async_issue(0, 16, rec(0, Kind::AsyncWrite), E1).unwrap();
+        assert!(matches!(
+            s.read(0, 4, rec(0, Kind::Load), E1),
+            Err(Conflict::Stale { byte: 0, .. })
+        ));
+        s.async_land(0, 16, rec(0, Kind::AsyncWrite), E1).unwrap();
+        s.read(0, 4, rec(0, Kind::Load), E1).unwrap();
+        s.read(0, 4, rec(7, Kind::Load), E2).unwrap();
+    }
+}

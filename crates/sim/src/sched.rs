@@ -1,0 +1,369 @@
+//! The block scheduler: runs every thread of a block until it stops at a synchronization
+//! point, then releases what can be released — a warp whose 32 lanes all wait at the same
+//! collective runs it, a block whose threads all wait at the same barrier passes it — and
+//! repeats. When nothing can be released and not every thread has finished, the block is stuck
+//! (a deadlock or undefined behaviour on a GPU) and the scheduler says who waits where.
+//!
+//! Running threads one at a time between synchronization points is equivalent to lockstep
+//! execution for every program without races, and the race checker reports the others.
+
+use tl_ir::eval::Value;
+use tl_ir::{DType, Scope};
+
+use crate::bytecode::{Instr, ShflKind};
+use crate::error::SimError;
+use crate::exec::{Interp, Loc, Stash, State, Thread};
+use crate::memory::POISON;
+use crate::race::{Kind, Rec, Shadow};
+use crate::{elem, tensor_core, warp};
+
+/// Run one block to completion. `hw` is the hardware block index (reports use it); `vars` the
+/// values of the kernel's block variables.
+pub fn run_block(
+    it: &mut Interp,
+    threads: u32,
+    hw: [i64; 3],
+    vars: [i64; 3],
+    checks: (bool, bool),
+) -> Result<(), SimError> {
+    let prog = it.prog;
+    it.mem.block = hw;
+    it.mem.shared = vec![POISON; prog.shared_bytes];
+    it.mem.shadow = Shadow::new(prog.shared_bytes, checks.0, checks.1);
+    it.mem.epoch = 1;
+    it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(32)];
+    let mut ths: Vec<Thread> = (0..threads)
+        .map(|tid| {
+            let mut regs = prog.reg_init.clone();
+            for (r, v) in prog.block_regs.iter().zip(vars) {
+                regs[*r as usize] = Value::Int(v);
+            }
+            Thread {
+                tid,
+                pc: 0,
+                state: State::Ready,
+                regs,
+                local: vec![POISON; prog.local_bytes],
+                stash: Stash::None,
+                cp: Default::default(),
+            }
+        })
+        .collect();
+    let r = schedule(it, &mut ths);
+    // A read of uninitialized shared memory happened before whatever else went wrong (a race
+    // excepted, which explains it better), and is likely its cause.
+    match r {
+        Err(e @ (SimError::DataRace { .. } | SimError::StaleAsyncRead { .. })) => Err(e),
+        Err(e) => Err(it.mem.take_uninit().unwrap_or(e)),
+        Ok(()) => match it.mem.take_uninit() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        },
+    }
+}
+
+fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
+    loop {
+        for th in ths.iter_mut() {
+            if th.state == State::Ready {
+                it.run_thread(th)?;
+            }
+        }
+        let mut progressed = false;
+        for (w, lanes) in ths.chunks_mut(32).enumerate() {
+            let pc = lanes[0].pc;
+            if lanes.iter().all(|t| t.state == State::Warp && t.pc == pc) {
+                collective(it, lanes, w)?;
+                progressed = true;
+            }
+        }
+        if progressed {
+            continue;
+        }
+        if ths.iter().all(|t| t.state == State::Done) {
+            // Copies nobody waited for would still land, but nothing can observe them now.
+            it.stats.cp_async_unwaited += ths.iter().map(|t| t.cp.in_flight() as u64).sum::<u64>();
+            return Ok(());
+        }
+        let pc = ths[0].pc;
+        if ths.iter().all(|t| t.state == State::Barrier && t.pc == pc) {
+            if let Some(e) = it.mem.take_uninit() {
+                return Err(e);
+            }
+            it.mem.epoch += 1;
+            it.stats.barriers += 1;
+            for t in ths.iter_mut() {
+                t.pc += 1;
+                t.state = State::Ready;
+            }
+            continue;
+        }
+        return Err(stuck(it, ths));
+    }
+}
+
+fn describe(it: &Interp, t: &Thread) -> String {
+    let span = it.prog.span(t.pc as usize);
+    match t.state {
+        State::Done => "has exited".into(),
+        State::Barrier => format!("waits at the barrier at {span}"),
+        State::Warp => format!("is at {} ({span})", it.prog.name(t.pc as usize)),
+        State::Ready => "is still running".into(),
+    }
+}
+
+/// Explain why no thread can go on.
+fn stuck(it: &Interp, ths: &[Thread]) -> SimError {
+    for (w, lanes) in ths.chunks(32).enumerate() {
+        if let Some(a) = lanes.iter().find(|t| t.state == State::Warp) {
+            if let Some(b) = lanes
+                .iter()
+                .find(|t| t.state != State::Warp || t.pc != a.pc)
+            {
+                return SimError::WarpDivergence {
+                    block: it.mem.block,
+                    warp: w as u32,
+                    op: it.prog.name(a.pc as usize).to_string(),
+                    span: it.prog.span(a.pc as usize),
+                    waiting: a.tid,
+                    other: b.tid,
+                    other_state: describe(it, b),
+                };
+            }
+        }
+    }
+    let a = ths.iter().find(|t| t.state == State::Barrier);
+    let b = a.and_then(|a| {
+        ths.iter()
+            .find(|t| t.state != State::Barrier || t.pc != a.pc)
+    });
+    match (a, b) {
+        (Some(a), Some(b)) => SimError::BarrierDivergence {
+            block: it.mem.block,
+            waiting: a.tid,
+            barrier: it.prog.span(a.pc as usize),
+            other: b.tid,
+            other_state: describe(it, b),
+        },
+        _ => SimError::InvalidIr("the block scheduler found no thread to run".into()),
+    }
+}
+
+fn no_stash(it: &Interp, pc: u32) -> SimError {
+    SimError::InvalidIr(format!(
+        "internal: a lane reached {} without its operands",
+        it.prog.name(pc as usize)
+    ))
+}
+
+/// Run the collective all lanes of warp `w` wait at.
+fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), SimError> {
+    let prog = it.prog;
+    let pc = lanes[0].pc;
+    let ins = prog.code.get(pc as usize).ok_or_else(|| no_stash(it, pc))?;
+    if lanes.len() < 32 && !matches!(ins, Instr::SyncWarp) {
+        return Err(SimError::Unsupported(format!(
+            "{} in warp {w}, which has only {} threads (the block's thread count is not a multiple of 32), at {}",
+            prog.name(pc as usize),
+            lanes.len(),
+            prog.span(pc as usize)
+        )));
+    }
+    match ins {
+        Instr::SyncWarp => {
+            if let Some(e) = it.mem.warp_epochs.get_mut(w) {
+                *e += 1;
+            }
+            it.stats.warp_syncs += 1;
+        }
+        Instr::Shfl {
+            kind, width, dst, ..
+        } => shuffle(it, lanes, *kind, *width, *dst as usize, pc)?,
+        Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
+        Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
+        _ => return Err(no_stash(it, pc)),
+    }
+    if !matches!(ins, Instr::SyncWarp) {
+        it.stats.collectives += 1;
+    }
+    for l in lanes.iter_mut() {
+        l.pc = pc + 1;
+        l.state = State::Ready;
+        l.stash = Stash::None;
+    }
+    Ok(())
+}
+
+fn shuffle(
+    it: &Interp,
+    lanes: &mut [Thread],
+    kind: ShflKind,
+    width: u32,
+    dst: usize,
+    pc: u32,
+) -> Result<(), SimError> {
+    let mut vals = [Value::Int(0); 32];
+    let mut args = [0i64; 32];
+    for (i, l) in lanes.iter().enumerate() {
+        match l.stash {
+            Stash::Shfl(v, a) => {
+                vals[i] = v;
+                args[i] = a;
+            }
+            _ => return Err(no_stash(it, pc)),
+        }
+    }
+    for (i, l) in lanes.iter_mut().enumerate() {
+        let src = warp::source_lane(kind, width, i as u32, args[i]) as usize;
+        l.regs[dst] = vals[src];
+    }
+    Ok(())
+}
+
+fn addrs(it: &Interp, l: &Thread, pc: u32) -> Result<[Loc; 4], SimError> {
+    match l.stash {
+        Stash::Addrs(a) => Ok(a),
+        _ => Err(no_stash(it, pc)),
+    }
+}
+
+/// What a tensor-core collective needs an operand address to name.
+struct Need {
+    len: usize,
+    scope: Scope,
+    /// The element size the buffer must have, when it matters.
+    elem_bytes: Option<usize>,
+    what: &'static str,
+}
+
+/// Check that `loc` names what `need` says, returning its byte offset.
+fn operand(it: &Interp, l: &Thread, loc: Loc, need: Need, pc: u32) -> Result<usize, SimError> {
+    let info = it.mem.info(loc.buf);
+    let name = it.prog.name(pc as usize);
+    if info.scope != need.scope || need.elem_bytes.is_some_and(|b| b != info.dtype.bytes()) {
+        return Err(SimError::InvalidIr(format!(
+            "{name} at {}: {} is {} {} `{}`, not a {}{} buffer",
+            it.prog.span(pc as usize),
+            need.what,
+            info.scope,
+            info.dtype,
+            info.name,
+            match need.elem_bytes {
+                Some(b) => format!("{}-bit ", b * 8),
+                None => String::new(),
+            },
+            need.scope
+        )));
+    }
+    it.mem.range(loc.buf, loc.elem, need.len, l.tid, pc)
+}
+
+fn need(len: usize, scope: Scope, elem_bytes: Option<usize>, what: &'static str) -> Need {
+    Need {
+        len,
+        scope,
+        elem_bytes,
+        what,
+    }
+}
+
+fn ldmatrix(
+    it: &mut Interp,
+    lanes: &mut [Thread],
+    num: usize,
+    trans: bool,
+    pc: u32,
+) -> Result<(), SimError> {
+    let name = it.prog.name(pc as usize);
+    let mut rows = [[0u16; 8]; 32];
+    for (i, l) in lanes.iter().enumerate().take(8 * num) {
+        let [s, ..] = addrs(it, l, pc)?;
+        let off = operand(
+            it,
+            l,
+            s,
+            need(16, Scope::Shared, None, "the row address"),
+            pc,
+        )?;
+        it.mem.aligned(s.buf, off, 16, name, l.tid, pc)?;
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::IntrinsicRead,
+            pc,
+        };
+        let b = it.mem.read(&l.local, s.buf, off, 16, who)?;
+        for (c, x) in rows[i].iter_mut().enumerate() {
+            *x = u16::from_le_bytes([b[2 * c], b[2 * c + 1]]);
+        }
+    }
+    let out = tensor_core::ldmatrix(num, trans, &rows);
+    for (i, l) in lanes.iter_mut().enumerate() {
+        let [_, d, ..] = addrs(it, l, pc)?;
+        let dst = need(4 * num, Scope::Local, Some(2), "the destination");
+        let off = operand(it, l, d, dst, pc)?;
+        let mut bytes = [0u8; 16];
+        for (j, x) in out[i].iter().take(2 * num).enumerate() {
+            bytes[2 * j..2 * j + 2].copy_from_slice(&x.to_le_bytes());
+        }
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::Write,
+            pc,
+        };
+        it.mem
+            .write(&mut l.local, d.buf, off, &bytes[..4 * num], who)?;
+    }
+    Ok(())
+}
+
+fn mma(it: &mut Interp, lanes: &mut [Thread], ab: DType, pc: u32) -> Result<(), SimError> {
+    let mut a = [[0f32; 8]; 32];
+    let mut b = [[0f32; 4]; 32];
+    let mut c = [[0f32; 4]; 32];
+    let read = |it: &mut Interp,
+                l: &Thread,
+                loc: Loc,
+                len: usize,
+                eb: usize,
+                what: &'static str|
+     -> Result<[u8; 16], SimError> {
+        let off = operand(it, l, loc, need(len, Scope::Local, Some(eb), what), pc)?;
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::IntrinsicRead,
+            pc,
+        };
+        it.mem.read(&l.local, loc.buf, off, len, who)
+    };
+    for (i, l) in lanes.iter().enumerate() {
+        let [_, la, lb, lc] = addrs(it, l, pc)?;
+        let ba = read(it, l, la, 16, 2, "A")?;
+        let bb = read(it, l, lb, 8, 2, "B")?;
+        let bc = read(it, l, lc, 16, 4, "C")?;
+        for (k, x) in a[i].iter_mut().enumerate() {
+            *x = elem::decode(&ba[2 * k..], ab).as_f64() as f32;
+        }
+        for (k, x) in b[i].iter_mut().enumerate() {
+            *x = elem::decode(&bb[2 * k..], ab).as_f64() as f32;
+        }
+        for (k, x) in c[i].iter_mut().enumerate() {
+            *x = elem::decode(&bc[4 * k..], DType::F32).as_f64() as f32;
+        }
+    }
+    let d = tensor_core::mma_m16n8k16(&a, &b, &c);
+    for (i, l) in lanes.iter_mut().enumerate() {
+        let [ld, ..] = addrs(it, l, pc)?;
+        let off = operand(it, l, ld, need(16, Scope::Local, Some(4), "D"), pc)?;
+        let mut bytes = [0u8; 16];
+        for (k, x) in d[i].iter().enumerate() {
+            bytes[4 * k..4 * k + 4].copy_from_slice(&x.to_le_bytes());
+        }
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::Write,
+            pc,
+        };
+        it.mem.write(&mut l.local, ld.buf, off, &bytes, who)?;
+    }
+    Ok(())
+}

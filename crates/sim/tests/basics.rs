@@ -1,0 +1,385 @@
+//! Global memory, arguments, arithmetic, control flow, and the errors that are not about
+//! synchronization.
+
+mod common;
+use common::*;
+
+use tl_ir::{DType, Expr, Var};
+
+/// `out[i] = a[i] * 2 + 1` over a grid of 64-thread blocks, with a bounds guard.
+fn axpb(n_var: &Var) -> tl_ir::Kernel {
+    let n = n_var.expr();
+    let a = global("a", vec![n.clone()], DType::F32);
+    let out = global("out", vec![n.clone()], DType::F32);
+    kernel(
+        "axpb",
+        vec![n_var.clone()],
+        vec![input(&a), output(&out)],
+        vec![tl_ir::ops::ceildiv(n.clone(), 64)],
+        64,
+        |b, bx| {
+            let i = b.let_("i", bx[0].clone() * 64 + tid());
+            b.if_(i.lt(n.clone()), |b| {
+                b.store(&out, i.clone(), a.at([i.clone()]) * 2.0f32 + 1.0f32);
+            });
+        },
+    )
+}
+
+#[test]
+fn elementwise_over_a_grid_binds_dims_and_writes_in_place() {
+    let n = Var::new("n", DType::I32);
+    let k = axpb(&n);
+    let xs: Vec<f64> = (0..150).map(|i| i as f64 * 0.25).collect();
+    let mut args = vec![
+        SimArg::tensor(DType::F32, &[150], &xs),
+        SimArg::zeros(DType::F32, &[150]),
+    ];
+    let r = run(&k, &mut args, &opts()).expect("runs");
+    assert_eq!(r.blocks, 3);
+    assert_eq!(r.threads_per_block, 64);
+    let out = args[1].to_f64(DType::F32);
+    for (i, (&x, &y)) in xs.iter().zip(&out).enumerate() {
+        assert_eq!(y, x * 2.0 + 1.0, "element {i}");
+    }
+    // Only some blocks.
+    let mut args = vec![
+        SimArg::tensor(DType::F32, &[150], &xs),
+        SimArg::zeros(DType::F32, &[150]),
+    ];
+    let o = SimOptions {
+        blocks: Some(vec![[1, 0, 0]]),
+        ..opts()
+    };
+    let r = run(&k, &mut args, &o).expect("runs");
+    assert_eq!(r.blocks, 1);
+    let out = args[1].to_f64(DType::F32);
+    assert_eq!(out[63], 0.0);
+    assert_eq!(out[64], 64.0 * 0.25 * 2.0 + 1.0);
+    assert_eq!(out[128], 0.0);
+}
+
+#[test]
+fn bad_arguments_are_reported() {
+    let n = Var::new("n", DType::I32);
+    let k = axpb(&n);
+    let mut args = vec![
+        SimArg::zeros(DType::F32, &[10]),
+        SimArg::zeros(DType::F32, &[11]),
+    ];
+    let e = run(&k, &mut args, &opts()).unwrap_err();
+    assert!(
+        matches!(&e, SimError::BadArgs(m) if m.contains("`n` is 10")),
+        "{e}"
+    );
+    let mut args = vec![SimArg::zeros(DType::F32, &[10])];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::BadArgs(_))
+    ));
+    let mut args = vec![
+        SimArg::Tensor {
+            bytes: vec![0; 7],
+            shape: vec![2],
+        },
+        SimArg::zeros(DType::F32, &[2]),
+    ];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::BadArgs(_))
+    ));
+    let mut args = vec![
+        SimArg::zeros(DType::F32, &[10]),
+        SimArg::zeros(DType::F32, &[10]),
+    ];
+    let o = SimOptions {
+        blocks: Some(vec![[5, 0, 0]]),
+        ..opts()
+    };
+    assert!(matches!(run(&k, &mut args, &o), Err(SimError::BadArgs(_))));
+}
+
+#[test]
+fn out_of_bounds_global_access_names_buffer_index_thread_and_line() {
+    let a = global("a", vec![Expr::int(32)], DType::F32);
+    let out = global("out", vec![Expr::int(32)], DType::F32);
+    let line = std::cell::Cell::new(0);
+    let k = kernel(
+        "oob",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        32,
+        |b, _| {
+            b.store(&out, tid(), a.at([tid() + 1]));
+            line.set(b.last_line());
+        },
+    );
+    let mut args = vec![
+        SimArg::zeros(DType::F32, &[32]),
+        SimArg::zeros(DType::F32, &[32]),
+    ];
+    match run(&k, &mut args, &opts()) {
+        Err(SimError::OutOfBounds {
+            buffer,
+            index,
+            extent,
+            thread,
+            span,
+            ..
+        }) => {
+            assert_eq!(buffer, "a");
+            assert_eq!(index, vec![32]);
+            assert_eq!(extent, vec![32]);
+            assert_eq!(thread, 31);
+            assert_eq!(span.line, line.get());
+            assert!(span.file.ends_with("basics.rs"));
+        }
+        other => panic!("expected OutOfBounds, got {other:?}"),
+    }
+}
+
+#[test]
+fn multi_dimensional_indices_are_checked_per_dimension() {
+    let a = global("a", vec![Expr::int(4), Expr::int(8)], DType::F32);
+    let k = kernel(
+        "oob2",
+        vec![],
+        vec![output(&a)],
+        vec![Expr::int(1)],
+        32,
+        // Row 0, column tid: columns 8.. run past the row even though the flat index fits.
+        |b, _| b.store_nd(&a, vec![Expr::int(0), tid()], 1.0f32),
+    );
+    let mut args = vec![SimArg::zeros(DType::F32, &[4, 8])];
+    match run(&k, &mut args, &opts()) {
+        Err(SimError::OutOfBounds {
+            index,
+            extent,
+            thread,
+            ..
+        }) => {
+            assert_eq!(index, vec![0, 8]);
+            assert_eq!(extent, vec![4, 8]);
+            assert_eq!(thread, 8);
+        }
+        other => panic!("expected OutOfBounds, got {other:?}"),
+    }
+}
+
+#[test]
+fn integer_division_by_zero_is_an_error() {
+    let out = global("out", vec![Expr::int(32)], DType::I32);
+    let k = kernel(
+        "div0",
+        vec![],
+        vec![output(&out)],
+        vec![Expr::int(1)],
+        32,
+        |b, _| b.store(&out, tid(), Expr::int(100) / (tid() - 5)),
+    );
+    let mut args = vec![SimArg::zeros(DType::I32, &[32])];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::DivisionByZero { thread: 5, .. })
+    ));
+}
+
+#[test]
+fn runaway_loops_hit_the_step_limit() {
+    let out = global("out", vec![Expr::int(1)], DType::I32);
+    let k = kernel(
+        "long",
+        vec![],
+        vec![output(&out)],
+        vec![Expr::int(1)],
+        32,
+        |b, _| {
+            let acc = b.var("acc", DType::I32);
+            b.store(&acc, 0, 0);
+            b.for_("i", 1_000_000, |b, i| {
+                b.store(&acc, 0, acc.at([0]) + i);
+            });
+            b.if_(tid().eq_(0), |b| b.store(&out, 0, acc.at([0])));
+        },
+    );
+    let mut args = vec![SimArg::zeros(DType::I32, &[1])];
+    let o = SimOptions {
+        max_steps: 10_000,
+        ..opts()
+    };
+    assert!(matches!(
+        run(&k, &mut args, &o),
+        Err(SimError::StepLimit { limit: 10_000, .. })
+    ));
+}
+
+#[test]
+fn narrow_floats_compute_in_f32_and_round_at_stores_and_casts() {
+    let a = global("a", vec![Expr::int(2)], DType::BF16);
+    let out = global("out", vec![Expr::int(3)], DType::BF16);
+    let out32 = global("out32", vec![Expr::int(1)], DType::F32);
+    let k = kernel(
+        "narrow",
+        vec![],
+        vec![input(&a), output(&out), output(&out32)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| {
+            // 1 + 2^-8 is not a bf16: kept in f32 inside the expression.
+            let x = a.at([0]) + a.at([1]);
+            b.store(&out32, 0, x.cast(DType::F32));
+            b.store(&out, 0, x.clone());
+            // (A cast of a bf16-typed expression to bf16 is no cast at all; go through f32.)
+            let rounded = x.cast(DType::F32).cast(DType::BF16).cast(DType::F32);
+            b.store(&out, 1, rounded * 3.0f32);
+            b.store(&out, 2, a.at([0]) * 3.0f32 + a.at([1]) * 3.0f32);
+        },
+    );
+    let mut args = vec![
+        SimArg::tensor(DType::BF16, &[2], &[1.0, 1.0 / 256.0]),
+        SimArg::zeros(DType::BF16, &[3]),
+        SimArg::zeros(DType::F32, &[1]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs");
+    assert_eq!(args[2].to_f64(DType::F32), vec![1.0 + 1.0 / 256.0]);
+    let o = args[1].to_f64(DType::BF16);
+    assert_eq!(o[0], 1.0, "the store rounds (ties to even)");
+    assert_eq!(o[1], 3.0, "the cast rounded before the multiply");
+    // 3 + 3/256 in f32, rounded once at the store: 3.01171875 -> 3.015625.
+    assert_eq!(o[2], 3.015625);
+}
+
+#[test]
+fn sixty_four_bit_integers_are_exact() {
+    let a = global("a", vec![Expr::int(1)], DType::I64);
+    let out = global("out", vec![Expr::int(2)], DType::I64);
+    let k = kernel(
+        "i64",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| {
+            b.store(&out, 0, a.at([0]) + 1);
+            b.store(&out, 1, a.at([0]) * 2);
+        },
+    );
+    let big = (1i64 << 60) + 3;
+    let mut args = vec![
+        SimArg::Tensor {
+            bytes: big.to_le_bytes().to_vec(),
+            shape: vec![1],
+        },
+        SimArg::zeros(DType::I64, &[2]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs");
+    let SimArg::Tensor { bytes, .. } = &args[1] else {
+        panic!()
+    };
+    let v0 = i64::from_le_bytes(bytes[0..8].try_into().unwrap());
+    let v1 = i64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    assert_eq!(v0, big + 1);
+    assert_eq!(v1, big.wrapping_mul(2));
+}
+
+#[test]
+fn scalar_params_and_block_swizzle() {
+    let out = global("out", vec![Expr::int(4), Expr::int(4)], DType::I32);
+    let s = Var::new("s", DType::I32);
+    let mut k = kernel(
+        "swz",
+        vec![],
+        vec![output(&out), tl_ir::Param::Scalar(s.clone())],
+        vec![Expr::int(4), Expr::int(4)],
+        1,
+        |b, bxy| {
+            // Which hardware-linear block computed tile (by, bx)?
+            b.store_nd(&out, vec![bxy[1].clone(), bxy[0].clone()], s.expr() + 0);
+        },
+    );
+    k.attrs.swizzle_panel = Some(2);
+    let mut args = vec![SimArg::zeros(DType::I32, &[4, 4]), SimArg::Int(7)];
+    let r = run(&k, &mut args, &opts()).expect("runs");
+    assert_eq!(r.blocks, 16);
+    assert!(args[0].to_f64(DType::I32).iter().all(|&x| x == 7.0));
+    // The first hardware block (0, 0) and the second (1, 0) cover tiles (0,0) and (1,0).
+    let mut args = vec![SimArg::zeros(DType::I32, &[4, 4]), SimArg::Int(1)];
+    let o = SimOptions {
+        blocks: Some(vec![[1, 0, 0]]),
+        ..opts()
+    };
+    run(&k, &mut args, &o).expect("runs");
+    let v = args[0].to_f64(DType::I32);
+    assert_eq!(v[4], 1.0, "hardware block x=1 computes row 1, column 0");
+    assert_eq!(v.iter().sum::<f64>(), 1.0);
+}
+
+#[test]
+fn vector_copies_and_alignment() {
+    let a = global("a", vec![Expr::int(64)], DType::F16);
+    let out = global("out", vec![Expr::int(64)], DType::F16);
+    let k = kernel(
+        "vcopy",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        8,
+        |b, _| {
+            let r = b.local("r", &[8], DType::F16);
+            b.vec_copy(8, addr(&r, 0), addr(&a, tid() * 8));
+            b.for_("j", 8, |b, j| {
+                b.store(&r, j.clone(), r.at([j.clone()]) * 2.0f32);
+            });
+            b.vec_copy(8, addr(&out, tid() * 8), addr(&r, 0));
+        },
+    );
+    let xs: Vec<f64> = (0..64).map(|i| i as f64).collect();
+    let mut args = vec![
+        SimArg::tensor(DType::F16, &[64], &xs),
+        SimArg::zeros(DType::F16, &[64]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs");
+    let o = args[1].to_f64(DType::F16);
+    assert!(o.iter().enumerate().all(|(i, &v)| v == 2.0 * i as f64));
+
+    // A 16-byte copy from an element that is only 2-byte aligned.
+    let k = kernel(
+        "vcopy_mis",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| b.vec_copy(8, addr(&out, 0), addr(&a, 1)),
+    );
+    let mut args = vec![
+        SimArg::zeros(DType::F16, &[64]),
+        SimArg::zeros(DType::F16, &[64]),
+    ];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::Misaligned { align: 16, .. })
+    ));
+}
+
+#[test]
+fn ill_formed_ir_is_rejected_not_run() {
+    let out = global("out", vec![Expr::int(4)], DType::F32);
+    let k = kernel(
+        "bad",
+        vec![],
+        vec![output(&out)],
+        vec![Expr::int(1)],
+        4,
+        |b, _| {
+            b.for_kind("i", 0, 4, tl_ir::ForKind::Parallel, |b, i| {
+                b.store(&out, i, 1.0f32)
+            })
+        },
+    );
+    let mut args = vec![SimArg::zeros(DType::F32, &[4])];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::InvalidIr(_))
+    ));
+}
