@@ -186,7 +186,9 @@ TL_DEVICE void tl_atomic_add_bf16(uint16_t* p, float v) {
 /* ---- ldmatrix: lane l < 8*num supplies the shared address of row l%8 of matrix l/8; the
  * lane's register j (16-bit elements 2j, 2j+1 of dst, low half first) receives row l/4,
  * columns 2(l%4), 2(l%4)+1 of matrix j. Registers are unpacked with shifts rather than
- * through a uint32_t pointer so no type-punned store touches the 16-bit local array. ---- */
+ * through a uint32_t pointer so no type-punned store touches the 16-bit local array. The
+ * "memory" clobber keeps the compiler from moving shared stores past the load (it only
+ * constrains NVVM; ptxas still schedules by real dependences). ---- */
 TL_DEVICE void tl_unpack2(uint16_t* d, uint32_t r) {
     d[0] = (uint16_t)(r & 0xffffu);
     d[1] = (uint16_t)(r >> 16);
@@ -197,20 +199,20 @@ TL_DEVICE uint32_t tl_pack2(const uint16_t* s) {
 TL_DEVICE void tl_ldmatrix_x1(const void* smem, uint16_t* dst) {
     uint32_t r0;
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r0) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
 }
 TL_DEVICE void tl_ldmatrix_x2(const void* smem, uint16_t* dst) {
     uint32_t r0, r1;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r0), "=r"(r1) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0), "=r"(r1) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
     tl_unpack2(dst + 2, r1);
 }
 TL_DEVICE void tl_ldmatrix_x4(const void* smem, uint16_t* dst) {
     uint32_t r0, r1, r2, r3;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
     tl_unpack2(dst + 2, r1);
     tl_unpack2(dst + 4, r2);
@@ -219,20 +221,20 @@ TL_DEVICE void tl_ldmatrix_x4(const void* smem, uint16_t* dst) {
 TL_DEVICE void tl_ldmatrix_x1_trans(const void* smem, uint16_t* dst) {
     uint32_t r0;
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r0) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
 }
 TL_DEVICE void tl_ldmatrix_x2_trans(const void* smem, uint16_t* dst) {
     uint32_t r0, r1;
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r0), "=r"(r1) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0), "=r"(r1) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
     tl_unpack2(dst + 2, r1);
 }
 TL_DEVICE void tl_ldmatrix_x4_trans(const void* smem, uint16_t* dst) {
     uint32_t r0, r1, r2, r3;
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(tl_smem_addr(smem)));
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(tl_smem_addr(smem)) : "memory");
     tl_unpack2(dst, r0);
     tl_unpack2(dst + 2, r1);
     tl_unpack2(dst + 4, r2);

@@ -178,8 +178,9 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     }
 
     let mut p = Printer::new(&mut names, Dialect::Cuda);
+    let any_shared = !plan.offsets.is_empty();
     p.smem_offsets = plan.offsets;
-    if plan.total > 0 {
+    if any_shared {
         p.line("extern __shared__ __align__(1024) unsigned char tl_smem[];");
     }
     block_indices(&mut p, k);

@@ -248,6 +248,20 @@ fn shared_buffers_share_one_aligned_dynamic_block() {
 }
 
 #[test]
+fn an_empty_shared_buffer_still_has_a_base() {
+    let f = Fixture::new();
+    let empty = buf("empty", &[0], DType::F32, Scope::Shared);
+    let src = gen(&f.kernel(vec![s(StmtKind::Alloc(empty))], false, None));
+    assert_eq!(src.dynamic_smem_bytes, 0);
+    let text = kernel_text(&src);
+    assert!(text.contains("unsigned char tl_smem[];"), "{text}");
+    assert!(
+        text.contains("float* const empty = (float*)(tl_smem + 0);"),
+        "{text}"
+    );
+}
+
+#[test]
 fn block_swizzle_for_a_2d_grid() {
     let f = Fixture::new();
     let body = vec![store(&f.y, vec![f.by.expr() * 4 + f.bx.expr()], 0.0f32)];

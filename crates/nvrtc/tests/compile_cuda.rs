@@ -129,6 +129,19 @@ fn small_kernels_compile_without_spills() {
         check_kernel(&kernels::warp_softmax(), t, &["SHFL.BFLY", "MUFU.EX2"]);
         check_kernel(&kernels::fp8_convert(), t, &["STG"]);
     }
+    // sm_89 converts fp8 in hardware; sm_86 takes the software path.
+    let r = check_kernel(&kernels::fp8_convert(), Target::Cuda { sm: 89 }, &["STG"]);
+    if r.sass.is_some() {
+        assert!(
+            tl_nvrtc::has_instruction(
+                r.sass.as_deref().unwrap_or(""),
+                "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C"
+            ),
+            "{r}"
+        );
+    }
+    let r = check_kernel(&kernels::fp8_convert(), Target::Cuda { sm: 86 }, &["STG"]);
+    assert!(!r.opcodes().keys().any(|k| k.contains("E4M3")), "{r}");
 }
 
 #[test]
