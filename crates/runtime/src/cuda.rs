@@ -247,14 +247,13 @@ impl CudaDevice {
         self.builtin
             .get_or_init(|| {
                 let arch = self.props.target().arch();
-                let nv = nvrtc::version().map_err(|e| e.to_string())?;
+                let tool = nvrtc::toolchain_id(&arch).map_err(|e| e.to_string())?;
                 let cache = Cache::from_env();
                 let key = Cache::key(&[
                     "cuda-builtin",
                     crate::rng::CUDA_SOURCE,
                     &arch,
-                    &nv,
-                    &nvrtc::OPTIONS.join(" "),
+                    &tool,
                     env!("CARGO_PKG_VERSION"),
                 ]);
                 let art = compile_cached(&cache, &key, "tl_rand", crate::rng::CUDA_SOURCE, &arch)
@@ -506,28 +505,19 @@ impl ResourceUsage {
     }
 }
 
-/// `(stack frame, spill stores, spill loads)` from ptxas's `-v` report
-/// (`    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads`).
-pub fn parse_ptxas_log(log: &str) -> (Option<u32>, Option<u32>, Option<u32>) {
-    let mut out = (None, None, None);
-    for line in log.lines() {
-        for part in line.split(',') {
-            let words: Vec<&str> = part.split_whitespace().collect();
-            if words.len() >= 3 && words[1] == "bytes" {
-                let Ok(n) = words[0].parse::<u32>() else {
-                    continue;
-                };
-                let add = |slot: &mut Option<u32>| *slot = Some(slot.unwrap_or(0) + n);
-                match &words[2..] {
-                    ["stack", "frame", ..] => add(&mut out.0),
-                    ["spill", "stores", ..] => add(&mut out.1),
-                    ["spill", "loads", ..] => add(&mut out.2),
-                    _ => {}
-                }
-            }
-        }
-    }
-    out
+/// ptxas's report for `entry` in an NVRTC log: `(stack frame, spill stores, spill loads)`,
+/// or `None` when the log has no report for it.
+fn ptxas_usage(log: &str, entry: &str) -> Option<(u32, u32, u32)> {
+    tl_nvrtc::parse_ptxas_log(log)
+        .into_iter()
+        .find(|f| f.name == entry)
+        .map(|f| {
+            (
+                f.usage.stack_frame,
+                f.usage.spill_stores,
+                f.usage.spill_loads,
+            )
+        })
 }
 
 /// A loaded kernel: its module (unloaded on drop) and function.
@@ -634,7 +624,7 @@ impl CudaKernel {
         use sys::CUfunction_attribute as A;
         let get = |a| func_attr(func, a).map(|v| v.max(0) as u32);
         let usage = (|| -> std::result::Result<ResourceUsage, DriverError> {
-            let (stack_frame, spill_stores, spill_loads) = parse_ptxas_log(&log);
+            let report = ptxas_usage(&log, entry);
             Ok(ResourceUsage {
                 registers: get(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
                 local_bytes: get(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
@@ -643,9 +633,9 @@ impl CudaKernel {
                 const_bytes: get(A::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
                 max_threads_per_block: get(A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
                 binary_version: get(A::CU_FUNC_ATTRIBUTE_BINARY_VERSION)?,
-                spill_stores,
-                spill_loads,
-                stack_frame,
+                spill_stores: report.map(|r| r.1),
+                spill_loads: report.map(|r| r.2),
+                stack_frame: report.map(|r| r.0),
                 log: log.clone(),
             })
         })();
@@ -888,9 +878,8 @@ pub(crate) fn compile_cached(
         }
     }
     let t = Instant::now();
-    let compiled = nvrtc::compile(source, arch, &[]).map_err(|e| match e {
-        nvrtc::NvrtcError::NotFound(reason) => RuntimeError::NvrtcUnavailable { reason },
-        nvrtc::NvrtcError::Compile { log } => {
+    let compiled = nvrtc::compile(source, arch).map_err(|e| match e {
+        nvrtc::NvrtcError::Compile { log, .. } => {
             let src_path = cache.path(key, "cu");
             if let Some(d) = src_path.parent() {
                 let _ = std::fs::create_dir_all(d);
@@ -912,9 +901,7 @@ pub(crate) fn compile_cached(
                 log,
             }
         }
-        other => RuntimeError::NvrtcUnavailable {
-            reason: other.to_string(),
-        },
+        other => RuntimeError::Nvrtc(other),
     })?;
     let compile_time = t.elapsed();
     let io = |path: &std::path::Path, e: std::io::Error| RuntimeError::Cache {
@@ -942,11 +929,12 @@ mod tests {
     #[test]
     fn ptxas_report_is_parsed() {
         let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
-                   ptxas info    : Function properties for k\n    \
-                   24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Function properties for k\n\
+                   ptxas         .     24 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n\
                    ptxas info    : Used 255 registers, 380 bytes cmem[0]";
-        assert_eq!(parse_ptxas_log(log), (Some(24), Some(8), Some(12)));
-        assert_eq!(parse_ptxas_log(""), (None, None, None));
+        assert_eq!(ptxas_usage(log, "k"), Some((24, 8, 12)));
+        assert_eq!(ptxas_usage(log, "other"), None);
+        assert_eq!(ptxas_usage("", "k"), None);
     }
 
     #[test]
@@ -968,8 +956,7 @@ mod tests {
     /// cubin and log, a hit reads them back; a compile error keeps the source and its log.
     #[test]
     fn compile_cache_miss_then_hit() {
-        if let Err(e) = nvrtc::version() {
-            println!("SKIPPED compile_cache_miss_then_hit: {e}");
+        if tl_nvrtc::testing::nvrtc_or_skip("compile_cache_miss_then_hit").is_none() {
             return;
         }
         let dir = std::env::temp_dir().join(format!("tl-cuda-cache-{}", std::process::id()));
@@ -979,8 +966,8 @@ mod tests {
         let a = compile_cached(&cache, &key, "axpy", src, "sm_90a").unwrap();
         assert!(!a.cache_hit);
         assert_eq!(&a.cubin[..4], b"\x7fELF");
-        let (_, stores, loads) = parse_ptxas_log(&a.log);
-        assert_eq!((stores, loads), (Some(0), Some(0)), "{}", a.log);
+        let (_, stores, loads) = ptxas_usage(&a.log, "tl_kernel_axpy").expect("a ptxas report");
+        assert_eq!((stores, loads), (0, 0), "{}", a.log);
         let b = compile_cached(&cache, &key, "axpy", src, "sm_90a").unwrap();
         assert!(b.cache_hit);
         assert_eq!(a.cubin, b.cubin);
@@ -1008,19 +995,18 @@ mod tests {
     /// without spills (needs NVRTC, not a GPU).
     #[test]
     fn builtin_kernels_compile() {
-        if let Err(e) = nvrtc::version() {
-            println!("SKIPPED builtin_kernels_compile: {e}");
+        if tl_nvrtc::testing::nvrtc_or_skip("builtin_kernels_compile").is_none() {
             return;
         }
-        for src in [
-            crate::rng::CUDA_SOURCE,
-            crate::selftest::AXPY_SOURCE,
-            crate::selftest::REVERSE_SOURCE,
+        for (src, entry) in [
+            (crate::rng::CUDA_SOURCE, "tl_rand"),
+            (crate::selftest::AXPY_SOURCE, "tl_kernel_axpy"),
+            (crate::selftest::REVERSE_SOURCE, "tl_kernel_reverse"),
         ] {
             for arch in ["sm_80", "sm_90a"] {
-                let c = nvrtc::compile(src, arch, &[]).unwrap_or_else(|e| panic!("{arch}: {e}"));
-                let (_, stores, _) = parse_ptxas_log(&c.log);
-                assert_eq!(stores, Some(0), "{arch}: {}", c.log);
+                let c = nvrtc::compile(src, arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
+                let (_, stores, loads) = ptxas_usage(&c.log, entry).expect("a ptxas report");
+                assert_eq!((stores, loads), (0, 0), "{arch}: {}", c.log);
             }
         }
     }

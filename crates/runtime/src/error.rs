@@ -38,9 +38,10 @@ pub enum RuntimeError {
     /// A CUDA driver call failed; `what` names the call and, for launches, the kernel.
     #[error("CUDA error in {what}: {error}")]
     Cuda { what: String, error: String },
-    /// NVRTC (the CUDA run-time compiler) could not be loaded.
-    #[error("NVRTC is not available: {reason}; install the CUDA toolkit or the nvidia-cuda-nvrtc wheel, or set TILELANG_NVRTC_LIB to the path of libnvrtc.so")]
-    NvrtcUnavailable { reason: String },
+    /// NVRTC could not be used: not installed (the message says where it looked and how to
+    /// install it), an architecture it cannot compile for, or a failed call.
+    #[error(transparent)]
+    Nvrtc(#[from] tl_nvrtc::NvrtcError),
     /// NVRTC rejected generated CUDA source.
     #[error("NVRTC failed on kernel `{kernel}` for {arch} (source kept at {source_path}):\n{log}")]
     NvrtcFailed {

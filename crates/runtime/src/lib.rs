@@ -55,19 +55,23 @@ pub fn build_cpu(
     ))
 }
 
-/// The NVRTC version string (`nvrtc 12.9`), part of a CUDA kernel's cache key.
+/// The NVRTC version string (`nvrtc 13.0`).
 pub fn nvrtc_version() -> Result<String> {
-    nvrtc::version().map_err(|e| RuntimeError::NvrtcUnavailable {
-        reason: e.to_string(),
-    })
+    Ok(nvrtc::version()?)
+}
+
+/// What identifies the CUDA toolchain for `arch` in a cache key: NVRTC's version and the full
+/// option list [`build_cuda`] compiles with.
+pub fn cuda_toolchain_id(arch: &str) -> Result<String> {
+    Ok(nvrtc::toolchain_id(arch)?)
 }
 
 /// Compile generated CUDA source for `device` (or take the cubin from the cache) and load it.
 ///
 /// On a cache miss the source is compiled by NVRTC for exactly `arch` (e.g. `sm_90a`) with
-/// [`nvrtc::OPTIONS`] and stored as `<key>.cubin` (with the NVRTC log as `<key>.log`); on a hit
+/// [`nvrtc::options`] and stored as `<key>.cubin` (with the NVRTC log as `<key>.log`); on a hit
 /// the cubin is loaded without NVRTC. `key` is the caller's: it must cover the source, the
-/// arch, [`nvrtc_version`], [`nvrtc::OPTIONS`] and the crate version. `entry` is the
+/// arch, [`cuda_toolchain_id`] and the crate version. `entry` is the
 /// `extern "C" __global__` function; `dynamic_smem_bytes` is the dynamic shared memory every
 /// launch gets (the function's limit is raised when it is over 48 KiB). A cached cubin that
 /// fails to load is recompiled once.

@@ -47,13 +47,11 @@ tl_kernel_reverse(const float* __restrict__ x, float* __restrict__ out, int32_t 
 
 /// The cache key of hand-written CUDA source, the way a driver should compute one.
 pub fn cuda_key(source: &str, arch: &str) -> Result<String> {
-    let nv = crate::nvrtc_version()?;
     Ok(Cache::key(&[
         "cuda",
         source,
         arch,
-        &nv,
-        &crate::nvrtc::OPTIONS.join(" "),
+        &crate::cuda_toolchain_id(arch)?,
         env!("CARGO_PKG_VERSION"),
     ]))
 }
