@@ -44,6 +44,8 @@ pub struct KernelAttrs {
     /// Rasterize blocks in panels of this many block-rows for L2 reuse (TileLang's
     /// `T.use_swizzle`).
     pub swizzle_panel: Option<u32>,
+    /// Fragment layouts chosen by layout inference (GPU targets), one per fragment buffer.
+    pub fragments: Vec<(Buffer, crate::fragment::Fragment)>,
 }
 
 #[derive(Clone, PartialEq, Debug)]
@@ -75,6 +77,15 @@ impl Kernel {
         })
     }
     /// The same kernel with a new body.
+    /// The inferred layout of a fragment buffer.
+    pub fn fragment_layout(&self, b: &Buffer) -> Option<&crate::fragment::Fragment> {
+        self.attrs
+            .fragments
+            .iter()
+            .find(|(x, _)| x == b)
+            .map(|(_, f)| f)
+    }
+
     pub fn with_body(&self, body: Stmt) -> Kernel {
         Kernel {
             body,

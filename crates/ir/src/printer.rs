@@ -443,6 +443,10 @@ impl Printer {
         head.push_str(" {");
         self.line(&head);
         self.indent += 1;
+        for (b, f) in &k.attrs.fragments {
+            let n = self.buf_name(b);
+            self.line(&format!("layout {n} = {}", f.to_cute()));
+        }
         self.stmt(&k.body);
         self.indent -= 1;
         self.line("}");

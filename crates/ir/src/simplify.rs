@@ -153,6 +153,53 @@ impl Linear {
             _ => Some(Linear::atom(e.clone())),
         }
     }
+    /// `(x %% c)·k + (x // c)·(c·k)` is `x·k` (floor or, for non-negative x, C semantics).
+    fn recombine(mut self, an: &Analyzer) -> Linear {
+        let mut changed = true;
+        while changed {
+            changed = false;
+            'outer: for i in 0..self.terms.len() {
+                let (mod_e, k) = (self.terms[i].0.clone(), self.terms[i].1);
+                let (x, c, floor) = match mod_e.kind() {
+                    ExprKind::Bin(BinOp::FloorMod, x, c) => (x.clone(), c.as_int(), true),
+                    ExprKind::Bin(BinOp::Mod, x, c) => (x.clone(), c.as_int(), false),
+                    _ => continue,
+                };
+                let Some(c) = c else { continue };
+                if c <= 0 || (!floor && an.bound(&x).lo < 0) {
+                    continue;
+                }
+                for j in 0..self.terms.len() {
+                    let (div_e, kd) = (&self.terms[j].0, self.terms[j].1);
+                    let matches = match div_e.kind() {
+                        ExprKind::Bin(BinOp::FloorDiv, y, d) => {
+                            floor && *y == x && d.as_int() == Some(c)
+                        }
+                        ExprKind::Bin(BinOp::Div, y, d) => {
+                            (!floor || an.bound(&x).lo >= 0) && *y == x && d.as_int() == Some(c)
+                        }
+                        _ => false,
+                    };
+                    if matches && Some(kd) == k.checked_mul(c) {
+                        let (a, b) = if i > j { (i, j) } else { (j, i) };
+                        self.terms.remove(a);
+                        self.terms.remove(b);
+                        match Linear::of(&x).and_then(|lx| lx.scale(k)) {
+                            Some(lx) => match self.clone().add(lx, 1) {
+                                Some(n) => self = n,
+                                None => return self,
+                            },
+                            None => return self,
+                        }
+                        changed = true;
+                        break 'outer;
+                    }
+                }
+            }
+        }
+        self
+    }
+
     fn build(&self, dt: DType) -> Expr {
         let term = |e: &Expr, k: i64| -> Expr {
             if k == 1 {
@@ -200,6 +247,8 @@ pub struct Analyzer {
     bounds: HashMap<u64, Interval>,
     /// Threads per block, bounding `thread_idx()`.
     pub threads: Option<u32>,
+    /// Known strict inequalities `lhs < rhs` (a block index below its grid extent).
+    facts: Vec<(Expr, Expr)>,
 }
 
 impl Analyzer {
@@ -222,6 +271,11 @@ impl Analyzer {
         let lo = self.bound(min).lo;
         let hi = sat_add(sat_add(self.bound(min).hi, self.bound(extent).hi), -1);
         self.bounds.insert(v.id(), Interval::new(lo, hi));
+    }
+
+    /// Record that `lhs < rhs` holds.
+    pub fn add_fact_lt(&mut self, lhs: Expr, rhs: Expr) {
+        self.facts.push((lhs, rhs));
     }
 
     pub fn forget(&mut self, v: &Var) {
@@ -384,7 +438,7 @@ impl Analyzer {
                 if dt.is_int() =>
             {
                 match Linear::of(&e) {
-                    Some(l) => l.build(dt),
+                    Some(l) => l.recombine(self).build(dt),
                     None => e,
                 }
             }
@@ -538,6 +592,36 @@ impl Analyzer {
             }
         }
         let lin = Linear::of(a)?;
+        // Divide out a common factor: (8x + 16) // 32 == (x + 2) // 4, and
+        // (8x + 16) %% 32 == 8 · ((x + 2) %% 4).
+        let g = lin
+            .terms
+            .iter()
+            .fold(gcd_i(lin.c, c), |g, (_, k)| gcd_i(g, *k));
+        if g > 1 {
+            let reduced = Linear {
+                terms: lin.terms.iter().map(|(t, k)| (t.clone(), k / g)).collect(),
+                c: lin.c / g,
+            };
+            let inner = reduced.build(dt);
+            let op2 = if is_div {
+                BinOp::FloorDiv
+            } else {
+                BinOp::FloorMod
+            };
+            let r = self.rewrite(Expr::new(
+                ExprKind::Bin(op2, inner, Expr::int_of(c / g, dt)),
+                dt,
+            ));
+            return Some(if is_div {
+                r
+            } else {
+                self.rewrite(Expr::new(
+                    ExprKind::Bin(BinOp::Mul, r, Expr::int_of(g, dt)),
+                    dt,
+                ))
+            });
+        }
         let mut whole = Linear::constant(floordiv_i(lin.c, c));
         let mut rest = Linear::constant(lin.c - floordiv_i(lin.c, c) * c);
         for (t, k) in &lin.terms {
@@ -593,7 +677,18 @@ impl Analyzer {
         // Decide on the difference, computed without wrapping.
         let d = Linear::of(a)?.add(Linear::of(b)?, -1)?;
         let de = d.build(DType::I64);
-        let iv = self.bound(&de);
+        let mut iv = self.bound(&de);
+        // A known `x < y` bounds d when d - (x - y) is bounded above.
+        for (x, y) in &self.facts {
+            let f = Linear::of(x).and_then(|lx| Linear::of(y).and_then(|ly| lx.add(ly, -1)));
+            if let Some(r) = f.and_then(|f| d.clone().add(f, -1)) {
+                // d = (x - y) + r with x - y <= -1, so d <= r.hi - 1.
+                let rb = self.bound(&r.build(DType::I64));
+                if rb.hi != i64::MAX {
+                    iv.hi = iv.hi.min(rb.hi.saturating_sub(1));
+                }
+            }
+        }
         let decided = match op {
             CmpOp::Lt if iv.hi < 0 => Some(true),
             CmpOp::Lt if iv.lo >= 0 => Some(false),
@@ -611,6 +706,14 @@ impl Analyzer {
         };
         decided.map(Expr::bool)
     }
+}
+
+fn gcd_i(a: i64, b: i64) -> i64 {
+    let (mut a, mut b) = (a.unsigned_abs(), b.unsigned_abs());
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a.min(i64::MAX as u64) as i64
 }
 
 /// Simplify with no knowledge of variable ranges.
@@ -688,6 +791,46 @@ mod tests {
         let ko = Var::new("ko", I32);
         an.bind(&ko, 0, 15);
         assert!(an.can_prove(&(&ko * 64 + &i).lt(1024)));
+    }
+
+    #[test]
+    fn common_factors_divide_out() {
+        let mut an = Analyzer::new();
+        let t = Var::new("t", I32);
+        an.bind(&t, 0, 127);
+        assert_eq!(an.simplify(&floordiv(&t * 8, 32)).to_string(), "t / 4");
+        assert_eq!(an.simplify(&floormod(&t * 8, 32)).to_string(), "t % 4 * 8");
+        assert_eq!(
+            an.simplify(&floordiv(&t * 4 + 8, 16)).to_string(),
+            "(t + 2) / 4"
+        );
+    }
+
+    #[test]
+    fn mod_and_div_recombine() {
+        let mut an = Analyzer::new();
+        let v = Var::new("v", I32);
+        an.bind(&v, 0, 7);
+        let e = floormod(&v, 4) + floordiv(&v, 4) * 4;
+        assert_eq!(an.simplify(&e).to_string(), "v");
+        let t = Var::new("t", I32);
+        an.bind(&t, 0, 127);
+        let e2 = (&t % 4) + (&t / 4) * 4 + 3;
+        assert_eq!(an.simplify(&e2).to_string(), "t + 3");
+    }
+
+    #[test]
+    fn facts_prove_block_bounds() {
+        let mut an = Analyzer::new();
+        let bx = Var::new("bx", I32);
+        let m = Var::new("M", I32);
+        an.bind(&bx, 0, i32::MAX as i64);
+        an.bind(&m, 0, i32::MAX as i64);
+        assert_eq!(an.prove(&bx.expr().lt(&m)), None);
+        an.add_fact_lt(bx.expr(), m.expr());
+        assert!(an.can_prove(&bx.expr().lt(&m)));
+        assert!(an.can_prove(&(&bx - 1).lt(&m)));
+        assert_eq!(an.prove(&(&bx + 1).lt(&m)), None);
     }
 
     #[test]

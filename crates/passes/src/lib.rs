@@ -9,6 +9,7 @@ use tl_ir::{Diagnostic, Diagnostics, Kernel};
 use tl_target::Target;
 
 pub mod cpu_lower;
+pub mod gpu;
 pub mod remap;
 pub mod simplify;
 pub mod tile_util;
@@ -38,10 +39,20 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
                 run: simplify::run,
             },
         ],
-        _ => vec![Pass {
-            name: "simplify",
-            run: simplify::run,
-        }],
+        _ => vec![
+            Pass {
+                name: "simplify",
+                run: simplify::run,
+            },
+            Pass {
+                name: "lower_tile_ops_gpu",
+                run: gpu::run,
+            },
+            Pass {
+                name: "simplify_lowered",
+                run: simplify::run,
+            },
+        ],
     }
 }
 

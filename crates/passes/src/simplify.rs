@@ -9,7 +9,9 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let _ = target;
     let mut an = kernel_analyzer(&k);
     let body = simplify_stmt(&k.body, &mut an);
-    Ok(k.with_body(body.flatten()))
+    let mut out = k.with_body(body.flatten());
+    out.grid = out.grid.iter().map(|g| an.simplify(g)).collect();
+    Ok(out)
 }
 
 /// An analyzer that knows the kernel's sizes are non-negative, the block indices lie inside
@@ -28,6 +30,7 @@ pub fn kernel_analyzer(k: &Kernel) -> Analyzer {
     for (v, g) in k.block_vars.iter().zip(&k.grid) {
         let hi = an.bound(g).hi;
         an.bind(v, 0, hi.saturating_sub(1).max(0));
+        an.add_fact_lt(v.expr(), g.clone());
     }
     an
 }
@@ -70,7 +73,13 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
                     return Stmt::empty();
                 }
             }
-            if extent.as_int() == Some(1) && !matches!(l.kind, tl_ir::ForKind::Pipelined { .. }) {
+            // Parallel loops keep their unit dims: fragments are indexed by loop variables.
+            if extent.as_int() == Some(1)
+                && !matches!(
+                    l.kind,
+                    tl_ir::ForKind::Pipelined { .. } | tl_ir::ForKind::Parallel
+                )
+            {
                 // A single iteration: the body with the variable replaced by the start.
                 let mut map = std::collections::HashMap::new();
                 map.insert(l.var.id(), min.clone());

@@ -1,0 +1,446 @@
+//! Copies on the GPU. Between memories every thread sees (global, shared) the tile is split
+//! evenly over the block's threads in vectors of up to 16 bytes; with a fragment on one side,
+//! each thread moves its own elements (again in vectors when they are contiguous). Global
+//! tails are predicated: loads past the edge read zeros, stores past it are skipped. When a
+//! vector path needs a dynamic size to be a multiple of the vector, the choice is made at run
+//! time (one uniform branch).
+
+use tl_ir::{
+    Buffer, DType, Diagnostic, Expr, ForKind, Fragment, Intrinsic, Region, Scope, Span, Stmt,
+    StmtKind, Var,
+};
+
+use super::lower::Ctx;
+use crate::tile_util::{and_opt, for_loop, if_then, in_bounds, nonunit_dims, region_index, store};
+
+/// Coordinates of flat row-major index `flat` in a tile of `ext`.
+pub fn unflatten(flat: &Expr, ext: &[i64]) -> Vec<Expr> {
+    let mut out = vec![Expr::int(0); ext.len()];
+    let mut stride = 1i64;
+    for d in (0..ext.len()).rev() {
+        let q = if stride == 1 {
+            flat.clone()
+        } else {
+            flat.floordiv(stride)
+        };
+        out[d] = if d == 0 { q } else { q.floormod(ext[d]) };
+        stride *= ext[d];
+    }
+    out
+}
+
+impl Ctx<'_> {
+    /// Is `e` provably a multiple of `v`?
+    fn multiple_of(&self, e: &Expr, v: i64) -> bool {
+        v <= 1 || self.analyzer.simplify(&e.floormod(v)).as_int() == Some(0)
+    }
+
+    /// Can region `r` be accessed in vectors of `v` elements along its last dim? Returns the
+    /// run-time condition still needed (None: always), or Err if never.
+    fn vector_ok(&self, r: &Region, v: i64) -> Result<Option<Expr>, ()> {
+        if v <= 1 {
+            return Ok(None);
+        }
+        let b = &r.buffer;
+        let rank = b.rank();
+        if rank == 0 {
+            return Err(());
+        }
+        let nonunit = nonunit_dims(r);
+        // The vector runs along the buffer's contiguous last dim.
+        if nonunit.last().copied() != Some(rank - 1) && r.extents[rank - 1].as_int() != Some(1) {
+            return Err(());
+        }
+        if nonunit.last().copied() != Some(rank - 1) {
+            return Err(());
+        }
+        if !self.multiple_of(&r.offsets[rank - 1], v) {
+            return Err(());
+        }
+        // With the last dim a multiple of the vector, every vector is wholly inside the
+        // tensor or wholly outside, so one predicate per vector is exact.
+        let last = &b.shape()[rank - 1];
+        match last.as_int() {
+            Some(n) if n % v == 0 => Ok(None),
+            Some(_) => Err(()),
+            None => Ok(Some(last.floormod(v).eq_(0))),
+        }
+    }
+
+    /// The widest vector (elements) both regions allow, with the run-time condition.
+    fn pick_vector(
+        &self,
+        a: &Region,
+        b: &Region,
+        last_extent: i64,
+        max_elems: i64,
+    ) -> (i64, Option<Expr>) {
+        let mut v = max_elems;
+        while v > 1 {
+            if last_extent % v == 0 {
+                if let (Ok(ca), Ok(cb)) = (self.vector_ok(a, v), self.vector_ok(b, v)) {
+                    return (v, and_opt(ca, cb));
+                }
+            }
+            v /= 2;
+        }
+        (1, None)
+    }
+
+    pub fn lower_copy(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        span: Span,
+        async_ok: bool,
+    ) -> Result<Stmt, Diagnostic> {
+        match (src.buffer.scope(), dst.buffer.scope()) {
+            (Scope::Fragment, Scope::Fragment) => self.copy_frag_frag(src, dst, span),
+            (Scope::Fragment, _) => self.copy_frag(dst, src, false, span),
+            (_, Scope::Fragment) => self.copy_frag(src, dst, true, span),
+            (Scope::Local | Scope::Var, _) | (_, Scope::Local | Scope::Var) => Err(self
+                .unsupported(span, "a tile copy to or from a per-thread local buffer")
+                .help("copy through a fragment or shared buffer instead")),
+            _ => self.copy_blocked(src, dst, span, async_ok),
+        }
+    }
+
+    /// Global/shared ↔ global/shared: every thread takes every `T`-th vector of the tile.
+    fn copy_blocked(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        span: Span,
+        async_ok: bool,
+    ) -> Result<Stmt, Diagnostic> {
+        let ext: Vec<i64> = nonunit_dims(dst)
+            .iter()
+            .map(|&d| dst.extents[d].as_int().unwrap_or(1))
+            .collect();
+        let numel: i64 = ext.iter().product();
+        let same = src.buffer.dtype() == dst.buffer.dtype();
+        let bytes = src.buffer.dtype().bytes().max(dst.buffer.dtype().bytes()) as i64;
+        let max_v = if same { (16 / bytes).max(1) } else { 1 };
+        let last = ext.last().copied().unwrap_or(1);
+        let (v, cond) = self.pick_vector(src, dst, last, max_v);
+        let fast = self.copy_blocked_with(src, dst, &ext, numel, v, span, async_ok);
+        match cond {
+            None => Ok(fast),
+            Some(c) => {
+                let slow = self.copy_blocked_with(src, dst, &ext, numel, 1, span, async_ok);
+                Ok(crate::tile_util::if_else(c, fast, slow, span))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_blocked_with(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        ext: &[i64],
+        numel: i64,
+        v: i64,
+        span: Span,
+        async_ok: bool,
+    ) -> Stmt {
+        let nvec = numel / v;
+        let iters = (nvec + self.threads - 1) / self.threads;
+        let it = Var::new("it", DType::I32);
+        let flat_vec = it.expr() * self.threads + self.tid.clone();
+        let coords = unflatten(&(flat_vec.clone() * v), ext);
+        let sidx = region_index(src, &coords);
+        let didx = region_index(dst, &coords);
+        let body = self.move_elements(src, dst, &sidx, &didx, v, span, async_ok);
+        let body = if nvec % self.threads != 0 {
+            if_then(Some(flat_vec.lt(nvec)), body, span)
+        } else {
+            body
+        };
+        for_loop(&it, iters, ForKind::Unrolled, body, span)
+    }
+
+    /// Move `v` consecutive elements from `src[sidx..]` to `dst[didx..]` with tail predicates.
+    #[allow(clippy::too_many_arguments)]
+    fn move_elements(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        sidx: &[Expr],
+        didx: &[Expr],
+        v: i64,
+        span: Span,
+        async_ok: bool,
+    ) -> Stmt {
+        let (sb, db) = (&src.buffer, &dst.buffer);
+        let src_in = in_bounds(sb, sidx);
+        let dst_in = in_bounds(db, didx);
+        let bytes = v * sb.dtype().bytes() as i64;
+        let use_async = async_ok
+            && self.target.has_cp_async()
+            && sb.scope() == Scope::Global
+            && db.scope() == Scope::Shared
+            && sb.dtype() == db.dtype()
+            && matches!(bytes, 4 | 8 | 16)
+            && dst_in.is_none();
+        if use_async {
+            let pred = src_in.unwrap_or_else(|| Expr::bool(true));
+            return self.eval(
+                Intrinsic::CpAsync {
+                    bytes: bytes as u32,
+                },
+                vec![
+                    crate::tile_util::address_of(db, didx.to_vec()),
+                    crate::tile_util::address_of(sb, sidx.to_vec()),
+                    pred,
+                ],
+                span,
+            );
+        }
+        if v > 1 {
+            let copy = self.eval(
+                Intrinsic::VecCopy { lanes: v as u32 },
+                vec![
+                    crate::tile_util::address_of(db, didx.to_vec()),
+                    crate::tile_util::address_of(sb, sidx.to_vec()),
+                ],
+                span,
+            );
+            let zeros = (0..v)
+                .map(|e| {
+                    let mut i = didx.to_vec();
+                    let last = i.len() - 1;
+                    i[last] = i[last].clone() + e;
+                    store(db, i, Expr::int_of(0, db.dtype()), span)
+                })
+                .collect();
+            return match (src_in, dst_in) {
+                (None, None) => copy,
+                (None, Some(d)) => if_then(Some(d), copy, span),
+                (Some(s), d) => {
+                    let body = crate::tile_util::if_else(s, copy, Stmt::seq(zeros, span), span);
+                    if_then(d, body, span)
+                }
+            };
+        }
+        let load = Expr::load(sb, sidx.to_vec()).cast(db.dtype());
+        let val = match src_in {
+            Some(p) => Expr::if_then_else(p, load, Expr::int_of(0, db.dtype())),
+            None => load,
+        };
+        if_then(dst_in, store(db, didx.to_vec(), val, span), span)
+    }
+
+    /// A fragment on one side: each thread moves the elements its layout gives it.
+    fn copy_frag(
+        &mut self,
+        other: &Region,
+        frag: &Region,
+        load: bool,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        let fb = &frag.buffer;
+        let f = self.fragment_of(fb, span)?;
+        let local = self.local_of(fb, span)?;
+        if !frag.is_full() {
+            return Err(self
+                .unsupported(span, &format!("a copy of part of fragment `{}`", fb.name()))
+                .help("copy whole fragments; slice the other side instead"));
+        }
+        // Fragment dims (non-unit) line up with the other side's non-unit dims.
+        let fdims = nonunit_dims(frag);
+        let fshape: Vec<i64> = fb.const_shape().unwrap_or_default();
+        let vec_mode = f.value_modes.first().copied();
+        let last_dim = fshape.len().saturating_sub(1);
+        let contiguous = match vec_mode {
+            Some(m) => m.target == Some((last_dim, 1)) && fdims.last() == Some(&last_dim),
+            None => false,
+        };
+        let ob = &other.buffer;
+        let same = ob.dtype() == fb.dtype();
+        let max_v = (16 / ob.dtype().bytes().max(1) as i64).max(1);
+        let (mut v, mut cond) = (1, None);
+        if contiguous {
+            let e = vec_mode.map(|m| m.extent).unwrap_or(1);
+            let mut cand = max_v.min(e);
+            while cand > 1 {
+                if e % cand == 0 {
+                    if let Ok(c) = self.vector_ok(other, cand) {
+                        v = cand;
+                        cond = c;
+                        break;
+                    }
+                }
+                cand /= 2;
+            }
+        }
+        let replica_guard = if !load && f.replication() > 1 {
+            Some(f.replica_index(&self.tid).eq_(0))
+        } else {
+            None
+        };
+        let build = |cx: &mut Ctx, v: i64| -> Stmt {
+            let w = Var::new("w", DType::I32);
+            let v0 = w.expr() * v;
+            let coords = f.coords(&cx.tid, &v0);
+            let fcoords: Vec<Expr> = fdims.iter().map(|&d| coords[d].clone()).collect();
+            let oidx = region_index(other, &fcoords);
+            let o_in = in_bounds(ob, &oidx);
+            let body = if v == 1 {
+                if load {
+                    let val = Expr::load(ob, oidx.clone()).cast(fb.dtype());
+                    let val = match o_in {
+                        Some(p) => Expr::if_then_else(p, val, Expr::int_of(0, fb.dtype())),
+                        None => val,
+                    };
+                    store(&local, vec![v0.clone()], val, span)
+                } else {
+                    let val = Expr::load(&local, vec![v0.clone()]).cast(ob.dtype());
+                    if_then(o_in, store(ob, oidx.clone(), val, span), span)
+                }
+            } else if same {
+                let (d, s) = if load {
+                    (
+                        crate::tile_util::address_of(&local, vec![v0.clone()]),
+                        crate::tile_util::address_of(ob, oidx.clone()),
+                    )
+                } else {
+                    (
+                        crate::tile_util::address_of(ob, oidx.clone()),
+                        crate::tile_util::address_of(&local, vec![v0.clone()]),
+                    )
+                };
+                let copy = cx.eval(Intrinsic::VecCopy { lanes: v as u32 }, vec![d, s], span);
+                match (o_in, load) {
+                    (None, _) => copy,
+                    (Some(p), true) => {
+                        let zeros = (0..v)
+                            .map(|e| {
+                                store(
+                                    &local,
+                                    vec![v0.clone() + e],
+                                    Expr::int_of(0, fb.dtype()),
+                                    span,
+                                )
+                            })
+                            .collect();
+                        crate::tile_util::if_else(p, copy, Stmt::seq(zeros, span), span)
+                    }
+                    (Some(p), false) => if_then(Some(p), copy, span),
+                }
+            } else {
+                // Different element types: move a vector through a staging register array.
+                let tmp = Buffer::new("stage", vec![Expr::int(v)], ob.dtype(), Scope::Local, span);
+                let mut st = vec![Stmt::new(StmtKind::Alloc(tmp.clone()), span)];
+                if load {
+                    let copy = cx.eval(
+                        Intrinsic::VecCopy { lanes: v as u32 },
+                        vec![
+                            crate::tile_util::address_of(&tmp, vec![Expr::int(0)]),
+                            crate::tile_util::address_of(ob, oidx.clone()),
+                        ],
+                        span,
+                    );
+                    let zeros = (0..v)
+                        .map(|e| store(&tmp, vec![Expr::int(e)], Expr::int_of(0, ob.dtype()), span))
+                        .collect();
+                    st.push(match o_in {
+                        None => copy,
+                        Some(p) => crate::tile_util::if_else(p, copy, Stmt::seq(zeros, span), span),
+                    });
+                    for e in 0..v {
+                        st.push(store(
+                            &local,
+                            vec![v0.clone() + e],
+                            Expr::load(&tmp, vec![Expr::int(e)]),
+                            span,
+                        ));
+                    }
+                    Stmt::seq(st, span)
+                } else {
+                    for e in 0..v {
+                        st.push(store(
+                            &tmp,
+                            vec![Expr::int(e)],
+                            Expr::load(&local, vec![v0.clone() + e]),
+                            span,
+                        ));
+                    }
+                    let copy = cx.eval(
+                        Intrinsic::VecCopy { lanes: v as u32 },
+                        vec![
+                            crate::tile_util::address_of(ob, oidx.clone()),
+                            crate::tile_util::address_of(&tmp, vec![Expr::int(0)]),
+                        ],
+                        span,
+                    );
+                    st.push(if_then(o_in, copy, span));
+                    Stmt::seq(st, span)
+                }
+            };
+            for_loop(&w, f.local_size() / v, ForKind::Unrolled, body, span)
+        };
+        let fast = build(self, v);
+        let stmt = match cond {
+            None => fast,
+            Some(c) => {
+                let slow = build(self, 1);
+                crate::tile_util::if_else(c, fast, slow, span)
+            }
+        };
+        Ok(if_then(replica_guard, stmt, span))
+    }
+
+    fn copy_frag_frag(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        let fs = self.fragment_of(&src.buffer, span)?;
+        let fd = self.fragment_of(&dst.buffer, span)?;
+        let ls = self.local_of(&src.buffer, span)?;
+        let ld = self.local_of(&dst.buffer, span)?;
+        if !src.is_full() || !dst.is_full() {
+            return Err(self.unsupported(span, "a copy between parts of fragments"));
+        }
+        let v = Var::new("v", DType::I32);
+        let body = if fs.equivalent(&fd) {
+            store(&ld, vec![v.expr()], Expr::load(&ls, vec![v.expr()]), span)
+        } else if same_threads(&fs, &fd) {
+            let coords = fs.coords(&self.tid, &v.expr());
+            store(
+                &ld,
+                vec![fd.local_index(&coords)],
+                Expr::load(&ls, vec![v.expr()]),
+                span,
+            )
+        } else {
+            return Err(Diagnostic::new(
+                tl_ir::DiagKind::LayoutConflict,
+                span,
+                format!(
+                    "copy from fragment `{}` ({}) to `{}` ({}) would move elements between threads",
+                    src.buffer.name(),
+                    fs.to_cute(),
+                    dst.buffer.name(),
+                    fd.to_cute()
+                ),
+            )
+            .help("copy through a shared buffer"));
+        };
+        Ok(for_loop(&v, fs.local_size(), ForKind::Unrolled, body, span))
+    }
+}
+
+/// Do both layouts place every element on the same thread?
+fn same_threads(a: &Fragment, b: &Fragment) -> bool {
+    let norm = |f: &Fragment| -> Vec<tl_ir::Mode> {
+        f.thread_modes
+            .iter()
+            .copied()
+            .filter(|m| m.extent > 1)
+            .collect()
+    };
+    a.shape == b.shape && norm(a) == norm(b)
+}

@@ -1,0 +1,495 @@
+//! Layout inference: give every fragment buffer and every parallel loop nest a fragment
+//! layout (which thread holds which element).
+//!
+//! As in TileLang: strict constraints first (gemm accumulators and operands, user
+//! annotations), then propagation through a worklist (a parallel loop takes the layout of a
+//! fragment it indexes with all its loop variables, and imposes projections of it on the
+//! fragments it indexes with fewer; a reduction imposes the reduced layout on its
+//! destination; a fragment-to-fragment copy keeps the layout), then free choices (a blocked
+//! layout) for loops nothing constrains, continuing the propagation after each choice. Two
+//! operations that need different layouts for one buffer are a diagnostic naming both.
+
+use std::collections::HashMap;
+
+use tl_ir::{
+    Buffer, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, ForKind, Fragment, Kernel, Scope,
+    Span, Stmt, StmtKind, TileOp, Var,
+};
+use tl_target::Target;
+
+use super::gemm::simt_accumulator_layout;
+
+/// One place that constrains layouts.
+#[derive(Clone, Debug)]
+enum Node {
+    /// A nest of parallel loops over `shape`, reading or writing fragments; each access maps
+    /// the fragment's dims to loop dims.
+    Nest {
+        key: Var,
+        shape: Vec<i64>,
+        accesses: Vec<(Buffer, Vec<Option<usize>>)>,
+        dtype_bytes: usize,
+        span: Span,
+    },
+    Reduce {
+        src: Buffer,
+        dst: Buffer,
+        dim: usize,
+        span: Span,
+    },
+    Same {
+        a: Buffer,
+        b: Buffer,
+        span: Span,
+        what: &'static str,
+    },
+}
+
+/// What inference decided: a layout per fragment buffer and per parallel nest (keyed by the
+/// outermost loop variable).
+#[derive(Clone, Debug, Default)]
+pub struct Layouts {
+    pub fragments: Vec<(Buffer, Fragment)>,
+    pub nests: HashMap<u64, Fragment>,
+}
+
+struct Infer {
+    threads: i64,
+    /// For each fragment, the narrowest element type it is copied from or to: loops over it
+    /// then take vectors that make those copies 16 bytes wide.
+    partner_bytes: HashMap<u64, usize>,
+    known: HashMap<u64, (Buffer, Fragment, Span, String)>,
+    order: Vec<Buffer>,
+    nests: HashMap<u64, Fragment>,
+    errors: Vec<Diagnostic>,
+}
+
+/// Which loop dim each index of a fragment access is, when every index is a plain loop var
+/// (or the constant 0 into a dimension of extent 1: `None`).
+fn index_map(b: &Buffer, idx: &[Expr], loop_vars: &[Var]) -> Option<Vec<Option<usize>>> {
+    let shape = b.const_shape()?;
+    idx.iter()
+        .zip(shape)
+        .map(|(e, ext)| match e.kind() {
+            ExprKind::Var(v) => loop_vars.iter().position(|x| x == v).map(Some),
+            _ if ext == 1 && e.as_int() == Some(0) => Some(None),
+            _ => None,
+        })
+        .collect()
+}
+
+fn vec_for(bytes: usize) -> i64 {
+    (16 / bytes.max(1)).clamp(1, 8) as i64
+}
+
+pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
+    let _ = target;
+    let mut inf = Infer {
+        threads: k.threads as i64,
+        partner_bytes: HashMap::new(),
+        known: HashMap::new(),
+        order: vec![],
+        nests: HashMap::new(),
+        errors: vec![],
+    };
+    let mut nodes = vec![];
+    let mut frags: Vec<Buffer> = vec![];
+    collect(&k.body, &mut nodes, &mut frags, &mut inf);
+    inf.order = frags.clone();
+    // Propagate; when stuck, choose a blocked layout for the first unresolved nest, then for
+    // the first fragment nothing constrains.
+    loop {
+        while inf.propagate(&nodes) {}
+        if !inf.errors.is_empty() {
+            return Err(Diagnostics(inf.errors));
+        }
+        let open_nest = nodes.iter().find_map(|n| match n {
+            Node::Nest {
+                key,
+                shape,
+                dtype_bytes,
+                ..
+            } if !inf.nests.contains_key(&key.id()) => {
+                Some((key.clone(), shape.clone(), *dtype_bytes))
+            }
+            _ => None,
+        });
+        if let Some((key, shape, bytes)) = open_nest {
+            let partner = nodes
+                .iter()
+                .find_map(|n| match n {
+                    Node::Nest {
+                        key: k2, accesses, ..
+                    } if k2 == &key => Some(
+                        accesses
+                            .iter()
+                            .filter_map(|(b, _)| inf.partner_bytes.get(&b.id()).copied())
+                            .min(),
+                    ),
+                    _ => None,
+                })
+                .flatten();
+            let bytes = partner.map_or(bytes, |p| p.min(bytes));
+            let f = Fragment::blocked(&shape, inf.threads, vec_for(bytes));
+            inf.nests.insert(key.id(), f);
+            continue;
+        }
+        let open_frag = frags
+            .iter()
+            .find(|b| !inf.known.contains_key(&b.id()))
+            .cloned();
+        if let Some(b) = open_frag {
+            let shape = b.const_shape().unwrap_or_default();
+            let f = Fragment::blocked(&shape, inf.threads, vec_for(b.dtype().bytes()));
+            inf.assign(
+                &b,
+                f,
+                b.span(),
+                "its allocation (no operation constrains it)".into(),
+            );
+            continue;
+        }
+        break;
+    }
+    if !inf.errors.is_empty() {
+        return Err(Diagnostics(inf.errors));
+    }
+    let fragments = inf
+        .order
+        .iter()
+        .filter_map(|b| {
+            inf.known
+                .get(&b.id())
+                .map(|(b, f, _, _)| (b.clone(), f.clone()))
+        })
+        .collect();
+    Ok(Layouts {
+        fragments,
+        nests: inf.nests,
+    })
+}
+
+fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut Infer) {
+    match &s.kind {
+        StmtKind::Seq(v) => v.iter().for_each(|x| collect(x, nodes, frags, inf)),
+        StmtKind::Alloc(b) if b.scope() == Scope::Fragment => frags.push(b.clone()),
+        StmtKind::If { then_, else_, .. } => {
+            collect(then_, nodes, frags, inf);
+            if let Some(e) = else_ {
+                collect(e, nodes, frags, inf);
+            }
+        }
+        StmtKind::For(l) if l.kind == ForKind::Parallel => {
+            // A perfect nest of parallel loops.
+            let mut vars = vec![l.var.clone()];
+            let mut shape = vec![l.extent.as_int().unwrap_or(0)];
+            let mut body = &l.body;
+            loop {
+                let inner = match &body.kind {
+                    StmtKind::For(il) if il.kind == ForKind::Parallel => Some(il),
+                    StmtKind::Seq(v) if v.len() == 1 => match &v[0].kind {
+                        StmtKind::For(il) if il.kind == ForKind::Parallel => Some(il),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match inner {
+                    Some(il) => {
+                        vars.push(il.var.clone());
+                        shape.push(il.extent.as_int().unwrap_or(0));
+                        body = &il.body;
+                    }
+                    None => break,
+                }
+            }
+            let mut accesses: Vec<(Buffer, Vec<Option<usize>>)> = vec![];
+            let mut bytes = 16usize;
+            let mut bad: Option<(Buffer, Vec<Expr>)> = None;
+            body.walk(&mut |st| {
+                let mut note = |b: &Buffer, idx: &[Expr]| {
+                    bytes = bytes.min(b.dtype().bytes());
+                    if b.scope() != Scope::Fragment {
+                        return;
+                    }
+                    match index_map(b, idx, &vars) {
+                        Some(m) => {
+                            if !accesses.iter().any(|(x, mm)| x == b && *mm == m) {
+                                accesses.push((b.clone(), m));
+                            }
+                        }
+                        None => bad = Some((b.clone(), idx.to_vec())),
+                    }
+                };
+                if let StmtKind::Store {
+                    buffer, indices, ..
+                } = &st.kind
+                {
+                    note(buffer, indices);
+                }
+                for e in st.exprs() {
+                    e.visit(&mut |x| {
+                        if let ExprKind::Load(b, idx) = x.kind() {
+                            note(b, idx);
+                        }
+                    });
+                }
+            });
+            if let Some((b, idx)) = bad {
+                let shown: Vec<String> = idx.iter().map(|e| e.to_string()).collect();
+                inf.errors.push(
+                    Diagnostic::new(
+                        DiagKind::LayoutConflict,
+                        s.span,
+                        format!(
+                            "fragment `{}` is indexed as [{}] inside a parallel loop over {:?}; a fragment must be indexed by the loop's own variables",
+                            b.name(),
+                            shown.join(", "),
+                            shape
+                        ),
+                    )
+                    .note(b.span(), format!("`{}` declared here", b.name()))
+                    .help("index fragments with the loop indices (e.g. `acc[i, j]`, `row[i]`), or use a shared buffer for other access patterns"),
+                );
+            }
+            if shape.iter().any(|&e| e <= 0) {
+                inf.errors.push(
+                    Diagnostic::new(
+                        DiagKind::Unsupported,
+                        s.span,
+                        "a parallel loop with a non-constant extent on a GPU target",
+                    )
+                    .help("give parallel loops constant extents (tile sizes); loop over a dynamic size with `t.serial`"),
+                );
+                return;
+            }
+            nodes.push(Node::Nest {
+                key: l.var.clone(),
+                shape,
+                accesses,
+                dtype_bytes: bytes,
+                span: s.span,
+            });
+            collect(body, nodes, frags, inf);
+        }
+        StmtKind::For(l) => collect(&l.body, nodes, frags, inf),
+        StmtKind::Op(op) => match op {
+            TileOp::Gemm(g) if g.c.buffer.scope() == Scope::Fragment => {
+                let shape = g.c.buffer.const_shape().unwrap_or_default();
+                if shape.len() == 2 {
+                    let f = simt_accumulator_layout(shape[0], shape[1], inf.threads);
+                    inf.assign(
+                        &g.c.buffer,
+                        f,
+                        s.span,
+                        "the gemm that accumulates into it".into(),
+                    );
+                }
+            }
+            TileOp::Reduce(r)
+                if r.src.buffer.scope() == Scope::Fragment
+                    && r.dst.buffer.scope() == Scope::Fragment =>
+            {
+                nodes.push(Node::Reduce {
+                    src: r.src.buffer.clone(),
+                    dst: r.dst.buffer.clone(),
+                    dim: r.dim,
+                    span: s.span,
+                })
+            }
+            TileOp::Copy(c)
+                if (c.src.buffer.scope() == Scope::Fragment)
+                    != (c.dst.buffer.scope() == Scope::Fragment) =>
+            {
+                let (f, o) = if c.src.buffer.scope() == Scope::Fragment {
+                    (&c.src.buffer, &c.dst.buffer)
+                } else {
+                    (&c.dst.buffer, &c.src.buffer)
+                };
+                let e = inf.partner_bytes.entry(f.id()).or_insert(usize::MAX);
+                *e = (*e).min(o.dtype().bytes());
+            }
+            TileOp::Copy(c)
+                if c.src.buffer.scope() == Scope::Fragment
+                    && c.dst.buffer.scope() == Scope::Fragment
+                    && c.src.buffer.const_shape() == c.dst.buffer.const_shape() =>
+            {
+                nodes.push(Node::Same {
+                    a: c.src.buffer.clone(),
+                    b: c.dst.buffer.clone(),
+                    span: s.span,
+                    what: "copy",
+                })
+            }
+            _ => {}
+        },
+        _ => {}
+    }
+}
+
+impl Infer {
+    /// Record a layout for a fragment; report a conflict if it already has another.
+    fn assign(&mut self, b: &Buffer, f: Fragment, span: Span, why: String) -> bool {
+        match self.known.get(&b.id()) {
+            Some((_, old, old_span, old_why)) => {
+                if !old.equivalent(&f) {
+                    let d = Diagnostic::new(
+                        DiagKind::LayoutConflict,
+                        span,
+                        format!(
+                            "fragment `{}` needs two different layouts: {} (from {why}) and {} (from {old_why})",
+                            b.name(),
+                            f.to_cute(),
+                            old.to_cute()
+                        ),
+                    )
+                    .note(*old_span, format!("the layout {} comes from {old_why}", old.to_cute()))
+                    .note(b.span(), format!("`{}` declared here", b.name()))
+                    .help("copy the fragment into a new fragment (or through shared memory) where the other layout is needed, or annotate the layout you want with `t.annotate_layout`");
+                    if !self.errors.iter().any(|e| e.message == d.message) {
+                        self.errors.push(d);
+                    }
+                }
+                false
+            }
+            None => {
+                if let Err(e) = f.validate() {
+                    self.errors.push(Diagnostic::internal(format!(
+                        "inferred an ill-formed layout {} for `{}`: {e}",
+                        f.to_cute(),
+                        b.name()
+                    )));
+                    return false;
+                }
+                self.known.insert(b.id(), (b.clone(), f, span, why));
+                true
+            }
+        }
+    }
+
+    fn get(&self, b: &Buffer) -> Option<Fragment> {
+        self.known.get(&b.id()).map(|(_, f, _, _)| f.clone())
+    }
+
+    /// One sweep over the nodes; true if anything new was learned.
+    fn propagate(&mut self, nodes: &[Node]) -> bool {
+        let mut changed = false;
+        for n in nodes {
+            match n {
+                Node::Nest {
+                    key,
+                    shape,
+                    accesses,
+                    span,
+                    ..
+                } => {
+                    if !self.nests.contains_key(&key.id()) {
+                        // A fragment indexed by every loop var (in some order) fixes the nest.
+                        // (Unit loop dims need not be indexed.)
+                        let full = accesses.iter().find_map(|(b, m)| {
+                            let mut sorted: Vec<usize> = m.iter().flatten().copied().collect();
+                            sorted.sort();
+                            let needed: Vec<usize> =
+                                (0..shape.len()).filter(|&d| shape[d] != 1).collect();
+                            let covered = needed.iter().all(|d| sorted.contains(d));
+                            if covered && sorted.windows(2).all(|w| w[0] != w[1]) {
+                                self.get(b).map(|f| permute_to_loop(&f, m, shape))
+                            } else {
+                                None
+                            }
+                        });
+                        if let Some(f) = full {
+                            self.nests.insert(key.id(), f);
+                            changed = true;
+                        }
+                    }
+                    if let Some(nest) = self.nests.get(&key.id()).cloned() {
+                        for (b, m) in accesses {
+                            let want = project(&nest, m);
+                            if self.assign(b, want, *span, "a parallel loop that indexes it".into())
+                            {
+                                changed = true;
+                            }
+                        }
+                    }
+                }
+                Node::Reduce {
+                    src,
+                    dst,
+                    dim,
+                    span,
+                } => {
+                    if let Some(f) = self.get(src) {
+                        if self.assign(
+                            dst,
+                            f.reduce(*dim),
+                            *span,
+                            format!("a reduction of `{}`", src.name()),
+                        ) {
+                            changed = true;
+                        }
+                    }
+                }
+                Node::Same { a, b, span, what } => match (self.get(a), self.get(b)) {
+                    (Some(f), None) => {
+                        changed |=
+                            self.assign(b, f, *span, format!("a {what} from `{}`", a.name()));
+                    }
+                    (None, Some(f)) => {
+                        changed |= self.assign(a, f, *span, format!("a {what} to `{}`", b.name()));
+                    }
+                    (Some(f), Some(_)) => {
+                        self.assign(b, f, *span, format!("a {what} from `{}`", a.name()));
+                    }
+                    _ => {}
+                },
+            }
+        }
+        changed
+    }
+}
+
+/// A fragment's layout seen from a loop nest (of `shape`) whose dim `m[d]` is the fragment's
+/// dim `d`.
+fn permute_to_loop(f: &Fragment, m: &[Option<usize>], shape: &[i64]) -> Fragment {
+    let remap = |mode: &tl_ir::Mode| match mode.target {
+        Some((d, s)) => match m.get(d).copied().flatten() {
+            Some(ld) => tl_ir::Mode::along(mode.extent, ld, s),
+            None => *mode,
+        },
+        None => *mode,
+    };
+    Fragment {
+        shape: shape.to_vec(),
+        thread_modes: f.thread_modes.iter().map(remap).collect(),
+        value_modes: f.value_modes.iter().map(remap).collect(),
+    }
+}
+
+/// The layout a fragment indexed by `m` (loop dims, or `None` for a unit dim) must have.
+fn project(nest: &Fragment, m: &[Option<usize>]) -> Fragment {
+    let kept: Vec<usize> = m.iter().flatten().copied().collect();
+    let p = nest.project(&kept);
+    // Put unit dims back where the fragment has them.
+    let mut shape = vec![];
+    let mut pos = vec![];
+    let mut k = 0;
+    for x in m {
+        match x {
+            Some(_) => {
+                pos.push(shape.len());
+                shape.push(p.shape[k]);
+                k += 1;
+            }
+            None => shape.push(1),
+        }
+    }
+    let re = |mode: &tl_ir::Mode| match mode.target {
+        Some((d, s)) => tl_ir::Mode::along(mode.extent, pos[d], s),
+        None => *mode,
+    };
+    Fragment {
+        shape,
+        thread_modes: p.thread_modes.iter().map(re).collect(),
+        value_modes: p.value_modes.iter().map(re).collect(),
+    }
+}

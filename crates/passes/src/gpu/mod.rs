@@ -1,0 +1,12 @@
+//! The GPU lowering: layout inference, then tile ops, parallel loops and pipelines to
+//! thread-level IR (see docs/design/thread-ir.md).
+
+pub mod copy;
+pub mod elementwise;
+pub mod gemm;
+pub mod infer;
+pub mod lower;
+pub mod pipeline;
+pub mod reduce;
+
+pub use lower::run;

@@ -1,0 +1,282 @@
+//! Software pipelining of `t.pipelined(n, stages)` loops with cp.async.
+//!
+//! The producers are the copies from global to shared memory at the top level of the loop
+//! body; their destination buffers get `stages` versions. Copies for iteration `k + stages - 1`
+//! are issued (as cp.async groups) before iteration `k` computes on version `k % stages`:
+//!
+//! ```text
+//! for s in 0..stages-1: if s < n { issue(s) }; commit
+//! for k in 0..n:
+//!     if k + stages - 1 < n { issue(k + stages - 1) }; commit
+//!     wait_group(stages - 1); barrier        // iteration k's data has landed
+//!     compute(k)
+//!     barrier                                 // before version k % stages is refilled
+//! wait_group(0)
+//! ```
+//! Commits are unconditional so group counting is uniform; empty groups complete at once.
+
+use std::collections::{HashMap, HashSet};
+
+use tl_ir::{
+    Buffer, DType, Diagnostic, Expr, ExprKind, For, ForKind, Intrinsic, Region, Scope, Span, Stmt,
+    StmtKind, TileOp, Var,
+};
+use tl_target::Target;
+
+use super::lower::{Ctx, Hazards};
+use crate::tile_util::{for_loop, if_then};
+
+/// A pipelined loop the lowering will software-pipeline: its producers (indices into the
+/// flattened body) and the buffers they fill.
+#[derive(Clone, Debug)]
+pub struct PipelinePlan {
+    pub producers: Vec<usize>,
+}
+
+fn flat_body(s: &Stmt) -> Vec<Stmt> {
+    match &s.kind {
+        StmtKind::Seq(v) => v.iter().flat_map(flat_body).collect(),
+        _ => vec![s.clone()],
+    }
+}
+
+/// Shared buffers accessed anywhere outside the loop whose variable is `var`.
+fn accessed_outside(root: &Stmt, var: &Var) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    fn walk(s: &Stmt, var: &Var, out: &mut HashSet<u64>) {
+        if let StmtKind::For(l) = &s.kind {
+            if &l.var == var {
+                return;
+            }
+        }
+        let mut note = |b: &Buffer| {
+            if b.scope() == Scope::Shared {
+                out.insert(b.id());
+            }
+        };
+        match &s.kind {
+            StmtKind::Store { buffer, .. } => note(buffer),
+            StmtKind::Op(op) => {
+                let (r, w) = op.regions();
+                r.into_iter().chain(w).for_each(|x| note(&x.buffer));
+            }
+            _ => {}
+        }
+        for e in s.exprs() {
+            e.visit(&mut |x| {
+                if let ExprKind::Load(b, _) = x.kind() {
+                    if b.scope() == Scope::Shared {
+                        out.insert(b.id());
+                    }
+                }
+            });
+        }
+        match &s.kind {
+            StmtKind::Seq(v) => v.iter().for_each(|x| walk(x, var, out)),
+            StmtKind::If { then_, else_, .. } => {
+                walk(then_, var, out);
+                if let Some(e) = else_ {
+                    walk(e, var, out);
+                }
+            }
+            StmtKind::For(l) => walk(&l.body, var, out),
+            _ => {}
+        }
+    }
+    walk(root, var, &mut out);
+    out
+}
+
+/// Find the loops to pipeline and the buffers that need stages.
+pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMap<u64, Buffer>) {
+    let mut plans = HashMap::new();
+    let mut versioned = HashMap::new();
+    if !target.has_cp_async() {
+        return (plans, versioned);
+    }
+    root.walk(&mut |s| {
+        let StmtKind::For(l) = &s.kind else { return };
+        let ForKind::Pipelined { stages, .. } = l.kind else {
+            return;
+        };
+        if stages < 2 {
+            return;
+        }
+        let outside = accessed_outside(root, &l.var);
+        let body = flat_body(&l.body);
+        let mut producers = vec![];
+        for (i, st) in body.iter().enumerate() {
+            if let StmtKind::Op(TileOp::Copy(c)) = &st.kind {
+                let b = &c.dst.buffer;
+                if c.src.buffer.scope() == Scope::Global
+                    && b.scope() == Scope::Shared
+                    && !outside.contains(&b.id())
+                    && !versioned.contains_key(&b.id())
+                    && !c.src.offsets.iter().any(uses_shared)
+                {
+                    let mut shape = vec![Expr::int(stages as i64)];
+                    shape.extend(b.shape().iter().cloned());
+                    versioned.insert(b.id(), b.derive(b.name(), shape, Scope::Shared));
+                    producers.push(i);
+                }
+            }
+        }
+        if !producers.is_empty() {
+            plans.insert(l.var.id(), PipelinePlan { producers });
+        }
+    });
+    (plans, versioned)
+}
+
+fn uses_shared(e: &Expr) -> bool {
+    e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() != Scope::Global))
+}
+
+/// Point every access of a versioned buffer at version `ver`.
+fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Buffer>, ver: &Expr) -> Stmt {
+    fn ex(e: &Expr, m: &HashMap<u64, Buffer>, ver: &Expr) -> Expr {
+        let e2 = e.map_children(&mut |c| ex(c, m, ver));
+        if let ExprKind::Load(b, idx) = e2.kind() {
+            if let Some(nb) = m.get(&b.id()) {
+                let mut i = vec![ver.clone()];
+                i.extend(idx.iter().cloned());
+                return Expr::load(nb, i);
+            }
+        }
+        e2
+    }
+    let s = s.map_exprs(&mut |e| ex(e, versioned, ver));
+    s.map_post(&mut |st| {
+        let kind = match st.kind {
+            StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } => match versioned.get(&buffer.id()) {
+                Some(nb) => {
+                    let mut i = vec![ver.clone()];
+                    i.extend(indices);
+                    StmtKind::Store {
+                        buffer: nb.clone(),
+                        indices: i,
+                        value,
+                    }
+                }
+                None => StmtKind::Store {
+                    buffer,
+                    indices,
+                    value,
+                },
+            },
+            StmtKind::Op(mut op) => {
+                for r in op.regions_mut() {
+                    if let Some(nb) = versioned.get(&r.buffer.id()) {
+                        *r = versioned_region(r, nb, ver);
+                    }
+                }
+                StmtKind::Op(op)
+            }
+            k => k,
+        };
+        Stmt::new(kind, st.span)
+    })
+}
+
+fn versioned_region(r: &Region, nb: &Buffer, ver: &Expr) -> Region {
+    let mut offsets = vec![ver.clone()];
+    offsets.extend(r.offsets.iter().cloned());
+    let mut extents = vec![Expr::int(1)];
+    extents.extend(r.extents.iter().cloned());
+    Region::new(nb, offsets, extents)
+}
+
+impl Ctx<'_> {
+    pub fn lower_pipeline(&mut self, l: &For, stages: u32, span: Span) -> Result<Stmt, Diagnostic> {
+        let Some(plan) = self.pipelines.get(&l.var.id()).cloned() else {
+            // Nothing to prefetch: an ordinary loop.
+            let mut l2 = l.clone();
+            l2.kind = ForKind::Serial;
+            let s = Stmt::new(StmtKind::For(Box::new(l2)), span);
+            let mut hz = Hazards::default();
+            return Ok(self.block(&s, &mut hz));
+        };
+        let s = stages as i64;
+        let body = flat_body(&l.body);
+        let n = l.extent.clone();
+        let lo = l.min.clone();
+        let commit = self.eval(Intrinsic::CpAsyncCommit, vec![], span);
+        let versioned = self.versioned.clone();
+        let issue = |cx: &mut Ctx, it: Expr| -> Result<Stmt, Diagnostic> {
+            let mut map = HashMap::new();
+            map.insert(l.var.id(), lo.clone() + it.clone());
+            let ver = it.floormod(s);
+            let mut out = vec![];
+            for &i in &plan.producers {
+                let st = version_stmt(&body[i].substitute(&map), &versioned, &ver);
+                if let StmtKind::Op(TileOp::Copy(c)) = &st.kind {
+                    out.push(cx.lower_copy(&c.src, &c.dst, st.span, true)?);
+                }
+            }
+            Ok(Stmt::seq(out, span))
+        };
+        let mut out = vec![];
+        // Prologue.
+        let sv = Var::new("stage", DType::I32);
+        let pro = issue(self, sv.expr())?;
+        out.push(for_loop(
+            &sv,
+            s - 1,
+            ForKind::Unrolled,
+            Stmt::seq(
+                vec![
+                    if_then(Some(sv.expr().lt(n.clone())), pro, span),
+                    commit.clone(),
+                ],
+                span,
+            ),
+            span,
+        ));
+        // Steady state.
+        let k = Var::new(l.var.name(), DType::I32);
+        let ahead = k.expr() + (s - 1);
+        let fetch = issue(self, ahead.clone())?;
+        let consumers: Vec<Stmt> = body
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !plan.producers.contains(i))
+            .map(|(_, st)| st.clone())
+            .collect();
+        let mut map = HashMap::new();
+        map.insert(l.var.id(), lo.clone() + k.expr());
+        let consume = version_stmt(
+            &Stmt::seq(consumers, span).substitute(&map),
+            &versioned,
+            &k.expr().floormod(s),
+        );
+        let mut hz = Hazards::default();
+        let consume = self.block(&consume, &mut hz);
+        let steady = Stmt::seq(
+            vec![
+                if_then(Some(ahead.lt(n.clone())), fetch, span),
+                commit,
+                self.eval(Intrinsic::CpAsyncWait { n: (s - 1) as u32 }, vec![], span),
+                self.sync(span),
+                consume,
+                self.sync(span),
+            ],
+            span,
+        );
+        out.push(Stmt::new(
+            StmtKind::For(Box::new(For {
+                var: k,
+                min: Expr::int(0),
+                extent: n,
+                kind: ForKind::Serial,
+                body: steady,
+            })),
+            span,
+        ));
+        out.push(self.eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
+        Ok(Stmt::seq(out, span))
+    }
+}
