@@ -16,10 +16,17 @@
 //!   thread, division by zero, runaway loops.
 //!
 //! ```ignore
-//! let mut args = vec![SimArg::tensor_f32(&a, &[m, k]), SimArg::zeros(DType::F32, &[m, n])];
+//! // `kernel`: thread-level IR with params (A: [M, K] bf16, C: [M, N] f32).
+//! let mut args = vec![
+//!     SimArg::tensor(DType::BF16, &[m, k], &a_values),
+//!     SimArg::zeros(DType::F32, &[m, n]),
+//! ];
 //! let report = tl_sim::run(&kernel, &mut args, &SimOptions::default())?;
-//! let c = args[1].to_f64();
+//! let c: Vec<f64> = args[1].to_f64(DType::F32);
 //! ```
+//!
+//! [`tensor_core`] also exposes the PTX fragment layouts and a reference `mma`, for tests
+//! elsewhere that need them.
 //!
 //! Blocks run one after another (no races across blocks are looked for).
 
@@ -33,11 +40,10 @@ mod exec;
 mod memory;
 mod race;
 mod sched;
-mod tensor_core;
+pub mod tensor_core;
 mod warp;
 
 pub use error::{Access, AccessKind, SimError};
-pub use tensor_core::{a_coord, b_coord, c_coord};
 
 use tl_ir::verify::{verify_level, Level};
 use tl_ir::{DType, Kernel};

@@ -383,3 +383,59 @@ fn ill_formed_ir_is_rejected_not_run() {
         Err(SimError::InvalidIr(_))
     ));
 }
+
+#[test]
+fn known_pure_device_functions_run_and_others_are_unsupported() {
+    let a = global("a", vec![Expr::int(4)], DType::F32);
+    let out = global("out", vec![Expr::int(4)], DType::F32);
+    let call = |name: &str, args: Vec<Expr>| {
+        Expr::call(
+            tl_ir::Intrinsic::Extern {
+                name: name.into(),
+                pure: true,
+            },
+            args,
+            DType::F32,
+        )
+    };
+    let k = kernel(
+        "ext",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        4,
+        |b, _| {
+            let x = a.at([tid()]);
+            b.store(
+                &out,
+                tid(),
+                call("fmaxf", vec![call("expf", vec![x.clone()]), x]),
+            );
+        },
+    );
+    let mut args = vec![
+        SimArg::tensor(DType::F32, &[4], &[0.0, 1.0, -1.0, 2.0]),
+        SimArg::zeros(DType::F32, &[4]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs");
+    let o = args[1].to_f64(DType::F32);
+    assert_eq!(o[0], 1.0);
+    assert_eq!(o[1], 1f32.exp() as f64);
+
+    let k = kernel(
+        "ext2",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        4,
+        |b, _| b.store(&out, tid(), call("my_device_fn", vec![a.at([tid()])])),
+    );
+    let mut args = vec![
+        SimArg::zeros(DType::F32, &[4]),
+        SimArg::zeros(DType::F32, &[4]),
+    ];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::Unsupported(m)) if m.contains("my_device_fn")
+    ));
+}
