@@ -408,12 +408,15 @@ impl DeviceBuf {
                 } else {
                     // Two strided 2-D memsets (pitch 8 bytes, one word per row) write the low
                     // and the high halves of every 64-bit element.
-                    let r = unsafe { sys::cuMemsetD2D32Async(self.ptr, 8, lo, 1, count, s) };
-                    if r != sys::CUresult::CUDA_SUCCESS {
-                        r
-                    } else {
-                        unsafe { sys::cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, count, s) }
+                    let mut r = unsafe { sys::cuMemsetD2D32Async(self.ptr, 8, lo, 1, count, s) };
+                    if r == sys::CUresult::CUDA_SUCCESS {
+                        r = unsafe { sys::cuMemsetD2D32Async(self.ptr + 4, 8, hi, 1, count, s) };
                     }
+                    if r == sys::CUresult::CUDA_ERROR_INVALID_VALUE {
+                        // A driver that refuses the narrow pitch: write the pattern from the host.
+                        return self.upload(&elem.repeat(count));
+                    }
+                    r
                 }
             }
             _ => {
