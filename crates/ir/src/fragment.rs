@@ -357,14 +357,37 @@ impl Fragment {
         out
     }
 
-    /// Same elements on the same threads at the same value indices (modes of extent 1 and
-    /// their order among equal-target neighbours aside).
+    /// Modes of extent 1 dropped, and neighbours merged where one continues the other
+    /// (adjacent replicas; `e1` steps of `s` then `e2` steps of `s·e1` along the same dim):
+    /// the same function with the fewest modes.
+    pub fn canonical_modes(modes: &[Mode]) -> Vec<Mode> {
+        let mut out: Vec<Mode> = vec![];
+        for m in modes.iter().filter(|m| m.extent > 1) {
+            if let Some(last) = out.last_mut() {
+                match (last.target, m.target) {
+                    (None, None) => {
+                        last.extent *= m.extent;
+                        continue;
+                    }
+                    (Some((d1, s1)), Some((d2, s2))) if d1 == d2 && s2 == s1 * last.extent => {
+                        last.extent *= m.extent;
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
+            out.push(*m);
+        }
+        out
+    }
+
+    /// Same elements on the same threads at the same value indices.
     pub fn equivalent(&self, o: &Fragment) -> bool {
-        let norm =
-            |v: &[Mode]| -> Vec<Mode> { v.iter().copied().filter(|m| m.extent > 1).collect() };
         self.shape == o.shape
-            && norm(&self.thread_modes) == norm(&o.thread_modes)
-            && norm(&self.value_modes) == norm(&o.value_modes)
+            && Fragment::canonical_modes(&self.thread_modes)
+                == Fragment::canonical_modes(&o.thread_modes)
+            && Fragment::canonical_modes(&self.value_modes)
+                == Fragment::canonical_modes(&o.value_modes)
     }
 
     /// CuTe notation of the TV layout `(threads, values) -> colex index of the tile`.
@@ -552,5 +575,34 @@ mod tests {
             f.validate(),
             Err(FragmentError::NotAPartition { .. })
         ));
+    }
+}
+#[cfg(test)]
+mod canon_tests {
+    use super::*;
+
+    #[test]
+    fn equivalent_up_to_merged_modes() {
+        let a = Fragment {
+            shape: vec![16],
+            thread_modes: vec![Mode::along(4, 0, 4), Mode::replica(8), Mode::replica(2)],
+            value_modes: vec![Mode::along(4, 0, 1)],
+        };
+        let b = Fragment {
+            shape: vec![16],
+            thread_modes: vec![Mode::along(4, 0, 4), Mode::replica(4), Mode::replica(4)],
+            value_modes: vec![
+                Mode::along(2, 0, 1),
+                Mode::along(2, 0, 2),
+                Mode::along(1, 0, 16),
+            ],
+        };
+        assert!(a.equivalent(&b));
+        let c = Fragment {
+            shape: vec![16],
+            thread_modes: vec![Mode::replica(16), Mode::along(4, 0, 4)],
+            value_modes: vec![Mode::along(4, 0, 1)],
+        };
+        assert!(!a.equivalent(&c));
     }
 }

@@ -29,7 +29,7 @@ fn pick(extent: i64, candidates: &[i64]) -> i64 {
 /// Each thread holds a `vm × vn` block (up to 4 × 4) of the `m × n` accumulator. The threads
 /// along m are chosen from m alone, so two accumulators with the same rows (the S = QKᵀ and
 /// O = PV of attention) spread their rows identically and row vectors fit both; the remaining
-/// threads go along n, neighbouring lanes on neighbouring columns. What is left of the tile
+/// threads go along n. What is left of the tile
 /// repeats in the value index, and threads beyond the tile are replicas.
 pub fn simt_accumulator_layout(m: i64, n: i64, threads: i64) -> Fragment {
     let vn = pick(n, &[4, 2]);
@@ -39,7 +39,8 @@ pub fn simt_accumulator_layout(m: i64, n: i64, threads: i64) -> Fragment {
     let rep = threads / (tn * tm);
     let rn = n / (vn * tn);
     let rm = m / (vm * tm);
-    let mut thread_modes = vec![Mode::along(tn, 1, vn), Mode::along(tm, 0, vm)];
+    // Rows take the low thread bits, so the row a thread holds depends on m alone.
+    let mut thread_modes = vec![Mode::along(tm, 0, vm), Mode::along(tn, 1, vn)];
     if rep > 1 {
         thread_modes.push(Mode::replica(rep));
     }
