@@ -9,7 +9,11 @@ use tilelang::prelude::*;
 use tilelang::runtime::profile::{median_time, reps_for};
 
 /// Every target `--emit` writes source for, with the file extension.
-const EMIT_TARGETS: &[(Target, &str)] = &[(Target::Cpu, "c")];
+const EMIT_TARGETS: &[(Target, &str)] = &[
+    (Target::Cpu, "c"),
+    (Target::SM80, "cu"),
+    (Target::SM90, "cu"),
+];
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {

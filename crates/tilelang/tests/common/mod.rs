@@ -1,0 +1,35 @@
+//! Kernels shared by the GPU test files: every example at GPU-sized tiles.
+#![allow(dead_code)]
+
+use tilelang::kernels::{elementwise, flash_attention, gemm, rmsnorm, softmax};
+use tilelang::prelude::*;
+
+pub fn example_kernels() -> Vec<Kernel> {
+    let row = softmax::RowConfig {
+        rows: 1,
+        cols: 1024,
+        threads: 128,
+    };
+    let g = gemm::GemmConfig {
+        bm: 64,
+        bn: 64,
+        bk: 32,
+        stages: 2,
+        threads: 128,
+    };
+    let fa = flash_attention::AttnConfig {
+        bm: 64,
+        bn: 64,
+        stages: 2,
+        threads: 128,
+    };
+    vec![
+        gemm::gemm(gemm::Layout::NT, BF16, BF16, g),
+        gemm::gemm(gemm::Layout::NN, F32, F32, g),
+        elementwise::add_relu(BF16, 1024, 256),
+        softmax::softmax(BF16, row),
+        rmsnorm::rmsnorm(BF16, row),
+        flash_attention::flash_attention(BF16, 64, true, fa),
+        flash_attention::flash_attention(BF16, 128, false, fa),
+    ]
+}
