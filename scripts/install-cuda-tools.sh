@@ -48,7 +48,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] \
     exit 1
   fi
   log "downloading $want into $dest"
-  rm -rf "$dest"
+  # Remove only what this script creates ($TILELANG_CUDA_TOOLS may name a shared folder).
+  rm -rf "$dest/nvidia" "$dest/wheels" "$stamp"
   mkdir -p "$dest/wheels"
   # Platform tags list every manylinux level the wheels have used; --only-binary keeps pip
   # from building anything.

@@ -42,6 +42,8 @@ pub struct CudaSource {
 /// Names the generated code uses from NVRTC's built-ins and the header; user variables must
 /// not shadow them inside the kernel.
 const CUDA_NAMES: &[&str] = &[
+    "TL_DEVICE",
+    "TL_DEFINE_MMA_16816",
     "int8_t",
     "int16_t",
     "int32_t",
