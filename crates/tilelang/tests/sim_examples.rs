@@ -114,6 +114,57 @@ fn gemm_in_sim() {
 }
 
 #[test]
+fn tensor_core_gemm_in_sim() {
+    // 4 warps (2x2 or 4x1), ldmatrix (plain and .trans) from swizzled shared tiles, mma.sync.
+    let cfg = gemm::GemmConfig {
+        bm: 64,
+        bn: 64,
+        bk: 32,
+        stages: 3,
+        threads: 128,
+    };
+    for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
+        let k = gemm::gemm(layout, BF16, F32, cfg);
+        let (m, n, kk) = (70, 66, 100);
+        let a = if layout == gemm::Layout::TN {
+            vec![kk, m]
+        } else {
+            vec![m, kk]
+        };
+        let b = if layout == gemm::Layout::NT {
+            vec![n, kk]
+        } else {
+            vec![kk, n]
+        };
+        let e = sim_vs_cpu(&k, Target::SM80, &[a, b, vec![m, n]], 5);
+        assert!(e < 1e-5, "{}: {e}", k.name());
+    }
+}
+
+#[test]
+fn tensor_core_flash_attention_in_sim() {
+    // Both gemms on tensor cores, P·V with P from registers.
+    let cfg = flash_attention::AttnConfig {
+        bm: 64,
+        bn: 32,
+        stages: 2,
+        threads: 128,
+    };
+    for causal in [false, true] {
+        let k = flash_attention::flash_attention(BF16, 64, causal, cfg);
+        let s = vec![1, 1, 70, 64];
+        let e = sim_vs_cpu(
+            &k,
+            Target::SM80,
+            &[s.clone(), s.clone(), s.clone(), s, vec![1, 1, 70]],
+            6,
+        );
+        println!("tensor-core attention causal={causal}: rel err {e:.2e}");
+        assert!(e < 1e-2, "causal={causal}: {e}");
+    }
+}
+
+#[test]
 fn flash_attention_in_sim() {
     let cfg = flash_attention::AttnConfig {
         bm: 16,

@@ -91,6 +91,9 @@ pub fn extents2(r: &Region) -> Option<(i64, i64)> {
 
 impl Ctx<'_> {
     pub fn lower_gemm(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
+        if super::mma::applicable(g, &self.target) {
+            return self.lower_gemm_mma(g, span);
+        }
         let c_buf = &g.c.buffer;
         let f = self.fragment_of(c_buf, span)?;
         let acc = self.local_of(c_buf, span)?;

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use tl_ir::{
     Buffer, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, ForKind, Fragment, Kernel, Scope,
-    Span, Stmt, StmtKind, TileOp, Var,
+    Span, Stmt, StmtKind, TileOp, Var, WarpPolicy,
 };
 use tl_target::Target;
 
@@ -51,10 +51,15 @@ enum Node {
 pub struct Layouts {
     pub fragments: Vec<(Buffer, Fragment)>,
     pub nests: HashMap<u64, Fragment>,
+    /// Shared buffers with a swizzled layout (tensor-core operands), by buffer id.
+    pub smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
 }
 
 struct Infer {
     threads: i64,
+    target: Target,
+    gemms: Vec<(tl_ir::GemmOp, Span)>,
+    smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
     /// For each fragment, the narrowest element type it is copied from or to: loops over it
     /// then take vectors that make those copies 16 bytes wide.
     partner_bytes: HashMap<u64, usize>,
@@ -83,9 +88,11 @@ fn vec_for(bytes: usize) -> i64 {
 }
 
 pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
-    let _ = target;
     let mut inf = Infer {
         threads: k.threads as i64,
+        target: *target,
+        gemms: vec![],
+        smem: HashMap::new(),
         partner_bytes: HashMap::new(),
         known: HashMap::new(),
         order: vec![],
@@ -96,6 +103,7 @@ pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
     let mut frags: Vec<Buffer> = vec![];
     collect(&k.body, &mut nodes, &mut frags, &mut inf);
     inf.order = frags.clone();
+    inf.gemm_layouts(&nodes);
     // Propagate; when stuck, choose a blocked layout for the first unresolved nest, then for
     // the first fragment nothing constrains.
     loop {
@@ -166,6 +174,7 @@ pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
     Ok(Layouts {
         fragments,
         nests: inf.nests,
+        smem: inf.smem,
     })
 }
 
@@ -274,16 +283,7 @@ fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut I
         StmtKind::For(l) => collect(&l.body, nodes, frags, inf),
         StmtKind::Op(op) => match op {
             TileOp::Gemm(g) if g.c.buffer.scope() == Scope::Fragment => {
-                let shape = g.c.buffer.const_shape().unwrap_or_default();
-                if shape.len() == 2 {
-                    let f = simt_accumulator_layout(shape[0], shape[1], inf.threads);
-                    inf.assign(
-                        &g.c.buffer,
-                        f,
-                        s.span,
-                        "the gemm that accumulates into it".into(),
-                    );
-                }
+                inf.gemms.push((g.clone(), s.span))
             }
             TileOp::Reduce(r)
                 if r.src.buffer.scope() == Scope::Fragment
@@ -327,6 +327,99 @@ fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut I
 }
 
 impl Infer {
+    /// Strict constraints from gemms: the accumulator layout (tensor-core atoms when the
+    /// target and types allow, else the SIMT layout) and swizzled shared operands. With the
+    /// automatic warp policy, an accumulator whose rows are reduced or that feeds another gemm
+    /// as A gets whole rows per warp (FullRow), so row vectors and the A operand line up;
+    /// otherwise warp tiles are as square as possible.
+    fn gemm_layouts(&mut self, nodes: &[Node]) {
+        let reduced: Vec<u64> = nodes
+            .iter()
+            .filter_map(|n| match n {
+                Node::Reduce { src, .. } => Some(src.id()),
+                _ => None,
+            })
+            .collect();
+        let a_frags: Vec<u64> = self
+            .gemms
+            .iter()
+            .filter(|(g, _)| g.a.buffer.scope() == Scope::Fragment)
+            .map(|(g, _)| g.a.buffer.id())
+            .collect();
+        // Accumulators scaled by row vectors in a loop (attention's O *= rescale[i]).
+        let row_coupled: Vec<u64> = nodes
+            .iter()
+            .filter_map(|n| match n {
+                Node::Nest { accesses, .. }
+                    if accesses
+                        .iter()
+                        .any(|(b, m)| m.len() < b.rank() || b.rank() == 1) =>
+                {
+                    Some(
+                        accesses
+                            .iter()
+                            .filter(|(b, _)| b.rank() == 2)
+                            .map(|(b, _)| b.id()),
+                    )
+                }
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        let feeds_a = |c: &Buffer| {
+            a_frags.contains(&c.id())
+                || nodes.iter().any(|n| match n {
+                    Node::Same { a, b, .. } => a == c && a_frags.contains(&b.id()),
+                    _ => false,
+                })
+        };
+        let warps = self.threads / 32;
+        for (g, span) in self.gemms.clone() {
+            let shape = g.c.buffer.const_shape().unwrap_or_default();
+            if shape.len() != 2 {
+                continue;
+            }
+            let (m, n) = (shape[0], shape[1]);
+            if super::mma::applicable(&g, &self.target) && warps >= 1 {
+                let policy = match g.policy {
+                    WarpPolicy::Auto
+                        if reduced.contains(&g.c.buffer.id())
+                            || feeds_a(&g.c.buffer)
+                            || row_coupled.contains(&g.c.buffer.id()) =>
+                    {
+                        WarpPolicy::FullRow
+                    }
+                    p => p,
+                };
+                match super::mma::partition(m, n, warps, policy) {
+                    Ok((wm, wn)) => {
+                        let f = super::mma::c_layout(m, n, wm, wn);
+                        self.assign(&g.c.buffer, f, span, "the tensor-core gemm that accumulates into it".into());
+                        for r in [&g.a, &g.b] {
+                            if r.buffer.scope() == Scope::Shared {
+                                if let Some(l) = super::mma::operand_smem_layout(r) {
+                                    self.smem.insert(r.buffer.id(), (r.buffer.clone(), l));
+                                }
+                            }
+                        }
+                    }
+                    Err(msg) => self.errors.push(
+                        Diagnostic::new(DiagKind::InvalidArgument, span, msg)
+                            .help("change the block tile sizes or the threads per block, or pick another warp policy"),
+                    ),
+                }
+            } else {
+                let f = simt_accumulator_layout(m, n, self.threads);
+                self.assign(
+                    &g.c.buffer,
+                    f,
+                    span,
+                    "the gemm that accumulates into it".into(),
+                );
+            }
+        }
+    }
+
     /// Record a layout for a fragment; report a conflict if it already has another.
     fn assign(&mut self, b: &Buffer, f: Fragment, span: Span, why: String) -> bool {
         match self.known.get(&b.id()) {

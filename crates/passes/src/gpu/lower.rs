@@ -140,7 +140,16 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         .map(|b| Stmt::new(StmtKind::Alloc(b.clone()), span))
         .collect();
     stmts.push(body);
-    let mut out = k.with_body(Stmt::seq(stmts, span));
+    // Swizzled shared tiles: every access becomes a flat, swizzled index (pipeline versions
+    // of a buffer keep its layout within each version).
+    let mut smem = layouts.smem.clone();
+    for (orig, v) in &cx.versioned {
+        if let Some((_, l)) = layouts.smem.get(orig) {
+            smem.insert(v.id(), (v.clone(), l.clone()));
+        }
+    }
+    let body = super::smem::apply(&Stmt::seq(stmts, span), &smem);
+    let mut out = k.with_body(body);
     out.attrs.fragments = layouts.fragments.clone();
     Ok(out)
 }

@@ -6,7 +6,9 @@ pub mod elementwise;
 pub mod gemm;
 pub mod infer;
 pub mod lower;
+pub mod mma;
 pub mod pipeline;
 pub mod reduce;
+pub mod smem;
 
 pub use lower::run;
