@@ -185,7 +185,7 @@ pub fn blocks(grid: [i64; 3], wanted: Option<&[[i64; 3]]>) -> Result<Vec<[i64; 3
         }
         None => {
             let total = grid.iter().try_fold(1i64, |a, &g| a.checked_mul(g));
-            if !matches!(total, Some(t) if t <= 1 << 24) {
+            if !matches!(total, Some(t) if t <= 1 << 20) {
                 return Err(SimError::BadArgs(format!(
                     "the grid {grid:?} has too many blocks to simulate all of them; pick some with SimOptions::blocks"
                 )));

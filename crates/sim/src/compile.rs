@@ -48,6 +48,12 @@ pub fn shared_align(bytes: usize) -> usize {
     }
 }
 
+/// Limits that keep a malformed kernel from exhausting memory (GPUs allow 228 KiB of shared
+/// memory per block and 512 KiB of local memory per thread; the simulator keeps a shadow cell
+/// per shared byte and local memory for every thread of a block).
+const MAX_SHARED_BYTES: usize = 1 << 20;
+const MAX_LOCAL_BYTES: usize = 1 << 16;
+
 fn align_up(x: usize, a: usize) -> usize {
     x.div_ceil(a) * a
 }
@@ -190,7 +196,17 @@ impl Compiler<'_> {
                     b.name()
                 )));
             }
-            let bytes = shape.iter().product::<i64>() as usize * b.dtype().bytes();
+            let bytes = shape
+                .iter()
+                .try_fold(b.dtype().bytes() as i64, |a, &d| a.checked_mul(d))
+                .filter(|&n| n <= MAX_SHARED_BYTES as i64)
+                .ok_or_else(|| {
+                    SimError::Unsupported(format!(
+                        "{} buffer `{}` at {span} of shape {shape:?} is larger than the simulator allows",
+                        b.scope(),
+                        b.name()
+                    ))
+                })? as usize;
             match b.scope() {
                 Scope::Shared => {
                     let off = align_up(self.shared_bytes, shared_align(bytes));
@@ -219,6 +235,18 @@ impl Compiler<'_> {
                     )))
                 }
             }
+        }
+        if self.shared_bytes > MAX_SHARED_BYTES {
+            return Err(SimError::Unsupported(format!(
+                "{} bytes of shared memory per block (the simulator allows {MAX_SHARED_BYTES})",
+                self.shared_bytes
+            )));
+        }
+        if self.local_bytes > MAX_LOCAL_BYTES {
+            return Err(SimError::Unsupported(format!(
+                "{} bytes of local memory per thread (the simulator allows {MAX_LOCAL_BYTES})",
+                self.local_bytes
+            )));
         }
         Ok(())
     }

@@ -6,7 +6,10 @@
 //! (`cp.async`, commit/wait, vector copies, atomics) run here; collectives only record their
 //! operands here and run in `sched` once the whole warp has arrived.
 
-use tl_ir::eval::{apply_bin, apply_cast, apply_cmp, apply_unary, wrap_int, EvalError, Value};
+use tl_ir::eval::{
+    apply_bin, apply_cast, apply_cmp, apply_unary, floordiv_i, floormod_i, wrap_int, EvalError,
+    Value,
+};
 use tl_ir::{BinOp, DType, Scope};
 
 use crate::bytecode::{Instr, MemRef, Program, PureFn, E};
@@ -72,6 +75,32 @@ pub struct Interp<'p, 'g> {
     pub max_steps: u64,
 }
 
+/// `apply_bin` for the index arithmetic that dominates kernels (i32/i64, no division by
+/// zero), without its general path; the results are the same.
+#[inline]
+fn fast_int(op: BinOp, x: i64, y: i64, dt: DType) -> Option<i64> {
+    let r = match op {
+        BinOp::Add => x.wrapping_add(y),
+        BinOp::Sub => x.wrapping_sub(y),
+        BinOp::Mul => x.wrapping_mul(y),
+        BinOp::Div if y != 0 => x.wrapping_div(y),
+        BinOp::Mod if y != 0 => x.wrapping_rem(y),
+        BinOp::FloorDiv if y != 0 => floordiv_i(x, y),
+        BinOp::FloorMod if y != 0 => floormod_i(x, y),
+        BinOp::Min => x.min(y),
+        BinOp::Max => x.max(y),
+        BinOp::BitAnd => x & y,
+        BinOp::BitOr => x | y,
+        BinOp::BitXor => x ^ y,
+        _ => return None,
+    };
+    match dt {
+        DType::I32 => Some(r as i32 as i64),
+        DType::I64 => Some(r),
+        _ => None,
+    }
+}
+
 fn rec(tid: u32, kind: Kind, pc: u32) -> Rec {
     Rec {
         tid: tid as u16,
@@ -101,6 +130,11 @@ impl Interp<'_, '_> {
             E::Bin(op, dt, ab) => {
                 let a = self.eval(th, &ab.0, pc)?;
                 let b = self.eval(th, &ab.1, pc)?;
+                if let (Value::Int(x), Value::Int(y)) = (a, b) {
+                    if let Some(v) = fast_int(*op, x, y, *dt) {
+                        return Ok(Value::Int(v));
+                    }
+                }
                 apply_bin(*op, a, b, *dt).map_err(|x| self.eval_err(x, th.tid, pc))?
             }
             E::Cmp(op, dt, ab) => {
@@ -487,14 +521,8 @@ impl Interp<'_, '_> {
         let n = dt.bytes();
         let off = self.mem.range(a.buf, a.elem, n, th.tid, pc)?;
         self.mem.aligned(a.buf, off, n, "atomic_add", th.tid, pc)?;
-        if info.scope == Scope::Shared {
-            let who = rec(th.tid, Kind::Atomic, pc);
-            let when = self.mem.when(th.tid);
-            self.mem
-                .shadow
-                .write(info.base + off, n, who, when)
-                .map_err(|c| self.mem.conflict(c, a.buf, who))?;
-        }
+        self.mem
+            .check_write(a.buf, off, n, rec(th.tid, Kind::Atomic, pc))?;
         let cell = self.mem.bytes_mut(&mut th.local, a.buf, off, n)?;
         let old = elem::decode(cell, dt);
         let new = apply_bin(BinOp::Add, old, v, compute_dtype(dt))

@@ -8,7 +8,8 @@
 //! only at their group's wait — and checks what a GPU does not:
 //!
 //! * shared-memory data races between barriers ([`SimError::DataRace`], naming both threads,
-//!   both operations and both source lines),
+//!   both operations and both source lines), and global bytes two threads of a block write (or
+//!   one reads after another wrote) without a barrier between,
 //! * reads of shared memory nothing wrote ([`SimError::UninitializedSharedRead`]),
 //! * reads of shared bytes an in-flight `cp.async` will overwrite
 //!   ([`SimError::StaleAsyncRead`]: a missing or too-weak wait),
@@ -50,7 +51,7 @@ use tl_ir::{DType, Kernel};
 
 use crate::exec::{Interp, Stats};
 use crate::memory::Mem;
-use crate::race::Shadow;
+use crate::race::{GlobalWrites, Shadow};
 
 /// One launch argument, in `Kernel::params` order.
 #[derive(Clone, Debug, PartialEq)]
@@ -112,7 +113,9 @@ pub struct SimOptions {
     pub blocks: Option<Vec<[i64; 3]>>,
     /// Stop with [`SimError::StepLimit`] after this many instructions (all threads together).
     pub max_steps: u64,
-    /// Report shared-memory races (including reads of in-flight `cp.async` destinations).
+    /// Report shared-memory races (including reads of in-flight `cp.async` destinations), and
+    /// global bytes that two threads of a block write, or that one reads after another wrote,
+    /// with no barrier between.
     pub check_races: bool,
     /// Report reads of shared memory nothing has written.
     pub check_uninit: bool,
@@ -186,6 +189,7 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             globals,
             shared: vec![],
             shadow: Shadow::new(0, false, false),
+            global_writes: GlobalWrites::new(opts.check_races),
             block: [0; 3],
             epoch: 1,
             warp_epochs: vec![],

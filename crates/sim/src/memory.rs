@@ -5,7 +5,7 @@
 
 use crate::bytecode::{BufInfo, Program};
 use crate::error::{Access, SimError};
-use crate::race::{Conflict, Kind, Rec, Shadow, When};
+use crate::race::{Conflict, GlobalWrites, Kind, Rec, Shadow, When};
 use tl_ir::Scope;
 
 /// The byte a fresh block's shared memory and a fresh thread's local memory hold: all-ones
@@ -19,6 +19,7 @@ pub struct Mem<'p, 'g> {
     pub globals: Vec<Option<&'g mut [u8]>>,
     pub shared: Vec<u8>,
     pub shadow: Shadow,
+    pub global_writes: GlobalWrites,
     pub block: [i64; 3],
     /// Block barriers passed so far in this block, plus one.
     pub epoch: u32,
@@ -61,7 +62,12 @@ impl<'p, 'g> Mem<'p, 'g> {
     /// Turn a checker finding about an access to `buf` by `who` into an error.
     pub fn conflict(&self, c: Conflict, buf: u32, who: Rec) -> SimError {
         let info = self.info(buf);
-        let base = info.base;
+        // Shared conflicts come as absolute shared offsets, global ones as tensor offsets.
+        let base = if info.scope == Scope::Shared {
+            info.base
+        } else {
+            0
+        };
         let name = info.name.clone();
         match c {
             Conflict::Race { byte, first } => SimError::DataRace {
@@ -175,6 +181,24 @@ impl<'p, 'g> Mem<'p, 'g> {
         Ok(())
     }
 
+    /// Check (and record) a write or atomic of `len` bytes at `off` of `buf`.
+    pub fn check_write(
+        &mut self,
+        buf: u32,
+        off: usize,
+        len: usize,
+        who: Rec,
+    ) -> Result<(), SimError> {
+        let info = self.info(buf);
+        let when = self.when(who.tid as u32);
+        let r = match info.scope {
+            Scope::Shared => self.shadow.write(info.base + off, len, who, when),
+            Scope::Global => self.global_writes.write(info.base, off, len, who, when),
+            _ => Ok(()),
+        };
+        r.map_err(|c| self.conflict(c, buf, who))
+    }
+
     /// The bytes `off..off + len` of `buf`, unchecked by the race checker (callers check).
     pub fn bytes_mut<'a>(
         &'a mut self,
@@ -215,10 +239,16 @@ impl<'p, 'g> Mem<'p, 'g> {
         let info = self.info(buf);
         let len = len.min(16);
         let src: &[u8] = match info.scope {
-            Scope::Global => match self.globals.get(info.base) {
-                Some(Some(g)) => g,
-                _ => return Err(missing(info)),
-            },
+            Scope::Global => {
+                let when = self.when(who.tid as u32);
+                self.global_writes
+                    .read(info.base, off, len, who, when)
+                    .map_err(|c| self.conflict(c, buf, who))?;
+                match self.globals.get(info.base) {
+                    Some(Some(g)) => g,
+                    _ => return Err(missing(info)),
+                }
+            }
             Scope::Shared => {
                 let when = self.when(who.tid as u32);
                 self.shadow
@@ -250,13 +280,7 @@ impl<'p, 'g> Mem<'p, 'g> {
         data: &[u8],
         who: Rec,
     ) -> Result<(), SimError> {
-        let info = self.info(buf);
-        if info.scope == Scope::Shared {
-            let when = self.when(who.tid as u32);
-            self.shadow
-                .write(info.base + off, data.len(), who, when)
-                .map_err(|c| self.conflict(c, buf, who))?;
-        }
+        self.check_write(buf, off, data.len(), who)?;
         self.bytes_mut(local, buf, off, data.len())?
             .copy_from_slice(data);
         Ok(())

@@ -16,6 +16,8 @@
 //!
 //! Atomics are writes that do not conflict with each other.
 
+use std::collections::HashMap;
+
 use crate::error::AccessKind;
 
 /// Who touched a byte: a thread, the instruction (its pc), and how.
@@ -332,6 +334,75 @@ impl Shadow {
     }
 }
 
+/// Global-memory writes of the current block, for a lighter check than shared memory gets:
+/// a write or read of a byte another thread of the block wrote, unordered with that write, is a
+/// race (two threads storing one output element: a wrong thread index). Reads are not
+/// recorded (most global bytes are inputs nobody writes), so a read that precedes the racing
+/// write in simulation order goes unreported. Blocks run one at a time; races across blocks
+/// are not looked for.
+#[derive(Default)]
+pub struct GlobalWrites {
+    on: bool,
+    map: HashMap<(usize, usize), (u32, u32, Rec)>,
+}
+
+impl GlobalWrites {
+    pub fn new(on: bool) -> GlobalWrites {
+        GlobalWrites {
+            on,
+            map: HashMap::new(),
+        }
+    }
+
+    /// Forget the previous block's writes.
+    pub fn clear(&mut self) {
+        self.map.clear();
+    }
+
+    fn check(&self, tensor: usize, byte: usize, who: Rec, now: When) -> Result<(), Conflict> {
+        if let Some(&(epoch, wep, w)) = self.map.get(&(tensor, byte)) {
+            let both_atomic = who.kind == Kind::Atomic && w.kind == Kind::Atomic;
+            if !both_atomic && !Shadow::ordered(w, epoch, wep, who.tid, now) {
+                return Err(Conflict::Race { byte, first: w });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn read(
+        &self,
+        tensor: usize,
+        start: usize,
+        len: usize,
+        who: Rec,
+        now: When,
+    ) -> Result<(), Conflict> {
+        if !self.on || self.map.is_empty() {
+            return Ok(());
+        }
+        (start..start + len).try_for_each(|b| self.check(tensor, b, who, now))
+    }
+
+    pub fn write(
+        &mut self,
+        tensor: usize,
+        start: usize,
+        len: usize,
+        who: Rec,
+        now: When,
+    ) -> Result<(), Conflict> {
+        if !self.on {
+            return Ok(());
+        }
+        for b in start..start + len {
+            self.check(tensor, b, who, now)?;
+            self.map
+                .insert((tensor, b), (now.epoch, now.warp_epoch, who));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,6 +484,21 @@ mod tests {
             s.write(0, 4, rec(32, Kind::Write), E1),
             Err(Conflict::Race { byte: 0, first }) if first.tid == 1
         ));
+    }
+
+    #[test]
+    fn global_writes_by_two_threads_race() {
+        let mut g = GlobalWrites::new(true);
+        g.write(0, 0, 4, rec(0, Kind::Write), E1).unwrap();
+        g.read(0, 0, 4, rec(0, Kind::Load), E1).unwrap();
+        assert!(g.read(0, 0, 4, rec(1, Kind::Load), E1).is_err());
+        g.read(0, 0, 4, rec(1, Kind::Load), E2).unwrap();
+        g.read(1, 0, 4, rec(1, Kind::Load), E1).unwrap();
+        assert!(g.write(0, 2, 4, rec(3, Kind::Write), E1).is_err());
+        g.write(0, 8, 4, rec(3, Kind::Atomic), E1).unwrap();
+        g.write(0, 8, 4, rec(4, Kind::Atomic), E1).unwrap();
+        g.clear();
+        g.write(0, 0, 4, rec(5, Kind::Write), E1).unwrap();
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub fn run_block(
     it.mem.block = hw;
     it.mem.shared = vec![POISON; prog.shared_bytes];
     it.mem.shadow = Shadow::new(prog.shared_bytes, checks.0, checks.1);
+    it.mem.global_writes.clear();
     it.mem.epoch = 1;
     it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(32)];
     let mut ths: Vec<Thread> = (0..threads)

@@ -439,3 +439,39 @@ fn known_pure_device_functions_run_and_others_are_unsupported() {
         Err(SimError::Unsupported(m)) if m.contains("my_device_fn")
     ));
 }
+
+#[test]
+fn two_threads_of_a_block_storing_one_global_element_race() {
+    let out = global("out", vec![Expr::int(64)], DType::F32);
+    let build = |shift: bool| {
+        let o = out.clone();
+        kernel(
+            "global_race",
+            vec![],
+            vec![output(&out)],
+            vec![Expr::int(2)],
+            64,
+            move |b, bx| {
+                let i = if shift { tid() / 2 } else { tid() };
+                b.if_(bx[0].eq_(0), |b| b.store(&o, i, 1.0f32));
+            },
+        )
+    };
+    let mut args = vec![SimArg::zeros(DType::F32, &[64])];
+    run(&build(false), &mut args, &opts()).expect("distinct elements");
+    let mut args = vec![SimArg::zeros(DType::F32, &[64])];
+    match run(&build(true), &mut args, &opts()) {
+        Err(SimError::DataRace {
+            buffer,
+            offset,
+            first,
+            second,
+            ..
+        }) => {
+            assert_eq!(buffer, "out");
+            assert_eq!(offset, 0);
+            assert_eq!((first.thread, second.thread), (0, 1));
+        }
+        other => panic!("expected a race, got {other:?}"),
+    }
+}
