@@ -12,6 +12,10 @@ pub enum Device {
     Cpu,
     /// A CUDA GPU by ordinal.
     Cuda(usize),
+    /// The GPU simulator: kernels are lowered for sm_80 and their thread-level IR is executed
+    /// on the CPU, every thread of a block in lockstep, with race and missing-wait checks.
+    /// Tensors live in host memory. For small shapes: it is slow.
+    Sim,
 }
 
 impl Device {
@@ -36,7 +40,7 @@ impl Device {
     /// Whether tensors can be made and kernels run here.
     pub fn is_available(&self) -> bool {
         match self {
-            Device::Cpu => true,
+            Device::Cpu | Device::Sim => true,
             Device::Cuda(i) => crate::cuda_probe::check(*i).is_ok(),
         }
     }
@@ -56,6 +60,7 @@ impl Device {
     pub fn name(&self) -> Result<String> {
         match self {
             Device::Cpu => Ok(crate::cpu::host_cpu_id()),
+            Device::Sim => Ok("tilelang-sim (sm_80)".into()),
             Device::Cuda(i) => crate::cuda_probe::name(*i),
         }
     }
@@ -64,9 +69,9 @@ impl Device {
     /// device.
     pub fn cuda_props(&self) -> Result<crate::cuda::DeviceProps> {
         match self {
-            Device::Cpu => Err(RuntimeError::DeviceUnavailable {
-                device: "cpu".into(),
-                reason: "the CPU has no CUDA properties".into(),
+            Device::Cpu | Device::Sim => Err(RuntimeError::DeviceUnavailable {
+                device: self.to_string(),
+                reason: "only a CUDA device has CUDA properties".into(),
             }),
             Device::Cuda(i) => Ok(crate::cuda::device(*i)?.props().clone()),
         }
@@ -75,16 +80,19 @@ impl Device {
     /// Wait for all work queued on this device (a no-op on the CPU).
     pub fn synchronize(&self) -> Result<()> {
         match self {
-            Device::Cpu => Ok(()),
+            Device::Cpu | Device::Sim => Ok(()),
             Device::Cuda(i) => crate::cuda::device(*i)?.synchronize(),
         }
     }
 
-    /// Parse `cpu`, `cuda`, `cuda:N`.
+    /// Parse `cpu`, `cuda`, `cuda:N`, `sim`.
     pub fn parse(s: &str) -> Result<Device> {
         let t = s.trim().to_ascii_lowercase();
         if t == "cpu" {
             return Ok(Device::Cpu);
+        }
+        if t == "sim" {
+            return Ok(Device::Sim);
         }
         if t == "cuda" || t == "gpu" {
             return Ok(Device::Cuda(0));
@@ -96,7 +104,7 @@ impl Device {
         }
         Err(RuntimeError::DeviceUnavailable {
             device: s.to_string(),
-            reason: "unknown device name; use cpu, cuda or cuda:N".into(),
+            reason: "unknown device name; use cpu, cuda, cuda:N or sim".into(),
         })
     }
 
@@ -105,12 +113,18 @@ impl Device {
     pub fn target(&self) -> Result<Target> {
         match self {
             Device::Cpu => Ok(Target::Cpu),
+            Device::Sim => Ok(Target::SM80),
             Device::Cuda(i) => crate::cuda_probe::target_of(*i),
         }
     }
 
     pub fn is_cpu(&self) -> bool {
         matches!(self, Device::Cpu)
+    }
+
+    /// Tensors of this device live in host memory (the CPU and the simulator).
+    pub fn is_host(&self) -> bool {
+        matches!(self, Device::Cpu | Device::Sim)
     }
 
     pub fn is_cuda(&self) -> bool {
@@ -122,6 +136,7 @@ impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Device::Cpu => write!(f, "cpu"),
+            Device::Sim => write!(f, "sim"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
         }
     }

@@ -72,6 +72,8 @@ pub struct CompileStats {
 pub(crate) enum Module {
     Cpu(CpuModule),
     Cuda(CudaKernel),
+    /// Thread-level IR run by the simulator.
+    Sim(Box<tl_ir::Kernel>),
 }
 
 pub struct Executable {
@@ -284,7 +286,7 @@ impl Executable {
     /// `None` on the CPU.
     pub fn resource_usage(&self) -> Option<&ResourceUsage> {
         match &self.module {
-            Module::Cpu(_) => None,
+            Module::Cpu(_) | Module::Sim(_) => None,
             Module::Cuda(k) => Some(k.usage()),
         }
     }
@@ -298,7 +300,7 @@ impl Executable {
     /// asynchronous; CPU ones are not). Errors from earlier launches surface here.
     pub fn synchronize(&self) -> Result<()> {
         match &self.module {
-            Module::Cpu(_) => Ok(()),
+            Module::Cpu(_) | Module::Sim(_) => Ok(()),
             Module::Cuda(k) => k.device().synchronize(),
         }
     }
@@ -324,6 +326,31 @@ impl Executable {
             Module::Cuda(k) => {
                 let mut p = pack_gpu_params(&self.sig, &b)?;
                 k.launch(&mut p, b.grid, self.sig.threads)?;
+            }
+            Module::Sim(k) => self.run_sim(k, args)?,
+        }
+        Ok(())
+    }
+
+    /// Copy the arguments into the simulator, run, copy outputs back.
+    fn run_sim(&self, k: &tl_ir::Kernel, args: &[Arg]) -> Result<()> {
+        let mut sargs: Vec<tl_sim::SimArg> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(t) => tl_sim::SimArg::Tensor {
+                    bytes: t.host_bytes().to_vec(),
+                    shape: t.shape().to_vec(),
+                },
+                Arg::Int(i) => tl_sim::SimArg::Int(*i),
+                Arg::Float(f) => tl_sim::SimArg::Float(*f),
+            })
+            .collect();
+        tl_sim::run(k, &mut sargs, &tl_sim::SimOptions::default()).map_err(|e| {
+            RuntimeError::Launch(format!("kernel `{}` in the simulator: {e}", self.sig.name))
+        })?;
+        for (a, s) in args.iter().zip(&sargs) {
+            if let (Arg::Tensor(t), tl_sim::SimArg::Tensor { bytes, .. }) = (a, s) {
+                t.host_bytes_mut().copy_from_slice(bytes);
             }
         }
         Ok(())

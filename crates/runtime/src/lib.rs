@@ -55,6 +55,18 @@ pub fn build_cpu(
     ))
 }
 
+/// Bind thread-level IR to the simulator: each launch runs it in `tl_sim` on the tensors'
+/// host memory (outputs are written back), reporting races and missing waits as errors.
+pub fn build_sim(sig: Signature, lowered: tl_ir::Kernel) -> Executable {
+    Executable::new(
+        sig,
+        Device::Sim,
+        exec::Module::Sim(Box::new(lowered)),
+        CompileStats::default(),
+        None,
+    )
+}
+
 /// The NVRTC version string (`nvrtc 13.0`).
 pub fn nvrtc_version() -> Result<String> {
     Ok(nvrtc::version()?)
@@ -89,7 +101,7 @@ pub fn build_cuda(
     let t0 = Instant::now();
     let ordinal = match device {
         Device::Cuda(i) => *i,
-        Device::Cpu => {
+        Device::Cpu | Device::Sim => {
             return Err(RuntimeError::DeviceUnavailable {
                 device: device.to_string(),
                 reason: "build_cuda needs a CUDA device; use build_cpu for the CPU".into(),

@@ -178,7 +178,7 @@ pub fn bench_with(
                 exe.device().to_string(),
             ))
         }
-        crate::exec::Module::Cpu(_) => {
+        crate::exec::Module::Cpu(_) | crate::exec::Module::Sim(_) => {
             let mut err = None;
             let mut run = || {
                 if err.is_none() {

@@ -114,7 +114,7 @@ impl Tensor {
             .checked_mul(dtype.bytes())
             .ok_or_else(|| RuntimeError::Tensor(format!("shape {shape:?} overflows")))?;
         let storage = match device {
-            Device::Cpu => Storage::Host(HostBuf::new(bytes)?),
+            Device::Cpu | Device::Sim => Storage::Host(HostBuf::new(bytes)?),
             Device::Cuda(i) => Storage::Cuda(DeviceBuf::alloc(crate::cuda::device(*i)?, bytes)?),
         };
         Ok(Tensor {
@@ -294,6 +294,23 @@ impl Tensor {
 
     /// The device address of a GPU tensor (for interop with other CUDA libraries, which must
     /// use the device's stream, [`crate::cuda::CudaDevice::stream`]); `None` on the CPU.
+    /// The bytes of a host tensor (empty for device memory).
+    pub(crate) fn host_bytes(&self) -> &[u8] {
+        match &self.storage {
+            Storage::Host(h) => h.as_slice(),
+            Storage::Cuda(_) => &[],
+        }
+    }
+
+    /// The bytes of a host tensor, writable (see `HostBuf`).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn host_bytes_mut(&self) -> &mut [u8] {
+        match &self.storage {
+            Storage::Host(h) => h.as_mut_slice(),
+            Storage::Cuda(_) => &mut [],
+        }
+    }
+
     pub fn cuda_ptr(&self) -> Option<u64> {
         match &self.storage {
             Storage::Cuda(b) => Some(b.ptr()),

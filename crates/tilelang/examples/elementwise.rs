@@ -52,9 +52,9 @@ fn run() -> anyhow::Result<ExitCode> {
     let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
     let want: Vec<f64> = av.iter().zip(&bv).map(|(x, y)| (x + y).max(0.0)).collect();
     let err = c.rel_err(&want)?;
-    let ms = args.common.time_ms(|| {
-        let _ = exe.run(&[&a, &b, &c]);
-    });
+    let ms = args
+        .common
+        .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;
     let gbs = 3.0 * (n * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
     Ok(common::finish(
         "elementwise",
@@ -62,6 +62,6 @@ fn run() -> anyhow::Result<ExitCode> {
         err,
         ms,
         common::tolerance(dt),
-        &format!("gbps={gbs:.1} device={dev}"),
+        &format!("gbps={gbs:.1} device={dev} {}", common::compile_note(&exe)),
     ))
 }

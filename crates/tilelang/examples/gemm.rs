@@ -37,6 +37,9 @@ struct Args {
     bk: Option<i64>,
     #[arg(long)]
     stages: Option<u32>,
+    /// Threads per block
+    #[arg(long)]
+    threads: Option<u32>,
     #[command(flatten)]
     common: common::CommonArgs,
 }
@@ -60,16 +63,21 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(s) => common::parse_dtype(s)?,
         None => dt,
     };
-    let mut cfg = GemmConfig::cpu();
+    let dev = args.common.device()?;
+    let mut cfg = if dev.is_cpu() {
+        GemmConfig::cpu()
+    } else {
+        GemmConfig::gpu()
+    };
     cfg.bm = args.bm.unwrap_or(cfg.bm);
     cfg.bn = args.bn.unwrap_or(cfg.bn);
     cfg.bk = args.bk.unwrap_or(cfg.bk);
     cfg.stages = args.stages.unwrap_or(cfg.stages);
+    cfg.threads = args.threads.unwrap_or(cfg.threads);
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
     }
-    let dev = args.common.device()?;
     let exe = common::compile(&kernel, &dev)?;
     let (m, n, k) = (args.m, args.n, args.k);
     let a_shape = if layout == Layout::TN { [k, m] } else { [m, k] };
@@ -79,19 +87,37 @@ fn run() -> anyhow::Result<ExitCode> {
     let c = Tensor::zeros(&[m, n], out_dt, &dev)?;
     c.fill(f64::NAN)?;
     exe.run(&[&a, &b, &c])?;
-    let want = reference::gemm(
-        &a.to_f64_vec()?,
-        &b.to_f64_vec()?,
-        m,
-        n,
-        k,
-        layout == Layout::TN,
-        layout == Layout::NT,
-    );
-    let err = c.rel_err(&want)?;
-    let ms = args.common.time_ms(|| {
-        let _ = exe.run(&[&a, &b, &c]);
-    });
+    // The f64 reference, over all rows of a small problem or sampled rows of a large one.
+    let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
+    let (av, bv, cv) = (a.to_f64_vec()?, b.to_f64_vec()?, c.to_f64_vec()?);
+    let a_rows: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| {
+            (0..k).map(move |kk| {
+                if layout == Layout::TN {
+                    (kk, r)
+                } else {
+                    (r, kk)
+                }
+            })
+        })
+        .map(|(i, j)| {
+            if layout == Layout::TN {
+                av[i * m + j]
+            } else {
+                av[i * k + j]
+            }
+        })
+        .collect();
+    let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, layout == Layout::NT);
+    let got: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
+        .collect();
+    let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
+    let ms = args
+        .common
+        .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;
     let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
     Ok(common::finish(
         "gemm",
@@ -99,6 +125,9 @@ fn run() -> anyhow::Result<ExitCode> {
         err,
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),
-        &format!("tflops={tflops:.3} device={dev}"),
+        &format!(
+            "tflops={tflops:.3} device={dev} {}",
+            common::compile_note(&exe)
+        ),
     ))
 }

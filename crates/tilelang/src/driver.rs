@@ -160,20 +160,22 @@ impl Kernel {
             None => Cache::from_env(),
         };
         let target = dev.target()?;
-        match target {
-            Target::Cpu => {
-                // The key covers the generated source (so any change to lowering or codegen
-                // is a new entry), the compiler and its flags, the host CPU (code is built for
-                // it) and the crate version.
-                let t = Instant::now();
-                let low = self.lower_dump(Target::Cpu, dump.as_deref())?;
-                let lower_time = t.elapsed();
+        let sig = Signature::of(&self.ir);
+        let t = Instant::now();
+        let low = self.lower_dump(target, dump.as_deref())?;
+        let lower_time = t.elapsed();
+        let mut exe = match dev {
+            Device::Sim => tl_runtime::build_sim(sig, low),
+            Device::Cpu => {
                 let t = Instant::now();
                 let src = tl_codegen::c::generate(&low)?;
                 let codegen_time = t.elapsed();
                 if let Some(dir) = &dump {
                     let _ = std::fs::write(dir.join(format!("{}.c", self.ir.name)), &src.code);
                 }
+                // The key covers the generated source (so any change to lowering or codegen
+                // is a new entry), the compiler and its flags, the host CPU (code is built
+                // for it) and the crate version.
                 let flags = tl_runtime::cpu::CFLAGS.join(" ");
                 let key = Cache::key(&[
                     "cpu",
@@ -183,20 +185,45 @@ impl Kernel {
                     cc_version()?,
                     host_id(),
                 ]);
-                let sig = Signature::of(&self.ir);
                 let mut exe = tl_runtime::build_cpu(sig, &cache, &key, &src.entry, src.code)?;
-                let st = exe.stats_mut();
-                st.lower = lower_time;
-                st.codegen = codegen_time;
-                st.total = t0.elapsed();
-                Ok(exe)
+                exe.stats_mut().codegen = codegen_time;
+                exe
             }
-            other => Err(Error::Compile(Diagnostics::from(Diagnostic::new(
-                DiagKind::Unsupported,
-                Span::UNKNOWN,
-                format!("no backend for {other} in this build"),
-            )))),
-        }
+            Device::Cuda(_) => {
+                let t = Instant::now();
+                let src = tl_codegen::cuda::generate(&low, target)?;
+                let codegen_time = t.elapsed();
+                if let Some(dir) = &dump {
+                    let _ = std::fs::write(
+                        dir.join(format!("{}.{}.cu", self.ir.name, src.arch)),
+                        &src.code,
+                    );
+                }
+                let key = Cache::key(&[
+                    "cuda",
+                    &src.code,
+                    &src.arch,
+                    &tl_runtime::cuda_toolchain_id(&src.arch)?,
+                    env!("CARGO_PKG_VERSION"),
+                ]);
+                let mut exe = tl_runtime::build_cuda(
+                    dev,
+                    sig,
+                    &cache,
+                    &key,
+                    src.code,
+                    &src.entry,
+                    &src.arch,
+                    src.dynamic_smem_bytes,
+                )?;
+                exe.stats_mut().codegen = codegen_time;
+                exe
+            }
+        };
+        let st = exe.stats_mut();
+        st.lower = lower_time;
+        st.total = t0.elapsed();
+        Ok(exe)
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tilelang::prelude::*;
-use tilelang::runtime::profile::{median_time, reps_for};
+use tilelang::runtime::profile::{bench, reps_for};
 
 /// Every target `--emit` writes source for, with the file extension.
 const EMIT_TARGETS: &[(Target, &str)] = &[
@@ -56,17 +56,22 @@ impl CommonArgs {
         Ok(true)
     }
 
-    /// Median time of `f` in milliseconds.
-    pub fn time_ms(&self, mut f: impl FnMut()) -> f64 {
+    /// Median time of a launch in milliseconds: CUDA events with an L2 flush on a GPU, the host
+    /// clock elsewhere (the simulator is timed once: it is for correctness, not speed).
+    pub fn time_ms(&self, exe: &Executable, args: &[Arg]) -> anyhow::Result<f64> {
         let t = std::time::Instant::now();
-        f();
+        exe.run_args(args)?;
+        exe.synchronize()?;
         let one = t.elapsed();
         let reps = if self.reps > 0 {
             self.reps
+        } else if exe.device() == Device::Sim {
+            1
         } else {
-            reps_for(one, Duration::from_millis(1500))
+            reps_for(one, Duration::from_millis(1500)).min(200)
         };
-        median_time(1, reps, f).as_secs_f64() * 1e3
+        let warmup = if exe.device() == Device::Sim { 0 } else { 3 };
+        Ok(bench(exe, args, warmup, reps)?.median_ms)
     }
 }
 
@@ -104,4 +109,41 @@ pub fn tolerance(dtype: DType) -> f64 {
 
 pub fn parse_dtype(s: &str) -> anyhow::Result<DType> {
     DType::from_name(s).ok_or_else(|| anyhow::anyhow!("unknown dtype `{s}`: use f32, bf16 or f16"))
+}
+
+/// Rows of a large problem to check against the f64 reference (all rows of a small one): the
+/// reference costs a full problem's work on the host, so big GPU runs sample rows instead.
+pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
+    let budget = 2e9;
+    if rows as f64 * work_per_row <= budget {
+        return (0..rows).collect();
+    }
+    let n = ((budget / work_per_row) as usize).clamp(16, rows);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    let mut picked: Vec<usize> = (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((x >> 33) as usize) % rows
+        })
+        .collect();
+    // Always include the edges, where tails live.
+    picked.push(0);
+    picked.push(rows - 1);
+    picked.sort();
+    picked.dedup();
+    picked
+}
+
+/// `compile_ms=<total> cached=<hit>`: what building the executable cost.
+pub fn compile_note(exe: &Executable) -> String {
+    let st = exe.compile_stats();
+    format!(
+        "compile_ms={:.1} cached={}",
+        st.total.as_secs_f64() * 1e3,
+        st.cache_hit
+    )
 }

@@ -14,6 +14,16 @@ pub struct AttnConfig {
 }
 
 impl AttnConfig {
+    /// Tensor-core tiles: 128 query rows over 8 warps (16 rows each), 64-key tiles, 2 stages.
+    pub fn gpu() -> AttnConfig {
+        AttnConfig {
+            bm: 128,
+            bn: 64,
+            stages: 2,
+            threads: 256,
+        }
+    }
+
     pub fn cpu() -> AttnConfig {
         AttnConfig {
             bm: 64,

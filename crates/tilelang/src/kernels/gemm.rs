@@ -40,6 +40,17 @@ pub struct GemmConfig {
 }
 
 impl GemmConfig {
+    /// Tiles for GPUs with tensor cores (sm_80+): 128x128x32, 3 stages, 4 warps.
+    pub fn gpu() -> GemmConfig {
+        GemmConfig {
+            bm: 128,
+            bn: 128,
+            bk: 32,
+            stages: 3,
+            threads: 128,
+        }
+    }
+
     /// Tiles that suit the CPU backend (big tiles amortize packing).
     pub fn cpu() -> GemmConfig {
         GemmConfig {

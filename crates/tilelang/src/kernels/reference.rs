@@ -108,8 +108,24 @@ pub fn attention(
     causal: bool,
     sm_scale: f64,
 ) -> (Vec<f64>, Vec<f64>) {
-    let (b, h, s, d) = dims;
-    // Scaled scores of query row `row` (over all B·H·S rows) against its visible keys.
+    let (b, h, s, _) = dims;
+    let all: Vec<usize> = (0..b * h * s).collect();
+    attention_rows(q, k, v, dims, causal, sm_scale, &all)
+}
+
+/// Attention for the given query rows only (row = (b·H + h)·S + s): their O rows, D values
+/// each, and their LSE values.
+pub fn attention_rows(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    dims: (usize, usize, usize, usize),
+    causal: bool,
+    sm_scale: f64,
+    rows: &[usize],
+) -> (Vec<f64>, Vec<f64>) {
+    let (_, _, s, d) = dims;
+    // Scaled scores of query row `row` against its visible keys.
     let scores = |row: usize| -> Vec<f64> {
         let base = (row / s) * s * d;
         let i = row % s;
@@ -122,8 +138,9 @@ pub fn attention(
             })
             .collect()
     };
-    let mut o = vec![0.0; b * h * s * d];
-    par_rows(&mut o, d, |row, out| {
+    let mut o = vec![0.0; rows.len() * d];
+    par_rows(&mut o, d, |idx, out| {
+        let row = rows[idx];
         let base = (row / s) * s * d;
         let sc = scores(row);
         let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -136,9 +153,9 @@ pub fn attention(
             }
         }
     });
-    let mut lse = vec![0.0; b * h * s];
-    par_rows(&mut lse, 1, |row, out| {
-        let sc = scores(row);
+    let mut lse = vec![0.0; rows.len()];
+    par_rows(&mut lse, 1, |idx, out| {
+        let sc = scores(rows[idx]);
         let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         out[0] = m + sc.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
     });

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
+# (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
+# kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
+#   bash bench/gpu-run.sh [check|perf|all]
+set -uo pipefail
+what="${1:-all}"
+G=.gpu
+export TILELANG_CACHE_DIR="${TILELANG_CACHE_DIR:-/tmp/tl-cache}"
+out="${OUT:-/tmp}"
+log() { echo "== $*"; }
+run() { echo "\$ $*"; "$@" 2>&1 | tail -n 3; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+
+if [ "$what" = check ] || [ "$what" = all ]; then
+  log "runtime smoke"
+  run $G/cuda_smoke
+  log "correctness at odd sizes (each line: the example's summary; exit status checked)"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 2 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; }; }
+  for l in nn nt tn; do
+    chk $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout $l --dtype bf16
+    chk $G/gemm --device cuda --m 257 --n 129 --k 65 --layout $l --dtype f16 --out-dtype f32
+  done
+  chk $G/gemm --device cuda --m 333 --n 301 --k 211 --dtype f32
+  chk $G/elementwise --device cuda --n 1000003 --dtype bf16
+  chk $G/softmax --device cuda --rows 1000 --cols 3001 --dtype bf16
+  chk $G/softmax --device cuda --rows 77 --cols 20000 --dtype f32
+  chk $G/rmsnorm --device cuda --rows 1000 --cols 3001 --dtype bf16
+  chk $G/rmsnorm --device cuda --rows 33 --cols 17000 --dtype f32
+  for c in "" --causal; do
+    chk $G/flash_attention --device cuda --batch 2 --heads 3 --seq 1000 --dim 64 --dtype bf16 $c
+    chk $G/flash_attention --device cuda --batch 1 --heads 2 --seq 777 --dim 128 --dtype bf16 $c
+  done
+  echo "correctness failures: $fails"
+fi
+
+if [ "$what" = perf ] || [ "$what" = all ]; then
+  log "peers: copy bandwidth"
+  python3 $G/torch_peers.py copy
+  log "softmax / rmsnorm bf16"
+  for shape in "8192 8192" "16384 4096"; do
+    set -- $shape
+    for k in softmax rmsnorm; do
+      rm -rf /tmp/tl-cold; TILELANG_CACHE_DIR=/tmp/tl-cold $G/$k --device cuda --rows $1 --cols $2 --dtype bf16 --reps 100 2>&1 | tail -n 1
+      TILELANG_CACHE_DIR=/tmp/tl-cold $G/$k --device cuda --rows $1 --cols $2 --dtype bf16 --reps 100 2>&1 | tail -n 1
+      python3 $G/torch_peers.py $k $1 $2
+    done
+  done
+  log "gemm bf16 nt"
+  for n in 4096 8192; do
+    $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 2>&1 | tail -n 1
+    python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
+  done
+  log "attention fwd bf16"
+  for cfg in "4 16 4096 128" "8 16 2048 64"; do
+    set -- $cfg
+    for c in "" --causal; do
+      $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1
+      python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+    done
+  done
+fi
