@@ -5,6 +5,8 @@
 #   bash bench/gpu-run.sh [check|perf|all]
 set -uo pipefail
 what="${1:-all}"
+# TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
+TUNE="${TUNE:-}"
 G=.gpu
 export TILELANG_CACHE_DIR="${TILELANG_CACHE_DIR:-/tmp/tl-cache}"
 out="${OUT:-/tmp}"
@@ -30,11 +32,17 @@ if [ "$what" = check ] || [ "$what" = all ]; then
   chk $G/softmax --device cuda --rows 77 --cols 20000 --dtype f32
   chk $G/rmsnorm --device cuda --rows 1000 --cols 3001 --dtype bf16
   chk $G/rmsnorm --device cuda --rows 33 --cols 17000 --dtype f32
+  chk $G/softmax --device cuda --rows 100 --cols 4096 --dtype bf16 --chunk 1024
   for c in "" --causal; do
     chk $G/flash_attention --device cuda --batch 2 --heads 3 --seq 1000 --dim 64 --dtype bf16 $c
     chk $G/flash_attention --device cuda --batch 1 --heads 2 --seq 777 --dim 128 --dtype bf16 $c
   done
   echo "correctness failures: $fails"
+fi
+
+if [ "$what" = compile ] || [ "$what" = all ]; then
+  log "compile times (fresh cache, in one process)"
+  $G/compile_times --device cuda
 fi
 
 if [ "$what" = perf ] || [ "$what" = all ]; then
@@ -51,14 +59,14 @@ if [ "$what" = perf ] || [ "$what" = all ]; then
   done
   log "gemm bf16 nt"
   for n in 4096 8192; do
-    $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 2>&1 | tail -n 1
+    $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 $TUNE 2>&1 | tail -n 40
     python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
   done
   log "attention fwd bf16"
   for cfg in "4 16 4096 128" "8 16 2048 64"; do
     set -- $cfg
     for c in "" --causal; do
-      $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1
+      $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 $TUNE 2>&1 | tail -n 40
       python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
     done
   done

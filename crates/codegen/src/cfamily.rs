@@ -458,6 +458,19 @@ impl<'a> Printer<'a> {
                 value,
             } => {
                 let lv = self.lvalue(buffer, indices);
+                // Storing a narrow float rounds it: an explicit cast to the same type just
+                // before the store would round twice.
+                let value = match value.kind() {
+                    ExprKind::Cast(inner)
+                        if buffer.scope() != Scope::Var
+                            && value.dtype() == buffer.dtype()
+                            && narrow_name(buffer.dtype()).is_some()
+                            && inner.dtype().is_float() =>
+                    {
+                        inner
+                    }
+                    _ => value,
+                };
                 let v = self.expr(value);
                 let v = if buffer.scope() == Scope::Var {
                     v

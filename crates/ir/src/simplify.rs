@@ -249,6 +249,8 @@ pub struct Analyzer {
     pub threads: Option<u32>,
     /// Known strict inequalities `lhs < rhs` (a block index below its grid extent).
     facts: Vec<(Expr, Expr)>,
+    /// Variables known to be multiples of a constant (sizes the launch guarantees).
+    multiples: HashMap<u64, i64>,
 }
 
 impl Analyzer {
@@ -271,6 +273,25 @@ impl Analyzer {
         let lo = self.bound(min).lo;
         let hi = sat_add(sat_add(self.bound(min).hi, self.bound(extent).hi), -1);
         self.bounds.insert(v.id(), Interval::new(lo, hi));
+    }
+
+    /// Record that `v` is always a multiple of `m`.
+    pub fn add_multiple(&mut self, v: &Var, m: i64) {
+        if m > 1 {
+            self.multiples.insert(v.id(), m);
+        }
+    }
+
+    /// A number `e` is known to be a multiple of (1 when nothing is known).
+    fn known_multiple(&self, e: &Expr) -> i64 {
+        match e.kind() {
+            ExprKind::Var(v) => self.multiples.get(&v.id()).copied().unwrap_or(1),
+            ExprKind::Int(c) => c.abs().max(1),
+            ExprKind::Bin(BinOp::Mul, a, b) => self
+                .known_multiple(a)
+                .saturating_mul(self.known_multiple(b)),
+            _ => 1,
+        }
     }
 
     /// Record that `lhs < rhs` holds.
@@ -627,6 +648,8 @@ impl Analyzer {
         for (t, k) in &lin.terms {
             if k % c == 0 {
                 whole.terms.push((t.clone(), k / c));
+            } else if !is_div && (k * self.known_multiple(t)) % c == 0 {
+                // A multiple of c: nothing to add to the remainder.
             } else {
                 rest.terms.push((t.clone(), *k));
             }
@@ -817,6 +840,18 @@ mod tests {
         an.bind(&t, 0, 127);
         let e2 = (&t % 4) + (&t / 4) * 4 + 3;
         assert_eq!(an.simplify(&e2).to_string(), "t + 3");
+    }
+
+    #[test]
+    fn known_multiples_prove_alignment() {
+        let mut an = Analyzer::new();
+        let k = Var::new("K", I32);
+        an.bind(&k, 0, i32::MAX as i64);
+        assert_eq!(an.prove(&floormod(&k, 8).eq_(0)), None);
+        an.add_multiple(&k, 16);
+        assert!(an.can_prove(&floormod(&k, 8).eq_(0)));
+        assert!(an.can_prove(&floormod(&k * 3 + 32, 16).eq_(0)));
+        assert_eq!(an.prove(&floormod(&k + 4, 8).eq_(0)), Some(false));
     }
 
     #[test]

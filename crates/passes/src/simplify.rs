@@ -22,6 +22,9 @@ pub fn kernel_analyzer(k: &Kernel) -> Analyzer {
     for d in &k.dims {
         an.bind(d, 0, i32::MAX as i64);
     }
+    for (d, m) in &k.attrs.dim_multiples {
+        an.add_multiple(d, *m);
+    }
     for v in k.scalars() {
         if v.dtype().is_unsigned_int() {
             an.bind(v, 0, i64::MAX);

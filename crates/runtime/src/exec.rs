@@ -82,6 +82,17 @@ pub struct Executable {
     module: Module,
     stats: CompileStats,
     source: Option<String>,
+    fallback: Option<Box<Fallback>>,
+}
+
+/// A specialized executable's general twin: the kernel was compiled assuming some symbolic
+/// sizes are multiples of a constant (so copies use full-width vectors and no run-time
+/// alignment branches); launches whose sizes break that run this instead, built on first use.
+pub struct Fallback {
+    /// (index into the signature's dims, the multiple the specialized variant assumes)
+    pub requires: Vec<(usize, i64)>,
+    build: Box<dyn Fn() -> Result<Executable> + Send + Sync>,
+    built: std::sync::OnceLock<std::result::Result<Executable, String>>,
 }
 
 /// One checked argument, in parameter order.
@@ -262,6 +273,48 @@ impl Executable {
             module,
             stats,
             source,
+            fallback: None,
+        }
+    }
+
+    /// Attach the general variant used when a launch's sizes are not the multiples this
+    /// executable was specialized for.
+    pub fn with_fallback(
+        mut self,
+        requires: Vec<(usize, i64)>,
+        build: impl Fn() -> Result<Executable> + Send + Sync + 'static,
+    ) -> Executable {
+        self.fallback = Some(Box::new(Fallback {
+            requires,
+            build: Box::new(build),
+            built: std::sync::OnceLock::new(),
+        }));
+        self
+    }
+
+    /// The executable that runs these arguments: this one, or its general fallback when the
+    /// sizes break the specialization (built now if it was not yet).
+    pub fn variant_for(&self, args: &[Arg]) -> Result<&Executable> {
+        let Some(fb) = &self.fallback else {
+            return Ok(self);
+        };
+        let b = self.bind(args)?;
+        let fits = fb
+            .requires
+            .iter()
+            .all(|&(d, m)| b.ints.get(d).is_some_and(|v| v % m == 0));
+        if fits {
+            return Ok(self);
+        }
+        match fb
+            .built
+            .get_or_init(|| (fb.build)().map_err(|e| e.to_string()))
+        {
+            Ok(e) => Ok(e),
+            Err(msg) => Err(RuntimeError::Launch(format!(
+                "kernel `{}`: building the general variant for these sizes failed: {msg}",
+                self.sig.name
+            ))),
         }
     }
 
@@ -320,6 +373,10 @@ impl Executable {
     /// result, e.g. `to_f64_vec`, waits for it, and [`synchronize`](Self::synchronize) does
     /// explicitly).
     pub fn run_args(&self, args: &[Arg]) -> Result<()> {
+        let exe = self.variant_for(args)?;
+        if !std::ptr::eq(exe, self) {
+            return exe.run_args(args);
+        }
         let b = self.bind(args)?;
         match &self.module {
             Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),

@@ -55,6 +55,19 @@ pub fn build_cpu(
     ))
 }
 
+/// Compile CUDA source into the disk cache without loading it (no GPU context needed): lets
+/// an autotuner compile candidates on many threads, then load them one by one. Returns whether
+/// the cubin was already cached.
+pub fn precompile_cuda(
+    cache: &Cache,
+    key: &str,
+    kernel: &str,
+    source: &str,
+    arch: &str,
+) -> Result<bool> {
+    Ok(cuda::compile_cached(cache, key, kernel, source, arch)?.cache_hit)
+}
+
 /// Bind thread-level IR to the simulator: each launch runs it in `tl_sim` on the tensors'
 /// host memory (outputs are written back), reporting races and missing waits as errors.
 pub fn build_sim(sig: Signature, lowered: tl_ir::Kernel) -> Executable {

@@ -160,6 +160,7 @@ pub fn bench_with(
     args: &[crate::Arg],
     cfg: &BenchConfig,
 ) -> crate::Result<Timing> {
+    let exe = exe.variant_for(args)?;
     let b = exe.bind(args)?;
     match exe.module() {
         crate::exec::Module::Cuda(k) => {

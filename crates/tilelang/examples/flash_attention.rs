@@ -36,6 +36,9 @@ struct Args {
     /// Threads per block
     #[arg(long)]
     threads: Option<u32>,
+    /// Autotune the tile configuration for this problem (cached per shape and device)
+    #[arg(long)]
+    tune: bool,
     #[command(flatten)]
     common: common::CommonArgs,
 }
@@ -67,7 +70,6 @@ fn run() -> anyhow::Result<ExitCode> {
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = common::compile(&kernel, &dev)?;
     let (b, h, s, d) = (args.batch, args.heads, args.seq, args.dim);
     let shape = [b, h, s, d];
     let q = Tensor::randn(&shape, dt, args.common.seed, &dev)?;
@@ -75,9 +77,6 @@ fn run() -> anyhow::Result<ExitCode> {
     let v = Tensor::randn(&shape, dt, args.common.seed + 2, &dev)?;
     let o = Tensor::zeros(&shape, dt, &dev)?;
     let lse = Tensor::zeros(&[b, h, s], DType::F32, &dev)?;
-    o.fill(f64::NAN)?;
-    lse.fill(f64::NAN)?;
-    exe.run(&[&q, &k, &v, &o, &lse])?;
     // The f64 reference over all query rows of a small problem, sampled rows of a large one.
     let rows = common::check_rows(b * h * s, 4.0 * (s * d) as f64, args.common.seed);
     let (want_o, want_lse) = reference::attention_rows(
@@ -89,15 +88,69 @@ fn run() -> anyhow::Result<ExitCode> {
         1.0 / (d as f64).sqrt(),
         &rows,
     );
-    let (ov, lv) = (o.to_f64_vec()?, lse.to_f64_vec()?);
-    let got_o: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| ov[r * d..(r + 1) * d].iter().copied())
-        .collect();
-    let got_lse: Vec<f64> = rows.iter().map(|&r| lv[r]).collect();
-    let err = tilelang::runtime::rel_err(&got_o, &want_o)
-        .map_err(anyhow::Error::msg)?
-        .max(tilelang::runtime::rel_err(&got_lse, &want_lse).map_err(anyhow::Error::msg)?);
+    let sampled = || -> anyhow::Result<f64> {
+        let (ov, lv) = (o.to_f64_vec()?, lse.to_f64_vec()?);
+        let got_o: Vec<f64> = rows
+            .iter()
+            .flat_map(|&r| ov[r * d..(r + 1) * d].iter().copied())
+            .collect();
+        let got_lse: Vec<f64> = rows.iter().map(|&r| lv[r]).collect();
+        Ok(tilelang::runtime::rel_err(&got_o, &want_o)
+            .map_err(anyhow::Error::msg)?
+            .max(tilelang::runtime::rel_err(&got_lse, &want_lse).map_err(anyhow::Error::msg)?))
+    };
+    let launch = [
+        Arg::Tensor(&q),
+        Arg::Tensor(&k),
+        Arg::Tensor(&v),
+        Arg::Tensor(&o),
+        Arg::Tensor(&lse),
+    ];
+    let kernel = if args.tune {
+        let tol = common::tolerance(dt);
+        let check = || -> Result<(), String> {
+            match sampled() {
+                Ok(e) if e < tol => Ok(()),
+                Ok(e) => Err(format!("relative error {e:.2e}")),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let mut space = vec![];
+        for bm in [64i64, 128] {
+            for bn in [32i64, 64, 128] {
+                for stages in [1u32, 2, 3] {
+                    for threads in [128u32, 256] {
+                        space.push(AttnConfig {
+                            bm,
+                            bn,
+                            stages,
+                            threads,
+                        });
+                    }
+                }
+            }
+        }
+        let space = tilelang::autotune::Space::list(space)
+            .filter(|c| c.bm % (16 * (c.threads as i64 / 32)) == 0 || dev.is_cpu());
+        let (best, r) = tilelang::autotune::autotune(
+            kernel.name(),
+            &space,
+            |c: &AttnConfig| flash_attention(dt, d as i64, args.causal, *c),
+            &dev,
+            &launch,
+            &check,
+            &Default::default(),
+        )?;
+        eprintln!("{r}");
+        flash_attention(dt, d as i64, args.causal, best)
+    } else {
+        kernel
+    };
+    let exe = common::compile(&kernel, &dev)?;
+    o.fill(f64::NAN)?;
+    lse.fill(f64::NAN)?;
+    exe.run(&[&q, &k, &v, &o, &lse])?;
+    let err = sampled()?;
     let ms = args.common.time_ms(
         &exe,
         &[

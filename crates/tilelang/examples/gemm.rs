@@ -40,8 +40,54 @@ struct Args {
     /// Threads per block
     #[arg(long)]
     threads: Option<u32>,
+    /// Autotune the tile configuration for this problem (cached per shape and device)
+    #[arg(long)]
+    tune: bool,
     #[command(flatten)]
     common: common::CommonArgs,
+}
+
+/// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
+/// most 128 f32 registers per thread.
+fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
+    if dev.is_cpu() {
+        return tilelang::autotune::Space::product3(
+            &[64i64, 128],
+            &[64i64, 128],
+            &[32i64, 64],
+            |&bm, &bn, &bk| GemmConfig {
+                bm,
+                bn,
+                bk,
+                stages: 1,
+                threads: 128,
+            },
+        );
+    }
+    let mut v = vec![];
+    for bm in [64i64, 128, 256] {
+        for bn in [64i64, 128, 256] {
+            for bk in [32i64, 64] {
+                for stages in [2u32, 3, 4] {
+                    for threads in [128u32, 256] {
+                        v.push(GemmConfig {
+                            bm,
+                            bn,
+                            bk,
+                            stages,
+                            threads,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    tilelang::autotune::Space::list(v).filter(|c| {
+        let smem = (c.bm + c.bn) * c.bk * 2 * c.stages as i64;
+        smem <= 200 * 1024
+            && c.bm * c.bn / c.threads as i64 <= 128
+            && c.bm * c.bn / (c.threads as i64) >= 32
+    })
 }
 
 fn main() -> ExitCode {
@@ -78,43 +124,66 @@ fn run() -> anyhow::Result<ExitCode> {
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = common::compile(&kernel, &dev)?;
     let (m, n, k) = (args.m, args.n, args.k);
     let a_shape = if layout == Layout::TN { [k, m] } else { [m, k] };
     let b_shape = if layout == Layout::NT { [n, k] } else { [k, n] };
     let a = Tensor::randn(&a_shape, dt, args.common.seed, &dev)?;
     let b = Tensor::randn(&b_shape, dt, args.common.seed + 1, &dev)?;
     let c = Tensor::zeros(&[m, n], out_dt, &dev)?;
-    c.fill(f64::NAN)?;
-    exe.run(&[&a, &b, &c])?;
     // The f64 reference, over all rows of a small problem or sampled rows of a large one.
     let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
-    let (av, bv, cv) = (a.to_f64_vec()?, b.to_f64_vec()?, c.to_f64_vec()?);
+    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
     let a_rows: Vec<f64> = rows
         .iter()
         .flat_map(|&r| {
             (0..k).map(move |kk| {
                 if layout == Layout::TN {
-                    (kk, r)
+                    kk * m + r
                 } else {
-                    (r, kk)
+                    r * k + kk
                 }
             })
         })
-        .map(|(i, j)| {
-            if layout == Layout::TN {
-                av[i * m + j]
-            } else {
-                av[i * k + j]
-            }
-        })
+        .map(|i| av[i])
         .collect();
     let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, layout == Layout::NT);
-    let got: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
-        .collect();
-    let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
+    let sampled = |c: &Tensor| -> anyhow::Result<f64> {
+        let cv = c.to_f64_vec()?;
+        let got: Vec<f64> = rows
+            .iter()
+            .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
+            .collect();
+        tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)
+    };
+    let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
+    let kernel = if args.tune {
+        let space = tune_space(&dev);
+        let tol = common::tolerance(dt).max(common::tolerance(out_dt));
+        let check = || -> Result<(), String> {
+            match sampled(&c) {
+                Ok(e) if e < tol => Ok(()),
+                Ok(e) => Err(format!("relative error {e:.2e}")),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let (best, r) = tilelang::autotune::autotune(
+            kernel.name(),
+            &space,
+            |c: &GemmConfig| gemm(layout, dt, out_dt, *c),
+            &dev,
+            &launch,
+            &check,
+            &Default::default(),
+        )?;
+        eprintln!("{r}");
+        gemm(layout, dt, out_dt, best)
+    } else {
+        kernel
+    };
+    let exe = common::compile(&kernel, &dev)?;
+    c.fill(f64::NAN)?;
+    exe.run(&[&a, &b, &c])?;
+    let err = sampled(&c)?;
     let ms = args
         .common
         .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;

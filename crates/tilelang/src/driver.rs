@@ -128,7 +128,23 @@ impl Kernel {
     }
 
     /// The generated source for a target, without compiling it (no GPU or compiler needed).
+    /// For GPU targets this is the variant specialized for aligned sizes (what launches with
+    /// such sizes run); [`emit_general`](Self::emit_general) gives the fallback.
     pub fn emit(&self, target: Target) -> Result<String, Error> {
+        let aligned = self.alignment_dims();
+        if target.is_gpu() && !aligned.is_empty() {
+            let mut special = self.clone();
+            special.ir.attrs.dim_multiples = aligned
+                .iter()
+                .map(|&(i, m)| (self.ir.dims[i].clone(), m))
+                .collect();
+            return special.emit_general(target);
+        }
+        self.emit_general(target)
+    }
+
+    /// The generated source of the variant that handles any sizes.
+    pub fn emit_general(&self, target: Target) -> Result<String, Error> {
         let low = self.lower(target)?;
         match target {
             Target::Cpu => Ok(tl_codegen::c::generate(&low)?.code),
@@ -149,8 +165,58 @@ impl Kernel {
     }
 
     pub fn compile_with(&self, dev: &Device, opts: &CompileOptions) -> Result<Executable, Error> {
-        let t0 = Instant::now();
         self.verify()?;
+        // On GPUs, compile for the common case first: sizes that are the contiguous extent of
+        // a tensor are taken to be multiples of a 16-byte vector, so copies need no run-time
+        // alignment branches; launches with other sizes use a general variant, built when
+        // first needed (Triton specializes on divisibility the same way).
+        let aligned = self.alignment_dims();
+        if dev.is_cpu() || aligned.is_empty() {
+            return self.compile_variant(&self.ir, dev, opts);
+        }
+        let mut special = self.ir.clone();
+        special.attrs.dim_multiples = aligned
+            .iter()
+            .map(|&(i, m)| (self.ir.dims[i].clone(), m))
+            .collect();
+        let exe = self.compile_variant(&special, dev, opts)?;
+        let general = self.clone();
+        let (dev2, opts2) = (*dev, opts.clone());
+        Ok(exe.with_fallback(aligned, move || {
+            general
+                .compile_variant(&general.ir, &dev2, &opts2)
+                .map_err(|e| RuntimeError::Launch(e.to_string()))
+        }))
+    }
+
+    /// Dims that are the last (contiguous) extent of some tensor, with the number of elements
+    /// of that tensor's type in 16 bytes (the largest over the tensors that use the dim).
+    fn alignment_dims(&self) -> Vec<(usize, i64)> {
+        let mut out: Vec<(usize, i64)> = vec![];
+        for (b, _) in self.ir.tensors() {
+            let Some(last) = b.shape().last() else {
+                continue;
+            };
+            if let Some(v) = last.as_var() {
+                if let Some(i) = self.ir.dims.iter().position(|d| d == v) {
+                    let m = (16 / b.dtype().bytes().max(1)) as i64;
+                    match out.iter_mut().find(|(j, _)| *j == i) {
+                        Some(e) => e.1 = e.1.max(m),
+                        None => out.push((i, m)),
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn compile_variant(
+        &self,
+        ir: &tl_ir::Kernel,
+        dev: &Device,
+        opts: &CompileOptions,
+    ) -> Result<Executable, Error> {
+        let t0 = Instant::now();
         let dump = opts
             .dump_ir
             .clone()
@@ -160,9 +226,9 @@ impl Kernel {
             None => Cache::from_env(),
         };
         let target = dev.target()?;
-        let sig = Signature::of(&self.ir);
+        let sig = Signature::of(ir);
         let t = Instant::now();
-        let low = self.lower_dump(target, dump.as_deref())?;
+        let low = tl_passes::run_pipeline(ir, &target, dump.as_deref())?;
         let lower_time = t.elapsed();
         let mut exe = match dev {
             Device::Sim => tl_runtime::build_sim(sig, low),
@@ -199,13 +265,7 @@ impl Kernel {
                         &src.code,
                     );
                 }
-                let key = Cache::key(&[
-                    "cuda",
-                    &src.code,
-                    &src.arch,
-                    &tl_runtime::cuda_toolchain_id(&src.arch)?,
-                    env!("CARGO_PKG_VERSION"),
-                ]);
+                let key = cuda_key(&src)?;
                 let mut exe = tl_runtime::build_cuda(
                     dev,
                     sig,
@@ -224,6 +284,45 @@ impl Kernel {
         st.lower = lower_time;
         st.total = t0.elapsed();
         Ok(exe)
+    }
+}
+
+/// The cache key of generated CUDA: the source, the arch, NVRTC and its options, our version.
+fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
+    Ok(Cache::key(&[
+        "cuda",
+        &src.code,
+        &src.arch,
+        &tl_runtime::cuda_toolchain_id(&src.arch)?,
+        env!("CARGO_PKG_VERSION"),
+    ]))
+}
+
+impl Kernel {
+    /// Do the expensive, thread-safe part of compiling for `dev` — lowering, code generation
+    /// and (for CUDA) NVRTC into the disk cache — without loading anything, so candidates can
+    /// be prepared on many threads; a later [`compile`](Self::compile) is then a cache hit.
+    pub fn precompile(&self, dev: &Device, opts: &CompileOptions) -> Result<(), Error> {
+        self.verify()?;
+        if !dev.is_cuda() {
+            return Ok(());
+        }
+        let target = dev.target()?;
+        let cache = match &opts.cache_dir {
+            Some(d) => Cache::at(d),
+            None => Cache::from_env(),
+        };
+        let mut ir = self.ir.clone();
+        ir.attrs.dim_multiples = self
+            .alignment_dims()
+            .iter()
+            .map(|&(i, m)| (self.ir.dims[i].clone(), m))
+            .collect();
+        let low = tl_passes::run_pipeline(&ir, &target, None)?;
+        let src = tl_codegen::cuda::generate(&low, target)?;
+        let key = cuda_key(&src)?;
+        tl_runtime::precompile_cuda(&cache, &key, &self.ir.name, &src.code, &src.arch)?;
+        Ok(())
     }
 }
 

@@ -27,6 +27,7 @@
 //! # Ok::<(), tilelang::Error>(())
 //! ```
 
+pub mod autotune;
 mod driver;
 pub mod dsl;
 pub mod kernels;

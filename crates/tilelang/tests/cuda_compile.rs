@@ -18,16 +18,21 @@ fn examples_compile_for_sm80_and_sm90a_without_spills() {
     let mut failures = vec![];
     for k in example_kernels() {
         for target in [Target::SM80, Target::SM90] {
-            let src = match k.emit(target) {
-                Ok(s) => s,
-                Err(e) => {
-                    failures.push(format!("{} for {target}: {e}", k.name()));
-                    continue;
+            for (variant, src) in [
+                ("aligned", k.emit(target)),
+                ("general", k.emit_general(target)),
+            ] {
+                let src = match src {
+                    Ok(s) => s,
+                    Err(e) => {
+                        failures.push(format!("{} ({variant}) for {target}: {e}", k.name()));
+                        continue;
+                    }
+                };
+                match tl_nvrtc::check(&src, &target.arch()) {
+                    Ok(r) => println!("{} ({variant}) {r}", k.name()),
+                    Err(e) => failures.push(format!("{} ({variant}) for {target}: {e}", k.name())),
                 }
-            };
-            match tl_nvrtc::check(&src, &target.arch()) {
-                Ok(r) => println!("{} {r}", k.name()),
-                Err(e) => failures.push(format!("{} for {target}: {e}", k.name())),
             }
         }
     }

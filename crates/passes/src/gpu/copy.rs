@@ -96,6 +96,9 @@ impl Ctx<'_> {
     ) -> Result<Stmt, Diagnostic> {
         match (src.buffer.scope(), dst.buffer.scope()) {
             (Scope::Fragment, Scope::Fragment) => self.copy_frag_frag(src, dst, span),
+            (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst) => {
+                self.copy_frag_staged(src, dst, span)
+            }
             (Scope::Fragment, _) => self.copy_frag(dst, src, false, span),
             (_, Scope::Fragment) => self.copy_frag(src, dst, true, span),
             (Scope::Local | Scope::Var, _) | (_, Scope::Local | Scope::Var) => Err(self
@@ -157,7 +160,14 @@ impl Ctx<'_> {
         } else {
             body
         };
-        for_loop(&it, iters, ForKind::Unrolled, body, span)
+        // The scalar path is the fallback for misaligned sizes: keep it rolled, so it costs
+        // little code (it touches no register arrays, so it needs no constant indices).
+        let kind = if v > 1 || iters <= 4 {
+            ForKind::Unrolled
+        } else {
+            ForKind::Serial
+        };
+        for_loop(&it, iters, kind, body, span)
     }
 
     /// Move `v` consecutive elements from `src[sidx..]` to `dst[didx..]` with tail predicates.
@@ -389,6 +399,64 @@ impl Ctx<'_> {
             }
         };
         Ok(if_then(replica_guard, stmt, span))
+    }
+
+    /// Should a fragment → global copy go through shared memory? When each thread's
+    /// contiguous run along a row is under 16 bytes (tensor-core accumulators hold pairs), a
+    /// staging tile turns many narrow scattered stores into 16-byte coalesced ones — if the
+    /// tile fits next to the kernel's other shared buffers.
+    fn stage_epilogue(&self, frag: &Region, dst: &Region) -> bool {
+        let Some(f) = self.frag(&frag.buffer) else {
+            return false;
+        };
+        let Some(shape) = frag.buffer.const_shape() else {
+            return false;
+        };
+        if shape.len() != 2
+            || !frag.is_full()
+            || nonunit_dims(dst).last() != Some(&(dst.rank() - 1))
+        {
+            return false;
+        }
+        let bytes = dst.buffer.dtype().bytes() as i64;
+        let run = match f.value_modes.first() {
+            Some(m) if m.target == Some((1, 1)) => m.extent * bytes,
+            _ => bytes,
+        };
+        let tile = shape[0] * shape[1] * bytes;
+        run < 16
+            && shape[1] * bytes >= 64
+            && tile >= 4096
+            && self.smem_bytes + tile as usize <= self.target.max_shared_bytes()
+    }
+
+    /// Fragment → swizzled shared tile → barrier → 16-byte coalesced global stores.
+    fn copy_frag_staged(
+        &mut self,
+        frag: &Region,
+        dst: &Region,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        let shape = frag.buffer.const_shape().unwrap_or_default();
+        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
+        let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
+        self.smem_bytes += stage.const_numel().unwrap_or(0) as usize * stage.dtype().bytes();
+        let full = Region::full(&stage);
+        if let Some(l) = super::mma::operand_smem_layout(&full) {
+            self.extra_smem.insert(stage.id(), (stage.clone(), l));
+        }
+        let to_shared = self.copy_frag(&full, frag, false, span)?;
+        let to_global = self.copy_blocked(&full, dst, span, false)?;
+        Ok(Stmt::seq(
+            vec![
+                self.sync(span),
+                to_shared,
+                self.sync(span),
+                to_global,
+                self.sync(span),
+            ],
+            span,
+        ))
     }
 
     fn copy_frag_frag(

@@ -105,6 +105,10 @@ pub struct Ctx<'a> {
     pub analyzer: tl_ir::Analyzer,
     /// Pipelined loops (by loop variable id) that get software-pipelined.
     pub pipelines: HashMap<u64, super::pipeline::PipelinePlan>,
+    /// Shared bytes the kernel allocates so far (its buffers, their pipeline stages, scratch).
+    pub smem_bytes: usize,
+    /// Swizzled layouts of scratch tiles the lowering adds (epilogue staging).
+    pub extra_smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
 }
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
@@ -123,7 +127,18 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         errors: vec![],
         analyzer: an,
         pipelines,
+        smem_bytes: 0,
+        extra_smem: HashMap::new(),
     };
+    // What the kernel's own shared buffers take (pipelined ones with their stages).
+    k.body.walk(&mut |s| {
+        if let StmtKind::Alloc(b) = &s.kind {
+            if b.scope() == Scope::Shared {
+                let b = cx.versioned.get(&b.id()).unwrap_or(b);
+                cx.smem_bytes += b.const_numel().unwrap_or(0) as usize * b.dtype().bytes();
+            }
+        }
+    });
     for (b, f) in &layouts.fragments {
         let local = b.derive(b.name(), vec![Expr::int(f.local_size())], Scope::Local);
         cx.locals.insert(b.id(), local);
@@ -143,6 +158,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     // Swizzled shared tiles: every access becomes a flat, swizzled index (pipeline versions
     // of a buffer keep its layout within each version).
     let mut smem = layouts.smem.clone();
+    smem.extend(cx.extra_smem.clone());
     for (orig, v) in &cx.versioned {
         if let Some((_, l)) = layouts.smem.get(orig) {
             smem.insert(v.id(), (v.clone(), l.clone()));
@@ -226,7 +242,7 @@ impl<'a> Ctx<'a> {
         e2
     }
 
-    fn frag(&self, b: &Buffer) -> Option<&Fragment> {
+    pub fn frag(&self, b: &Buffer) -> Option<&Fragment> {
         self.layouts
             .fragments
             .iter()

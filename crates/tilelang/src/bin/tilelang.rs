@@ -24,6 +24,19 @@ enum Cmd {
     },
     /// Devices, compile targets and the kernel cache on this machine
     Info,
+    /// Compile a CUDA source file with NVRTC and print registers, spills, compile time and the
+    /// SASS instruction counts (no GPU needed)
+    CheckCuda {
+        file: std::path::PathBuf,
+        #[arg(long, default_value = "sm_90a")]
+        arch: String,
+        /// Print the opcode histogram of the SASS
+        #[arg(long)]
+        sass: bool,
+        /// Print the whole SASS listing
+        #[arg(long)]
+        listing: bool,
+    },
     /// The kernel cache: print its directory, or clear it
     Cache {
         #[arg(value_parser = ["path", "clear"], default_value = "path")]
@@ -60,6 +73,41 @@ fn main() -> ExitCode {
                 Err(e) => println!("C compiler: missing ({e})"),
             }
             ExitCode::SUCCESS
+        }
+        Cmd::CheckCuda {
+            file,
+            arch,
+            sass,
+            listing,
+        } => {
+            let src = match std::fs::read_to_string(&file) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: cannot read {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match tl_nvrtc::check(&src, &arch) {
+                Ok(r) => {
+                    println!("{r}");
+                    if sass {
+                        for (op, n) in r.opcodes() {
+                            println!("{n:6} {op}");
+                        }
+                    }
+                    if listing {
+                        println!(
+                            "{}",
+                            r.sass.as_deref().unwrap_or("(no SASS: cuobjdump missing)")
+                        );
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Cmd::Cache { action } => {
             let cache = Cache::from_env();

@@ -85,15 +85,25 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
                     // Start the scores at 0 where a key is visible and -inf where it is masked
                     // (past the sequence, or after the query when causal); the gemm adds Q·Kᵀ.
-                    t.parallel([bm, bn], |t, [i, j]| {
-                        let key = &kt * bn + &j;
-                        let visible = if causal {
-                            (&bx * bm + &i).ge(&key).and(key.lt(&s))
-                        } else {
-                            key.lt(&s)
-                        };
-                        t.store(&scores, [&i, &j], select(visible, 0.0, f64::NEG_INFINITY));
-                    });
+                    // Only tiles that cross the sequence end or the diagonal need the mask.
+                    let tile_end = &kt * bn + bn;
+                    let needs_mask = if causal {
+                        tile_end.gt(&s).or(tile_end.gt(&bx * bm + 1))
+                    } else {
+                        tile_end.gt(&s)
+                    };
+                    t.if_(needs_mask, |t| {
+                        t.parallel([bm, bn], |t, [i, j]| {
+                            let key = &kt * bn + &j;
+                            let visible = if causal {
+                                (&bx * bm + &i).ge(&key).and(key.lt(&s))
+                            } else {
+                                key.lt(&s)
+                            };
+                            t.store(&scores, [&i, &j], select(visible, 0.0, f64::NEG_INFINITY));
+                        });
+                    })
+                    .else_(|t| t.clear(&scores));
                     t.gemm(&q_s, &k_s, &scores).transpose_b();
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();

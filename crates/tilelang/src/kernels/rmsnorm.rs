@@ -42,16 +42,18 @@ pub fn rmsnorm(dtype: DType, cfg: RowConfig) -> Kernel {
 
 /// RMS norm of rows of a fixed width that fit in registers (GPU): one read, one write.
 pub fn rmsnorm_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
+    // Padding past the row reads as zeros, which add nothing to the sum of squares.
+    let width = super::softmax::row_width(cols, threads);
     Kernel::build("rmsnorm_row", |k| {
         let m = k.dim("M");
         let x = k.input("X", (&m, cols), dtype);
         let y = k.output("Y", (&m, cols), dtype);
         k.launch([m.clone()], threads, |t, [bx]| {
-            let xf = t.alloc_fragment_named("x", [1, cols], F32);
-            let sq = t.alloc_fragment_named("sq", [1, cols], F32);
+            let xf = t.alloc_fragment_named("x", [1, width], F32);
+            let sq = t.alloc_fragment_named("sq", [1, width], F32);
             let ss = t.alloc_fragment_named("sum_sq", [1], F32);
             t.copy(x.tile((&bx, 0)), &xf);
-            t.parallel([1, cols], |t, [i, j]| {
+            t.parallel([1, width], |t, [i, j]| {
                 let v = xf.at([&i, &j]);
                 t.store(&sq, [&i, &j], &v * &v);
             });
@@ -59,7 +61,7 @@ pub fn rmsnorm_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
             t.parallel([1], |t, [i]| {
                 t.store(&ss, [&i], rsqrt(ss.at([&i]) * (1.0 / cols as f64) + EPS));
             });
-            t.parallel([1, cols], |t, [i, j]| {
+            t.parallel([1, width], |t, [i, j]| {
                 t.store(&xf, [&i, &j], xf.at([&i, &j]) * ss.at([&i]));
             });
             t.copy(&xf, y.tile((&bx, 0)));

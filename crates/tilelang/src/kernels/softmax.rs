@@ -81,34 +81,59 @@ pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
     })
 }
 
-/// Threads for a block that holds one row of `cols` elements in registers (16 per thread,
-/// between one warp and 256 threads).
+/// Threads for a block that holds one row of `cols` elements in registers: a power of two,
+/// about 16 elements per thread, between one warp and 256 threads.
 pub fn row_threads(cols: i64) -> u32 {
-    (cols / 16).clamp(32, 256) as u32
+    let mut t = 32;
+    while t < 256 && t * 2 * 16 <= cols {
+        t *= 2;
+    }
+    t as u32
+}
+
+/// The register tile for a row of `cols`: rounded up to whole 16-byte vectors per thread, so
+/// every thread holds the same number of elements (the padding is masked).
+fn padded(cols: i64, threads: u32) -> i64 {
+    let step = threads as i64 * 8;
+    (cols + step - 1) / step * step
 }
 
 /// Softmax of rows of a fixed width that fit in registers (GPU): each block loads one row
 /// once, reduces the max and the sum across its threads, and writes the row once — the
 /// minimum memory traffic.
 pub fn softmax_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
+    let width = padded(cols, threads);
     Kernel::build("softmax_row", |k| {
         let m = k.dim("M");
         let x = k.input("X", (&m, cols), dtype);
         let y = k.output("Y", (&m, cols), dtype);
         k.launch([m.clone()], threads, |t, [bx]| {
-            let xf = t.alloc_fragment_named("x", [1, cols], F32);
+            let xf = t.alloc_fragment_named("x", [1, width], F32);
             let row_max = t.alloc_fragment_named("row_max", [1], F32);
             let row_sum = t.alloc_fragment_named("row_sum", [1], F32);
             t.copy(x.tile((&bx, 0)), &xf);
+            // Padding past the row must not count (the simplifier drops this when there is none).
+            t.parallel([1, width], |t, [i, j]| {
+                t.store(
+                    &xf,
+                    [&i, &j],
+                    select(j.lt(cols), xf.at([&i, &j]), f64::NEG_INFINITY),
+                );
+            });
             t.reduce_max(&xf, &row_max, 1);
-            t.parallel([1, cols], |t, [i, j]| {
+            t.parallel([1, width], |t, [i, j]| {
                 t.store(&xf, [&i, &j], exp(xf.at([&i, &j]) - row_max.at([&i])));
             });
             t.reduce_sum(&xf, &row_sum, 1);
-            t.parallel([1, cols], |t, [i, j]| {
+            t.parallel([1, width], |t, [i, j]| {
                 t.store(&xf, [&i, &j], xf.at([&i, &j]) * (1.0 / row_sum.at([&i])));
             });
             t.copy(&xf, y.tile((&bx, 0)));
         });
     })
+}
+
+/// The padded register tile of [`softmax_row`], for other row kernels.
+pub fn row_width(cols: i64, threads: u32) -> i64 {
+    padded(cols, threads)
 }

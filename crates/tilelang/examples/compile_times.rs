@@ -1,0 +1,112 @@
+//! Compile times on a device: IR → binary with a cold (empty) cache, and a cache hit, for the
+//! softmax, GEMM and attention kernels. The first compile of a process also pays for loading
+//! NVRTC and creating the device context; that is reported separately.
+//!
+//!     cargo run --release --example compile_times -- --device cuda
+
+mod common;
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use tilelang::kernels::{elementwise, flash_attention, gemm, softmax};
+use tilelang::prelude::*;
+
+#[derive(Parser, Debug)]
+struct Args {
+    #[arg(long)]
+    device: Option<String>,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dev = match &args.device {
+        Some(d) => Device::parse(d)?,
+        None => Device::best(),
+    };
+    let dir = std::env::temp_dir().join(format!("tl-compile-times-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = CompileOptions {
+        cache_dir: Some(dir.clone()),
+        ..Default::default()
+    };
+    let warm = Instant::now();
+    elementwise::add_relu(F32, 1024, 128)
+        .compile_with(&dev, &opts)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "process start-up (first compile: compiler + device init): {:.1} ms",
+        warm.elapsed().as_secs_f64() * 1e3
+    );
+    let gpu = !dev.is_cpu();
+    let kernels = vec![
+        (
+            "softmax_row 8192 bf16",
+            softmax::softmax_row(BF16, 8192, 256),
+        ),
+        (
+            "gemm_nt bf16",
+            gemm::gemm(
+                gemm::Layout::NT,
+                BF16,
+                BF16,
+                if gpu {
+                    gemm::GemmConfig::gpu()
+                } else {
+                    gemm::GemmConfig::cpu()
+                },
+            ),
+        ),
+        (
+            "flash_attn d128 bf16",
+            flash_attention::flash_attention(
+                BF16,
+                128,
+                false,
+                if gpu {
+                    flash_attention::AttnConfig::gpu()
+                } else {
+                    flash_attention::AttnConfig::cpu()
+                },
+            ),
+        ),
+    ];
+    for (name, k) in &kernels {
+        let exe = k
+            .compile_with(&dev, &opts)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let st = exe.compile_stats().clone();
+        let t = Instant::now();
+        let again = k
+            .compile_with(&dev, &opts)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let hit = t.elapsed();
+        println!(
+            "{name:24} cold {:7.1} ms (lower {:.1}, codegen {:.1}, compile {:.1}, load {:.1}) | cache hit {:.2} ms (hit={}){}",
+            st.total.as_secs_f64() * 1e3,
+            st.lower.as_secs_f64() * 1e3,
+            st.codegen.as_secs_f64() * 1e3,
+            st.compile.as_secs_f64() * 1e3,
+            st.load.as_secs_f64() * 1e3,
+            hit.as_secs_f64() * 1e3,
+            again.compile_stats().cache_hit,
+            match exe.resource_usage() {
+                Some(u) => format!(" | {} regs, spills {:?}/{:?} B", u.registers, u.spill_stores, u.spill_loads),
+                None => String::new(),
+            }
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
