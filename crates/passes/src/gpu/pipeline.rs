@@ -2,16 +2,16 @@
 //!
 //! The producers are the copies from global to shared memory at the top level of the loop
 //! body; their destination buffers get `stages` versions. Copies for iteration `k + stages - 1`
-//! are issued (as cp.async groups) before iteration `k` computes on version `k % stages`:
+//! are issued (as cp.async groups) while iteration `k` computes on version `k % stages`, with
+//! one barrier per iteration:
 //!
 //! ```text
 //! for s in 0..stages-1: if s < n { issue(s) }; commit
 //! for k in 0..n:
-//!     if k + stages - 1 < n { issue(k + stages - 1) }; commit
-//!     wait_group(stages - 1); barrier        // iteration k's data has landed
+//!     wait_group(stages - 2); barrier    // k's data has landed, and everyone is done with k-1
+//!     if k + stages - 1 < n { issue(k + stages - 1) }; commit   // refills k-1's version
 //!     compute(k)
-//!     barrier                                 // before version k % stages is refilled
-//! wait_group(0)
+//! wait_group(0); barrier
 //! ```
 //! Commits are unconditional so group counting is uniform; empty groups complete at once.
 
@@ -257,12 +257,11 @@ impl Ctx<'_> {
         let consume = self.block(&consume, &mut hz);
         let steady = Stmt::seq(
             vec![
+                self.eval(Intrinsic::CpAsyncWait { n: (s - 2) as u32 }, vec![], span),
+                self.sync(span),
                 if_then(Some(ahead.lt(n.clone())), fetch, span),
                 commit,
-                self.eval(Intrinsic::CpAsyncWait { n: (s - 1) as u32 }, vec![], span),
-                self.sync(span),
                 consume,
-                self.sync(span),
             ],
             span,
         );
@@ -277,6 +276,7 @@ impl Ctx<'_> {
             span,
         ));
         out.push(self.eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
+        out.push(self.sync(span));
         Ok(Stmt::seq(out, span))
     }
 }

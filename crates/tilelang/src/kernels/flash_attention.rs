@@ -71,6 +71,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 let rescale = t.alloc_fragment_named("rescale", [bm], F32);
                 let row_sum = t.alloc_fragment_named("row_sum", [bm], F32);
                 let l_i = t.alloc_fragment_named("l_i", [bm], F32);
+                let m_scaled = t.alloc_fragment_named("m_scaled", [bm], F32);
 
                 t.copy(q.tile((&bz, &by, &bx * bm, 0)), &q_s);
                 t.clear(&acc_o);
@@ -113,15 +114,17 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                             [&i],
                             exp2((m_prev.at([&i]) - m_i.at([&i])) * scale),
                         );
+                        t.store(&m_scaled, [&i], m_i.at([&i]) * scale);
                     });
                     t.parallel([bm, d], |t, [i, j]| {
                         t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
                     });
+                    // One fused multiply-add per score: s·scale − m·scale.
                     t.parallel([bm, bn], |t, [i, j]| {
                         t.store(
                             &scores,
                             [&i, &j],
-                            exp2((scores.at([&i, &j]) - m_i.at([&i])) * scale),
+                            exp2(scores.at([&i, &j]) * scale - m_scaled.at([&i])),
                         );
                     });
                     t.reduce_sum(&scores, &row_sum, 1);
