@@ -4,6 +4,9 @@
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define TL_INLINE static inline __attribute__((always_inline))
 
@@ -100,11 +103,14 @@ TL_INLINE int64_t tl_floormod_i64(int64_t a, int64_t b) { int64_t r = a % b; ret
 TL_INLINE float tl_floormod_f32(float a, float b) { return a - floorf(a / b) * b; }
 TL_INLINE double tl_floormod_f64(double a, double b) { return a - floor(a / b) * b; }
 
-/* ---- math: a branch-free exp the compiler can vectorize (max rel. error ~2e-7) ---- */
+/* ---- math: a branch-free exp the compiler can vectorize (max rel. error ~2e-7) ----
+ * 2^x = 2^n * 2^f with n = round(x), f in [-0.5, 0.5]: a degree-6 polynomial for 2^f and the
+ * exponent field for 2^n. Below 2^-126 the result flushes to 0 (so exp(-inf) = 0 exactly, as
+ * masked scores need); NaN stays NaN. */
 TL_INLINE float tl_exp2f(float x) {
-    float t = x < -150.0f ? -150.0f : (x > 128.0f ? 128.0f : x);
-    float n = floorf(t + 0.5f);
-    float f = t - n; /* in [-0.5, 0.5] */
+    float t = x < -127.0f ? -127.0f : (x > 127.0f ? 127.0f : x);
+    float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    float f = t - n;
     float p = 1.5353362e-4f;
     p = p * f + 1.3398874e-3f;
     p = p * f + 9.6180329e-3f;
@@ -112,18 +118,28 @@ TL_INLINE float tl_exp2f(float x) {
     p = p * f + 2.4022652e-1f;
     p = p * f + 6.9314718e-1f;
     p = p * f + 1.0f;
-    int32_t ni = (int32_t)n;
-    /* 2^n split in two factors so n down to -150 and up to 128 stay representable */
-    int32_t h = ni >> 1;
-    float s1 = tl_bits_to_f32((uint32_t)(h + 127) << 23);
-    float s2 = tl_bits_to_f32((uint32_t)(ni - h + 127) << 23);
-    float r = p * s1 * s2;
-    r = x != x ? x : r;
-    return r;
+    float r = p * tl_bits_to_f32((uint32_t)((int32_t)n + 127) << 23);
+    r = x < -126.0f ? 0.0f : r;
+    return x != x ? x : r;
 }
 TL_INLINE float tl_expf(float x) { return tl_exp2f(x * 1.4426950408889634f); }
 TL_INLINE float tl_sigmoidf(float x) { return 1.0f / (1.0f + tl_expf(-x)); }
 TL_INLINE double tl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* ---- streaming stores: a large tile written to a tensor nobody reads back soon skips the
+ * read-for-ownership a normal store costs (a third of the traffic of a copy) ---- */
+TL_INLINE void tl_stream_store(void* restrict dst, const void* restrict src, int64_t bytes) {
+#if defined(__AVX512F__)
+    if ((((uintptr_t)dst) & 63) == 0 && (bytes & 63) == 0) {
+        for (int64_t i = 0; i < bytes; i += 64)
+            _mm512_stream_si512((__m512i*)((char*)dst + i),
+                                _mm512_loadu_si512((const void*)((const char*)src + i)));
+        _mm_sfence();
+        return;
+    }
+#endif
+    memcpy(dst, src, (size_t)bytes);
+}
 
 /* ---- atomics: blocks run on several OS threads ---- */
 TL_INLINE void tl_atomic_add_f32(float* p, float v) {

@@ -225,10 +225,57 @@ pub fn elementwise(src: &Region, dst: &Region, span: Span, f: impl Fn(Expr) -> E
         };
         loop_nest(&vars, &ext, ForKind::Vectorized, st, span)
     };
+    let fast = stream_rows(src, dst, span).unwrap_or_else(|| build(false));
     match and_opt(region_in_bounds(src), region_in_bounds(dst)) {
-        None => build(false),
-        Some(all_in) => if_else(all_in, build(false), build(true), span),
+        None => fast,
+        Some(all_in) => if_else(all_in, fast, build(true), span),
     }
+}
+
+/// Bytes of a contiguous row from which an on-chip tile is streamed to a tensor.
+const STREAM_BYTES: i64 = 4096;
+
+/// An on-chip tile copied unchanged to a global tensor, row by row, with streaming stores
+/// (`tl_stream_store`): long contiguous rows, same element type, no tail.
+fn stream_rows(src: &Region, dst: &Region, span: Span) -> Option<Stmt> {
+    if dst.buffer.scope() != Scope::Global
+        || src.buffer.scope() == Scope::Global
+        || src.buffer.dtype() != dst.buffer.dtype()
+    {
+        return None;
+    }
+    let ext = squeezed_const_extents(dst)?;
+    let (&row, outer) = ext.split_last()?;
+    let bytes = row * dst.buffer.dtype().bytes() as i64;
+    let (sd, dd) = (nonunit_dims(src), nonunit_dims(dst));
+    if bytes < STREAM_BYTES
+        || sd.last() != Some(&(src.rank() - 1))
+        || dd.last() != Some(&(dst.rank() - 1))
+    {
+        return None;
+    }
+    let vars = loop_vars(outer.len(), "r");
+    let mut ve: Vec<Expr> = vars.iter().map(|v| v.expr()).collect();
+    ve.push(Expr::int(0));
+    let call = Expr::call(
+        Intrinsic::Extern {
+            name: "tl_stream_store".into(),
+            pure: false,
+        },
+        vec![
+            address_of(&dst.buffer, region_index(dst, &ve)),
+            address_of(&src.buffer, region_index(src, &ve)),
+            Expr::int_of(bytes, DType::I64),
+        ],
+        DType::Bool,
+    );
+    Some(loop_nest(
+        &vars,
+        outer,
+        ForKind::Serial,
+        Stmt::new(StmtKind::Eval(call), span),
+        span,
+    ))
 }
 
 fn lower_reduce(r: &ReduceOp, span: Span) -> Result<Stmt, Diagnostic> {

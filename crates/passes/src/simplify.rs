@@ -103,7 +103,21 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
         }
         _ => {
             let one = Stmt::new(s.kind.clone(), span);
-            return one.map_exprs(&mut |e: &Expr| an.simplify(e));
+            let one = one.map_exprs(&mut |e: &Expr| an.simplify(e));
+            // `b[i] = b[i]` (a mask that masks nothing, once simplified) does nothing.
+            if let StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } = &one.kind
+            {
+                if let tl_ir::ExprKind::Load(b, idx) = value.kind() {
+                    if b == buffer && idx == indices {
+                        return Stmt::empty();
+                    }
+                }
+            }
+            return one;
         }
     };
     Stmt::new(kind, span)

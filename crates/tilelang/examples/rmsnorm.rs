@@ -48,8 +48,9 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.cols = args.chunk.unwrap_or(cfg.cols);
     cfg.rows = args.block_rows.unwrap_or(cfg.rows);
     let dev = args.common.device()?;
-    // On GPUs a row up to 16384 wide lives in registers: one read and one write per element.
-    let kernel = if !dev.is_cpu() && args.chunk.is_none() && args.cols <= 16384 {
+    // A row up to 16384 wide fits on chip (registers on a GPU): one read and one write per
+    // element.
+    let kernel = if args.chunk.is_none() && args.cols <= 16384 {
         rmsnorm_row(dt, args.cols as i64, row_threads(args.cols as i64))
     } else {
         rmsnorm(dt, cfg)

@@ -182,6 +182,7 @@ fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut I
     match &s.kind {
         StmtKind::Seq(v) => v.iter().for_each(|x| collect(x, nodes, frags, inf)),
         StmtKind::Alloc(b) if b.scope() == Scope::Fragment => frags.push(b.clone()),
+        StmtKind::AnnotateLayout { buffer, layout } => inf.annotation(buffer, layout, s.span),
         StmtKind::If { then_, else_, .. } => {
             collect(then_, nodes, frags, inf);
             if let Some(e) = else_ {
@@ -326,7 +327,114 @@ fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut I
     }
 }
 
+/// A fragment layout from the user's CuTe thread-value layout `(threads, values) → colex index
+/// of the tile`: each leaf of each mode becomes a digit along the dimension its stride steps
+/// through (stride 0 in the thread mode: a replica).
+pub fn fragment_from_cute(l: &tl_layout::Layout, shape: &[i64]) -> Result<Fragment, String> {
+    let modes = l.modes();
+    if modes.len() != 2 {
+        return Err(format!("`{l}` is not a (threads, values) layout of rank 2"));
+    }
+    let mut colex = vec![1i64; shape.len()];
+    for d in 1..shape.len() {
+        colex[d] = colex[d - 1] * shape[d - 1];
+    }
+    let digit = |size: i64, stride: i64, thread: bool| -> Result<tl_ir::Mode, String> {
+        if stride == 0 || size == 1 {
+            return if thread || size == 1 {
+                Ok(tl_ir::Mode::replica(size))
+            } else {
+                Err("a value mode has stride 0".into())
+            };
+        }
+        let d = (0..shape.len())
+            .rev()
+            .find(|&d| colex[d] <= stride && stride % colex[d] == 0)
+            .ok_or_else(|| format!("stride {stride} does not step along any dimension"))?;
+        Ok(tl_ir::Mode::along(size, d, stride / colex[d]))
+    };
+    let leaves = |m: &tl_layout::Layout, thread: bool| -> Result<Vec<tl_ir::Mode>, String> {
+        m.shape()
+            .leaves()
+            .into_iter()
+            .zip(m.stride().leaves())
+            .map(|(sz, st)| digit(sz, st, thread))
+            .collect()
+    };
+    let f = Fragment {
+        shape: shape.to_vec(),
+        thread_modes: leaves(&modes[0], true)?,
+        value_modes: leaves(&modes[1], false)?,
+    };
+    f.validate().map_err(|e| e.to_string())?;
+    Ok(f)
+}
+
 impl Infer {
+    /// `t.annotate_layout(buf, "...")`: a strict constraint from the user.
+    fn annotation(&mut self, b: &Buffer, text: &str, span: Span) {
+        let bad = |msg: String| {
+            Diagnostic::new(
+                DiagKind::InvalidArgument,
+                span,
+                format!("layout annotation of `{}`: {msg}", b.name()),
+            )
+            .note(b.span(), format!("`{}` declared here", b.name()))
+        };
+        match b.scope() {
+            Scope::Fragment => {
+                let shape = b.const_shape().unwrap_or_default();
+                match tl_layout::parse_layout(text) {
+                    Err(e) => self.errors.push(bad(e.to_string()).help(
+                        "write a thread-value layout in CuTe notation, e.g. `(128,8):(8,1)` for 128 threads holding 8 consecutive elements each",
+                    )),
+                    Ok(l) => match fragment_from_cute(&l, &shape) {
+                        Ok(f) if f.threads() != self.threads => self.errors.push(bad(format!(
+                            "`{text}` spreads the tile over {} threads, but the block has {}",
+                            f.threads(),
+                            self.threads
+                        ))),
+                        Ok(f) => {
+                            self.assign(b, f, span, "the user's annotation".into());
+                        }
+                        Err(e) => self.errors.push(bad(format!("`{text}` is not a layout of the {shape:?} tile: {e}"))),
+                    },
+                }
+            }
+            Scope::Shared => {
+                let shape = b.const_shape().unwrap_or_default();
+                let parsed: Result<tl_layout::ComposedLayout, String> =
+                    match tl_layout::parse_composed(text) {
+                        Ok(c) => Ok(c),
+                        Err(_) => match (
+                            tl_layout::parse_layout(text),
+                            tl_layout::Swizzle::new(0, 0, 0),
+                        ) {
+                            (Ok(l), Ok(id)) => Ok(tl_layout::ComposedLayout::new(id, 0, l)),
+                            (Err(e), _) => Err(e.to_string()),
+                            (_, Err(e)) => Err(e.to_string()),
+                        },
+                    };
+                match parsed {
+                    Ok(l) if shape.len() == 2 && l.size() == shape[0] * shape[1] => {
+                        self.smem.insert(b.id(), (b.clone(), l));
+                    }
+                    Ok(l) => self.errors.push(bad(format!(
+                        "`{l}` has {} elements but the buffer has shape {shape:?} (a rank-2 layout of (rows, cols) is expected)",
+                        l.size()
+                    ))),
+                    Err(e) => self.errors.push(bad(e).help(
+                        "write a (rows, cols) layout, optionally swizzled: `Sw<3,3,3> o 0 o (64,64):(64,1)`",
+                    )),
+                }
+            }
+            _ => self.errors.push(bad(format!(
+                "layouts apply to fragments and shared buffers, not {} memory",
+                b.scope()
+            ))),
+        }
+    }
+
     /// Strict constraints from gemms: the accumulator layout (tensor-core atoms when the
     /// target and types allow, else the SIMT layout) and swizzled shared operands. With the
     /// automatic warp policy, an accumulator whose rows are reduced or that feeds another gemm
