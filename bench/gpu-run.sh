@@ -62,6 +62,9 @@ if [ "$what" = perf ] || [ "$what" = all ]; then
     $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 $TUNE 2>&1 | tail -n 40
     python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
   done
+fi
+
+if [ "$what" = perf ] || [ "$what" = all ] || [ "$what" = attn ]; then
   log "attention fwd bf16"
   for cfg in "4 16 4096 128" "8 16 2048 64"; do
     set -- $cfg

@@ -118,7 +118,16 @@ TL_DEVICE int64_t tl_floordiv_i64(int64_t a, int64_t b) { int64_t q = a / b; ret
 TL_DEVICE int64_t tl_floormod_i64(int64_t a, int64_t b) { int64_t r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 TL_DEVICE float tl_floormod_f32(float a, float b) { return a - floorf(a / b) * b; }
 TL_DEVICE double tl_floormod_f64(double a, double b) { return a - floor(a / b) * b; }
-TL_DEVICE float tl_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* exp2 and exp on the special-function unit: one MUFU.EX2 (relative error below 2^-22; inputs
+ * below 2^-126 flush to 0, so exp(-inf) is exactly 0). The accurate library versions cost
+ * several more instructions each, which softmax-heavy kernels (attention) feel. */
+TL_DEVICE float tl_exp2f(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+TL_DEVICE float tl_expf(float x) { return tl_exp2f(x * 1.4426950408889634f); }
+TL_DEVICE float tl_sigmoidf(float x) { return 1.0f / (1.0f + tl_expf(-x)); }
 TL_DEVICE double tl_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
 /* ---- shared-memory addresses for PTX (32-bit, in the shared window) ---- */

@@ -220,9 +220,10 @@ impl<'a> Printer<'a> {
             }
         };
         match op {
-            UnOp::Exp if !d && !gpu => format!("tl_expf({a})"),
+            // Single precision: the headers' fast exp (vectorizable on the CPU, MUFU.EX2 on GPUs).
+            UnOp::Exp if !d => format!("tl_expf({a})"),
             UnOp::Exp => f("expf", "exp"),
-            UnOp::Exp2 if !d && !gpu => format!("tl_exp2f({a})"),
+            UnOp::Exp2 if !d => format!("tl_exp2f({a})"),
             UnOp::Exp2 => f("exp2f", "exp2"),
             UnOp::Log => f("logf", "log"),
             UnOp::Log2 => f("log2f", "log2"),
