@@ -497,7 +497,7 @@ fn user_names_do_not_shadow_builtins() {
         None,
     );
     let text = gen(&k).code;
-    assert!(text.contains("const float expf_1 = expf(alpha);"), "{text}");
+    assert!(text.contains("const float expf_1 = tl_expf(alpha);"), "{text}");
 }
 
 #[test]
