@@ -492,6 +492,9 @@ impl Analyzer {
                     e
                 }
             }
+            ExprKind::Bin(BinOp::BitXor, x, moved) if dt.is_int() => {
+                self.split_swizzle(x, moved, dt).unwrap_or(e)
+            }
             ExprKind::Bin(BinOp::BitAnd, a, b)
                 if b.as_int() == Some(0) || a.as_int() == Some(0) =>
             {
@@ -657,6 +660,11 @@ impl Analyzer {
         let rest_e = rest.build(dt);
         let rb = self.bound(&rest_e);
         let in_range = rb.lo >= 0 && rb.hi < c;
+        if !in_range {
+            if let Some(e) = self.split_scaled_term(is_div, &whole, &rest, c, dt) {
+                return Some(e);
+            }
+        }
         let nonneg = rb.lo >= 0;
         if is_div {
             let q = if in_range {
@@ -685,6 +693,157 @@ impl Analyzer {
                 dt,
             ))
         }
+    }
+
+    /// The bits `k·t` can set: from `k`'s lowest set bit up to the highest bit of its maximum.
+    fn term_bits(&self, t: &Expr, k: i64) -> Option<u64> {
+        let b = self.bound(t);
+        if k <= 0 || b.lo < 0 || inf(b.hi) {
+            return None;
+        }
+        let hi = u64::try_from(k.checked_mul(b.hi)?).ok()?;
+        let top = 64 - hi.leading_zeros();
+        let all = if top >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << top) - 1
+        };
+        Some(all & !((1u64 << k.trailing_zeros()) - 1))
+    }
+
+    /// A swizzled shared-memory offset `x ^ ((x & Y) >> S)` where `x` is a sum of terms with
+    /// disjoint bits (then the sum is an OR, and the swizzle, being linear over XOR, distributes):
+    /// split it into `swz(thread part) ^ swz(loop and constant part)`. The thread part is then
+    /// loop-invariant — one register — and the rest a constant per unrolled step, instead of
+    /// one live address register per ldmatrix (what kept 32-row attention tiles from fitting).
+    fn split_swizzle(&self, x: &Expr, moved: &Expr, dt: DType) -> Option<Expr> {
+        let ExprKind::Bin(BinOp::Shr, masked, sh) = moved.kind() else {
+            return None;
+        };
+        let ExprKind::Bin(BinOp::BitAnd, x2, y) = masked.kind() else {
+            return None;
+        };
+        let (y, sh) = (y.as_int()?, sh.as_int()?);
+        if x2 != x || y <= 0 || !(0..63).contains(&sh) {
+            return None;
+        }
+        let lin = Linear::of(x)?;
+        if lin.c < 0 {
+            return None;
+        }
+        let mut seen = lin.c as u64;
+        let (mut thread, mut rest) = (Linear::constant(0), Linear::constant(lin.c));
+        let (mut thread_bits, mut rest_bits) = (0u64, lin.c as u64);
+        for (t, k) in &lin.terms {
+            let bits = self.term_bits(t, *k)?;
+            if bits & seen != 0 {
+                return None;
+            }
+            seen |= bits;
+            let uses_thread =
+                t.any(&mut |e| matches!(e.kind(), ExprKind::Call(Intrinsic::ThreadIdx, _)));
+            if uses_thread {
+                thread.terms.push((t.clone(), *k));
+                thread_bits |= bits;
+            } else {
+                rest.terms.push((t.clone(), *k));
+                rest_bits |= bits;
+            }
+        }
+        if thread.terms.is_empty() || (rest.terms.is_empty() && rest.c == 0) {
+            return None;
+        }
+        let y = y as u64;
+        let swz_bits = |b: u64| b | ((b & y) >> sh);
+        let thread_swz_bits = swz_bits(thread_bits);
+        // Pieces of the rest the swizzle leaves alone and that miss the thread part's bits are
+        // added (an immediate offset); only the others need the XOR.
+        let touched = y | thread_swz_bits;
+        let (mut xor_part, mut add_part) = (Linear::constant(0), Linear::constant(0));
+        let (mut xor_bits, mut add_bits) = (0u64, 0u64);
+        let c = rest.c as u64;
+        xor_part.c = (c & touched) as i64;
+        add_part.c = (c & !touched) as i64;
+        xor_bits |= c & touched;
+        add_bits |= c & !touched;
+        for (t, k) in &rest.terms {
+            let bits = self.term_bits(t, *k)?;
+            if bits & touched == 0 {
+                add_part.terms.push((t.clone(), *k));
+                add_bits |= bits;
+            } else {
+                xor_part.terms.push((t.clone(), *k));
+                xor_bits |= bits;
+            }
+        }
+        if add_bits & swz_bits(xor_bits) != 0 {
+            xor_part = rest;
+            xor_bits = rest_bits;
+            add_part = Linear::constant(0);
+        }
+        let swz = |l: &Linear, bits: u64| -> Expr {
+            let e = l.build(dt);
+            if bits & y == 0 {
+                return e;
+            }
+            let m = Expr::new(
+                ExprKind::Bin(BinOp::BitAnd, e.clone(), Expr::int_of(y as i64, dt)),
+                dt,
+            );
+            let m = Expr::new(ExprKind::Bin(BinOp::Shr, m, Expr::int_of(sh, dt)), dt);
+            Expr::new(ExprKind::Bin(BinOp::BitXor, e, m), dt)
+        };
+        let mut out = swz(&thread, thread_bits);
+        if !xor_part.terms.is_empty() || xor_part.c != 0 {
+            let op = if thread_swz_bits & swz_bits(xor_bits) == 0 {
+                BinOp::Add
+            } else {
+                BinOp::BitXor
+            };
+            out = Expr::new(ExprKind::Bin(op, out, swz(&xor_part, xor_bits)), dt);
+        }
+        if !add_part.terms.is_empty() || add_part.c != 0 {
+            out = Expr::new(ExprKind::Bin(BinOp::Add, out, add_part.build(dt)), dt);
+        }
+        Some(out)
+    }
+
+    /// `(x + k·t) // (k·q)` is `t // q` and `(x + k·t) %% (k·q)` is `x + k·(t %% q)` when
+    /// `0 <= x < k`. Fragment index maps produce exactly this shape — a lane's row
+    /// `(lane/4)%8 + 8·v` divided by 16 — and leaving it unsimplified makes a register array
+    /// index depend on the thread, which forces the array into local memory.
+    fn split_scaled_term(
+        &self,
+        is_div: bool,
+        whole: &Linear,
+        rest: &Linear,
+        c: i64,
+        dt: DType,
+    ) -> Option<Expr> {
+        for (i, (t, k)) in rest.terms.iter().enumerate() {
+            let k = *k;
+            if k <= 1 || k >= c || c % k != 0 || self.bound(t).lo < 0 {
+                continue;
+            }
+            let q = c / k;
+            let mut others = rest.clone();
+            others.terms.remove(i);
+            let others_e = others.build(dt);
+            let ob = self.bound(&others_e);
+            if ob.lo < 0 || sat_add(ob.hi, sat_mul(k, q - 1)) >= c {
+                continue;
+            }
+            let q_e = Expr::int_of(q, dt);
+            let e = if is_div {
+                let t_div = Expr::new(ExprKind::Bin(BinOp::Div, t.clone(), q_e), dt);
+                whole.clone().add(Linear::atom(t_div), 1)?.build(dt)
+            } else {
+                let t_mod = Expr::new(ExprKind::Bin(BinOp::Mod, t.clone(), q_e), dt);
+                others.add(Linear::atom(t_mod).scale(k)?, 1)?.build(dt)
+            };
+            return Some(self.rewrite(e));
+        }
+        None
     }
 
     fn compare(&self, op: CmpOp, a: &Expr, b: &Expr) -> Option<Expr> {
@@ -804,6 +963,79 @@ mod tests {
     }
 
     #[test]
+    fn scaled_term_splits_out_of_div_and_mod() {
+        // A lane's fragment row (lane/4)%8 + 8v, divided by 16: the register index must not
+        // depend on the lane.
+        let mut an = Analyzer::new();
+        let lane = Var::new("lane", I32);
+        let v = Var::new("v", I32);
+        an.bind(&lane, 0, 31);
+        an.bind(&v, 0, 3);
+        let row = floormod(floordiv(&lane, 4), 8) + &v * 8;
+        assert_eq!(an.simplify(&floordiv(row.clone(), 16)).to_string(), "v / 2");
+        assert_eq!(
+            an.simplify(&floormod(row, 16)).to_string(),
+            "lane / 4 + v % 2 * 8"
+        );
+        // Not applicable when the rest can reach the divisor.
+        let w = Var::new("w", I32);
+        an.bind(&w, 0, 8);
+        let e = floordiv(&w + &v * 8, 16);
+        assert_eq!(an.simplify(&e).to_string(), "(w + v * 8) / 16");
+    }
+
+    #[test]
+    fn swizzle_splits_thread_part_from_loop_part() {
+        fn with_tid(e: &Expr, tid: &Var) -> Expr {
+            match e.kind() {
+                ExprKind::Call(Intrinsic::ThreadIdx, _) => tid.expr(),
+                _ => e.map_children(&mut |c| with_tid(c, tid)),
+            }
+        }
+        let mut an = Analyzer::new();
+        an.threads = Some(128);
+        let tid = Expr::call(Intrinsic::ThreadIdx, vec![], I32);
+        let ks = Var::new("ks", I32);
+        an.bind(&ks, 0, 3);
+        // An ldmatrix row address of a 64-column bf16 tile under Sw<3,3,3>.
+        let x = floormod(tid.clone(), 8) * 64
+            + floordiv(tid.clone(), 32) * 2048
+            + floormod(floordiv(tid.clone(), 8), 2) * 512
+            + floordiv(floormod(tid.clone(), 32), 16) * 8
+            + &ks * 16
+            + 1024;
+        let e = x.clone() ^ ((x & 448) >> 3);
+        let s = an.simplify(&e);
+        let printed = s.to_string();
+        assert!(
+            !printed.contains("ks * 16 + 1024) & 448"),
+            "not split: {printed}"
+        );
+        let t = Var::new("t", I32);
+        let (e, s) = (with_tid(&e, &t), with_tid(&s, &t));
+        for tv in 0..128 {
+            for kv in 0..4 {
+                let mut env = HashMap::new();
+                env.insert(t.id(), Value::Int(tv));
+                env.insert(ks.id(), Value::Int(kv));
+                assert_eq!(
+                    eval(&e, &env),
+                    eval(&s, &env),
+                    "tid {tv} ks {kv}: {printed}"
+                );
+            }
+        }
+        // Overlapping bits (ks·8 collides with tid·8): left alone.
+        let y = tid * 8 + &ks * 8;
+        let e2 = y.clone() ^ ((y & 448) >> 3);
+        assert_eq!(an.simplify(&e2).to_string(), an.simplify(&e2).to_string());
+        assert!(an
+            .simplify(&e2)
+            .to_string()
+            .starts_with("thread_idx() * 8 + ks * 8 ^"));
+    }
+
+    #[test]
     fn bounds_prove_tails_away() {
         let mut an = Analyzer::new();
         let i = Var::new("i", I32);
@@ -911,6 +1143,48 @@ mod tests {
                     6 => max(a, b),
                     7 => floordiv(a, 4),
                     _ => floormod(a, 8),
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        /// Splitting a swizzled offset into thread and loop parts keeps every value, whatever the
+        /// swizzle and whatever bits the parts occupy (overlapping parts are left alone).
+        #[test]
+        fn swizzle_split_preserves_value(
+            b in 1i64..4, m in 0i64..4, s in 1i64..4,
+            tid_shifts in proptest::collection::vec((0i64..4, 0i64..10), 1..4),
+            ks_shift in 0i64..12, c in 0i64..4096,
+        ) {
+            fn with_tid(e: &Expr, tid: &Var) -> Expr {
+                match e.kind() {
+                    ExprKind::Call(Intrinsic::ThreadIdx, _) => tid.expr(),
+                    _ => e.map_children(&mut |c| with_tid(c, tid)),
+                }
+            }
+            let mut an = Analyzer::new();
+            an.threads = Some(64);
+            let tid = Expr::call(Intrinsic::ThreadIdx, vec![], I32);
+            let ks = Var::new("ks", I32);
+            an.bind(&ks, 0, 3);
+            // Terms like ((tid / 2^d) % 2) · 2^p: thread bits placed at chosen positions.
+            let mut x = Expr::int(c) + &ks * (1i64 << ks_shift);
+            for (d, p) in &tid_shifts {
+                x = x + floormod(floordiv(tid.clone(), 1i64 << d), 2) * (1i64 << p);
+            }
+            let yyy = ((1i64 << b) - 1) << (m + s);
+            let e = x.clone() ^ ((x & yyy) >> s);
+            let simplified = an.simplify(&e);
+            let t = Var::new("t", I32);
+            let (e1, s1) = (with_tid(&e, &t), with_tid(&simplified, &t));
+            for tv in 0..64 {
+                for kv in 0..4 {
+                    let mut env = HashMap::new();
+                    env.insert(t.id(), Value::Int(tv));
+                    env.insert(ks.id(), Value::Int(kv));
+                    prop_assert_eq!(eval(&e1, &env), eval(&s1, &env), "{} => {}", e, simplified);
                 }
             }
         }

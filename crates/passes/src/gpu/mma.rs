@@ -207,6 +207,9 @@ impl Ctx<'_> {
                 ));
             }
         }
+        // B is loaded one ldmatrix (two n8 atoms) at a time, right before the mmas that use it:
+        // the whole row of B fragments live at once would cost 2·ni registers, which is what
+        // pushes the 32-rows-per-warp attention tiles over the register file.
         let mut nj = 0;
         while nj < ni_n {
             let pair = nj + 1 < ni_n;
@@ -229,26 +232,26 @@ impl Ctx<'_> {
                 address_of(&g.b.buffer, idx),
                 address_of(&b_frag, vec![Expr::int(4 * nj)]),
             ));
-            nj += 2;
-        }
-        for mi in 0..mi_n {
-            for ni in 0..ni_n {
-                let d = address_of(&acc, vec![Expr::int(4 * (ni + ni_n * mi))]);
-                let a = match &a_regs {
-                    // Accumulator layout of [m, k]: atom (mi, 2ks) starts at 4·(2ks + (k/8)·mi).
-                    Some(regs) => address_of(regs, vec![ks.expr() * 8 + 4 * (k / 8) * mi]),
-                    None => address_of(&a_frag, vec![Expr::int(8 * mi)]),
-                };
-                let b = address_of(&b_frag, vec![Expr::int(4 * ni)]);
-                step.push(Stmt::new(
-                    StmtKind::Eval(Expr::call(
-                        Intrinsic::MmaSync { ab },
-                        vec![d.clone(), a, b, d],
-                        DType::Bool,
-                    )),
-                    span,
-                ));
+            for ni in nj..(nj + 2).min(ni_n) {
+                for mi in 0..mi_n {
+                    let d = address_of(&acc, vec![Expr::int(4 * (ni + ni_n * mi))]);
+                    let a = match &a_regs {
+                        // Accumulator layout of [m, k]: atom (mi, 2ks) starts at 4·(2ks + (k/8)·mi).
+                        Some(regs) => address_of(regs, vec![ks.expr() * 8 + 4 * (k / 8) * mi]),
+                        None => address_of(&a_frag, vec![Expr::int(8 * mi)]),
+                    };
+                    let b = address_of(&b_frag, vec![Expr::int(4 * ni)]);
+                    step.push(Stmt::new(
+                        StmtKind::Eval(Expr::call(
+                            Intrinsic::MmaSync { ab },
+                            vec![d.clone(), a, b, d],
+                            DType::Bool,
+                        )),
+                        span,
+                    ));
+                }
             }
+            nj += 2;
         }
         let kind = if k / 16 <= 8 {
             ForKind::Unrolled

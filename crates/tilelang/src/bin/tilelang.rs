@@ -36,6 +36,9 @@ enum Cmd {
         /// Print the whole SASS listing
         #[arg(long)]
         listing: bool,
+        /// Report register spills instead of failing on them
+        #[arg(long)]
+        allow_spills: bool,
     },
     /// The kernel cache: print its directory, or clear it
     Cache {
@@ -79,6 +82,7 @@ fn main() -> ExitCode {
             arch,
             sass,
             listing,
+            allow_spills,
         } => {
             let src = match std::fs::read_to_string(&file) {
                 Ok(s) => s,
@@ -87,7 +91,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match tl_nvrtc::check(&src, &arch) {
+            let opts = tl_nvrtc::CheckOptions {
+                allow_spills,
+                ..Default::default()
+            };
+            match tl_nvrtc::check_with(&src, &arch, &opts) {
                 Ok(r) => {
                     println!("{r}");
                     if sass {
