@@ -265,15 +265,63 @@ struct SharedPlan {
     total: u64,
 }
 
-/// Place every shared `Alloc` of the kernel, in program order, one after another: 16-byte
-/// aligned, 1024-byte aligned from 1 KiB up (128-byte-swizzled tiles repeat every 1024 bytes).
-/// Buffers are not overlapped even when their lifetimes are disjoint.
+/// A shared buffer to place: its size and the top-level statements that touch it.
+struct SharedSlot {
+    id: u64,
+    bytes: u64,
+    align: u64,
+    first: usize,
+    last: usize,
+}
+
+/// The kernel body's top-level statements, nested sequences flattened.
+fn top_level(body: &Stmt) -> Vec<&Stmt> {
+    fn go<'a>(s: &'a Stmt, out: &mut Vec<&'a Stmt>) {
+        match &s.kind {
+            StmtKind::Seq(v) => v.iter().for_each(|x| go(x, out)),
+            _ => out.push(s),
+        }
+    }
+    let mut out = vec![];
+    go(body, &mut out);
+    out
+}
+
+/// Whether statement `s` (or anything inside it) reads or writes buffer `id`.
+fn touches(s: &Stmt, id: u64) -> bool {
+    let mut hit = false;
+    s.walk(&mut |st| {
+        if hit {
+            return;
+        }
+        if let StmtKind::Store { buffer, .. } = &st.kind {
+            hit |= buffer.id() == id;
+        }
+        for e in st.exprs() {
+            hit |= e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.id() == id));
+        }
+    });
+    hit
+}
+
+fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
+    matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), ExprKind::Call(op, _) if pred(op)))
+}
+
+/// Place every shared `Alloc` of the kernel: 16-byte aligned, 1024-byte aligned from 1 KiB up
+/// (128-byte-swizzled tiles repeat every 1024 bytes). Two buffers share bytes only when every
+/// use of the earlier one is over before the later one's first use with a `cp.async.wait_group
+/// 0` and then a block barrier in between, at the top level of the kernel: the pipeline's
+/// operand tiles and the epilogue's staging tile are the case that matters (the staging tile
+/// otherwise costs a block per SM on the GEMM). The simulator keeps buffers apart, so this
+/// proof is the only thing that makes the overlap safe; it is deliberately that narrow.
 fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
-    let mut offsets = HashMap::new();
-    let mut cur: u64 = 0;
+    let items = top_level(body);
+    let mut slots: Vec<SharedSlot> = vec![];
+    let mut seen = HashSet::new();
     body.walk(&mut |s| {
         let StmtKind::Alloc(b) = &s.kind else { return };
-        if b.scope() != Scope::Shared || offsets.contains_key(&b.id()) {
+        if b.scope() != Scope::Shared || !seen.insert(b.id()) {
             return;
         }
         let Some(n) = b.const_numel().filter(|&n| n >= 0) else {
@@ -293,13 +341,83 @@ fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
         };
         let bytes = (n as u64).saturating_mul(b.dtype().bytes() as u64);
         let align = if bytes >= 1024 { 1024 } else { 16 };
-        let off = cur.div_ceil(align).saturating_mul(align);
-        offsets.insert(b.id(), off);
-        cur = off.saturating_add(bytes);
+        let uses: Vec<usize> = (0..items.len())
+            .filter(|&i| touches(items[i], b.id()))
+            .collect();
+        // A buffer allocated below the top level (or never used) is live throughout.
+        let (first, last) = match (uses.first(), uses.last()) {
+            (Some(&f), Some(&l)) => (f, l),
+            _ => (0, items.len()),
+        };
+        let nested = !items
+            .iter()
+            .any(|s| matches!(&s.kind, StmtKind::Alloc(x) if x.id() == b.id()));
+        let (first, last) = if nested {
+            (0, items.len())
+        } else {
+            (first, last)
+        };
+        slots.push(SharedSlot {
+            id: b.id(),
+            bytes,
+            align,
+            first,
+            last,
+        });
     });
+    // A wait_group 0 (needed only when the kernel issues cp.async at all) and then a barrier,
+    // strictly between top-level statements a and b.
+    let mut any_cp_async = false;
+    body.walk(&mut |s| {
+        any_cp_async |= is_call(s, |op| matches!(op, Intrinsic::CpAsync { .. }));
+    });
+    let fence_between = |a: usize, b: usize| -> bool {
+        let mut waited = !any_cp_async;
+        for s in items.iter().take(b).skip(a + 1) {
+            if is_call(s, |op| matches!(op, Intrinsic::CpAsyncWait { n: 0 })) {
+                waited = true;
+            } else if waited && is_call(s, |op| matches!(op, Intrinsic::SyncThreads)) {
+                return true;
+            }
+        }
+        false
+    };
+    let apart = |x: &SharedSlot, y: &SharedSlot| -> bool {
+        (x.last < y.first && fence_between(x.last, y.first))
+            || (y.last < x.first && fence_between(y.last, x.first))
+    };
+    let mut offsets = HashMap::new();
+    let mut placed: Vec<(usize, u64)> = vec![];
+    let mut total: u64 = 0;
+    for (i, slot) in slots.iter().enumerate() {
+        let mut candidates: Vec<u64> = std::iter::once(0)
+            .chain(
+                placed
+                    .iter()
+                    .map(|&(j, off)| off.saturating_add(slots[j].bytes)),
+            )
+            .map(|o| o.div_ceil(slot.align).saturating_mul(slot.align))
+            .collect();
+        candidates.sort_unstable();
+        let fits = |off: u64| {
+            placed.iter().all(|&(j, o)| {
+                let other = &slots[j];
+                let disjoint_bytes =
+                    off.saturating_add(slot.bytes) <= o || o.saturating_add(other.bytes) <= off;
+                disjoint_bytes || apart(slot, other)
+            })
+        };
+        let off = candidates
+            .into_iter()
+            .find(|&o| fits(o))
+            .unwrap_or_else(|| total.div_ceil(slot.align).saturating_mul(slot.align));
+        offsets.insert(slot.id, off);
+        placed.push((i, off));
+        total = total.max(off.saturating_add(slot.bytes));
+    }
     SharedPlan {
         offsets,
-        total: cur.div_ceil(16).saturating_mul(16),
+        total: total.div_ceil(16).saturating_mul(16),
     }
 }
 
