@@ -984,14 +984,16 @@ mod tests {
         assert_eq!(an.simplify(&e).to_string(), "(w + v * 8) / 16");
     }
 
+    /// `e` with `thread_idx()` replaced by `tid`, so the evaluator can run it.
+    fn with_tid(e: &Expr, tid: &Var) -> Expr {
+        match e.kind() {
+            ExprKind::Call(Intrinsic::ThreadIdx, _) => tid.expr(),
+            _ => e.map_children(&mut |c| with_tid(c, tid)),
+        }
+    }
+
     #[test]
     fn swizzle_splits_thread_part_from_loop_part() {
-        fn with_tid(e: &Expr, tid: &Var) -> Expr {
-            match e.kind() {
-                ExprKind::Call(Intrinsic::ThreadIdx, _) => tid.expr(),
-                _ => e.map_children(&mut |c| with_tid(c, tid)),
-            }
-        }
         let mut an = Analyzer::new();
         an.threads = Some(128);
         let tid = Expr::call(Intrinsic::ThreadIdx, vec![], I32);
@@ -1158,12 +1160,6 @@ mod tests {
             tid_shifts in proptest::collection::vec((0i64..4, 0i64..10), 1..4),
             ks_shift in 0i64..12, c in 0i64..4096,
         ) {
-            fn with_tid(e: &Expr, tid: &Var) -> Expr {
-                match e.kind() {
-                    ExprKind::Call(Intrinsic::ThreadIdx, _) => tid.expr(),
-                    _ => e.map_children(&mut |c| with_tid(c, tid)),
-                }
-            }
             let mut an = Analyzer::new();
             an.threads = Some(64);
             let tid = Expr::call(Intrinsic::ThreadIdx, vec![], I32);
