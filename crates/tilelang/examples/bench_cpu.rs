@@ -80,13 +80,7 @@ fn numpy_gflops(python: &str, n: usize) -> Result<f64, String> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::exit_code(run())
 }
 
 fn run() -> anyhow::Result<ExitCode> {

@@ -20,13 +20,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::exit_code(run().map(|()| ExitCode::SUCCESS))
 }
 
 fn run() -> anyhow::Result<()> {

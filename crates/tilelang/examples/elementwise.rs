@@ -25,13 +25,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::exit_code(run())
 }
 
 fn run() -> anyhow::Result<ExitCode> {

@@ -27,30 +27,14 @@ struct Args {
     causal: bool,
     #[arg(long, default_value = "f32")]
     dtype: String,
-    #[arg(long)]
-    bm: Option<i64>,
-    #[arg(long)]
-    bn: Option<i64>,
-    #[arg(long)]
-    stages: Option<u32>,
-    /// Threads per block
-    #[arg(long)]
-    threads: Option<u32>,
-    /// Autotune the tile configuration for this problem (cached per shape and device)
-    #[arg(long)]
-    tune: bool,
+    #[command(flatten)]
+    tile: common::TileArgs,
     #[command(flatten)]
     common: common::CommonArgs,
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::exit_code(run())
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -62,10 +46,10 @@ fn run() -> anyhow::Result<ExitCode> {
     } else {
         AttnConfig::gpu()
     };
-    cfg.bm = args.bm.unwrap_or(cfg.bm);
-    cfg.bn = args.bn.unwrap_or(cfg.bn);
-    cfg.stages = args.stages.unwrap_or(cfg.stages);
-    cfg.threads = args.threads.unwrap_or(cfg.threads);
+    cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
+    cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
+    cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
+    cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     let kernel = flash_attention(dt, args.dim as i64, args.causal, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
@@ -106,7 +90,7 @@ fn run() -> anyhow::Result<ExitCode> {
         Arg::Tensor(&o),
         Arg::Tensor(&lse),
     ];
-    let kernel = if args.tune {
+    let kernel = if args.tile.tune {
         let tol = common::tolerance(dt);
         let check = || -> Result<(), String> {
             match sampled() {

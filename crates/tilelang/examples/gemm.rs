@@ -29,20 +29,11 @@ struct Args {
     /// Output type (default: f32 for f32 inputs, else the input type)
     #[arg(long)]
     out_dtype: Option<String>,
-    #[arg(long)]
-    bm: Option<i64>,
-    #[arg(long)]
-    bn: Option<i64>,
+    /// Depth of the k tile
     #[arg(long)]
     bk: Option<i64>,
-    #[arg(long)]
-    stages: Option<u32>,
-    /// Threads per block
-    #[arg(long)]
-    threads: Option<u32>,
-    /// Autotune the tile configuration for this problem (cached per shape and device)
-    #[arg(long)]
-    tune: bool,
+    #[command(flatten)]
+    tile: common::TileArgs,
     #[command(flatten)]
     common: common::CommonArgs,
 }
@@ -91,13 +82,7 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
 }
 
 fn main() -> ExitCode {
-    match run() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(2)
-        }
-    }
+    common::exit_code(run())
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -115,11 +100,11 @@ fn run() -> anyhow::Result<ExitCode> {
     } else {
         GemmConfig::gpu()
     };
-    cfg.bm = args.bm.unwrap_or(cfg.bm);
-    cfg.bn = args.bn.unwrap_or(cfg.bn);
+    cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
+    cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
     cfg.bk = args.bk.unwrap_or(cfg.bk);
-    cfg.stages = args.stages.unwrap_or(cfg.stages);
-    cfg.threads = args.threads.unwrap_or(cfg.threads);
+    cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
+    cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
@@ -156,7 +141,7 @@ fn run() -> anyhow::Result<ExitCode> {
         tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
-    let kernel = if args.tune {
+    let kernel = if args.tile.tune {
         let space = tune_space(&dev);
         let tol = common::tolerance(dt).max(common::tolerance(out_dt));
         let check = || -> Result<(), String> {

@@ -75,6 +75,14 @@ impl CommonArgs {
     }
 }
 
+/// An example's `main`: a failed check exits 1 (the summary line says why), any other error 2.
+pub fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
 /// Compile, printing a clear message instead of a panic on failure.
 pub fn compile(k: &Kernel, dev: &Device) -> anyhow::Result<Executable> {
     k.compile(dev).map_err(|e| anyhow::anyhow!("{e}"))
@@ -146,4 +154,94 @@ pub fn compile_note(exe: &Executable) -> String {
         st.total.as_secs_f64() * 1e3,
         st.cache_hit
     )
+}
+
+/// The options of the row-wise examples (softmax, rmsnorm).
+#[derive(clap::Args, Debug, Clone)]
+pub struct RowArgs {
+    #[arg(long, default_value_t = 1000)]
+    pub rows: usize,
+    #[arg(long, default_value_t = 3000)]
+    pub cols: usize,
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Columns per chunk (forces the chunked kernel, which takes any width)
+    #[arg(long)]
+    pub chunk: Option<i64>,
+    /// Rows per block of the chunked kernel
+    #[arg(long)]
+    pub block_rows: Option<i64>,
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// The two kernels of a row-wise operation and its f64 reference.
+pub struct RowOp {
+    pub name: &'static str,
+    /// One block per row, the row held on chip: `(dtype, cols, threads)`.
+    pub row: fn(DType, i64, u32) -> Kernel,
+    /// Any width, streamed in chunks.
+    pub chunked: fn(DType, tilelang::kernels::softmax::RowConfig) -> Kernel,
+    pub reference: fn(&[f64], usize, usize) -> Vec<f64>,
+}
+
+/// Run a row-wise example: pick the kernel, check it against the reference, time it, and
+/// print the summary line with the achieved bandwidth (one read and one write per element).
+pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
+    use tilelang::kernels::softmax::{row_threads, RowConfig};
+    let dt = parse_dtype(&args.dtype)?;
+    let mut cfg = RowConfig::cpu();
+    cfg.cols = args.chunk.unwrap_or(cfg.cols);
+    cfg.rows = args.block_rows.unwrap_or(cfg.rows);
+    let dev = args.common.device()?;
+    // A row up to 16384 wide fits on chip (registers on a GPU): one read and one write per
+    // element.
+    let kernel = if args.chunk.is_none() && args.cols <= 16384 {
+        (op.row)(dt, args.cols as i64, row_threads(args.cols as i64))
+    } else {
+        (op.chunked)(dt, cfg)
+    };
+    if args.common.emit(&[&kernel])? {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let exe = compile(&kernel, &dev)?;
+    let (r, c) = (args.rows, args.cols);
+    let x = Tensor::randn(&[r, c], dt, args.common.seed, &dev)?;
+    let y = Tensor::zeros(&[r, c], dt, &dev)?;
+    y.fill(f64::NAN)?;
+    exe.run(&[&x, &y])?;
+    let want = (op.reference)(&x.to_f64_vec()?, r, c);
+    let err = y.rel_err(&want)?;
+    let ms = args
+        .common
+        .time_ms(&exe, &[Arg::Tensor(&x), Arg::Tensor(&y)])?;
+    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
+    Ok(finish(
+        op.name,
+        &format!("{r}x{c} {dt}"),
+        err,
+        ms,
+        tolerance(dt),
+        &format!("gbps={gbs:.1} device={dev} {}", compile_note(&exe)),
+    ))
+}
+
+/// Tile options of the tensor-core examples: fixed tiles, or `--tune` to search for them.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TileArgs {
+    /// Rows of the output tile per block
+    #[arg(long)]
+    pub bm: Option<i64>,
+    /// Columns (gemm) or keys (attention) per tile
+    #[arg(long)]
+    pub bn: Option<i64>,
+    /// Pipeline stages
+    #[arg(long)]
+    pub stages: Option<u32>,
+    /// Threads per block
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Autotune the tile configuration for this problem (cached per shape and device)
+    #[arg(long)]
+    pub tune: bool,
 }
