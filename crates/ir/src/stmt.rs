@@ -63,7 +63,8 @@ pub enum ForKind {
     Vectorized,
     /// Software-pipelined: copies into shared memory run `stages - 1` iterations ahead.
     /// `order` and `stage` optionally place each statement of the body (TileLang's
-    /// `T.Pipelined(order=, stage=)`).
+    /// `T.Pipelined(order=, stage=)`); the GPU pipeliner follows `stage` 0 (run ahead) and
+    /// `stages - 1` (consume) and rejects, with a diagnostic, what it cannot follow.
     Pipelined {
         stages: u32,
         order: Option<Vec<i32>>,
@@ -234,6 +235,15 @@ impl Stmt {
     }
     pub fn is_empty(&self) -> bool {
         matches!(&self.kind, StmtKind::Seq(v) if v.iter().all(|s| s.is_empty()))
+    }
+
+    /// How many statements a sequence holds once nested sequences are flattened (what the
+    /// `order` and `stage` annotations of a pipelined loop index).
+    pub fn flat_len(&self) -> usize {
+        match &self.kind {
+            StmtKind::Seq(v) => v.iter().map(Stmt::flat_len).sum(),
+            _ => 1,
+        }
     }
 
     /// Visit every statement, pre-order.

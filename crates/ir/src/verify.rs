@@ -387,6 +387,21 @@ impl Verifier {
                         )
                         .help("use stages >= 1 (1 means no overlap)"),
                     ),
+                    (
+                        ForKind::Pipelined {
+                            stages,
+                            order,
+                            stage,
+                        },
+                        _,
+                    ) => {
+                        let n = l.body.flat_len();
+                        if let Some(d) = schedule_problem(*stages, n, order, stage) {
+                            self.err(
+                                Diagnostic::new(DiagKind::InvalidArgument, s.span, d.0).help(d.1),
+                            );
+                        }
+                    }
                     _ => {}
                 }
                 let nv = self.var_stack.len();
@@ -810,4 +825,59 @@ fn squeeze_to_2d(e: &[i64]) -> Option<[i64; 2]> {
         (0 | 1, n) if n >= 2 => Some([e[n - 2], e[n - 1]]),
         _ => None,
     }
+}
+
+/// What is wrong with a pipelined loop's `order` / `stage` annotations, if anything: each must
+/// name every statement of the body once (the body flattened, as the user wrote it), and a
+/// stage lies in `0..stages`.
+fn schedule_problem(
+    stages: u32,
+    n: usize,
+    order: &Option<Vec<i32>>,
+    stage: &Option<Vec<i32>>,
+) -> Option<(String, String)> {
+    if let Some(o) = order {
+        if o.len() != n {
+            return Some((
+                format!(
+                    "pipelined loop: `order` has {} entries but the loop body has {n} statements",
+                    o.len()
+                ),
+                "give one entry per statement of the body".into(),
+            ));
+        }
+        let mut seen = vec![false; n];
+        for &i in o {
+            match usize::try_from(i).ok().filter(|&i| i < n) {
+                Some(i) if !seen[i] => seen[i] = true,
+                _ => {
+                    return Some((
+                        format!("pipelined loop: `order` {o:?} is not a permutation of 0..{n}"),
+                        "list each statement's position in the issue order exactly once".into(),
+                    ))
+                }
+            }
+        }
+    }
+    if let Some(st) = stage {
+        if st.len() != n {
+            return Some((
+                format!(
+                    "pipelined loop: `stage` has {} entries but the loop body has {n} statements",
+                    st.len()
+                ),
+                "give one entry per statement of the body".into(),
+            ));
+        }
+        if let Some(bad) = st.iter().find(|&&x| x < 0 || x >= stages as i32) {
+            return Some((
+                format!("pipelined loop: stage {bad} is outside 0..{stages}"),
+                format!(
+                    "stages run from 0 (issued first) to {}",
+                    stages.saturating_sub(1)
+                ),
+            ));
+        }
+    }
+    None
 }

@@ -18,8 +18,8 @@
 use std::collections::{HashMap, HashSet};
 
 use tl_ir::{
-    Buffer, DType, Diagnostic, Expr, ExprKind, For, ForKind, Intrinsic, Region, Scope, Span, Stmt,
-    StmtKind, TileOp, Var,
+    Buffer, DType, DiagKind, Diagnostic, Expr, ExprKind, For, ForKind, Intrinsic, Region, Scope,
+    Span, Stmt, StmtKind, TileOp, Var,
 };
 use tl_target::Target;
 
@@ -96,7 +96,10 @@ pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMa
     }
     root.walk(&mut |s| {
         let StmtKind::For(l) = &s.kind else { return };
-        let ForKind::Pipelined { stages, .. } = l.kind else {
+        let ForKind::Pipelined {
+            stages, ref stage, ..
+        } = l.kind
+        else {
             return;
         };
         if stages < 2 {
@@ -106,6 +109,11 @@ pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMa
         let body = flat_body(&l.body);
         let mut producers = vec![];
         for (i, st) in body.iter().enumerate() {
+            // With a `stage` annotation only the statements put in stage 0 run ahead.
+            let may_run_ahead = stage.as_ref().is_none_or(|v| v.get(i) == Some(&0));
+            if !may_run_ahead {
+                continue;
+            }
             if let StmtKind::Op(TileOp::Copy(c)) = &st.kind {
                 let b = &c.dst.buffer;
                 if c.src.buffer.scope() == Scope::Global
@@ -192,6 +200,7 @@ fn versioned_region(r: &Region, nb: &Buffer, ver: &Expr) -> Region {
 
 impl Ctx<'_> {
     pub fn lower_pipeline(&mut self, l: &For, stages: u32, span: Span) -> Result<Stmt, Diagnostic> {
+        self.check_schedule(l, stages, span)?;
         let Some(plan) = self.pipelines.get(&l.var.id()).cloned() else {
             // Nothing to prefetch: an ordinary loop.
             let mut l2 = l.clone();
@@ -278,5 +287,55 @@ impl Ctx<'_> {
         out.push(self.eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
         out.push(self.sync(span));
         Ok(Stmt::seq(out, span))
+    }
+
+    /// The `order` / `stage` annotations this pipeliner can honour: the issue order is the
+    /// body's order, and there are two stages — copies from global to shared memory that run
+    /// `stages - 1` iterations ahead (stage 0) and everything else (stage `stages - 1`). The
+    /// verifier has already checked the annotations' shape; this rejects, with the fix, the
+    /// schedules it would otherwise silently not follow.
+    fn check_schedule(&self, l: &For, stages: u32, span: Span) -> Result<(), Diagnostic> {
+        let ForKind::Pipelined { order, stage, .. } = &l.kind else {
+            return Ok(());
+        };
+        if let Some(o) = order {
+            if o.iter().enumerate().any(|(i, &x)| x != i as i32) {
+                return Err(Diagnostic::new(
+                    DiagKind::Unsupported,
+                    span,
+                    format!(
+                        "pipelined loop: reordering the body (`order` {o:?}) is not supported on {}",
+                        self.target
+                    ),
+                )
+                .help("write the statements in the order they should be issued and drop `order`"));
+            }
+        }
+        let Some(st) = stage else { return Ok(()) };
+        let last = stages.saturating_sub(1) as i32;
+        let producers = self
+            .pipelines
+            .get(&l.var.id())
+            .map(|p| p.producers.clone())
+            .unwrap_or_default();
+        for (i, &x) in st.iter().enumerate() {
+            if x > 0 && x < last {
+                return Err(Diagnostic::new(
+                    DiagKind::Unsupported,
+                    span,
+                    format!("pipelined loop: statement {i} is put in stage {x}, but this pipeliner has two stages"),
+                )
+                .help(format!("use stage 0 for copies that run ahead and {last} for the rest")));
+            }
+            if x == 0 && last > 0 && !producers.contains(&i) {
+                return Err(Diagnostic::new(
+                    DiagKind::Unsupported,
+                    span,
+                    format!("pipelined loop: statement {i} is put in stage 0, but only a copy from global to shared memory (into a tile used only inside this loop) can run ahead"),
+                )
+                .help(format!("give statement {i} stage {last}")));
+            }
+        }
+        Ok(())
     }
 }

@@ -737,11 +737,16 @@ impl PipelineHandle<'_> {
         }
         self
     }
-    /// The order statements of the body are issued in (TileLang's `order=`).
+    /// The order statements of the body are issued in (TileLang's `order=`): one entry per
+    /// statement. The GPU pipeliner issues in body order, so only the identity is accepted
+    /// there; anything else is a diagnostic asking to reorder the body instead.
     pub fn order(self, o: Vec<i32>) -> Self {
         self.with(|order, _| *order = Some(o))
     }
-    /// The pipeline stage of each statement of the body (TileLang's `stage=`).
+    /// The pipeline stage of each statement of the body (TileLang's `stage=`): 0 for the
+    /// global→shared copies that run `stages - 1` iterations ahead, `stages - 1` for the rest
+    /// (a copy given the last stage is loaded in its own iteration instead). Without it, every
+    /// eligible global→shared copy runs ahead.
     pub fn stage(self, s: Vec<i32>) -> Self {
         self.with(|_, stage| *stage = Some(s))
     }
