@@ -4,7 +4,9 @@
 use std::fmt::Debug;
 
 use tl_runtime::{Arg, Device};
-pub use tl_tune::{disabled, Outcome, Space, TuneError, TuneKey, TuneOptions, TuneResult};
+pub use tl_tune::{
+    disabled, tune, Candidate, Outcome, Space, TuneError, TuneKey, TuneOptions, TuneResult,
+};
 
 use crate::{CompileOptions, Kernel};
 
@@ -28,6 +30,19 @@ impl tl_tune::Candidate for KernelCandidate {
         self.kernel
             .compile_with(&self.dev, &self.opts)
             .map_err(|e| e.to_string())
+    }
+    /// A kernel that spills registers never wins: local-memory traffic makes its speed depend
+    /// on what else is in the caches, and the project's kernels promise none.
+    fn accept(&self, exe: &tl_runtime::Executable) -> Result<(), String> {
+        match exe.resource_usage() {
+            Some(u) if u.spills() => Err(format!(
+                "spills registers ({} bytes stored, {} loaded, {} registers)",
+                u.spill_stores.unwrap_or(0),
+                u.spill_loads.unwrap_or(0),
+                u.registers
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

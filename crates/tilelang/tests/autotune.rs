@@ -106,3 +106,73 @@ fn tunes_skips_bad_candidates_and_caches_the_winner() {
     assert_eq!(format!("{again:?}"), format!("{best:?}"));
     let _ = std::fs::remove_dir_all(cache);
 }
+
+/// A candidate whose `accept` refuses it, standing in for a kernel that spills registers
+/// (which only a GPU compile reports).
+struct Refused {
+    kernel: Kernel,
+    refuse: bool,
+}
+
+impl tilelang::autotune::Candidate for Refused {
+    fn label(&self) -> String {
+        format!("refuse={}", self.refuse)
+    }
+    fn prepare(&self) -> Result<(), String> {
+        Ok(())
+    }
+    fn build(&self) -> Result<tilelang::runtime::Executable, String> {
+        self.kernel.compile(&Device::Cpu).map_err(|e| e.to_string())
+    }
+    fn accept(&self, _exe: &tilelang::runtime::Executable) -> Result<(), String> {
+        if self.refuse {
+            Err("spills registers (stand-in)".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn rejected_candidates_never_win() {
+    use tilelang::autotune::{tune, Candidate, TuneKey};
+    let dev = Device::Cpu;
+    let n = 64;
+    let a = Tensor::randn(&[n, n], F32, 1, &dev).expect("a");
+    let b = Tensor::randn(&[n, n], F32, 2, &dev).expect("b");
+    let c = Tensor::zeros(&[n, n], F32, &dev).expect("c");
+    let k = gemm(Layout::NT, F32, F32, GemmConfig::cpu());
+    let cands: Vec<Box<dyn Candidate>> = vec![
+        Box::new(Refused {
+            kernel: k.clone(),
+            refuse: true,
+        }),
+        Box::new(Refused {
+            kernel: k,
+            refuse: false,
+        }),
+    ];
+    let key = TuneKey {
+        kernel: "refused".into(),
+        shapes: format!("{}", std::process::id()),
+        device: "cpu".into(),
+    };
+    let opts = TuneOptions {
+        cache_dir: Some(std::env::temp_dir().join(format!("tl-refuse-{}", std::process::id()))),
+        reps: 2,
+        warmup: 1,
+        progress: false,
+        ..Default::default()
+    };
+    let args = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
+    let r = tune(&key, &cands, &args, &|| Ok(()), &opts).expect("tunes");
+    assert_eq!(r.best, 1, "{r}");
+    assert!(
+        matches!(&r.trials[0].outcome, Outcome::Rejected(m) if m.contains("spills")),
+        "{r}"
+    );
+    assert!(r.to_string().contains("rejected: spills registers"), "{r}");
+    if let Some(d) = opts.cache_dir {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}

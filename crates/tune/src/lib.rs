@@ -87,6 +87,11 @@ pub trait Candidate: Send + Sync {
     fn prepare(&self) -> Result<(), String>;
     /// Build the executable (a cache hit after `prepare`). Called on the tuning thread.
     fn build(&self) -> Result<Executable, String>;
+    /// Whether a built candidate may compete at all (before it is run): a reason to reject it
+    /// otherwise, such as register spills.
+    fn accept(&self, _exe: &Executable) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What a tuning result is stored under.
@@ -146,6 +151,8 @@ pub enum Outcome {
     CompileFailed(String),
     WrongResult(String),
     RunFailed(String),
+    /// Built, but not allowed to compete (`Candidate::accept` said why).
+    Rejected(String),
     /// Not tried: tuning was off or the winner came from the cache.
     Skipped,
 }
@@ -175,6 +182,7 @@ impl fmt::Display for TuneResult {
                 Outcome::CompileFailed(m) => format!("compile failed: {}", first_line(m)),
                 Outcome::WrongResult(m) => format!("wrong result: {}", first_line(m)),
                 Outcome::RunFailed(m) => format!("run failed: {}", first_line(m)),
+                Outcome::Rejected(m) => format!("rejected: {}", first_line(m)),
                 Outcome::Skipped => "skipped".into(),
             };
             writeln!(f, "  {:40} {o}", t.label)?;
@@ -307,13 +315,16 @@ pub fn tune(
             .unwrap_or(Ok(()));
         let outcome = match prep.and_then(|_| c.build()) {
             Err(e) => Outcome::CompileFailed(e),
-            Ok(exe) => match exe.run_args(args).and_then(|_| exe.synchronize()) {
-                Err(e) => Outcome::RunFailed(e.to_string()),
-                Ok(()) => match check() {
-                    Err(e) => Outcome::WrongResult(e),
-                    Ok(()) => match profile::bench(&exe, args, opts.warmup, opts.reps) {
-                        Ok(t) => Outcome::Timed(t.median_ms),
-                        Err(e) => Outcome::RunFailed(e.to_string()),
+            Ok(exe) => match c.accept(&exe) {
+                Err(why) => Outcome::Rejected(why),
+                Ok(()) => match exe.run_args(args).and_then(|_| exe.synchronize()) {
+                    Err(e) => Outcome::RunFailed(e.to_string()),
+                    Ok(()) => match check() {
+                        Err(e) => Outcome::WrongResult(e),
+                        Ok(()) => match profile::bench(&exe, args, opts.warmup, opts.reps) {
+                            Ok(t) => Outcome::Timed(t.median_ms),
+                            Err(e) => Outcome::RunFailed(e.to_string()),
+                        },
                     },
                 },
             },

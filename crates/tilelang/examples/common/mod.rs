@@ -39,19 +39,29 @@ impl CommonArgs {
         }
     }
 
-    /// With `--emit DIR`, write each kernel's source for every target and return true.
+    /// With `--emit DIR`, write each kernel's source for every target and return true. A
+    /// target that cannot take the kernel (too much shared memory for sm_80, say) does not stop
+    /// the others; its error is reported at the end.
     pub fn emit(&self, kernels: &[&Kernel]) -> anyhow::Result<bool> {
         let Some(dir) = &self.emit else {
             return Ok(false);
         };
         std::fs::create_dir_all(dir)?;
+        let mut failed = vec![];
         for k in kernels {
             for &(target, ext) in EMIT_TARGETS {
-                let src = k.emit(target).map_err(|e| anyhow::anyhow!("{e}"))?;
-                let path = dir.join(format!("{}.{}.{ext}", k.name(), target));
-                std::fs::write(&path, src)?;
-                println!("wrote {}", path.display());
+                match k.emit(target) {
+                    Ok(src) => {
+                        let path = dir.join(format!("{}.{}.{ext}", k.name(), target));
+                        std::fs::write(&path, src)?;
+                        println!("wrote {}", path.display());
+                    }
+                    Err(e) => failed.push(format!("{} for {target}: {e}", k.name())),
+                }
             }
+        }
+        if !failed.is_empty() {
+            anyhow::bail!("{}", failed.join("\n"));
         }
         Ok(true)
     }
