@@ -201,9 +201,12 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     ));
     code.push_str(CUDA_HEADER);
     code.push('\n');
+    let bounds = match k.attrs.min_blocks_per_sm {
+        Some(b) if b > 1 => format!("{}, {b}", k.threads.max(1)),
+        _ => k.threads.max(1).to_string(),
+    };
     code.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({}) {kname}({}) {{\n{body}}}\n",
-        k.threads.max(1),
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {kname}({}) {{\n{body}}}\n",
         params.join(", ")
     ));
     let _ = sm;

@@ -719,3 +719,16 @@ fn c_output_keeps_its_simd_pragma() {
         c.code
     );
 }
+
+#[test]
+fn min_blocks_per_sm_becomes_the_second_launch_bound() {
+    let f = Fixture::new();
+    let body = vec![store(&f.y, vec![Expr::int(0)], 1.0f32)];
+    let mut k = f.kernel(body, false, None);
+    assert!(gen(&k).code.contains("__launch_bounds__(128) tl_kernel_k("));
+    k.attrs.min_blocks_per_sm = Some(3);
+    assert!(gen(&k)
+        .code
+        .contains("__launch_bounds__(128, 3) tl_kernel_k("));
+    assert!(k.to_string().contains("min_blocks_per_sm 3"), "{k}");
+}

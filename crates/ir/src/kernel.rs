@@ -44,6 +44,9 @@ pub struct KernelAttrs {
     /// Rasterize blocks in panels of this many block-rows for L2 reuse (TileLang's
     /// `T.use_swizzle`).
     pub swizzle_panel: Option<u32>,
+    /// Ask the compiler to fit this many blocks on one SM (the second argument of CUDA's
+    /// `__launch_bounds__`): it then caps registers per thread, trading spills for occupancy.
+    pub min_blocks_per_sm: Option<u32>,
     /// Symbolic sizes the launch guarantees to be multiples of a constant (the runtime checks
     /// them and falls back to a general variant of the kernel when they are not).
     pub dim_multiples: Vec<(Var, i64)>,

@@ -440,6 +440,9 @@ impl Printer {
         if let Some(p) = k.attrs.swizzle_panel {
             let _ = write!(head, " swizzle_panel {p}");
         }
+        if let Some(b) = k.attrs.min_blocks_per_sm {
+            let _ = write!(head, " min_blocks_per_sm {b}");
+        }
         head.push_str(" {");
         self.line(&head);
         self.indent += 1;

@@ -32,6 +32,9 @@ struct Args {
     /// Depth of the k tile
     #[arg(long)]
     bk: Option<i64>,
+    /// Resident blocks per SM to ask the compiler for (caps registers per thread)
+    #[arg(long)]
+    min_blocks: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -52,6 +55,7 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
                 bk,
                 stages: 1,
                 threads: 128,
+                min_blocks: 0,
             },
         );
     }
@@ -61,13 +65,19 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
             for bk in [32i64, 64] {
                 for stages in [2u32, 3, 4] {
                     for threads in [128u32, 256] {
-                        v.push(GemmConfig {
-                            bm,
-                            bn,
-                            bk,
-                            stages,
-                            threads,
-                        });
+                        // Four-warp tiles may also ask for three blocks per SM (registers
+                        // capped near 168; the tuner rejects the ones that then spill).
+                        let occupancy: &[u32] = if threads == 128 { &[0, 3] } else { &[0] };
+                        for &min_blocks in occupancy {
+                            v.push(GemmConfig {
+                                bm,
+                                bn,
+                                bk,
+                                stages,
+                                threads,
+                                min_blocks,
+                            });
+                        }
                     }
                 }
             }
@@ -75,7 +85,9 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
     }
     tilelang::autotune::Space::list(v).filter(|c| {
         let smem = (c.bm + c.bn) * c.bk * 2 * c.stages as i64;
+        let blocks = c.min_blocks.max(1) as i64;
         smem <= 200 * 1024
+            && smem * blocks <= 220 * 1024
             && c.bm * c.bn / c.threads as i64 <= 128
             && c.bm * c.bn / (c.threads as i64) >= 32
     })
@@ -105,6 +117,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.bk = args.bk.unwrap_or(cfg.bk);
     cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
+    cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);

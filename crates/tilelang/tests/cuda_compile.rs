@@ -38,3 +38,80 @@ fn examples_compile_for_sm80_and_sm90a_without_spills() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The tiles the examples use on a GPU and the autotuner's winners on an H100 (run 5 in
+/// docs/gpu-notes.md) compile for sm_90a with no spills, and use the tensor cores.
+#[test]
+fn gpu_default_and_tuned_tiles_compile_without_spills() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("gpu_default_and_tuned_tiles_compile_without_spills")
+        .is_none()
+    {
+        return;
+    }
+    let g = |bm, bn, bk, stages, threads, min_blocks| GemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+        min_blocks,
+    };
+    let a = |bm, bn, stages, threads| AttnConfig {
+        bm,
+        bn,
+        stages,
+        threads,
+    };
+    let kernels = vec![
+        (
+            "gemm default",
+            gemm(Layout::NT, BF16, BF16, GemmConfig::gpu()),
+        ),
+        (
+            "gemm 128x128x64 2 st",
+            gemm(Layout::NT, BF16, BF16, g(128, 128, 64, 2, 128, 0)),
+        ),
+        (
+            "gemm 128x256x64 3 st",
+            gemm(Layout::NT, BF16, BF16, g(128, 256, 64, 3, 256, 0)),
+        ),
+        (
+            "gemm 128x128x32 4 st, 3 blocks/SM",
+            gemm(Layout::NT, BF16, BF16, g(128, 128, 32, 4, 128, 3)),
+        ),
+        (
+            "attention d128 default",
+            flash_attention(BF16, 128, false, AttnConfig::gpu()),
+        ),
+        (
+            "attention d128 bm128 bn32",
+            flash_attention(BF16, 128, true, a(128, 32, 3, 128)),
+        ),
+        (
+            "attention d64 bm128 bn128",
+            flash_attention(BF16, 64, false, a(128, 128, 3, 128)),
+        ),
+    ];
+    let opts = tl_nvrtc::CheckOptions {
+        require_instructions: vec!["HMMA".into(), "LDSM".into(), "LDGSTS".into()],
+        ..Default::default()
+    };
+    let mut failures = vec![];
+    for (what, k) in kernels {
+        let src = match k.emit(Target::SM90) {
+            Ok(s) => s,
+            Err(e) => {
+                failures.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+            Ok(r) => println!("{what}: {r}"),
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

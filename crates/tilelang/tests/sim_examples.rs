@@ -90,6 +90,7 @@ fn gemm_in_sim() {
         bk: 16,
         stages: 2,
         threads: 64,
+        min_blocks: 0,
     };
     for (layout, dt) in [
         (gemm::Layout::NT, BF16),
@@ -122,6 +123,7 @@ fn tensor_core_gemm_in_sim() {
         bk: 32,
         stages: 3,
         threads: 128,
+        min_blocks: 0,
     };
     for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
         let k = gemm::gemm(layout, BF16, F32, cfg);
@@ -245,6 +247,7 @@ fn small_gemm() -> (Kernel, Vec<Vec<usize>>) {
         bk: 16,
         stages: 3,
         threads: 64,
+        min_blocks: 0,
     };
     (
         gemm::gemm(gemm::Layout::NN, F32, F32, cfg),

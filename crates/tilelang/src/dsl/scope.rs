@@ -607,6 +607,13 @@ impl TileScope {
         self.state.borrow_mut().attrs.swizzle_panel = Some(panel.max(1));
     }
 
+    /// Ask for `blocks` resident blocks per SM (CUDA's `__launch_bounds__(threads, blocks)`): the
+    /// compiler caps registers to fit them. More blocks hide more latency; too few registers
+    /// spill (check with `tilelang check-cuda`, or let the autotuner, which rejects spills, try).
+    pub fn min_blocks_per_sm(&mut self, blocks: u32) {
+        self.state.borrow_mut().attrs.min_blocks_per_sm = Some(blocks.max(1));
+    }
+
     /// Give a buffer a layout (CuTe notation, e.g. `"(128,64):(64,1)"`), overriding inference.
     #[track_caller]
     pub fn annotate_layout(&mut self, buf: &Buffer, layout: &str) {

@@ -37,6 +37,9 @@ pub struct GemmConfig {
     pub bk: i64,
     pub stages: u32,
     pub threads: u32,
+    /// Resident blocks per SM to ask the compiler for (0: let it choose); see
+    /// `TileScope::min_blocks_per_sm`.
+    pub min_blocks: u32,
 }
 
 impl GemmConfig {
@@ -48,6 +51,7 @@ impl GemmConfig {
             bk: 32,
             stages: 3,
             threads: 128,
+            min_blocks: 0,
         }
     }
 
@@ -59,6 +63,7 @@ impl GemmConfig {
             bk: 64,
             stages: 1,
             threads: 128,
+            min_blocks: 0,
         }
     }
 }
@@ -71,6 +76,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         bk,
         stages,
         threads,
+        min_blocks,
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -87,6 +93,9 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
             [ceildiv(&n, bn), ceildiv(&m, bm)],
             threads,
             |t, [bx, by]| {
+                if min_blocks > 0 {
+                    t.min_blocks_per_sm(min_blocks);
+                }
                 let a_s = match layout {
                     Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),
                     _ => t.alloc_shared_named("A_s", [bm, bk], in_dtype),

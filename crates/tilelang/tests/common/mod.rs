@@ -16,6 +16,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         bk: 32,
         stages: 2,
         threads: 128,
+        min_blocks: 0,
     };
     let fa = flash_attention::AttnConfig {
         bm: 64,
