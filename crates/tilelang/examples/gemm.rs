@@ -35,6 +35,9 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long)]
     min_blocks: Option<u32>,
+    /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
+    #[arg(long)]
+    panel: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -56,6 +59,7 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
                 stages: 1,
                 threads: 128,
                 min_blocks: 0,
+                panel: 0,
             },
         );
     }
@@ -69,14 +73,18 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
                         // capped near 168; the tuner rejects the ones that then spill).
                         let occupancy: &[u32] = if threads == 128 { &[0, 3] } else { &[0] };
                         for &min_blocks in occupancy {
-                            v.push(GemmConfig {
-                                bm,
-                                bn,
-                                bk,
-                                stages,
-                                threads,
-                                min_blocks,
-                            });
+                            // Row-major block order, or panels of 8 block-rows (L2 reuse).
+                            for panel in [0u32, 8] {
+                                v.push(GemmConfig {
+                                    bm,
+                                    bn,
+                                    bk,
+                                    stages,
+                                    threads,
+                                    min_blocks,
+                                    panel,
+                                });
+                            }
                         }
                     }
                 }
@@ -118,6 +126,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
+    cfg.panel = args.panel.unwrap_or(cfg.panel);
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);

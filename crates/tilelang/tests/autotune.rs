@@ -74,6 +74,7 @@ fn tunes_skips_bad_candidates_and_caches_the_winner() {
             stages: 1,
             threads: 128,
             min_blocks: 0,
+            panel: 0,
         };
         gemm(if c.wrong { Layout::NN } else { Layout::NT }, F32, F32, cfg)
     };

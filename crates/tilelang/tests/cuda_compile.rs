@@ -58,6 +58,7 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
         stages,
         threads,
         min_blocks,
+        panel: 0,
     };
     let a = |bm, bn, stages, threads| AttnConfig {
         bm,

@@ -91,6 +91,7 @@ fn gemm_in_sim() {
         stages: 2,
         threads: 64,
         min_blocks: 0,
+        panel: 0,
     };
     for (layout, dt) in [
         (gemm::Layout::NT, BF16),
@@ -112,6 +113,16 @@ fn gemm_in_sim() {
         let e = sim_vs_cpu(&k, Target::SM80, &[a, b, vec![m, n]], 3);
         assert!(e < 1e-5, "{} {dt}: {e}", k.name());
     }
+    // Blocks rasterized in panels of 2 block-rows over a 3 x 5 grid (the last panel is short).
+    let k = gemm::gemm(
+        gemm::Layout::NT,
+        BF16,
+        F32,
+        gemm::GemmConfig { panel: 2, ..cfg },
+    );
+    let (m, n, kk) = (150, 90, 40);
+    let e = sim_vs_cpu(&k, Target::SM80, &[vec![m, kk], vec![n, kk], vec![m, n]], 3);
+    assert!(e < 1e-5, "rasterized gemm: {e}");
 }
 
 #[test]
@@ -124,6 +135,7 @@ fn tensor_core_gemm_in_sim() {
         stages: 3,
         threads: 128,
         min_blocks: 0,
+        panel: 0,
     };
     for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
         let k = gemm::gemm(layout, BF16, F32, cfg);
@@ -248,6 +260,7 @@ fn small_gemm() -> (Kernel, Vec<Vec<usize>>) {
         stages: 3,
         threads: 64,
         min_blocks: 0,
+        panel: 0,
     };
     (
         gemm::gemm(gemm::Layout::NN, F32, F32, cfg),

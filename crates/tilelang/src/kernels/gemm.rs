@@ -40,6 +40,10 @@ pub struct GemmConfig {
     /// Resident blocks per SM to ask the compiler for (0: let it choose); see
     /// `TileScope::min_blocks_per_sm`.
     pub min_blocks: u32,
+    /// Launch blocks in panels of this many block-rows, column by column inside a panel, so
+    /// the blocks resident at once share A and B tiles in L2 (`TileScope::use_swizzle`;
+    /// 0 or 1: row-major order).
+    pub panel: u32,
 }
 
 impl GemmConfig {
@@ -52,6 +56,7 @@ impl GemmConfig {
             stages: 3,
             threads: 128,
             min_blocks: 0,
+            panel: 0,
         }
     }
 
@@ -64,6 +69,7 @@ impl GemmConfig {
             stages: 1,
             threads: 128,
             min_blocks: 0,
+            panel: 0,
         }
     }
 }
@@ -77,6 +83,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         stages,
         threads,
         min_blocks,
+        panel,
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -95,6 +102,9 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
             |t, [bx, by]| {
                 if min_blocks > 0 {
                     t.min_blocks_per_sm(min_blocks);
+                }
+                if panel > 1 {
+                    t.use_swizzle(panel);
                 }
                 let a_s = match layout {
                     Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),

@@ -17,6 +17,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         stages: 2,
         threads: 128,
         min_blocks: 0,
+        panel: 0,
     };
     let fa = flash_attention::AttnConfig {
         bm: 64,
