@@ -52,15 +52,7 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
             &[64i64, 128],
             &[64i64, 128],
             &[32i64, 64],
-            |&bm, &bn, &bk| GemmConfig {
-                bm,
-                bn,
-                bk,
-                stages: 1,
-                threads: 128,
-                min_blocks: 0,
-                panel: 0,
-            },
+            |&bm, &bn, &bk| GemmConfig::tiles(bm, bn, bk, 1, 128),
         );
     }
     let mut v = vec![];
@@ -76,13 +68,9 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
                             // Row-major block order, or panels of 8 block-rows (L2 reuse).
                             for panel in [0u32, 8] {
                                 v.push(GemmConfig {
-                                    bm,
-                                    bn,
-                                    bk,
-                                    stages,
-                                    threads,
                                     min_blocks,
                                     panel,
+                                    ..GemmConfig::tiles(bm, bn, bk, stages, threads)
                                 });
                             }
                         }

@@ -67,15 +67,7 @@ fn tunes_skips_bad_candidates_and_caches_the_winner() {
         },
     ]);
     let build = |c: &Cfg| {
-        let cfg = GemmConfig {
-            bm: c.bm,
-            bn: c.bn,
-            bk: c.bk,
-            stages: 1,
-            threads: 128,
-            min_blocks: 0,
-            panel: 0,
-        };
+        let cfg = GemmConfig::tiles(c.bm, c.bn, c.bk, 1, 128);
         gemm(if c.wrong { Layout::NN } else { Layout::NT }, F32, F32, cfg)
     };
     let cache = std::env::temp_dir().join(format!("tl-tune-test-{}", std::process::id()));

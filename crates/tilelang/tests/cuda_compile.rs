@@ -52,13 +52,8 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
         return;
     }
     let g = |bm, bn, bk, stages, threads, min_blocks| GemmConfig {
-        bm,
-        bn,
-        bk,
-        stages,
-        threads,
         min_blocks,
-        panel: 0,
+        ..GemmConfig::tiles(bm, bn, bk, stages, threads)
     };
     let a = |bm, bn, stages, threads| AttnConfig {
         bm,

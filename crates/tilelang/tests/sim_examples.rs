@@ -84,15 +84,7 @@ fn softmax_and_rmsnorm_in_sim() {
 
 #[test]
 fn gemm_in_sim() {
-    let cfg = gemm::GemmConfig {
-        bm: 32,
-        bn: 32,
-        bk: 16,
-        stages: 2,
-        threads: 64,
-        min_blocks: 0,
-        panel: 0,
-    };
+    let cfg = gemm::GemmConfig::tiles(32, 32, 16, 2, 64);
     for (layout, dt) in [
         (gemm::Layout::NT, BF16),
         (gemm::Layout::NN, F32),
@@ -128,15 +120,7 @@ fn gemm_in_sim() {
 #[test]
 fn tensor_core_gemm_in_sim() {
     // 4 warps (2x2 or 4x1), ldmatrix (plain and .trans) from swizzled shared tiles, mma.sync.
-    let cfg = gemm::GemmConfig {
-        bm: 64,
-        bn: 64,
-        bk: 32,
-        stages: 3,
-        threads: 128,
-        min_blocks: 0,
-        panel: 0,
-    };
+    let cfg = gemm::GemmConfig::tiles(64, 64, 32, 3, 128);
     for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
         let k = gemm::gemm(layout, BF16, F32, cfg);
         let (m, n, kk) = (70, 66, 100);
@@ -253,15 +237,7 @@ fn run_broken(
 }
 
 fn small_gemm() -> (Kernel, Vec<Vec<usize>>) {
-    let cfg = gemm::GemmConfig {
-        bm: 32,
-        bn: 32,
-        bk: 16,
-        stages: 3,
-        threads: 64,
-        min_blocks: 0,
-        panel: 0,
-    };
+    let cfg = gemm::GemmConfig::tiles(32, 32, 16, 3, 64);
     (
         gemm::gemm(gemm::Layout::NN, F32, F32, cfg),
         vec![vec![32, 64], vec![64, 32], vec![32, 32]],

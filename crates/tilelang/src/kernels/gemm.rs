@@ -47,30 +47,28 @@ pub struct GemmConfig {
 }
 
 impl GemmConfig {
-    /// Tiles for GPUs with tensor cores (sm_80+): 128x128x32, 3 stages, 4 warps.
-    pub fn gpu() -> GemmConfig {
+    /// `bm × bn` output tiles, `bk`-deep k tiles, `stages` pipeline stages, `threads` per
+    /// block; no occupancy request, row-major block order.
+    pub fn tiles(bm: i64, bn: i64, bk: i64, stages: u32, threads: u32) -> GemmConfig {
         GemmConfig {
-            bm: 128,
-            bn: 128,
-            bk: 32,
-            stages: 3,
-            threads: 128,
+            bm,
+            bn,
+            bk,
+            stages,
+            threads,
             min_blocks: 0,
             panel: 0,
         }
     }
 
+    /// Tiles for GPUs with tensor cores (sm_80+): 128x128x32, 3 stages, 4 warps.
+    pub fn gpu() -> GemmConfig {
+        GemmConfig::tiles(128, 128, 32, 3, 128)
+    }
+
     /// Tiles that suit the CPU backend (big tiles amortize packing).
     pub fn cpu() -> GemmConfig {
-        GemmConfig {
-            bm: 128,
-            bn: 128,
-            bk: 64,
-            stages: 1,
-            threads: 128,
-            min_blocks: 0,
-            panel: 0,
-        }
+        GemmConfig::tiles(128, 128, 64, 1, 128)
     }
 }
 

@@ -10,15 +10,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         cols: 1024,
         threads: 128,
     };
-    let g = gemm::GemmConfig {
-        bm: 64,
-        bn: 64,
-        bk: 32,
-        stages: 2,
-        threads: 128,
-        min_blocks: 0,
-        panel: 0,
-    };
+    let g = gemm::GemmConfig::tiles(64, 64, 32, 2, 128);
     let fa = flash_attention::AttnConfig {
         bm: 64,
         bn: 64,
