@@ -116,6 +116,9 @@ pub struct Printer<'a> {
     /// Byte offsets of shared buffers (by buffer id) in the kernel's one dynamic shared-memory
     /// block; CUDA declares each shared `Alloc` as a pointer into it. Empty for C.
     pub smem_offsets: HashMap<u64, u64>,
+    /// The `wgmma` shapes a CUDA kernel uses: (N, operand type name); their device functions
+    /// are emitted ahead of the kernel.
+    pub wgmma_shapes: std::collections::BTreeSet<(u32, &'static str)>,
 }
 
 impl<'a> Printer<'a> {
@@ -127,6 +130,7 @@ impl<'a> Printer<'a> {
             indent: 1,
             errors: vec![],
             smem_offsets: HashMap::new(),
+            wgmma_shapes: std::collections::BTreeSet::new(),
         }
     }
 

@@ -189,6 +189,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     p.stmt(&k.body);
     errors.append(&mut p.errors);
     let body = std::mem::take(&mut p.out);
+    let wgmma_shapes = std::mem::take(&mut p.wgmma_shapes);
     if !errors.is_empty() {
         return Err(Diagnostics(errors));
     }
@@ -201,6 +202,13 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     ));
     code.push_str(CUDA_HEADER);
     code.push('\n');
+    if !wgmma_shapes.is_empty() {
+        code.push_str(WGMMA_HEADER);
+        for (n, ab) in &wgmma_shapes {
+            code.push_str(&wgmma_function(*n, ab));
+        }
+        code.push('\n');
+    }
     let bounds = match k.attrs.min_blocks_per_sm {
         Some(b) if b > 1 => format!("{}, {b}", k.threads.max(1)),
         _ => k.threads.max(1).to_string(),
@@ -260,6 +268,31 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
             }
         }
     }
+}
+
+/// Hopper warpgroup-MMA helpers, included only in kernels that use them (sm_90a).
+const WGMMA_HEADER: &str = include_str!("../include/tl_wgmma.h");
+
+/// `tl_wgmma_m64n{n}k16_{ab}`: one `wgmma.mma_async` with the `n/2` accumulator registers of
+/// this thread as `"+f"` operands (PTX wants them listed one by one).
+fn wgmma_function(n: u32, ab: &str) -> String {
+    let regs = n / 2;
+    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        "TL_DEVICE void tl_wgmma_m64n{n}k16_{ab}(float* d, const void* a, const void* b, int scale_d) {{\n\
+         \x20   const uint64_t da = tl_wgmma_desc_sw128(a), db = tl_wgmma_desc_sw128(b);\n\
+         \x20   asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n\"\n\
+         \x20                \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n\
+         \x20                : {outs}\n\
+         \x20                : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n\
+         }}\n",
+        list = list.join(", "),
+        outs = outs.join(", "),
+        da = regs,
+        db = regs + 1,
+        sc = regs + 2,
+    )
 }
 
 /// Where each shared buffer lives in the dynamic shared-memory block.
@@ -441,6 +474,7 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
         Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
         Intrinsic::Ldmatrix { .. } => i == 0,
         Intrinsic::MmaSync { .. } => i >= 1,
+        Intrinsic::Wgmma { .. } => i == 1 || i == 2,
         _ => false,
     }
 }
@@ -724,6 +758,59 @@ impl Printer<'_> {
                     ab.name()
                 )
             }
+            Intrinsic::Wgmma { n, ab } => {
+                if !self.cuda_nargs(op, args, 4) {
+                    return "0".into();
+                }
+                let name = match ab {
+                    DType::BF16 => "bf16",
+                    DType::F16 => "f16",
+                    _ => {
+                        return self.cuda_error(
+                            DiagKind::Unsupported,
+                            format!("wgmma with {ab} operands"),
+                            "wgmma here takes bf16 or f16 operands",
+                        )
+                    }
+                };
+                if *n == 0 || n % 8 != 0 || *n > 256 {
+                    return self.cuda_error(
+                        DiagKind::Internal,
+                        format!("wgmma with N = {n}"),
+                        "this is a compiler bug in wgmma lowering (N is a multiple of 8 up to 256)",
+                    );
+                }
+                let d = self.cuda_addr(op, args.first(), "D", LOCAL, Some(4));
+                let a = self.cuda_addr(op, args.get(1), "A", SHARED, Some(2));
+                let b = self.cuda_addr(op, args.get(2), "B", SHARED, Some(2));
+                let (Some((d, _)), Some((a, _)), Some((b, _))) = (d, a, b) else {
+                    return "0".into();
+                };
+                let scale = match args.get(3) {
+                    Some(e) => self.expr(e),
+                    None => "1".into(),
+                };
+                self.wgmma_shapes.insert((*n, name));
+                format!("tl_wgmma_m64n{n}k16_{name}((float*){d}, {a}, {b}, (int)({scale}))")
+            }
+            Intrinsic::WgmmaFence | Intrinsic::WgmmaWait { .. } => {
+                // The accumulator is pinned on both sides so the compiler moves no access of
+                // it across the asynchronous region.
+                let Some((d, buf)) =
+                    self.cuda_addr(op, args.first(), "accumulator", LOCAL, Some(4))
+                else {
+                    return "0".into();
+                };
+                let len = buf.const_numel().unwrap_or(0).max(0);
+                match op {
+                    Intrinsic::WgmmaWait { n } => {
+                        format!("tl_wgmma_wait<{n}, {len}>((float*){d})")
+                    }
+                    _ => format!("tl_wgmma_fence<{len}>((float*){d})"),
+                }
+            }
+            Intrinsic::WgmmaCommit => "tl_wgmma_commit()".into(),
+            Intrinsic::FenceProxyAsync => "tl_fence_proxy_async()".into(),
             other => self.unsupported(format!("the intrinsic {}", other.name())),
         }
     }

@@ -46,6 +46,25 @@ pub enum Intrinsic {
     /// elements of `ab`), C (4 f32). D may alias C. Fragment layouts are PTX's (see
     /// shared/design/layout-algebra.md).
     MmaSync { ab: crate::dtype::DType },
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}` for the warpgroup of the
+    /// calling warp (all 128 threads issue it): D = A·B (+ D when `scale_d` is 1), issued
+    /// asynchronously — D is not to be read or written before `WgmmaWait`. args: address of D
+    /// (`n/2` f32 in a local buffer, the mma.sync accumulator layout of 16 rows per warp),
+    /// shared addresses of the first element of the warpgroup's A slice (64 rows × 16 k) and
+    /// B slice (n rows × 16 k), both K-major with 64-element (128-byte) rows under the
+    /// 128-byte swizzle, and `scale_d` (i32, 0 or 1).
+    Wgmma { n: u32, ab: crate::dtype::DType },
+    /// `wgmma.fence.sync.aligned`: orders register accesses before the next wgmma. args: the
+    /// address of the accumulator the wgmmas will write (kept in place across the fence).
+    WgmmaFence,
+    /// `wgmma.commit_group.sync.aligned`.
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned n`: all but the newest `n` groups are complete. args: the
+    /// address of the accumulator, readable after the wait.
+    WgmmaWait { n: u32 },
+    /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
+    /// the async proxy (which wgmma reads through).
+    FenceProxyAsync,
 }
 
 impl Intrinsic {
@@ -68,6 +87,11 @@ impl Intrinsic {
                 format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
             }
             Intrinsic::MmaSync { ab } => format!("mma_m16n8k16_{ab}"),
+            Intrinsic::Wgmma { n, ab } => format!("wgmma_m64n{n}k16_{ab}"),
+            Intrinsic::WgmmaFence => "wgmma_fence".into(),
+            Intrinsic::WgmmaCommit => "wgmma_commit".into(),
+            Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),
+            Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
         }
     }
 

@@ -370,6 +370,9 @@ impl Printer {
                 if g.trans_b {
                     flags.push("trans_b".to_string());
                 }
+                if g.wgmma {
+                    flags.push("wgmma".to_string());
+                }
                 if g.clear_accum {
                     flags.push("clear_accum".to_string());
                 }

@@ -134,6 +134,8 @@ pub struct GemmOp {
     /// Overwrite C instead of accumulating into it.
     pub clear_accum: bool,
     pub policy: WarpPolicy,
+    /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a) instead of `mma.sync`.
+    pub wgmma: bool,
 }
 
 #[derive(Clone, PartialEq, Debug)]

@@ -123,6 +123,18 @@ pub enum Instr {
         b: MemRef,
         c: MemRef,
     },
+    /// Warp part of a warpgroup `wgmma.m64n{n}k16`: this warp's 16 rows of D, held back until
+    /// the thread's `WgmmaWait` retires the group.
+    Wgmma {
+        n: u32,
+        ab: DType,
+        d: MemRef,
+        a: MemRef,
+        b: MemRef,
+        scale: E,
+    },
+    WgmmaCommit,
+    WgmmaWait(u32),
     CpAsync {
         bytes: u32,
         dst: MemRef,

@@ -511,6 +511,35 @@ impl Compiler<'_> {
                     c,
                 }
             }
+            Intrinsic::Wgmma { n, ab } => {
+                need(4)?;
+                if !matches!(ab, DType::F16 | DType::BF16) || *n == 0 || n % 8 != 0 || *n > 256 {
+                    return Err(SimError::Unsupported(format!(
+                        "wgmma m64n{n}k16 with {ab} operands at {} (f16 or bf16, N a multiple of 8 up to 256)",
+                        self.span
+                    )));
+                }
+                let d = self.address(args.first(), &name)?;
+                let a = self.address(args.get(1), &name)?;
+                let b = self.address(args.get(2), &name)?;
+                let scale = match args.get(3) {
+                    Some(e) => self.expr(e)?,
+                    None => E::Const(Value::Int(1)),
+                };
+                Instr::Wgmma {
+                    n: *n,
+                    ab: *ab,
+                    d,
+                    a,
+                    b,
+                    scale,
+                }
+            }
+            Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
+            Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
+            // Register and proxy ordering: nothing to model in an interpreter that keeps every
+            // access in program order.
+            Intrinsic::WgmmaFence | Intrinsic::FenceProxyAsync => return Ok(()),
             Intrinsic::ShflXor { .. } | Intrinsic::ShflDown { .. } | Intrinsic::ShflIdx { .. } => {
                 // A shuffle whose result is dropped still takes part in the collective.
                 let _ = self.expr(e)?;

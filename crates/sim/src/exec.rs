@@ -45,6 +45,23 @@ pub enum Stash {
     None,
     Shfl(Value, i64),
     Addrs([Loc; 4]),
+    /// A wgmma's D, A, B and its `scale_d`.
+    Wgmma([Loc; 3], i64),
+}
+
+/// Accumulator bytes a wgmma will write when its group is waited for.
+#[derive(Clone, Debug)]
+pub struct PendingWrite {
+    pub buf: u32,
+    pub off: usize,
+    pub bytes: Vec<u8>,
+}
+
+/// A thread's wgmma groups in flight (results land at `wgmma.wait_group`).
+#[derive(Clone, Debug, Default)]
+pub struct WgState {
+    pub current: Vec<PendingWrite>,
+    pub committed: std::collections::VecDeque<Vec<PendingWrite>>,
 }
 
 pub struct Thread {
@@ -55,6 +72,7 @@ pub struct Thread {
     pub local: Vec<u8>,
     pub stash: Stash,
     pub cp: CpState,
+    pub wg: WgState,
 }
 
 /// Counters for the report.
@@ -360,6 +378,37 @@ impl Interp<'_, '_> {
                     src,
                     pred,
                 } => self.cp_async(th, *bytes as usize, dst, src, pred, pc)?,
+                Instr::Wgmma { d, a, b, scale, .. } => {
+                    let locs = [
+                        self.addr(th, d, pc)?,
+                        self.addr(th, a, pc)?,
+                        self.addr(th, b, pc)?,
+                    ];
+                    let s = self.eval(th, scale, pc)?.as_i64();
+                    th.pc = pc;
+                    th.stash = Stash::Wgmma(locs, s);
+                    th.state = State::Warp;
+                    return Ok(());
+                }
+                Instr::WgmmaCommit => {
+                    let g = std::mem::take(&mut th.wg.current);
+                    th.wg.committed.push_back(g);
+                }
+                Instr::WgmmaWait(n) => {
+                    while th.wg.committed.len() > *n as usize {
+                        let Some(g) = th.wg.committed.pop_front() else {
+                            break;
+                        };
+                        for w in g {
+                            let who = Rec {
+                                tid: th.tid as u16,
+                                kind: Kind::Write,
+                                pc,
+                            };
+                            self.mem.write(&mut th.local, w.buf, w.off, &w.bytes, who)?;
+                        }
+                    }
+                }
                 Instr::CpCommit => th.cp.commit(),
                 Instr::CpWait(n) => {
                     for c in th.cp.wait(*n) {

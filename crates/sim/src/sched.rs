@@ -47,6 +47,7 @@ pub fn run_block(
                 local: vec![POISON; prog.local_bytes],
                 stash: Stash::None,
                 cp: Default::default(),
+                wg: Default::default(),
             }
         })
         .collect();
@@ -182,6 +183,7 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
         } => shuffle(it, lanes, *kind, *width, *dst as usize, pc)?,
         Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
         Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
+        Instr::Wgmma { n, ab, .. } => wgmma(it, lanes, *n as usize, *ab, pc)?,
         _ => return Err(no_stash(it, pc)),
     }
     if !matches!(ins, Instr::SyncWarp) {
@@ -367,4 +369,142 @@ fn mma(it: &mut Interp, lanes: &mut [Thread], ab: DType, pc: u32) -> Result<(), 
         it.mem.write(&mut l.local, ld.buf, off, &bytes, who)?;
     }
     Ok(())
+}
+
+/// The 128-byte swizzle a wgmma descriptor (mode 128B) reads through, on 16-bit element
+/// offsets from a 1024-byte-aligned tile: bits 3-5 ^= bits 6-8.
+fn sw128(e: i64) -> i64 {
+    e ^ (((e >> 6) & 7) << 3)
+}
+
+/// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
+/// A slice times all `n` rows of the K-major B slice, added to (or, with `scale_d` 0,
+/// replacing) the lanes' accumulators in the mma.sync C layout. The results are queued on each
+/// lane and written at its `wgmma.wait_group`, so an accumulator read before the wait sees
+/// the old values, as on the GPU where it is undefined.
+fn wgmma(
+    it: &mut Interp,
+    lanes: &mut [Thread],
+    n: usize,
+    ab: DType,
+    pc: u32,
+) -> Result<(), SimError> {
+    let name = it.prog.name(pc as usize);
+    let (first, scale) = match lanes[0].stash {
+        Stash::Wgmma(l, s) => (l, s),
+        _ => return Err(no_stash(it, pc)),
+    };
+    for l in lanes.iter() {
+        match l.stash {
+            Stash::Wgmma(x, s)
+                if x[1].buf == first[1].buf
+                    && x[1].elem == first[1].elem
+                    && x[2].buf == first[2].buf
+                    && x[2].elem == first[2].elem
+                    && s == scale => {}
+            Stash::Wgmma(..) => {
+                return Err(SimError::InvalidIr(format!(
+                "{name} at {}: the lanes of warp {} pass different operand descriptors or scale_d",
+                it.prog.span(pc as usize),
+                lanes[0].tid / 32
+            )))
+            }
+            _ => return Err(no_stash(it, pc)),
+        }
+    }
+    let (la, lb) = (first[1], first[2]);
+    for (loc, what) in [(la, "A"), (lb, "B")] {
+        if loc.elem % 8 != 0 {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {}: the {what} slice starts at element {}, not on a 16-byte boundary",
+                it.prog.span(pc as usize),
+                loc.elem
+            )));
+        }
+    }
+    let who = Rec {
+        tid: lanes[0].tid as u16,
+        kind: Kind::IntrinsicRead,
+        pc,
+    };
+    let load = |it: &mut Interp, loc: Loc, e: i64, what: &'static str| -> Result<f64, SimError> {
+        let at = Loc {
+            buf: loc.buf,
+            elem: sw128(loc.elem + e),
+        };
+        let off = operand(it, &lanes[0], at, need(1, Scope::Shared, Some(2), what), pc)?;
+        let b = it.mem.read(&lanes[0].local, at.buf, off, 2, who)?;
+        Ok(elem::decode(&b[..2], ab).as_f64())
+    };
+    let w4 = ((lanes[0].tid / 32) % 4) as i64;
+    let mut a = [[0f64; 16]; 16];
+    for (r, row) in a.iter_mut().enumerate() {
+        for (k, x) in row.iter_mut().enumerate() {
+            *x = load(it, la, (16 * w4 + r as i64) * 64 + k as i64, "A")?;
+        }
+    }
+    let mut b = vec![[0f64; 16]; n];
+    for (nn, row) in b.iter_mut().enumerate() {
+        for (k, x) in row.iter_mut().enumerate() {
+            *x = load(it, lb, nn as i64 * 64 + k as i64, "B")?;
+        }
+    }
+    let regs = n / 2;
+    for (lane, l) in lanes.iter_mut().enumerate() {
+        let Stash::Wgmma([ld, ..], _) = l.stash else {
+            return Err(no_stash(it, pc));
+        };
+        let off = operand(it, l, ld, need(4 * regs, Scope::Local, Some(4), "D"), pc)?;
+        let mut out = Vec::with_capacity(4 * regs);
+        for i in 0..regs {
+            let (j, r) = (i / 4, i % 4);
+            let row = lane / 4 + 8 * (r / 2);
+            let col = 8 * j + 2 * (lane % 4) + (r % 2);
+            // Back-to-back wgmmas on one accumulator chain in hardware: an earlier one's
+            // result, still in flight, is what this one adds to.
+            let mut s = if scale != 0 {
+                match in_flight(&l.wg, ld.buf, off + 4 * i) {
+                    Some(v) => v as f64,
+                    None => {
+                        let rd = Rec {
+                            tid: l.tid as u16,
+                            kind: Kind::IntrinsicRead,
+                            pc,
+                        };
+                        let bytes = it.mem.read(&l.local, ld.buf, off + 4 * i, 4, rd)?;
+                        elem::decode(&bytes[..4], DType::F32).as_f64()
+                    }
+                }
+            } else {
+                0.0
+            };
+            for k in 0..16 {
+                s += a[row][k] * b[col][k];
+            }
+            out.extend_from_slice(&(s as f32).to_le_bytes());
+        }
+        l.wg.current.push(crate::exec::PendingWrite {
+            buf: ld.buf,
+            off,
+            bytes: out,
+        });
+    }
+    Ok(())
+}
+
+/// The newest in-flight wgmma result for the f32 at byte `off` of local buffer `buf`.
+fn in_flight(wg: &crate::exec::WgState, buf: u32, off: usize) -> Option<f32> {
+    let newest_first = wg
+        .current
+        .iter()
+        .rev()
+        .chain(wg.committed.iter().rev().flat_map(|g| g.iter().rev()));
+    for w in newest_first {
+        if w.buf == buf && off >= w.off && off + 4 <= w.off + w.bytes.len() {
+            let at = off - w.off;
+            let b = w.bytes.get(at..at + 4)?;
+            return Some(f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        }
+    }
+    None
 }

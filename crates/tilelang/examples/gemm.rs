@@ -35,6 +35,10 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long)]
     min_blocks: Option<u32>,
+    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk 64, --bm 64 per 128 threads). Checked in
+    /// the simulator and compiled in CI; not yet timed on a GPU
+    #[arg(long)]
+    wgmma: bool,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long)]
     panel: Option<u32>,
@@ -115,6 +119,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);
+    cfg.wgmma = args.wgmma;
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);

@@ -111,3 +111,35 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The wgmma GEMM compiles for sm_90a into warpgroup MMAs (HGMMA), without spills.
+#[test]
+fn wgmma_gemm_compiles_to_hgmma() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("wgmma_gemm_compiles_to_hgmma").is_none() {
+        return;
+    }
+    let opts = tl_nvrtc::CheckOptions {
+        require_instructions: vec!["HGMMA".into(), "LDGSTS".into()],
+        ..Default::default()
+    };
+    for (bm, bn, threads) in [(128, 256, 256), (64, 128, 128)] {
+        let cfg = GemmConfig {
+            wgmma: true,
+            ..GemmConfig::tiles(bm, bn, 64, 3, threads)
+        };
+        let k = gemm(Layout::NT, BF16, BF16, cfg);
+        for (variant, src) in [
+            ("aligned", k.emit(Target::SM90)),
+            ("general", k.emit_general(Target::SM90)),
+        ] {
+            let src = src.unwrap_or_else(|e| panic!("{bm}x{bn} {variant}: {e}"));
+            assert!(src.contains(&format!("wgmma.mma_async.sync.aligned.m64n{bn}k16")));
+            match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+                Ok(r) => println!("wgmma {bm}x{bn} ({variant}): {r}"),
+                Err(e) => panic!("wgmma {bm}x{bn} ({variant}): {e}"),
+            }
+        }
+    }
+}

@@ -270,3 +270,37 @@ fn schedules_the_pipeliner_cannot_follow_are_diagnosed() {
         .expect_err("out of range");
     assert!(e.to_string().contains("stage 3 is outside 0..3"), "{e}");
 }
+
+#[test]
+fn wgmma_where_it_cannot_run_is_diagnosed() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    let wg = |bm, bk, threads, layout| {
+        gemm(
+            layout,
+            BF16,
+            F32,
+            GemmConfig {
+                wgmma: true,
+                ..GemmConfig::tiles(bm, 64, bk, 2, threads)
+            },
+        )
+    };
+    let e = wg(64, 64, 128, Layout::NT)
+        .lower(Target::SM80)
+        .expect_err("sm_80");
+    assert!(e.to_string().contains("wgmma needs sm_90a"), "{e}");
+    assert!(e.to_string().contains("drop `.wgmma()`"), "{e}");
+    let e = wg(64, 64, 128, Layout::NN)
+        .lower(Target::SM90)
+        .expect_err("N-major B");
+    assert!(e.to_string().contains("K-major"), "{e}");
+    let e = wg(64, 32, 128, Layout::NT)
+        .lower(Target::SM90)
+        .expect_err("short rows");
+    assert!(e.to_string().contains("rows of 64 elements"), "{e}");
+    let e = wg(128, 64, 128, Layout::NT)
+        .lower(Target::SM90)
+        .expect_err("rows per warpgroup");
+    assert!(e.to_string().contains("64 rows"), "{e}");
+    assert!(wg(64, 64, 128, Layout::NT).lower(Target::SM90).is_ok());
+}

@@ -371,3 +371,50 @@ fn cumsum_and_atomic_add_in_sim() {
         .collect();
     assert!(rel_err(&c_sim.to_f64_vec().expect("c"), &want).expect("size") < 1e-5);
 }
+
+#[test]
+fn wgmma_gemm_in_sim() {
+    // Hopper's warpgroup MMA: descriptors into 128-byte-swizzled K-major tiles, results held
+    // until wgmma.wait_group; one and two warpgroups, tails in M, N and K, a 3-stage pipeline.
+    for (bm, bn, threads, (m, n, kk)) in [
+        (64, 64, 128, (100, 70, 150)),
+        (128, 128, 256, (130, 200, 90)),
+    ] {
+        let cfg = gemm::GemmConfig {
+            wgmma: true,
+            ..gemm::GemmConfig::tiles(bm, bn, 64, 3, threads)
+        };
+        let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+        let text = k.lower(Target::SM90).expect("lowers").to_string();
+        assert!(text.contains("wgmma_m64n"), "{text}");
+        let e = sim_vs_cpu(&k, Target::SM90, &[vec![m, kk], vec![n, kk], vec![m, n]], 5);
+        assert!(e < 1e-5, "wgmma gemm {bm}x{bn}: {e}");
+    }
+}
+
+#[test]
+fn planted_wgmma_bugs_are_caught() {
+    let cfg = gemm::GemmConfig {
+        wgmma: true,
+        ..gemm::GemmConfig::tiles(64, 64, 64, 2, 128)
+    };
+    let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+    let shapes = vec![vec![64, 128], vec![64, 128], vec![64, 64]];
+    let low = k.lower(Target::SM90).expect("lowers");
+    assert!(run_broken(&k, &low, &shapes).expect("correct kernel runs") < 1e-5);
+    // No wait: the accumulator never receives the products.
+    let no_wait = low.with_body(remove(&low.body, &|s| {
+        is_call(s, &|op| matches!(op, Intrinsic::WgmmaWait { .. }))
+    }));
+    let err = run_broken(&k, &no_wait, &shapes).expect("runs");
+    assert!(
+        err > 0.5,
+        "a dropped wgmma wait went unnoticed (error {err})"
+    );
+    // No barrier before the warpgroups read the tiles: a race with the copies into them.
+    let no_barrier = low.with_body(remove(&low.body, &|s| {
+        is_call(s, &|op| *op == Intrinsic::SyncThreads)
+    }));
+    let e = run_broken(&k, &no_barrier, &shapes).expect_err("a missing barrier must be reported");
+    assert!(e.contains("race") || e.contains("stale"), "{e}");
+}

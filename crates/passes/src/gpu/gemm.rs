@@ -91,6 +91,9 @@ pub fn extents2(r: &Region) -> Option<(i64, i64)> {
 
 impl Ctx<'_> {
     pub fn lower_gemm(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
+        if g.wgmma {
+            return self.lower_gemm_wgmma(g, span);
+        }
         if super::mma::applicable(g, &self.target) {
             return self.lower_gemm_mma(g, span);
         }

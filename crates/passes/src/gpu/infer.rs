@@ -488,8 +488,20 @@ impl Infer {
                 continue;
             }
             let (m, n) = (shape[0], shape[1]);
+            if g.wgmma {
+                if let Some(why) = super::wgmma::unsupported_because(&g, &self.target, self.threads)
+                {
+                    self.errors.push(
+                        Diagnostic::new(DiagKind::Unsupported, span, why)
+                            .help("drop `.wgmma()` to use the mma.sync path"),
+                    );
+                    continue;
+                }
+            }
             if super::mma::applicable(&g, &self.target) && warps >= 1 {
                 let policy = match g.policy {
+                    // One warpgroup per 64 rows: every warp along M.
+                    _ if g.wgmma => WarpPolicy::FullRow,
                     WarpPolicy::Auto
                         if reduced.contains(&g.c.buffer.id())
                             || feeds_a(&g.c.buffer)

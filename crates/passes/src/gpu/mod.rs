@@ -10,5 +10,6 @@ pub mod mma;
 pub mod pipeline;
 pub mod reduce;
 pub mod smem;
+pub mod wgmma;
 
 pub use lower::run;

@@ -306,6 +306,7 @@ impl TileScope {
                     trans_b: false,
                     clear_accum: false,
                     policy: WarpPolicy::Auto,
+                    wgmma: false,
                 })),
                 span,
             );
@@ -680,6 +681,12 @@ impl GemmHandle<'_> {
     }
     pub fn policy(self, p: WarpPolicy) -> Self {
         self.with(|g| g.policy = p)
+    }
+    /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a): both operands K-major shared tiles of a
+    /// 16-bit type with 64-element rows, 64 accumulator rows per 128 threads. Other targets and
+    /// shapes get a diagnostic saying which condition failed.
+    pub fn wgmma(self) -> Self {
+        self.with(|g| g.wgmma = true)
     }
 }
 

@@ -44,6 +44,8 @@ pub struct GemmConfig {
     /// the blocks resident at once share A and B tiles in L2 (`TileScope::use_swizzle`;
     /// 0 or 1: row-major order).
     pub panel: u32,
+    /// Use Hopper's warpgroup MMA (sm_90a; NT layout, `bk` 64, `bm` 64 per 128 threads).
+    pub wgmma: bool,
 }
 
 impl GemmConfig {
@@ -58,6 +60,7 @@ impl GemmConfig {
             threads,
             min_blocks: 0,
             panel: 0,
+            wgmma: false,
         }
     }
 
@@ -82,6 +85,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         threads,
         min_blocks,
         panel,
+        wgmma,
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -123,7 +127,10 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
                         Layout::NT => t.copy(b.tile([&bx * bn, &ko * bk]), &b_s),
                         _ => t.copy(b.tile([&ko * bk, &bx * bn]), &b_s),
                     }
-                    let g = t.gemm(&a_s, &b_s, &acc);
+                    let mut g = t.gemm(&a_s, &b_s, &acc);
+                    if wgmma {
+                        g = g.wgmma();
+                    }
                     match layout {
                         Layout::NT => {
                             g.transpose_b();
