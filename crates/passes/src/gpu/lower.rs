@@ -109,6 +109,10 @@ pub struct Ctx<'a> {
     pub smem_bytes: usize,
     /// Swizzled layouts of scratch tiles the lowering adds (epilogue staging).
     pub extra_smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
+    /// While a pipelined loop's consumers are lowered: the staged shared tiles only its
+    /// cp.async producers write, which the pipeline fences for the async proxy before its
+    /// barrier (so a wgmma reading them needs no fence and barrier of its own).
+    pub async_fenced: std::collections::HashSet<u64>,
 }
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
@@ -129,6 +133,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         pipelines,
         smem_bytes: 0,
         extra_smem: HashMap::new(),
+        async_fenced: Default::default(),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {

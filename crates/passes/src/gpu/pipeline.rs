@@ -262,11 +262,33 @@ impl Ctx<'_> {
             &versioned,
             &k.expr().floormod(s),
         );
+        // Staged tiles nothing but the producers write: the fence below covers them.
+        let written = written_shared(&consume);
+        let fenced: HashSet<u64> = plan
+            .producers
+            .iter()
+            .filter_map(|&i| match &body[i].kind {
+                StmtKind::Op(TileOp::Copy(c)) => versioned.get(&c.dst.buffer.id()),
+                _ => None,
+            })
+            .map(|b| b.id())
+            .filter(|id| !written.contains(id))
+            .collect();
+        let outer = std::mem::replace(&mut self.async_fenced, fenced);
         let mut hz = Hazards::default();
         let consume = self.block(&consume, &mut hz);
+        self.async_fenced = outer;
+        // wgmma reads shared memory through the async proxy: every thread fences its landed
+        // cp.async writes before the barrier that hands them to the warpgroups.
+        let fence = if issues_wgmma(&consume) {
+            self.eval(Intrinsic::FenceProxyAsync, vec![], span)
+        } else {
+            Stmt::empty()
+        };
         let steady = Stmt::seq(
             vec![
                 self.eval(Intrinsic::CpAsyncWait { n: (s - 2) as u32 }, vec![], span),
+                fence,
                 self.sync(span),
                 if_then(Some(ahead.lt(n.clone())), fetch, span),
                 commit,
@@ -338,4 +360,34 @@ impl Ctx<'_> {
         }
         Ok(())
     }
+}
+
+/// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.
+fn written_shared(s: &Stmt) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    s.walk(&mut |st| match &st.kind {
+        StmtKind::Store { buffer, .. } if buffer.scope() == Scope::Shared => {
+            out.insert(buffer.id());
+        }
+        StmtKind::Op(op) => {
+            for r in op.regions().1 {
+                if r.buffer.scope() == Scope::Shared {
+                    out.insert(r.buffer.id());
+                }
+            }
+        }
+        _ => {}
+    });
+    out
+}
+
+/// Whether lowered code issues a wgmma anywhere.
+fn issues_wgmma(s: &Stmt) -> bool {
+    let mut found = false;
+    s.walk(&mut |st| {
+        if let StmtKind::Eval(e) = &st.kind {
+            found |= matches!(e.kind(), ExprKind::Call(Intrinsic::Wgmma { .. }, _));
+        }
+    });
+    found
 }

@@ -104,20 +104,22 @@ impl Ctx<'_> {
         );
         let step = Stmt::new(StmtKind::Eval(call), span);
         let acc0 = address_of(&acc, vec![Expr::int(0)]);
-        Ok(Stmt::seq(
-            vec![
-                // wgmma reads shared memory through the async proxy: every thread fences its
-                // own earlier writes (plain stores or landed cp.async) and then the barrier
-                // hands them to the warpgroups. (Inside a pipeline this barrier is a second
-                // one per iteration; folding it into the pipeline's is future work.)
-                self.eval(Intrinsic::FenceProxyAsync, vec![], span),
-                self.sync(span),
-                self.eval(Intrinsic::WgmmaFence, vec![acc0.clone()], span),
-                for_loop(&ks, k / 16, tl_ir::ForKind::Unrolled, step, span),
-                self.eval(Intrinsic::WgmmaCommit, vec![], span),
-                self.eval(Intrinsic::WgmmaWait { n: 0 }, vec![acc0], span),
-            ],
-            span,
-        ))
+        // wgmma reads shared memory through the async proxy: every thread fences its own
+        // earlier writes (plain stores or landed cp.async), then a barrier hands them to the
+        // warpgroups — unless the enclosing pipeline already did both for these tiles.
+        let fenced = self.async_fenced.contains(&g.a.buffer.id())
+            && self.async_fenced.contains(&g.b.buffer.id());
+        let mut out = vec![];
+        if !fenced {
+            out.push(self.eval(Intrinsic::FenceProxyAsync, vec![], span));
+            out.push(self.sync(span));
+        }
+        out.extend([
+            self.eval(Intrinsic::WgmmaFence, vec![acc0.clone()], span),
+            for_loop(&ks, k / 16, tl_ir::ForKind::Unrolled, step, span),
+            self.eval(Intrinsic::WgmmaCommit, vec![], span),
+            self.eval(Intrinsic::WgmmaWait { n: 0 }, vec![acc0], span),
+        ]);
+        Ok(Stmt::seq(out, span))
     }
 }
