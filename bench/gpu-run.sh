@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|perf|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|all]
 set -uo pipefail
 what="${1:-all}"
 # TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
@@ -60,6 +60,34 @@ if [ "$what" = perf ] || [ "$what" = all ]; then
   log "gemm bf16 nt"
   for n in 4096 8192; do
     $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 $TUNE 2>&1 | tail -n 40
+    python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
+  done
+fi
+
+if [ "$what" = wgmma ]; then
+  # Hopper warpgroup-MMA GEMM (opt-in; verified in the simulator and compiled in CI): first
+  # correctness at odd sizes, each in its own process (a fault cannot poison the others), then
+  # a few tile shapes against cuBLAS.
+  log "wgmma gemm: correctness at odd sizes"
+  fails=0
+  for cfg in "64 128 128 3" "128 128 256 3" "128 256 256 3"; do
+    set -- $cfg
+    echo "\$ gemm --wgmma --bm $1 --bn $2 --threads $3 --stages $4 (1000x999x1003, 257x129x65)"
+    for shape in "1000 999 1003" "257 129 65"; do
+      set -- $cfg $shape
+      $G/gemm --device cuda --layout nt --dtype bf16 --wgmma --bk 64 --bm $1 --bn $2 --threads $3 \
+        --stages $4 --m $5 --n $6 --k $7 > /tmp/chk.out 2>&1; rc=$?
+      tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }
+    done
+  done
+  echo "wgmma correctness failures: $fails"
+  log "wgmma gemm: speed against cuBLAS"
+  for n in 4096 8192; do
+    for cfg in "128 256 256 3" "128 256 256 4" "128 128 256 4" "128 256 256 3 --panel 8"; do
+      set -- $cfg
+      $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --wgmma --bk 64 \
+        --bm $1 --bn $2 --threads $3 --stages $4 ${5:-} ${6:-} --reps 50 2>&1 | tail -n 1
+    done
     python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
   done
 fi
