@@ -90,6 +90,15 @@ if [ "$what" = wgmma ]; then
     done
     python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
   done
+  log "gemm tuned with the wgmma tiles in the space (after the checks above pass)"
+  if [ "$fails" = 0 ]; then
+    for n in 4096 8192; do
+      TILELANG_TUNE_WGMMA=1 $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 \
+        --reps 50 --tune 2>&1 | grep -E "wgmma: true|^best|^gemm" | sort -t' ' -k1,1 | tail -n 12
+    done
+  else
+    echo "skipped: wgmma correctness failures"
+  fi
 fi
 
 if [ "$what" = perf ] || [ "$what" = all ] || [ "$what" = attn ]; then

@@ -50,7 +50,7 @@ struct Args {
 
 /// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
 /// most 128 f32 registers per thread.
-fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
+fn tune_space(dev: &Device, layout: Layout, dt: DType) -> tilelang::autotune::Space<GemmConfig> {
     if dev.is_cpu() {
         return tilelang::autotune::Space::product3(
             &[64i64, 128],
@@ -79,6 +79,30 @@ fn tune_space(dev: &Device) -> tilelang::autotune::Space<GemmConfig> {
                             }
                         }
                     }
+                }
+            }
+        }
+    }
+    // Hopper warpgroup-MMA tiles, only on request until a GPU run has validated that path
+    // (see docs/design/wgmma-plan.md): 64 rows per warpgroup, 64-deep k tiles, NT only.
+    let wgmma_ok = dev.target().is_ok_and(|t| t.has_wgmma())
+        && layout == Layout::NT
+        && matches!(dt, BF16 | F16)
+        && std::env::var("TILELANG_TUNE_WGMMA").as_deref() == Ok("1");
+    if wgmma_ok {
+        for (bm, bn, threads) in [
+            (128, 256, 256),
+            (128, 128, 256),
+            (64, 256, 128),
+            (64, 128, 128),
+        ] {
+            for stages in [3u32, 4] {
+                for panel in [0u32, 8] {
+                    v.push(GemmConfig {
+                        panel,
+                        wgmma: true,
+                        ..GemmConfig::tiles(bm, bn, 64, stages, threads)
+                    });
                 }
             }
         }
@@ -157,7 +181,7 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
     let kernel = if args.tile.tune {
-        let space = tune_space(&dev);
+        let space = tune_space(&dev, layout, dt);
         let tol = common::tolerance(dt).max(common::tolerance(out_dt));
         let check = || -> Result<(), String> {
             match sampled(&c) {
