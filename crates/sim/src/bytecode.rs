@@ -135,6 +135,9 @@ pub enum Instr {
     },
     WgmmaCommit,
     WgmmaWait(u32),
+    /// `fence.proxy.async`: this thread's shared writes so far become visible to wgmma reads
+    /// ordered after it by a barrier.
+    FenceProxyAsync,
     CpAsync {
         bytes: u32,
         dst: MemRef,

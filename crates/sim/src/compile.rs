@@ -537,9 +537,10 @@ impl Compiler<'_> {
             }
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
-            // Register and proxy ordering: nothing to model in an interpreter that keeps every
-            // access in program order.
-            Intrinsic::WgmmaFence | Intrinsic::FenceProxyAsync => return Ok(()),
+            Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,
+            // Register ordering around wgmma: nothing to model in an interpreter that keeps
+            // every register access in program order (results land at the wait instead).
+            Intrinsic::WgmmaFence => return Ok(()),
             Intrinsic::ShflXor { .. } | Intrinsic::ShflDown { .. } | Intrinsic::ShflIdx { .. } => {
                 // A shuffle whose result is dropped still takes part in the collective.
                 let _ = self.expr(e)?;

@@ -92,6 +92,18 @@ pub enum SimError {
         issued_at: Span,
     },
 
+    /// A wgmma (which reads shared memory through the async proxy) reads a byte whose writer
+    /// did not execute `fence.proxy.async` between its write and the barrier before the read.
+    #[error("thread {thread} of block {} issues a wgmma at {span} reading shared `{buffer}` byte {offset}, which {writer} wrote without a fence.proxy.async before the barrier; fence after writing (and after cp_async_wait) and before sync_threads", fmt_block(.block))]
+    MissingProxyFence {
+        buffer: String,
+        offset: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        writer: Box<Access>,
+    },
+
     /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
     #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
     OutOfBounds {

@@ -390,6 +390,12 @@ impl Interp<'_, '_> {
                     th.state = State::Warp;
                     return Ok(());
                 }
+                Instr::FenceProxyAsync => {
+                    let epoch = self.mem.epoch;
+                    if let Some(f) = self.mem.proxy_fences.get_mut(th.tid as usize) {
+                        f.push(epoch);
+                    }
+                }
                 Instr::WgmmaCommit => {
                     let g = std::mem::take(&mut th.wg.current);
                     th.wg.committed.push_back(g);

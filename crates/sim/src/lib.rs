@@ -193,6 +193,7 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             block: [0; 3],
             epoch: 1,
             warp_epochs: vec![],
+            proxy_fences: vec![],
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,

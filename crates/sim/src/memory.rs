@@ -25,6 +25,8 @@ pub struct Mem<'p, 'g> {
     pub epoch: u32,
     /// `sync_warp`s passed per warp.
     pub warp_epochs: Vec<u32>,
+    /// Per thread, the block epoch of each `fence.proxy.async` it executed.
+    pub proxy_fences: Vec<Vec<u32>>,
 }
 
 impl<'p, 'g> Mem<'p, 'g> {
@@ -41,7 +43,33 @@ impl<'p, 'g> Mem<'p, 'g> {
                 .get(tid as usize / 32)
                 .copied()
                 .unwrap_or(0),
+            fences: self
+                .proxy_fences
+                .get(tid as usize)
+                .map_or(0, |f| f.len() as u32),
         }
+    }
+
+    /// Check that an async-proxy read (wgmma) of `len` bytes at byte `off` of shared `buf`
+    /// sees writes that were fenced for the async proxy before a barrier.
+    pub fn check_proxy_read(
+        &self,
+        buf: u32,
+        off: usize,
+        len: usize,
+        who: Rec,
+    ) -> Result<(), SimError> {
+        let info = self.info(buf);
+        let fences = &self.proxy_fences;
+        let nth = |tid: u16, n: u32| -> Option<u32> {
+            fences
+                .get(tid as usize)
+                .and_then(|f| f.get(n as usize))
+                .copied()
+        };
+        self.shadow
+            .proxy_visible(info.base + off, len, self.epoch, &nth)
+            .map_err(|c| self.conflict(c, buf, who))
     }
 
     /// Describe an access record for a report.
@@ -83,6 +111,14 @@ impl<'p, 'g> Mem<'p, 'g> {
                 block: self.block,
                 thread: who.tid as u32,
                 span: self.prog.span(who.pc as usize),
+            },
+            Conflict::NoProxyFence { byte, writer } => SimError::MissingProxyFence {
+                buffer: name,
+                offset: byte.saturating_sub(base),
+                block: self.block,
+                thread: who.tid as u32,
+                span: self.prog.span(who.pc as usize),
+                writer: Box::new(self.access(writer)),
             },
             Conflict::Stale { byte, issuer } => SimError::StaleAsyncRead {
                 buffer: name,

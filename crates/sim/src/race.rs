@@ -75,6 +75,9 @@ struct Cell {
     r_first: Rec,
     r_other: Rec,
     init: bool,
+    /// How many `fence.proxy.async` the writer had executed when it wrote (see
+    /// `Shadow::proxy_visible`).
+    w_fences: u32,
 }
 
 impl Default for Cell {
@@ -90,6 +93,7 @@ impl Default for Cell {
             r_first: Rec::NONE,
             r_other: Rec::NONE,
             init: false,
+            w_fences: 0,
         }
     }
 }
@@ -97,9 +101,24 @@ impl Default for Cell {
 /// What the checker found wrong with an access (the caller adds names and spans).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Conflict {
-    Race { byte: usize, first: Rec },
-    Uninit { byte: usize, who: Rec },
-    Stale { byte: usize, issuer: Rec },
+    Race {
+        byte: usize,
+        first: Rec,
+    },
+    Uninit {
+        byte: usize,
+        who: Rec,
+    },
+    Stale {
+        byte: usize,
+        issuer: Rec,
+    },
+    /// An async-proxy read (wgmma) of a byte whose writer did not fence the async proxy
+    /// (`fence.proxy.async`) after writing it and before the barrier that orders the two.
+    NoProxyFence {
+        byte: usize,
+        writer: Rec,
+    },
 }
 
 /// The synchronization state an access happens in.
@@ -107,6 +126,8 @@ pub enum Conflict {
 pub struct When {
     pub epoch: u32,
     pub warp_epoch: u32,
+    /// `fence.proxy.async`s the accessing thread has executed.
+    pub fences: u32,
 }
 
 /// Shadow state for one block's shared memory.
@@ -254,6 +275,7 @@ impl Shadow {
             c.w_wep = now.warp_epoch;
             c.w = who;
             c.init = true;
+            c.w_fences = now.fences;
         }
         Ok(())
     }
@@ -278,6 +300,36 @@ impl Shadow {
                 }
             }
             self.check_write(byte, who, now, true)?;
+        }
+        Ok(())
+    }
+
+    /// An async-proxy read (wgmma) of `len` bytes at `start` in block epoch `epoch`: the last
+    /// writer of each byte must have executed a `fence.proxy.async` after its write, in an
+    /// earlier epoch (that is, before a barrier that orders it with this read).
+    /// `nth_fence(tid, n)` is the epoch of thread `tid`'s fence number `n` (from 0), if it made
+    /// that many.
+    pub fn proxy_visible(
+        &self,
+        start: usize,
+        len: usize,
+        epoch: u32,
+        nth_fence: &dyn Fn(u16, u32) -> Option<u32>,
+    ) -> Result<(), Conflict> {
+        if !self.races {
+            return Ok(());
+        }
+        for byte in start..start + len {
+            let Some(c) = self.cells.get(byte) else {
+                continue;
+            };
+            if c.w.tid == NOBODY || c.w.tid == MANY {
+                continue;
+            }
+            match nth_fence(c.w.tid, c.w_fences) {
+                Some(e) if e < epoch => {}
+                _ => return Err(Conflict::NoProxyFence { byte, writer: c.w }),
+            }
         }
         Ok(())
     }
@@ -413,10 +465,12 @@ mod tests {
     const E1: When = When {
         epoch: 1,
         warp_epoch: 0,
+        fences: 0,
     };
     const E2: When = When {
         epoch: 2,
         warp_epoch: 0,
+        fences: 0,
     };
 
     #[test]
@@ -458,10 +512,12 @@ mod tests {
         let w0 = When {
             epoch: 1,
             warp_epoch: 0,
+            fences: 0,
         };
         let w1 = When {
             epoch: 1,
             warp_epoch: 1,
+            fences: 0,
         };
         let mut s = Shadow::new(8, true, true);
         s.write(0, 4, rec(0, Kind::Write), w0).unwrap();
@@ -470,6 +526,7 @@ mod tests {
         let w2 = When {
             epoch: 1,
             warp_epoch: 2,
+            fences: 0,
         };
         s.write(0, 4, rec(0, Kind::Write), w2).unwrap();
         // But thread 33 (another warp) is not ordered by warp 0's sync_warp.

@@ -33,6 +33,7 @@ pub fn run_block(
     it.mem.global_writes.clear();
     it.mem.epoch = 1;
     it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(32)];
+    it.mem.proxy_fences = vec![vec![]; threads as usize];
     let mut ths: Vec<Thread> = (0..threads)
         .map(|tid| {
             let mut regs = prog.reg_init.clone();
@@ -427,15 +428,20 @@ fn wgmma(
         kind: Kind::IntrinsicRead,
         pc,
     };
-    let load = |it: &mut Interp, loc: Loc, e: i64, what: &'static str| -> Result<f64, SimError> {
-        let at = Loc {
-            buf: loc.buf,
-            elem: sw128(loc.elem + e),
+    // Every element read is checked for races as it is read, and for the async-proxy fence
+    // afterwards (a missing barrier is the better explanation when both are wrong).
+    let mut read_at: Vec<(u32, usize)> = Vec::with_capacity(16 * (16 + n));
+    let mut load =
+        |it: &mut Interp, loc: Loc, e: i64, what: &'static str| -> Result<f64, SimError> {
+            let at = Loc {
+                buf: loc.buf,
+                elem: sw128(loc.elem + e),
+            };
+            let off = operand(it, &lanes[0], at, need(1, Scope::Shared, Some(2), what), pc)?;
+            let b = it.mem.read(&lanes[0].local, at.buf, off, 2, who)?;
+            read_at.push((at.buf, off));
+            Ok(elem::decode(&b[..2], ab).as_f64())
         };
-        let off = operand(it, &lanes[0], at, need(1, Scope::Shared, Some(2), what), pc)?;
-        let b = it.mem.read(&lanes[0].local, at.buf, off, 2, who)?;
-        Ok(elem::decode(&b[..2], ab).as_f64())
-    };
     let w4 = ((lanes[0].tid / 32) % 4) as i64;
     let mut a = [[0f64; 16]; 16];
     for (r, row) in a.iter_mut().enumerate() {
@@ -448,6 +454,9 @@ fn wgmma(
         for (k, x) in row.iter_mut().enumerate() {
             *x = load(it, lb, nn as i64 * 64 + k as i64, "B")?;
         }
+    }
+    for (buf, off) in read_at {
+        it.mem.check_proxy_read(buf, off, 2, who)?;
     }
     let regs = n / 2;
     for (lane, l) in lanes.iter_mut().enumerate() {

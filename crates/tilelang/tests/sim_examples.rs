@@ -417,4 +417,10 @@ fn planted_wgmma_bugs_are_caught() {
     }));
     let e = run_broken(&k, &no_barrier, &shapes).expect_err("a missing barrier must be reported");
     assert!(e.contains("race") || e.contains("stale"), "{e}");
+    // No async-proxy fence: the wgmma may read what the generic proxy has not made visible.
+    let no_fence = low.with_body(remove(&low.body, &|s| {
+        is_call(s, &|op| *op == Intrinsic::FenceProxyAsync)
+    }));
+    let e = run_broken(&k, &no_fence, &shapes).expect_err("a missing proxy fence must be reported");
+    assert!(e.contains("fence.proxy.async"), "{e}");
 }
