@@ -70,23 +70,24 @@ if [ "$what" = wgmma ]; then
   # a few tile shapes against cuBLAS.
   log "wgmma gemm: correctness at odd sizes"
   fails=0
-  for cfg in "64 128 128 3" "128 128 256 3" "128 256 256 3"; do
+  for cfg in "64 128 128 3 64" "128 128 256 3 64" "128 256 256 3 64" "128 256 256 2 128"; do
     set -- $cfg
-    echo "\$ gemm --wgmma --bm $1 --bn $2 --threads $3 --stages $4 (1000x999x1003, 257x129x65)"
+    echo "\$ gemm --wgmma --bm $1 --bn $2 --threads $3 --stages $4 --bk $5 (1000x999x1003, 257x129x65)"
     for shape in "1000 999 1003" "257 129 65"; do
       set -- $cfg $shape
-      $G/gemm --device cuda --layout nt --dtype bf16 --wgmma --bk 64 --bm $1 --bn $2 --threads $3 \
-        --stages $4 --m $5 --n $6 --k $7 > /tmp/chk.out 2>&1; rc=$?
+      $G/gemm --device cuda --layout nt --dtype bf16 --wgmma --bm $1 --bn $2 --threads $3 \
+        --stages $4 --bk $5 --m $6 --n $7 --k $8 > /tmp/chk.out 2>&1; rc=$?
       tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }
     done
   done
   echo "wgmma correctness failures: $fails"
   log "wgmma gemm: speed against cuBLAS"
   for n in 4096 8192; do
-    for cfg in "128 256 256 3" "128 256 256 4" "128 128 256 4" "128 256 256 3 --panel 8"; do
+    for cfg in "128 256 256 3 64" "128 256 256 4 64" "128 128 256 4 64" "128 256 256 2 128" \
+               "128 256 256 3 64 --panel 8"; do
       set -- $cfg
-      $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --wgmma --bk 64 \
-        --bm $1 --bn $2 --threads $3 --stages $4 ${5:-} ${6:-} --reps 50 2>&1 | tail -n 1
+      $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --wgmma \
+        --bm $1 --bn $2 --threads $3 --stages $4 --bk $5 ${6:-} ${7:-} --reps 50 2>&1 | tail -n 1
     done
     python3 $G/torch_peers.py gemm $n $n $n --layout nt --dtype bf16
   done

@@ -35,7 +35,7 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long)]
     min_blocks: Option<u32>,
-    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk 64, --bm 64 per 128 threads). Checked in
+    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk a multiple of 64, --bm 64 per 128 threads). Checked in
     /// the simulator and compiled in CI; not yet timed on a GPU
     #[arg(long)]
     wgmma: bool,
@@ -96,12 +96,12 @@ fn tune_space(dev: &Device, layout: Layout, dt: DType) -> tilelang::autotune::Sp
             (64, 256, 128),
             (64, 128, 128),
         ] {
-            for stages in [3u32, 4] {
+            for (bk, stages) in [(64i64, 3u32), (64, 4), (128, 2)] {
                 for panel in [0u32, 8] {
                     v.push(GemmConfig {
                         panel,
                         wgmma: true,
-                        ..GemmConfig::tiles(bm, bn, 64, stages, threads)
+                        ..GemmConfig::tiles(bm, bn, bk, stages, threads)
                     });
                 }
             }

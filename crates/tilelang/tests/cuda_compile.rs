@@ -124,10 +124,10 @@ fn wgmma_gemm_compiles_to_hgmma() {
         require_instructions: vec!["HGMMA".into(), "LDGSTS".into()],
         ..Default::default()
     };
-    for (bm, bn, threads) in [(128, 256, 256), (64, 128, 128)] {
+    for (bm, bn, bk, threads) in [(128, 256, 64, 256), (64, 128, 64, 128), (64, 128, 128, 128)] {
         let cfg = GemmConfig {
             wgmma: true,
-            ..GemmConfig::tiles(bm, bn, 64, 3, threads)
+            ..GemmConfig::tiles(bm, bn, bk, 3, threads)
         };
         let k = gemm(Layout::NT, BF16, BF16, cfg);
         for (variant, src) in [

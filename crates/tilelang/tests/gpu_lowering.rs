@@ -297,7 +297,10 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
     let e = wg(64, 32, 128, Layout::NT)
         .lower(Target::SM90)
         .expect_err("short rows");
-    assert!(e.to_string().contains("rows of 64 elements"), "{e}");
+    assert!(
+        e.to_string().contains("rows of a multiple of 64 elements"),
+        "{e}"
+    );
     let e = wg(128, 64, 128, Layout::NT)
         .lower(Target::SM90)
         .expect_err("rows per warpgroup");

@@ -376,13 +376,15 @@ fn cumsum_and_atomic_add_in_sim() {
 fn wgmma_gemm_in_sim() {
     // Hopper's warpgroup MMA: descriptors into 128-byte-swizzled K-major tiles, results held
     // until wgmma.wait_group; one and two warpgroups, tails in M, N and K, a 3-stage pipeline.
-    for (bm, bn, threads, (m, n, kk)) in [
-        (64, 64, 128, (100, 70, 150)),
-        (128, 128, 256, (130, 200, 90)),
+    for (bm, bn, bk, threads, (m, n, kk)) in [
+        (64, 64, 64, 128, (100, 70, 150)),
+        (128, 128, 64, 256, (130, 200, 90)),
+        // 128-deep k tiles: two 64-column blocks per row of the operand tiles.
+        (64, 64, 128, 128, (70, 90, 300)),
     ] {
         let cfg = gemm::GemmConfig {
             wgmma: true,
-            ..gemm::GemmConfig::tiles(bm, bn, 64, 3, threads)
+            ..gemm::GemmConfig::tiles(bm, bn, bk, 3, threads)
         };
         let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
         let text = k.lower(Target::SM90).expect("lowers").to_string();

@@ -2,8 +2,9 @@
 //!
 //! Each warpgroup (128 threads) owns 64 accumulator rows and all `N` columns; per 16-wide step
 //! of K it issues one `m64nNk16` reading A and B straight from shared memory through
-//! descriptors (no ldmatrix). The operands must be K-major tiles with 64-element rows, stored
-//! under the 128-byte swizzle the shared-memory layout pass gives such tiles — the canonical
+//! descriptors (no ldmatrix). The operands must be K-major tiles with rows of a multiple of 64
+//! elements (stored as 64-column blocks), under the 128-byte swizzle the shared-memory layout
+//! pass gives such tiles — the canonical
 //! layout a descriptor with swizzle mode 128B describes. The accumulator of warp `w` of a
 //! warpgroup is rows `16w ..` in the mma.sync accumulator layout (`mma::c_layout` with every
 //! warp along M), so everything downstream of the gemm is unchanged.
@@ -45,10 +46,12 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
         );
     }
     for (name, r) in [("A", &g.a), ("B", &g.b)] {
+        // Wider tiles are stored as 64-column blocks (`smem_swizzle_layout`), each block the
+        // canonical layout; a 16-wide k slice never straddles two.
         let cols = r.buffer.const_shape().and_then(|s| s.last().copied());
-        if cols != Some(ROW_ELEMS) {
+        if !cols.is_some_and(|c| c > 0 && c % ROW_ELEMS == 0) {
             return Some(format!(
-                "the {name} tile `{}` must have rows of {ROW_ELEMS} elements (128 bytes)",
+                "the {name} tile `{}` must have rows of a multiple of {ROW_ELEMS} elements (128 bytes)",
                 r.buffer.name()
             ));
         }
