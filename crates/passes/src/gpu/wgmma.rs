@@ -55,6 +55,18 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
                 r.buffer.name()
             ));
         }
+        // The descriptor assumes the swizzle's 8-row phase starts at the slice: a sub-tile must
+        // start on a multiple of 8 rows and 16 columns.
+        let rank = r.rank();
+        let aligned = rank >= 2
+            && r.offsets[rank - 2].as_int().is_some_and(|o| o % 8 == 0)
+            && r.offsets[rank - 1].as_int().is_some_and(|o| o % 16 == 0);
+        if !aligned {
+            return Some(format!(
+                "the {name} region of `{}` must start at constant multiples of 8 rows and 16 columns",
+                r.buffer.name()
+            ));
+        }
     }
     let (Some((m, n)), Some((_, k))) = (extents2(&g.c), extents2(&g.a)) else {
         return Some("wgmma needs constant tile shapes".into());
@@ -62,7 +74,7 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     if threads % 128 != 0 || m != 64 * (threads / 128) {
         return Some(format!(
             "each warpgroup (128 threads) owns 64 rows: a {m}-row accumulator needs {} threads, the block has {threads}",
-            64 * (m / 64).max(1) * 2
+            (m / 64).max(1) * 128
         ));
     }
     if n % 8 != 0 || n > 256 || k % 16 != 0 {
