@@ -310,19 +310,6 @@ struct SharedSlot {
     last: usize,
 }
 
-/// The kernel body's top-level statements, nested sequences flattened.
-fn top_level(body: &Stmt) -> Vec<&Stmt> {
-    fn go<'a>(s: &'a Stmt, out: &mut Vec<&'a Stmt>) {
-        match &s.kind {
-            StmtKind::Seq(v) => v.iter().for_each(|x| go(x, out)),
-            _ => out.push(s),
-        }
-    }
-    let mut out = vec![];
-    go(body, &mut out);
-    out
-}
-
 /// Whether statement `s` (or anything inside it) reads or writes buffer `id`.
 fn touches(s: &Stmt, id: u64) -> bool {
     let mut hit = false;
@@ -352,7 +339,7 @@ fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
 /// otherwise costs a block per SM on the GEMM). The simulator keeps buffers apart, so this
 /// proof is the only thing that makes the overlap safe; it is deliberately that narrow.
 fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
-    let items = top_level(body);
+    let items = body.flattened();
     let mut slots: Vec<SharedSlot> = vec![];
     let mut seen = HashSet::new();
     body.walk(&mut |s| {

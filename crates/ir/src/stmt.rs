@@ -239,13 +239,19 @@ impl Stmt {
         matches!(&self.kind, StmtKind::Seq(v) if v.iter().all(|s| s.is_empty()))
     }
 
-    /// How many statements a sequence holds once nested sequences are flattened (what the
-    /// `order` and `stage` annotations of a pipelined loop index).
-    pub fn flat_len(&self) -> usize {
-        match &self.kind {
-            StmtKind::Seq(v) => v.iter().map(Stmt::flat_len).sum(),
-            _ => 1,
+    /// The statements of a sequence with nested sequences flattened, in order: a loop body's
+    /// statements as the `order` / `stage` annotations of a pipelined loop index them, or a
+    /// kernel body's top-level statements.
+    pub fn flattened(&self) -> Vec<&Stmt> {
+        fn go<'a>(s: &'a Stmt, out: &mut Vec<&'a Stmt>) {
+            match &s.kind {
+                StmtKind::Seq(v) => v.iter().for_each(|x| go(x, out)),
+                _ => out.push(s),
+            }
         }
+        let mut out = vec![];
+        go(self, &mut out);
+        out
     }
 
     /// Visit every statement, pre-order.

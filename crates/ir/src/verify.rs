@@ -395,7 +395,7 @@ impl Verifier {
                         },
                         _,
                     ) => {
-                        let n = l.body.flat_len();
+                        let n = l.body.flattened().len();
                         if let Some(d) = schedule_problem(*stages, n, order, stage) {
                             self.err(
                                 Diagnostic::new(DiagKind::InvalidArgument, s.span, d.0).help(d.1),

@@ -33,13 +33,6 @@ pub struct PipelinePlan {
     pub producers: Vec<usize>,
 }
 
-fn flat_body(s: &Stmt) -> Vec<Stmt> {
-    match &s.kind {
-        StmtKind::Seq(v) => v.iter().flat_map(flat_body).collect(),
-        _ => vec![s.clone()],
-    }
-}
-
 /// Shared buffers accessed anywhere outside the loop whose variable is `var`.
 fn accessed_outside(root: &Stmt, var: &Var) -> HashSet<u64> {
     let mut out = HashSet::new();
@@ -106,7 +99,7 @@ pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMa
             return;
         }
         let outside = accessed_outside(root, &l.var);
-        let body = flat_body(&l.body);
+        let body = l.body.flattened();
         let mut producers = vec![];
         for (i, st) in body.iter().enumerate() {
             // With a `stage` annotation only the statements put in stage 0 run ahead.
@@ -210,7 +203,7 @@ impl Ctx<'_> {
             return Ok(self.block(&s, &mut hz));
         };
         let s = stages as i64;
-        let body = flat_body(&l.body);
+        let body = l.body.flattened();
         let n = l.extent.clone();
         let lo = l.min.clone();
         let commit = self.eval(Intrinsic::CpAsyncCommit, vec![], span);
@@ -253,7 +246,7 @@ impl Ctx<'_> {
             .iter()
             .enumerate()
             .filter(|(i, _)| !plan.producers.contains(i))
-            .map(|(_, st)| st.clone())
+            .map(|(_, st)| (*st).clone())
             .collect();
         let mut map = HashMap::new();
         map.insert(l.var.id(), lo.clone() + k.expr());
