@@ -364,21 +364,15 @@ fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
         };
         let bytes = (n as u64).saturating_mul(b.dtype().bytes() as u64);
         let align = if bytes >= 1024 { 1024 } else { 16 };
-        let uses: Vec<usize> = (0..items.len())
-            .filter(|&i| touches(items[i], b.id()))
-            .collect();
-        // A buffer allocated below the top level (or never used) is live throughout.
-        let (first, last) = match (uses.first(), uses.last()) {
-            (Some(&f), Some(&l)) => (f, l),
-            _ => (0, items.len()),
-        };
-        let nested = !items
+        let at_top = items
             .iter()
             .any(|s| matches!(&s.kind, StmtKind::Alloc(x) if x.id() == b.id()));
-        let (first, last) = if nested {
-            (0, items.len())
-        } else {
-            (first, last)
+        let first = items.iter().position(|s| touches(s, b.id()));
+        let last = items.iter().rposition(|s| touches(s, b.id()));
+        // A buffer allocated below the top level (or never used) is live throughout.
+        let (first, last) = match (at_top, first, last) {
+            (true, Some(f), Some(l)) => (f, l),
+            _ => (0, items.len()),
         };
         slots.push(SharedSlot {
             id: b.id(),
