@@ -489,12 +489,8 @@ impl Infer {
             }
             let (m, n) = (shape[0], shape[1]);
             if g.wgmma {
-                if let Some(why) = super::wgmma::unsupported_because(&g, &self.target, self.threads)
-                {
-                    self.errors.push(
-                        Diagnostic::new(DiagKind::Unsupported, span, why)
-                            .help("drop `.wgmma()` to use the mma.sync path"),
-                    );
+                if let Err(d) = super::wgmma::check(&g, &self.target, self.threads, span) {
+                    self.errors.push(d);
                     continue;
                 }
             }

@@ -328,11 +328,10 @@ impl Ctx<'_> {
         }
         let Some(st) = stage else { return Ok(()) };
         let last = stages.saturating_sub(1) as i32;
-        let producers = self
+        let producers: &[usize] = self
             .pipelines
             .get(&l.var.id())
-            .map(|p| p.producers.clone())
-            .unwrap_or_default();
+            .map_or(&[], |p| &p.producers);
         for (i, &x) in st.iter().enumerate() {
             if x > 0 && x < last {
                 return Err(Diagnostic::new(

@@ -12,7 +12,9 @@
 //! The issue is asynchronous; this lowering waits for it at the end of the op
 //! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it.
 
-use tl_ir::{DType, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, Var};
+use tl_ir::{
+    DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, Var,
+};
 use tl_target::Target;
 
 use super::gemm::{extents2, index2};
@@ -85,19 +87,21 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     None
 }
 
+/// [`unsupported_because`] as the diagnostic both layout inference and lowering report.
+pub fn check(g: &GemmOp, target: &Target, threads: i64, span: Span) -> Result<(), Diagnostic> {
+    match unsupported_because(g, target, threads) {
+        None => Ok(()),
+        Some(why) => Err(Diagnostic::new(DiagKind::Unsupported, span, why)
+            .help("drop `.wgmma()` to use the mma.sync path")),
+    }
+}
+
 impl Ctx<'_> {
-    pub fn lower_gemm_wgmma(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, tl_ir::Diagnostic> {
-        if let Some(why) = unsupported_because(g, &self.target, self.threads) {
-            return Err(
-                tl_ir::Diagnostic::new(tl_ir::DiagKind::Unsupported, span, why)
-                    .help("drop `.wgmma()` to use the mma.sync path"),
-            );
-        }
+    pub fn lower_gemm_wgmma(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
+        check(g, &self.target, self.threads, span)?;
         let acc = self.local_of(&g.c.buffer, span)?;
-        let (_, n) =
-            extents2(&g.c).ok_or_else(|| tl_ir::Diagnostic::internal("wgmma on a non-2-d C"))?;
-        let (_, k) =
-            extents2(&g.a).ok_or_else(|| tl_ir::Diagnostic::internal("wgmma on a non-2-d A"))?;
+        let (_, n) = extents2(&g.c).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d C"))?;
+        let (_, k) = extents2(&g.a).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d A"))?;
         let ab = g.a.buffer.dtype();
         let row0 = self.tid.floordiv(128) * 64;
         let ks = Var::new("ks", DType::I32);
