@@ -732,8 +732,10 @@ impl Analyzer {
             return None;
         }
         let mut seen = lin.c as u64;
-        let (mut thread, mut rest) = (Linear::constant(0), Linear::constant(lin.c));
-        let (mut thread_bits, mut rest_bits) = (0u64, lin.c as u64);
+        let mut thread = Linear::constant(0);
+        let mut thread_bits = 0u64;
+        // The other terms, with the bits each can set.
+        let mut rest_terms: Vec<(Expr, i64, u64)> = vec![];
         for (t, k) in &lin.terms {
             let bits = self.term_bits(t, *k)?;
             if bits & seen != 0 {
@@ -746,11 +748,10 @@ impl Analyzer {
                 thread.terms.push((t.clone(), *k));
                 thread_bits |= bits;
             } else {
-                rest.terms.push((t.clone(), *k));
-                rest_bits |= bits;
+                rest_terms.push((t.clone(), *k, bits));
             }
         }
-        if thread.terms.is_empty() || (rest.terms.is_empty() && rest.c == 0) {
+        if thread.terms.is_empty() || (rest_terms.is_empty() && lin.c == 0) {
             return None;
         }
         let y = y as u64;
@@ -759,15 +760,11 @@ impl Analyzer {
         // Pieces of the rest the swizzle leaves alone and that miss the thread part's bits are
         // added (an immediate offset); only the others need the XOR.
         let touched = y | thread_swz_bits;
-        let (mut xor_part, mut add_part) = (Linear::constant(0), Linear::constant(0));
-        let (mut xor_bits, mut add_bits) = (0u64, 0u64);
-        let c = rest.c as u64;
-        xor_part.c = (c & touched) as i64;
-        add_part.c = (c & !touched) as i64;
-        xor_bits |= c & touched;
-        add_bits |= c & !touched;
-        for (t, k) in &rest.terms {
-            let bits = self.term_bits(t, *k)?;
+        let c = lin.c as u64;
+        let mut xor_part = Linear::constant((c & touched) as i64);
+        let mut add_part = Linear::constant((c & !touched) as i64);
+        let (mut xor_bits, mut add_bits) = (c & touched, c & !touched);
+        for (t, k, bits) in &rest_terms {
             if bits & touched == 0 {
                 add_part.terms.push((t.clone(), *k));
                 add_bits |= bits;
@@ -777,8 +774,12 @@ impl Analyzer {
             }
         }
         if add_bits & swz_bits(xor_bits) != 0 {
-            xor_part = rest;
-            xor_bits = rest_bits;
+            // The added pieces would collide with the XOR part's swizzled bits: XOR everything.
+            xor_part = Linear::constant(lin.c);
+            xor_part
+                .terms
+                .extend(rest_terms.iter().map(|(t, k, _)| (t.clone(), *k)));
+            xor_bits |= add_bits;
             add_part = Linear::constant(0);
         }
         let swz = |l: &Linear, bits: u64| -> Expr {
