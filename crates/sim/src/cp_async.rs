@@ -4,7 +4,9 @@
 //! PTX semantics: `commit_group` closes the copies issued since the last commit into a group
 //! (an empty group too: pipelines commit empty groups in their tail so wait counts line up);
 //! `wait_group n` waits until at most `n` of the *committed* groups are incomplete. Copies issued
-//! after the last commit belong to no group and are not waited for.
+//! after the last commit belong to no group and are not waited for. `wgmma.commit_group` /
+//! `wgmma.wait_group` count the same way, so the same bookkeeping holds a thread's wgmma
+//! results until they land.
 
 use std::collections::VecDeque;
 
@@ -21,14 +23,27 @@ pub struct Copy {
     pub pc: u32,
 }
 
-#[derive(Clone, Debug, Default)]
-pub struct CpState {
-    current: Vec<Copy>,
-    committed: VecDeque<Vec<Copy>>,
+/// One thread's asynchronous operations, in commit groups.
+#[derive(Clone, Debug)]
+pub struct AsyncGroups<T> {
+    current: Vec<T>,
+    committed: VecDeque<Vec<T>>,
 }
 
-impl CpState {
-    pub fn issue(&mut self, c: Copy) {
+impl<T> Default for AsyncGroups<T> {
+    fn default() -> Self {
+        AsyncGroups {
+            current: vec![],
+            committed: VecDeque::new(),
+        }
+    }
+}
+
+/// A thread's `cp.async` copies.
+pub type CpState = AsyncGroups<Copy>;
+
+impl<T> AsyncGroups<T> {
+    pub fn issue(&mut self, c: T) {
         self.current.push(c);
     }
 
@@ -37,8 +52,8 @@ impl CpState {
         self.committed.push_back(g);
     }
 
-    /// The copies that `wait_group n` retires, oldest first.
-    pub fn wait(&mut self, n: u32) -> Vec<Copy> {
+    /// The operations that `wait_group n` retires, oldest first.
+    pub fn wait(&mut self, n: u32) -> Vec<T> {
         let mut out = vec![];
         while self.committed.len() > n as usize {
             if let Some(g) = self.committed.pop_front() {
@@ -50,6 +65,14 @@ impl CpState {
 
     pub fn in_flight(&self) -> usize {
         self.current.len() + self.committed.iter().map(Vec::len).sum::<usize>()
+    }
+
+    /// Every operation not yet retired, the most recently issued first.
+    pub fn newest_first(&self) -> impl Iterator<Item = &T> {
+        self.current
+            .iter()
+            .rev()
+            .chain(self.committed.iter().rev().flat_map(|g| g.iter().rev()))
     }
 }
 

@@ -14,7 +14,7 @@ use tl_ir::{BinOp, DType, Scope};
 
 use crate::bytecode::{Instr, MemRef, Program, PureFn, E};
 use crate::compile::compute_dtype;
-use crate::cp_async::{Copy, CpState};
+use crate::cp_async::{AsyncGroups, Copy, CpState};
 use crate::elem;
 use crate::error::SimError;
 use crate::memory::Mem;
@@ -57,13 +57,6 @@ pub struct PendingWrite {
     pub bytes: Vec<u8>,
 }
 
-/// A thread's wgmma groups in flight (results land at `wgmma.wait_group`).
-#[derive(Clone, Debug, Default)]
-pub struct WgState {
-    pub current: Vec<PendingWrite>,
-    pub committed: std::collections::VecDeque<Vec<PendingWrite>>,
-}
-
 pub struct Thread {
     pub tid: u32,
     pub pc: u32,
@@ -72,7 +65,8 @@ pub struct Thread {
     pub local: Vec<u8>,
     pub stash: Stash,
     pub cp: CpState,
-    pub wg: WgState,
+    /// wgmma results in flight (they land at `wgmma.wait_group`).
+    pub wg: AsyncGroups<PendingWrite>,
 }
 
 /// Counters for the report.
@@ -396,23 +390,15 @@ impl Interp<'_, '_> {
                         f.push(epoch);
                     }
                 }
-                Instr::WgmmaCommit => {
-                    let g = std::mem::take(&mut th.wg.current);
-                    th.wg.committed.push_back(g);
-                }
+                Instr::WgmmaCommit => th.wg.commit(),
                 Instr::WgmmaWait(n) => {
-                    while th.wg.committed.len() > *n as usize {
-                        let Some(g) = th.wg.committed.pop_front() else {
-                            break;
+                    for w in th.wg.wait(*n) {
+                        let who = Rec {
+                            tid: th.tid as u16,
+                            kind: Kind::Write,
+                            pc,
                         };
-                        for w in g {
-                            let who = Rec {
-                                tid: th.tid as u16,
-                                kind: Kind::Write,
-                                pc,
-                            };
-                            self.mem.write(&mut th.local, w.buf, w.off, &w.bytes, who)?;
-                        }
+                        self.mem.write(&mut th.local, w.buf, w.off, &w.bytes, who)?;
                     }
                 }
                 Instr::CpCommit => th.cp.commit(),

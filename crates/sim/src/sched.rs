@@ -466,9 +466,9 @@ fn wgmma(
         let off = operand(it, l, ld, need(4 * regs, Scope::Local, Some(4), "D"), pc)?;
         let mut out = Vec::with_capacity(4 * regs);
         for i in 0..regs {
-            let (j, r) = (i / 4, i % 4);
-            let row = lane / 4 + 8 * (r / 2);
-            let col = 8 * j + 2 * (lane % 4) + (r % 2);
+            // n8 atom i/4 of the mma.sync accumulator layout, element i%4 of it.
+            let (row, c) = tensor_core::c_coord(lane, i % 4);
+            let col = 8 * (i / 4) + c;
             // Back-to-back wgmmas on one accumulator chain in hardware: an earlier one's
             // result, still in flight, is what this one adds to.
             let mut s = if scale != 0 {
@@ -492,7 +492,7 @@ fn wgmma(
             }
             out.extend_from_slice(&(s as f32).to_le_bytes());
         }
-        l.wg.current.push(crate::exec::PendingWrite {
+        l.wg.issue(crate::exec::PendingWrite {
             buf: ld.buf,
             off,
             bytes: out,
@@ -502,13 +502,12 @@ fn wgmma(
 }
 
 /// The newest in-flight wgmma result for the f32 at byte `off` of local buffer `buf`.
-fn in_flight(wg: &crate::exec::WgState, buf: u32, off: usize) -> Option<f32> {
-    let newest_first = wg
-        .current
-        .iter()
-        .rev()
-        .chain(wg.committed.iter().rev().flat_map(|g| g.iter().rev()));
-    for w in newest_first {
+fn in_flight(
+    wg: &crate::cp_async::AsyncGroups<crate::exec::PendingWrite>,
+    buf: u32,
+    off: usize,
+) -> Option<f32> {
+    for w in wg.newest_first() {
         if w.buf == buf && off >= w.off && off + 4 <= w.off + w.bytes.len() {
             let at = off - w.off;
             let b = w.bytes.get(at..at + 4)?;
