@@ -683,7 +683,7 @@ impl GemmHandle<'_> {
         self.with(|g| g.policy = p)
     }
     /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a): both operands K-major shared tiles of a
-    /// 16-bit type with 64-element rows, 64 accumulator rows per 128 threads. Other targets and
+    /// 16-bit type with rows of a multiple of 64 elements, 64 accumulator rows per 128 threads. Other targets and
     /// shapes get a diagnostic saying which condition failed.
     pub fn wgmma(self) -> Self {
         self.with(|g| g.wgmma = true)

@@ -44,7 +44,8 @@ pub struct GemmConfig {
     /// the blocks resident at once share A and B tiles in L2 (`TileScope::use_swizzle`;
     /// 0 or 1: row-major order).
     pub panel: u32,
-    /// Use Hopper's warpgroup MMA (sm_90a; NT layout, `bk` 64, `bm` 64 per 128 threads).
+    /// Use Hopper's warpgroup MMA (sm_90a; NT layout, `bk` a multiple of 64, `bm` 64 per 128
+    /// threads).
     pub wgmma: bool,
 }
 
