@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|all]
 set -uo pipefail
 what="${1:-all}"
 # TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
@@ -100,6 +100,46 @@ if [ "$what" = wgmma ]; then
   else
     echo "skipped: wgmma correctness failures"
   fi
+fi
+
+if [ "$what" = hopper ]; then
+  # Hopper paths that are new since the last run: wgmma attention (P from registers, V
+  # MN-major) and the wgmma NN gemm (MN-major B). Correctness first, each in its own process.
+  log "wgmma attention and NN gemm: correctness at odd sizes"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  for cfg in "64 64 128 2" "128 128 256 2" "128 64 256 3"; do
+    set -- $cfg
+    for c in "" --causal; do
+      chk $G/flash_attention --device cuda --batch 2 --heads 3 --seq 1000 --dim 64 --dtype bf16 --wgmma --bm $1 --bn $2 --threads $3 --stages $4 $c
+      chk $G/flash_attention --device cuda --batch 1 --heads 2 --seq 777 --dim 128 --dtype bf16 --wgmma --bm $1 --bn $2 --threads $3 --stages $4 $c
+    done
+  done
+  chk $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout nn --dtype bf16 --wgmma --bm 128 --bn 128 --bk 64 --threads 256 --stages 3
+  chk $G/gemm --device cuda --m 257 --n 129 --k 65 --layout nn --dtype f16 --out-dtype f32 --wgmma --bm 64 --bn 128 --bk 64 --threads 128 --stages 2
+  echo "hopper correctness failures: $fails"
+  log "defaults on this GPU (wgmma where it applies), not tuned"
+  for n in 4096 8192; do
+    $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 2>&1 | tail -n 1
+  done
+  $G/gemm --device cuda --m 8192 --n 8192 --k 8192 --layout nn --dtype bf16 --wgmma --bm 128 --bn 128 --bk 64 --threads 256 --stages 3 --panel 8 --reps 50 2>&1 | tail -n 1
+  python3 $G/torch_peers.py gemm 4096 4096 4096 --layout nt --dtype bf16
+  python3 $G/torch_peers.py gemm 8192 8192 8192 --layout nt --dtype bf16
+  if [ "$fails" = 0 ]; then
+    log "attention fwd bf16 tuned (mma.sync and wgmma tiles)"
+    for cfg in "4 16 4096 128" "8 16 2048 64"; do
+      set -- $cfg
+      for c in "" --causal; do
+        $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1
+        $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 --tune 2>&1 | grep -E "wgmma: true|^best|^flash"
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
+    done
+  else
+    echo "skipped: wgmma correctness failures"
+  fi
+  log "compile times (fresh cache, in one process)"
+  $G/compile_times --device cuda
 fi
 
 if [ "$what" = perf ] || [ "$what" = all ] || [ "$what" = attn ]; then

@@ -204,8 +204,8 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     code.push('\n');
     if !wgmma_shapes.is_empty() {
         code.push_str(WGMMA_HEADER);
-        for (n, ab) in &wgmma_shapes {
-            code.push_str(&wgmma_function(*n, ab));
+        for shape in &wgmma_shapes {
+            code.push_str(&wgmma_function(shape));
         }
         code.push('\n');
     }
@@ -273,25 +273,73 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
 /// Hopper warpgroup-MMA helpers, included only in kernels that use them (sm_90a).
 const WGMMA_HEADER: &str = include_str!("../include/tl_wgmma.h");
 
-/// `tl_wgmma_m64n{n}k16_{ab}`: one `wgmma.mma_async` with the `n/2` accumulator registers of
-/// this thread as `"+f"` operands (PTX wants them listed one by one).
-fn wgmma_function(n: u32, ab: &str) -> String {
-    let regs = n / 2;
+/// One `wgmma.mma_async` shape a kernel issues; each gets its own device function.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct WgmmaShape {
+    pub n: u32,
+    /// `bf16` or `f16`.
+    pub ab: &'static str,
+    /// A from registers (`.._rs`) instead of a shared-memory descriptor.
+    pub a_regs: bool,
+    /// B MN-major (`imm-trans-b` 1, `.._tb`) instead of K-major.
+    pub b_mn_major: bool,
+}
+
+impl WgmmaShape {
+    fn function_name(&self) -> String {
+        format!(
+            "tl_wgmma_m64n{}k16_{}{}{}",
+            self.n,
+            self.ab,
+            if self.a_regs { "_rs" } else { "" },
+            if self.b_mn_major { "_tb" } else { "" }
+        )
+    }
+}
+
+/// One device function per wgmma shape, with the `n/2` accumulator registers of this thread
+/// as `"+f"` operands (PTX wants them listed one by one) and, for A from registers, its four
+/// 32-bit registers.
+fn wgmma_function(w: &WgmmaShape) -> String {
+    let regs = w.n / 2;
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    let tb = u32::from(w.b_mn_major);
+    let (a_param, a_desc, a_operand, a_inputs, imms, next) = if w.a_regs {
+        (
+            "const uint32_t* a",
+            String::new(),
+            format!("{{%{}, %{}, %{}, %{}}}", regs, regs + 1, regs + 2, regs + 3),
+            "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), ".to_string(),
+            format!("1, 1, {tb}"),
+            regs + 4,
+        )
+    } else {
+        (
+            "const void* a",
+            "    const uint64_t da = tl_wgmma_desc_sw128(a, 16);\n".to_string(),
+            format!("%{regs}"),
+            "\"l\"(da), ".to_string(),
+            format!("1, 1, 0, {tb}"),
+            regs + 1,
+        )
+    };
     format!(
-        "TL_DEVICE void tl_wgmma_m64n{n}k16_{ab}(float* d, const void* a, const void* b, int scale_d) {{\n\
-         \x20   const uint64_t da = tl_wgmma_desc_sw128(a), db = tl_wgmma_desc_sw128(b);\n\
+        "TL_DEVICE void {name}(float* d, {a_param}, const void* b, int scale_d, uint32_t b_lbo) {{\n\
+         {a_desc}\
+         \x20   const uint64_t db = tl_wgmma_desc_sw128(b, b_lbo);\n\
          \x20   asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n\"\n\
-         \x20                \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n\
+         \x20                \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, {a_operand}, %{db}, p, {imms};\\n}}\\n\"\n\
          \x20                : {outs}\n\
-         \x20                : \"l\"(da), \"l\"(db), \"r\"(scale_d));\n\
+         \x20                : {a_inputs}\"l\"(db), \"r\"(scale_d));\n\
          }}\n",
+        name = w.function_name(),
+        n = w.n,
+        ab = w.ab,
         list = list.join(", "),
         outs = outs.join(", "),
-        da = regs,
-        db = regs + 1,
-        sc = regs + 2,
+        db = next,
+        sc = next + 1,
     )
 }
 
@@ -739,8 +787,13 @@ impl Printer<'_> {
                     ab.name()
                 )
             }
-            Intrinsic::Wgmma { n, ab } => {
-                if !self.cuda_nargs(op, args, 4) {
+            Intrinsic::Wgmma {
+                n,
+                ab,
+                a_regs,
+                b_mn_major,
+            } => {
+                if !self.cuda_nargs(op, args, 5) {
                     return "0".into();
                 }
                 let name = match ab {
@@ -762,33 +815,57 @@ impl Printer<'_> {
                     );
                 }
                 let d = self.cuda_addr(op, args.first(), "D", LOCAL, Some(4));
-                let a = self.cuda_addr(op, args.get(1), "A", SHARED, Some(2));
+                let a = if *a_regs {
+                    self.cuda_addr(op, args.get(1), "A", LOCAL, Some(2))
+                        .map(|(a, b)| (format!("(const uint32_t*){a}"), b))
+                } else {
+                    self.cuda_addr(op, args.get(1), "A", SHARED, Some(2))
+                };
                 let b = self.cuda_addr(op, args.get(2), "B", SHARED, Some(2));
                 let (Some((d, _)), Some((a, _)), Some((b, _))) = (d, a, b) else {
                     return "0".into();
                 };
-                let scale = match args.get(3) {
-                    Some(e) => self.expr(e),
-                    None => "1".into(),
+                let scale = args.get(3).map_or_else(|| "1".into(), |e| self.expr(e));
+                let lbo = args.get(4).map_or_else(|| "16".into(), |e| self.expr(e));
+                let shape = WgmmaShape {
+                    n: *n,
+                    ab: name,
+                    a_regs: *a_regs,
+                    b_mn_major: *b_mn_major,
                 };
-                self.wgmma_shapes.insert((*n, name));
-                format!("tl_wgmma_m64n{n}k16_{name}((float*){d}, {a}, {b}, (int)({scale}))")
+                self.wgmma_shapes.insert(shape);
+                format!(
+                    "{}((float*){d}, {a}, {b}, (int)({scale}), (uint32_t)({lbo}))",
+                    shape.function_name()
+                )
             }
             Intrinsic::WgmmaFence | Intrinsic::WgmmaWait { .. } => {
-                // The accumulator is pinned on both sides so the compiler moves no access of
-                // it across the asynchronous region.
-                let Some((d, buf)) =
-                    self.cuda_addr(op, args.first(), "accumulator", LOCAL, Some(4))
-                else {
-                    return "0".into();
-                };
-                let len = buf.const_numel().unwrap_or(0).max(0);
-                match op {
-                    Intrinsic::WgmmaWait { n } => {
-                        format!("tl_wgmma_wait<{n}, {len}>((float*){d})")
-                    }
-                    _ => format!("tl_wgmma_fence<{len}>((float*){d})"),
+                // The register arrays are pinned on both sides so the compiler moves no access
+                // of them across the asynchronous region (and keeps A's registers allocated).
+                let mut pins = vec![];
+                for (i, arg) in args.iter().enumerate() {
+                    let what = if i == 0 { "accumulator" } else { "A registers" };
+                    let Some((p, buf)) = self.cuda_addr(op, Some(arg), what, LOCAL, None) else {
+                        return "0".into();
+                    };
+                    let bytes =
+                        buf.const_numel().unwrap_or(0).max(0) as usize * buf.dtype().bytes();
+                    pins.push(if buf.dtype() == DType::F32 {
+                        format!("tl_wgmma_pin<{}>((float*){p})", bytes / 4)
+                    } else {
+                        format!("tl_wgmma_pin_u32<{}>((uint32_t*){p})", bytes / 4)
+                    });
                 }
+                let sync = match op {
+                    Intrinsic::WgmmaWait { n } => format!("tl_wgmma_wait<{n}>()"),
+                    _ => "tl_wgmma_fence()".into(),
+                };
+                if matches!(op, Intrinsic::WgmmaWait { .. }) {
+                    pins.insert(0, sync);
+                } else {
+                    pins.push(sync);
+                }
+                format!("({})", pins.join(", "))
             }
             Intrinsic::WgmmaCommit => "tl_wgmma_commit()".into(),
             Intrinsic::FenceProxyAsync => "tl_fence_proxy_async()".into(),

@@ -48,19 +48,30 @@ pub enum Intrinsic {
     MmaSync { ab: crate::dtype::DType },
     /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}` for the warpgroup of the
     /// calling warp (all 128 threads issue it): D = A·B (+ D when `scale_d` is 1), issued
-    /// asynchronously — D is not to be read or written before `WgmmaWait`. args: address of D
-    /// (`n/2` f32 in a local buffer, the mma.sync accumulator layout of 16 rows per warp),
-    /// shared addresses of the first element of the warpgroup's A slice (64 rows × 16 k) and
-    /// B slice (n rows × 16 k), both K-major with 64-element (128-byte) rows under the
-    /// 128-byte swizzle, and `scale_d` (i32, 0 or 1).
-    Wgmma { n: u32, ab: crate::dtype::DType },
+    /// asynchronously — D (and A, when it is in registers) is not to be touched before
+    /// `WgmmaWait`. args: address of D (`n/2` f32 in a local buffer, the mma.sync accumulator
+    /// layout of 16 rows per warp); A: with `a_regs`, the address of this thread's 8 elements
+    /// (the mma.sync A fragment of its warp's 16 rows), else the shared address of the first
+    /// element of the warpgroup's K-major 64 × 16 slice; B: the shared address of the first
+    /// element of the slice, K-major (n rows × 16 k) or, with `b_mn_major`, MN-major (16 rows
+    /// of k × n, in 64-column blocks `b_lbo` bytes apart); `scale_d` (i32, 0 or 1); `b_lbo`
+    /// (i32 bytes, read only for MN-major B). Operand tiles have 64-element (128-byte) rows
+    /// under the 128-byte swizzle.
+    Wgmma {
+        n: u32,
+        ab: crate::dtype::DType,
+        a_regs: bool,
+        b_mn_major: bool,
+    },
     /// `wgmma.fence.sync.aligned`: orders register accesses before the next wgmma. args: the
-    /// address of the accumulator the wgmmas will write (kept in place across the fence).
+    /// addresses of the register arrays the wgmmas will use (the accumulator, then A when it is
+    /// in registers), kept in place across the fence.
     WgmmaFence,
     /// `wgmma.commit_group.sync.aligned`.
     WgmmaCommit,
     /// `wgmma.wait_group.sync.aligned n`: all but the newest `n` groups are complete. args: the
-    /// address of the accumulator, readable after the wait.
+    /// addresses of the register arrays the wgmmas used (as for `WgmmaFence`): the accumulator
+    /// is readable after the wait, and A's registers stay live until it.
     WgmmaWait { n: u32 },
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
@@ -87,7 +98,16 @@ impl Intrinsic {
                 format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
             }
             Intrinsic::MmaSync { ab } => format!("mma_m16n8k16_{ab}"),
-            Intrinsic::Wgmma { n, ab } => format!("wgmma_m64n{n}k16_{ab}"),
+            Intrinsic::Wgmma {
+                n,
+                ab,
+                a_regs,
+                b_mn_major,
+            } => format!(
+                "wgmma_m64n{n}k16_{ab}{}{}",
+                if *a_regs { "_rs" } else { "" },
+                if *b_mn_major { "_tb" } else { "" }
+            ),
             Intrinsic::WgmmaFence => "wgmma_fence".into(),
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
             Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),

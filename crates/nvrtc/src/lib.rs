@@ -70,7 +70,13 @@ impl Nvrtc {
             .map_err(|_| NvrtcError::InvalidSource("the source contains a NUL byte".into()))?;
         let name = CString::new(opts.name.replace('\0', ""))
             .map_err(|_| NvrtcError::InvalidSource("bad program name".into()))?;
-        let flags = opts.flags(arch);
+        let mut flags = opts.flags(arch);
+        // NVRTC 12.9+ keeps its own cache of compiled programs, and a hit there returns no
+        // ptxas report: the spill check would pass blind and a "cold" compile would be timed
+        // as a lookup. Callers cache cubins themselves (with the log), so NVRTC's is skipped.
+        if self.version() >= (12, 9) {
+            flags.push("--no-cache".into());
+        }
         let cflags: Vec<CString> = flags
             .iter()
             .map(|f| CString::new(f.as_str()))

@@ -128,10 +128,15 @@ pub enum Instr {
     Wgmma {
         n: u32,
         ab: DType,
+        /// A is this thread's 8-element register fragment, not a shared slice.
+        a_regs: bool,
+        /// B is stored [K, N] in 64-column blocks `b_lbo` bytes apart.
+        b_mn_major: bool,
         d: MemRef,
         a: MemRef,
         b: MemRef,
         scale: E,
+        b_lbo: E,
     },
     WgmmaCommit,
     WgmmaWait(u32),

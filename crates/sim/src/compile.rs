@@ -511,8 +511,13 @@ impl Compiler<'_> {
                     c,
                 }
             }
-            Intrinsic::Wgmma { n, ab } => {
-                need(4)?;
+            Intrinsic::Wgmma {
+                n,
+                ab,
+                a_regs,
+                b_mn_major,
+            } => {
+                need(5)?;
                 if !matches!(ab, DType::F16 | DType::BF16) || *n == 0 || n % 8 != 0 || *n > 256 {
                     return Err(SimError::Unsupported(format!(
                         "wgmma m64n{n}k16 with {ab} operands at {} (f16 or bf16, N a multiple of 8 up to 256)",
@@ -526,13 +531,20 @@ impl Compiler<'_> {
                     Some(e) => self.expr(e)?,
                     None => E::Const(Value::Int(1)),
                 };
+                let b_lbo = match args.get(4) {
+                    Some(e) => self.expr(e)?,
+                    None => E::Const(Value::Int(16)),
+                };
                 Instr::Wgmma {
                     n: *n,
                     ab: *ab,
+                    a_regs: *a_regs,
+                    b_mn_major: *b_mn_major,
                     d,
                     a,
                     b,
                     scale,
+                    b_lbo,
                 }
             }
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,

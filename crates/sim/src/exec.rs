@@ -45,8 +45,8 @@ pub enum Stash {
     None,
     Shfl(Value, i64),
     Addrs([Loc; 4]),
-    /// A wgmma's D, A, B and its `scale_d`.
-    Wgmma([Loc; 3], i64),
+    /// A wgmma's D, A, B, its `scale_d` and B's block distance in bytes.
+    Wgmma([Loc; 3], i64, i64),
 }
 
 /// Accumulator bytes a wgmma will write when its group is waited for.
@@ -372,15 +372,23 @@ impl Interp<'_, '_> {
                     src,
                     pred,
                 } => self.cp_async(th, *bytes as usize, dst, src, pred, pc)?,
-                Instr::Wgmma { d, a, b, scale, .. } => {
+                Instr::Wgmma {
+                    d,
+                    a,
+                    b,
+                    scale,
+                    b_lbo,
+                    ..
+                } => {
                     let locs = [
                         self.addr(th, d, pc)?,
                         self.addr(th, a, pc)?,
                         self.addr(th, b, pc)?,
                     ];
                     let s = self.eval(th, scale, pc)?.as_i64();
+                    let lbo = self.eval(th, b_lbo, pc)?.as_i64();
                     th.pc = pc;
-                    th.stash = Stash::Wgmma(locs, s);
+                    th.stash = Stash::Wgmma(locs, s, lbo);
                     th.state = State::Warp;
                     return Ok(());
                 }

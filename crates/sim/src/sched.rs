@@ -184,7 +184,23 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
         } => shuffle(it, lanes, *kind, *width, *dst as usize, pc)?,
         Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
         Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
-        Instr::Wgmma { n, ab, .. } => wgmma(it, lanes, *n as usize, *ab, pc)?,
+        Instr::Wgmma {
+            n,
+            ab,
+            a_regs,
+            b_mn_major,
+            ..
+        } => wgmma(
+            it,
+            lanes,
+            WgmmaKind {
+                n: *n as usize,
+                ab: *ab,
+                a_regs: *a_regs,
+                b_mn_major: *b_mn_major,
+            },
+            pc,
+        )?,
         _ => return Err(no_stash(it, pc)),
     }
     if !matches!(ins, Instr::SyncWarp) {
@@ -378,31 +394,42 @@ fn sw128(e: i64) -> i64 {
     e ^ (((e >> 6) & 7) << 3)
 }
 
-/// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
-/// A slice times all `n` rows of the K-major B slice, added to (or, with `scale_d` 0,
-/// replacing) the lanes' accumulators in the mma.sync C layout. The results are queued on each
-/// lane and written at its `wgmma.wait_group`, so an accumulator read before the wait sees
-/// the old values, as on the GPU where it is undefined.
-fn wgmma(
-    it: &mut Interp,
-    lanes: &mut [Thread],
+/// The variant of a wgmma: its N, operand type and where its operands are.
+#[derive(Clone, Copy)]
+struct WgmmaKind {
     n: usize,
     ab: DType,
-    pc: u32,
-) -> Result<(), SimError> {
+    a_regs: bool,
+    b_mn_major: bool,
+}
+
+/// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
+/// A slice (or the warp's A register fragments) times the B slice (K-major: `n` rows of 16 k;
+/// MN-major: 16 rows of `n`, in 64-column blocks), added to (or, with `scale_d` 0, replacing)
+/// the lanes' accumulators in the mma.sync C layout. The results are queued on each lane and
+/// written at its `wgmma.wait_group`, so an accumulator read before the wait sees the old
+/// values, as on the GPU where it is undefined.
+fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result<(), SimError> {
+    let WgmmaKind {
+        n,
+        ab,
+        a_regs,
+        b_mn_major,
+    } = w;
     let name = it.prog.name(pc as usize);
-    let (first, scale) = match lanes[0].stash {
-        Stash::Wgmma(l, s) => (l, s),
+    let (first, scale, lbo) = match lanes[0].stash {
+        Stash::Wgmma(l, s, lbo) => (l, s, lbo),
         _ => return Err(no_stash(it, pc)),
     };
     for l in lanes.iter() {
         match l.stash {
-            Stash::Wgmma(x, s)
-                if x[1].buf == first[1].buf
-                    && x[1].elem == first[1].elem
+            // Register A is per lane (its own registers); the descriptors must agree.
+            Stash::Wgmma(x, s, lb)
+                if (a_regs || (x[1].buf == first[1].buf && x[1].elem == first[1].elem))
                     && x[2].buf == first[2].buf
                     && x[2].elem == first[2].elem
-                    && s == scale => {}
+                    && s == scale
+                    && lb == lbo => {}
             Stash::Wgmma(..) => {
                 return Err(SimError::InvalidIr(format!(
                 "{name} at {}: the lanes of warp {} pass different operand descriptors or scale_d",
@@ -414,7 +441,11 @@ fn wgmma(
         }
     }
     let (la, lb) = (first[1], first[2]);
-    for (loc, what) in [(la, "A"), (lb, "B")] {
+    let mut slices = vec![(lb, "B")];
+    if !a_regs {
+        slices.push((la, "A"));
+    }
+    for (loc, what) in slices {
         if loc.elem % 8 != 0 {
             return Err(SimError::InvalidIr(format!(
                 "{name} at {}: the {what} slice starts at element {}, not on a 16-byte boundary",
@@ -422,6 +453,12 @@ fn wgmma(
                 loc.elem
             )));
         }
+    }
+    if b_mn_major && (lbo <= 0 || lbo % 1024 != 0) {
+        return Err(SimError::InvalidIr(format!(
+            "{name} at {}: an MN-major B needs its 64-column blocks a positive multiple of 1024 bytes apart (got {lbo})",
+            it.prog.span(pc as usize)
+        )));
     }
     let who = Rec {
         tid: lanes[0].tid as u16,
@@ -444,23 +481,50 @@ fn wgmma(
         };
     let w4 = ((lanes[0].tid / 32) % 4) as i64;
     let mut a = [[0f64; 16]; 16];
-    for (r, row) in a.iter_mut().enumerate() {
-        for (k, x) in row.iter_mut().enumerate() {
-            *x = load(it, la, (16 * w4 + r as i64) * 64 + k as i64, "A")?;
+    if !a_regs {
+        for (r, row) in a.iter_mut().enumerate() {
+            for (k, x) in row.iter_mut().enumerate() {
+                *x = load(it, la, (16 * w4 + r as i64) * 64 + k as i64, "A")?;
+            }
         }
     }
+    let block = lbo / ab.bytes() as i64;
     let mut b = vec![[0f64; 16]; n];
     for (nn, row) in b.iter_mut().enumerate() {
         for (k, x) in row.iter_mut().enumerate() {
-            *x = load(it, lb, nn as i64 * 64 + k as i64, "B")?;
+            let e = if b_mn_major {
+                (nn as i64 / 64) * block + k as i64 * 64 + nn as i64 % 64
+            } else {
+                nn as i64 * 64 + k as i64
+            };
+            *x = load(it, lb, e, "B")?;
         }
     }
     for (buf, off) in read_at {
         it.mem.check_proxy_read(buf, off, 2, who)?;
     }
+    if a_regs {
+        // The mma.sync A fragment of the warp's 16 rows, read from each lane's registers.
+        for (lane, l) in lanes.iter().enumerate() {
+            let Stash::Wgmma([_, la, _], ..) = l.stash else {
+                return Err(no_stash(it, pc));
+            };
+            let off = operand(it, l, la, need(8, Scope::Local, Some(2), "A"), pc)?;
+            let rd = Rec {
+                tid: l.tid as u16,
+                kind: Kind::IntrinsicRead,
+                pc,
+            };
+            let bytes = it.mem.read(&l.local, la.buf, off, 16, rd)?;
+            for i in 0..8 {
+                let (r, k) = tensor_core::a_coord(lane, i);
+                a[r][k] = elem::decode(&bytes[2 * i..2 * i + 2], ab).as_f64();
+            }
+        }
+    }
     let regs = n / 2;
     for (lane, l) in lanes.iter_mut().enumerate() {
-        let Stash::Wgmma([ld, ..], _) = l.stash else {
+        let Stash::Wgmma([ld, ..], ..) = l.stash else {
             return Err(no_stash(it, pc));
         };
         let off = operand(it, l, ld, need(4 * regs, Scope::Local, Some(4), "D"), pc)?;

@@ -44,7 +44,7 @@ fn run() -> anyhow::Result<()> {
         warm.elapsed().as_secs_f64() * 1e3
     );
     let gpu = !dev.is_cpu();
-    let kernels = vec![
+    let mut kernels = vec![
         (
             "softmax_row 8192 bf16",
             softmax::softmax_row(BF16, 8192, 256),
@@ -76,6 +76,27 @@ fn run() -> anyhow::Result<()> {
             ),
         ),
     ];
+    if gpu && dev.target().is_ok_and(|t| t.has_wgmma()) {
+        kernels.push((
+            "gemm_nt bf16 wgmma",
+            gemm::gemm(gemm::Layout::NT, BF16, BF16, gemm::GemmConfig::hopper()),
+        ));
+        for d in [64, 128] {
+            kernels.push((
+                if d == 64 {
+                    "flash_attn d64 wgmma"
+                } else {
+                    "flash_attn d128 wgmma"
+                },
+                flash_attention::flash_attention(
+                    BF16,
+                    d,
+                    true,
+                    flash_attention::AttnConfig::hopper(),
+                ),
+            ));
+        }
+    }
     for (name, k) in &kernels {
         let exe = k
             .compile_with(&dev, &opts)

@@ -35,10 +35,13 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long)]
     min_blocks: Option<u32>,
-    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk a multiple of 64, --bm 64 per 128 threads). Checked in
-    /// the simulator and compiled in CI; not yet timed on a GPU
-    #[arg(long)]
+    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk a multiple of 64, --bm 64 per 128 threads).
+    /// The default on sm_90 for NT with 16-bit inputs
+    #[arg(long, conflicts_with = "no_wgmma")]
     wgmma: bool,
+    /// Stay on mma.sync even where wgmma applies (also keeps wgmma tiles out of --tune)
+    #[arg(long)]
+    no_wgmma: bool,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long)]
     panel: Option<u32>,
@@ -50,7 +53,7 @@ struct Args {
 
 /// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
 /// most 128 f32 registers per thread.
-fn tune_space(dev: &Device, layout: Layout, dt: DType) -> tilelang::autotune::Space<GemmConfig> {
+fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig> {
     if dev.is_cpu() {
         return tilelang::autotune::Space::product3(
             &[64i64, 128],
@@ -83,13 +86,9 @@ fn tune_space(dev: &Device, layout: Layout, dt: DType) -> tilelang::autotune::Sp
             }
         }
     }
-    // Hopper warpgroup-MMA tiles, only on request until a GPU run has validated that path
-    // (see docs/design/wgmma-plan.md): 64 rows per warpgroup, 64-deep k tiles, NT only.
-    let wgmma_ok = dev.target().is_ok_and(|t| t.has_wgmma())
-        && layout == Layout::NT
-        && matches!(dt, BF16 | F16)
-        && std::env::var("TILELANG_TUNE_WGMMA").as_deref() == Ok("1");
-    if wgmma_ok {
+    // Hopper warpgroup-MMA tiles (docs/design/wgmma-plan.md): 64 rows per warpgroup, k tiles
+    // of 64 or 128.
+    if wgmma {
         for (bm, bn, threads) in [
             (128, 256, 256),
             (128, 128, 256),
@@ -131,8 +130,16 @@ fn run() -> anyhow::Result<ExitCode> {
         None => dt,
     };
     let dev = args.common.device()?;
+    let wgmma = match dev.target() {
+        Ok(t) if !dev.is_cpu() => {
+            args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&t, layout, dt))
+        }
+        _ => args.wgmma,
+    };
     let mut cfg = if dev.is_cpu() {
         GemmConfig::cpu()
+    } else if wgmma {
+        GemmConfig::hopper()
     } else {
         GemmConfig::gpu()
     };
@@ -143,7 +150,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);
-    cfg.wgmma = args.wgmma;
+    cfg.wgmma = wgmma;
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
@@ -181,7 +188,7 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
     let kernel = if args.tile.tune {
-        let space = tune_space(&dev, layout, dt);
+        let space = tune_space(&dev, wgmma);
         let tol = common::tolerance(dt).max(common::tolerance(out_dt));
         let check = || -> Result<(), String> {
             match sampled(&c) {

@@ -55,12 +55,7 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
         min_blocks,
         ..GemmConfig::tiles(bm, bn, bk, stages, threads)
     };
-    let a = |bm, bn, stages, threads| AttnConfig {
-        bm,
-        bn,
-        stages,
-        threads,
-    };
+    let a = AttnConfig::tiles;
     let kernels = vec![
         (
             "gemm default",
@@ -142,4 +137,68 @@ fn wgmma_gemm_compiles_to_hgmma() {
             }
         }
     }
+}
+
+/// The Hopper defaults and run 6's tuned winners (docs/gpu-notes.md) compile for sm_90a into
+/// warpgroup MMAs without spills: the wgmma GEMM (NT, and NN with an MN-major B) and the wgmma
+/// attention (P from registers, V MN-major).
+#[test]
+fn hopper_defaults_and_wgmma_attention_compile_to_hgmma() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("hopper_defaults_and_wgmma_attention_compile_to_hgmma")
+        .is_none()
+    {
+        return;
+    }
+    let wg = |bm, bn, stages, threads| AttnConfig {
+        wgmma: true,
+        ..AttnConfig::tiles(bm, bn, stages, threads)
+    };
+    let kernels = vec![
+        (
+            "gemm NT hopper default",
+            gemm(Layout::NT, BF16, BF16, GemmConfig::hopper()),
+        ),
+        (
+            "gemm NN hopper tiles",
+            gemm(Layout::NN, BF16, BF16, GemmConfig::hopper()),
+        ),
+        (
+            "attention d128 hopper default",
+            flash_attention(BF16, 128, false, AttnConfig::hopper()),
+        ),
+        (
+            "attention d128 causal hopper default",
+            flash_attention(BF16, 128, true, AttnConfig::hopper()),
+        ),
+        (
+            "attention d128 bm128 bn64 (run 6 winner)",
+            flash_attention(BF16, 128, false, wg(128, 64, 2, 256)),
+        ),
+        (
+            "attention d64 hopper default",
+            flash_attention(BF16, 64, false, AttnConfig::hopper()),
+        ),
+        (
+            "attention d64 causal bm64 bn64 (run 6 winner)",
+            flash_attention(BF16, 64, true, wg(64, 64, 2, 128)),
+        ),
+    ];
+    let opts = tl_nvrtc::CheckOptions {
+        require_instructions: vec!["HGMMA".into(), "LDGSTS".into()],
+        ..Default::default()
+    };
+    let mut failures = vec![];
+    for (what, k) in kernels {
+        match k.emit(Target::SM90) {
+            Ok(src) => match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+                Ok(r) => println!("{what}: {r}"),
+                Err(e) => failures.push(format!("{what}: {e}")),
+            },
+            Err(e) => failures.push(format!("{what}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -290,10 +290,27 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
         .expect_err("sm_80");
     assert!(e.to_string().contains("wgmma needs sm_90a"), "{e}");
     assert!(e.to_string().contains("drop `.wgmma()`"), "{e}");
-    let e = wg(64, 64, 128, Layout::NN)
+    let e = wg(64, 64, 128, Layout::TN)
         .lower(Target::SM90)
-        .expect_err("N-major B");
-    assert!(e.to_string().contains("K-major"), "{e}");
+        .expect_err("M-major A");
+    assert!(e.to_string().contains("A must be K-major"), "{e}");
+    // An MN-major B ([K, N]) is read in 64-column blocks.
+    assert!(wg(64, 64, 128, Layout::NN).lower(Target::SM90).is_ok());
+    let narrow = gemm(
+        Layout::NN,
+        BF16,
+        F32,
+        GemmConfig {
+            wgmma: true,
+            ..GemmConfig::tiles(64, 32, 64, 2, 128)
+        },
+    );
+    let e = narrow.lower(Target::SM90).expect_err("narrow MN-major B");
+    assert!(
+        e.to_string()
+            .contains("`B_s` must have rows of a multiple of 64"),
+        "{e}"
+    );
     let e = wg(64, 32, 128, Layout::NT)
         .lower(Target::SM90)
         .expect_err("short rows");

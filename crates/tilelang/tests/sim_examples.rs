@@ -142,12 +142,7 @@ fn tensor_core_gemm_in_sim() {
 #[test]
 fn tensor_core_flash_attention_in_sim() {
     // Both gemms on tensor cores, P·V with P from registers.
-    let cfg = flash_attention::AttnConfig {
-        bm: 64,
-        bn: 32,
-        stages: 2,
-        threads: 128,
-    };
+    let cfg = flash_attention::AttnConfig::tiles(64, 32, 2, 128);
     for causal in [false, true] {
         let k = flash_attention::flash_attention(BF16, 64, causal, cfg);
         let s = vec![1, 1, 70, 64];
@@ -164,12 +159,7 @@ fn tensor_core_flash_attention_in_sim() {
 
 #[test]
 fn flash_attention_in_sim() {
-    let cfg = flash_attention::AttnConfig {
-        bm: 16,
-        bn: 16,
-        stages: 2,
-        threads: 64,
-    };
+    let cfg = flash_attention::AttnConfig::tiles(16, 16, 2, 64);
     for causal in [false, true] {
         let k = flash_attention::flash_attention(F32, 32, causal, cfg);
         let s = vec![1, 2, 37, 32];
@@ -391,6 +381,45 @@ fn wgmma_gemm_in_sim() {
         assert!(text.contains("wgmma_m64n"), "{text}");
         let e = sim_vs_cpu(&k, Target::SM90, &[vec![m, kk], vec![n, kk], vec![m, n]], 5);
         assert!(e < 1e-5, "wgmma gemm {bm}x{bn}: {e}");
+        // NN: B stored [K, N] is MN-major, read in 64-column blocks.
+        let k = gemm::gemm(gemm::Layout::NN, BF16, F32, cfg);
+        let text = k.lower(Target::SM90).expect("lowers").to_string();
+        assert!(text.contains("_tb"), "{text}");
+        let e = sim_vs_cpu(&k, Target::SM90, &[vec![m, kk], vec![kk, n], vec![m, n]], 5);
+        assert!(e < 1e-5, "wgmma NN gemm {bm}x{bn}: {e}");
+    }
+}
+
+#[test]
+fn wgmma_flash_attention_in_sim() {
+    // Both attention gemms on wgmma: Q·Kᵀ from shared descriptors (K-major), P·V with P from
+    // registers (the S accumulator cast to bf16) and V MN-major ([keys, d] in 64-column blocks,
+    // so d = 128 exercises the leading-byte offset). Sequence tails and the causal diagonal.
+    for (d, bn, threads, causal) in [
+        (64, 64, 128, false),
+        (64, 64, 128, true),
+        (128, 32, 128, false),
+        (128, 64, 256, true),
+    ] {
+        let cfg = flash_attention::AttnConfig {
+            wgmma: true,
+            ..flash_attention::AttnConfig::tiles(64 * (threads as i64 / 128), bn, 2, threads)
+        };
+        let k = flash_attention::flash_attention(BF16, d, causal, cfg);
+        let text = k.lower(Target::SM90).expect("lowers").to_string();
+        assert!(
+            text.contains("_rs_tb"),
+            "P·V is not a register-A, MN-major-B wgmma:\n{text}"
+        );
+        let s = vec![1, 2, 83, d as usize];
+        let e = sim_vs_cpu(
+            &k,
+            Target::SM90,
+            &[s.clone(), s.clone(), s.clone(), s, vec![1, 2, 83]],
+            7,
+        );
+        println!("wgmma attention d{d} bn{bn} causal={causal}: rel err {e:.2e}");
+        assert!(e < 1e-2, "wgmma attention d{d} bn{bn} causal={causal}: {e}");
     }
 }
 

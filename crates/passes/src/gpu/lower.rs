@@ -109,10 +109,12 @@ pub struct Ctx<'a> {
     pub smem_bytes: usize,
     /// Swizzled layouts of scratch tiles the lowering adds (epilogue staging).
     pub extra_smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
-    /// While a pipelined loop's consumers are lowered: the staged shared tiles only its
-    /// cp.async producers write, which the pipeline fences for the async proxy before its
-    /// barrier (so a wgmma reading them needs no fence and barrier of its own).
-    pub async_fenced: std::collections::HashSet<u64>,
+    /// While a pipelined loop's consumers are lowered: the shared buffers they write. The
+    /// pipeline fences every thread's earlier writes for the async proxy before its barrier
+    /// (when the consumers issue wgmma), so a wgmma reading any other shared buffer needs no
+    /// fence and barrier of its own: the staged tiles its cp.async producers filled, and tiles
+    /// written before the loop (attention's Q).
+    pub async_fence_unless_written: Option<std::collections::HashSet<u64>>,
 }
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
@@ -133,7 +135,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         pipelines,
         smem_bytes: 0,
         extra_smem: HashMap::new(),
-        async_fenced: Default::default(),
+        async_fence_unless_written: None,
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {
@@ -182,6 +184,13 @@ impl<'a> Ctx<'a> {
             span,
             format!("{what} is not supported on {}", self.target),
         )
+    }
+
+    /// Whether an enclosing pipeline's fenced barrier has made `b` readable by wgmma.
+    pub fn is_async_fenced(&self, b: &Buffer) -> bool {
+        self.async_fence_unless_written
+            .as_ref()
+            .is_some_and(|w| !w.contains(&b.id()))
     }
 
     pub fn sync(&self, span: Span) -> Stmt {

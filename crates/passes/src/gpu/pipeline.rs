@@ -255,24 +255,15 @@ impl Ctx<'_> {
             &versioned,
             &k.expr().floormod(s),
         );
-        // Staged tiles nothing but the producers write: the fence below covers them.
+        // The fence below covers every shared buffer the consumers do not write themselves.
         let written = written_shared(&consume);
-        let fenced: HashSet<u64> = plan
-            .producers
-            .iter()
-            .filter_map(|&i| match &body[i].kind {
-                StmtKind::Op(TileOp::Copy(c)) => versioned.get(&c.dst.buffer.id()),
-                _ => None,
-            })
-            .map(|b| b.id())
-            .filter(|id| !written.contains(id))
-            .collect();
-        let outer = std::mem::replace(&mut self.async_fenced, fenced);
+        let outer = self.async_fence_unless_written.replace(written);
         let mut hz = Hazards::default();
         let consume = self.block(&consume, &mut hz);
-        self.async_fenced = outer;
+        self.async_fence_unless_written = outer;
         // wgmma reads shared memory through the async proxy: every thread fences its landed
-        // cp.async writes before the barrier that hands them to the warpgroups.
+        // cp.async writes (and any earlier writes) before the barrier that hands them to the
+        // warpgroups.
         let fence = if issues_wgmma(&consume) {
             self.eval(Intrinsic::FenceProxyAsync, vec![], span)
         } else {

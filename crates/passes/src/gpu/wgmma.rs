@@ -19,6 +19,7 @@ use tl_target::Target;
 
 use super::gemm::{extents2, index2};
 use super::lower::Ctx;
+use super::mma::c_layout;
 use crate::tile_util::{address_of, for_loop};
 
 /// Elements per row of a wgmma operand tile: 128 bytes of a 16-bit type.
@@ -39,15 +40,24 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     if g.c.buffer.dtype() != DType::F32 {
         return Some("wgmma accumulates in f32".into());
     }
-    if g.a.buffer.scope() != Scope::Shared || g.b.buffer.scope() != Scope::Shared {
-        return Some("both operands must be shared-memory tiles".into());
+    if g.b.buffer.scope() != Scope::Shared {
+        return Some("B must be a shared-memory tile".into());
     }
-    if g.trans_a || !g.trans_b {
-        return Some(
-            "both operands must be K-major: A as [M, K] and B as [N, K] (transpose_b)".into(),
-        );
+    let a_regs = match g.a.buffer.scope() {
+        Scope::Shared => false,
+        Scope::Fragment => true,
+        s => return Some(format!("A must be a shared tile or a fragment, not {s:?}")),
+    };
+    if g.trans_a {
+        return Some("A must be K-major: [M, K], not transposed".into());
     }
-    for (name, r) in [("A", &g.a), ("B", &g.b)] {
+    // K-major operands (A in shared memory, B with transpose_b): 16-wide k slices of 64-column
+    // blocks. MN-major B ([K, N], as attention's V): 16-row k slices of all N columns.
+    let mut tiles = vec![("B", &g.b, g.trans_b)];
+    if !a_regs {
+        tiles.push(("A", &g.a, true));
+    }
+    for (name, r, k_major) in tiles {
         // Wider tiles are stored as 64-column blocks (`smem_swizzle_layout`), each block the
         // canonical layout; a 16-wide k slice never straddles two.
         let cols = r.buffer.const_shape().and_then(|s| s.last().copied());
@@ -58,15 +68,26 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
             ));
         }
         // The descriptor assumes the swizzle's 8-row phase starts at the slice: a sub-tile must
-        // start on a multiple of 8 rows and 16 columns.
+        // start on a multiple of 8 rows, and of 16 columns (K-major) or 64 (MN-major).
         let rank = r.rank();
+        let col_step = if k_major { 16 } else { ROW_ELEMS };
         let aligned = rank >= 2
             && r.offsets[rank - 2].as_int().is_some_and(|o| o % 8 == 0)
-            && r.offsets[rank - 1].as_int().is_some_and(|o| o % 16 == 0);
+            && r.offsets[rank - 1]
+                .as_int()
+                .is_some_and(|o| o % col_step == 0);
         if !aligned {
             return Some(format!(
-                "the {name} region of `{}` must start at constant multiples of 8 rows and 16 columns",
+                "the {name} region of `{}` must start at constant multiples of 8 rows and {col_step} columns",
                 r.buffer.name()
+            ));
+        }
+    }
+    if !g.trans_b {
+        let n = extents2(&g.b).map(|(_, n)| n).unwrap_or(0);
+        if n % ROW_ELEMS != 0 {
+            return Some(format!(
+                "an MN-major B ([K, N]) needs N a multiple of {ROW_ELEMS} (N = {n}); store B as [N, K] and use transpose_b"
             ));
         }
     }
@@ -100,9 +121,45 @@ impl Ctx<'_> {
     pub fn lower_gemm_wgmma(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
         check(g, &self.target, self.threads, span)?;
         let acc = self.local_of(&g.c.buffer, span)?;
-        let (_, n) = extents2(&g.c).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d C"))?;
+        let (m, n) = extents2(&g.c).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d C"))?;
         let (_, k) = extents2(&g.a).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d A"))?;
         let ab = g.a.buffer.dtype();
+        let warps = self.threads / 32;
+        // A in registers must hold, per warp, the mma.sync A fragment of the warp's 16 rows:
+        // the accumulator layout of an earlier gemm over the same rows.
+        let a_regs = if g.a.buffer.scope() == Scope::Fragment {
+            let fa = self.fragment_of(&g.a.buffer, span)?;
+            let want = c_layout(m, k, warps, 1);
+            if !fa.equivalent(&want) {
+                return Err(Diagnostic::new(
+                    DiagKind::LayoutConflict,
+                    span,
+                    format!(
+                        "wgmma reads A from fragment `{}` ({}), which is not the warpgroup A operand layout ({})",
+                        g.a.buffer.name(),
+                        fa.to_cute(),
+                        want.to_cute()
+                    ),
+                )
+                .help("produce A with a gemm over the same rows (a wgmma accumulator), or copy it to shared memory"));
+            }
+            Some(self.local_of(&g.a.buffer, span)?)
+        } else {
+            None
+        };
+        let b_mn_major = !g.trans_b;
+        // MN-major B: the distance between its 64-column blocks (a whole column block of the
+        // stored tile, one stage of it when staged).
+        let b_lbo = if b_mn_major {
+            let rows =
+                g.b.buffer
+                    .const_shape()
+                    .and_then(|s| s.len().checked_sub(2).map(|i| s[i]))
+                    .ok_or_else(|| Diagnostic::internal("wgmma on a B of unknown shape"))?;
+            rows * ROW_ELEMS * ab.bytes() as i64
+        } else {
+            16
+        };
         let row0 = self.tid.floordiv(128) * 64;
         let ks = Var::new("ks", DType::I32);
         let k0 = ks.expr() * 16;
@@ -111,33 +168,54 @@ impl Ctx<'_> {
         } else {
             Expr::int(1)
         };
+        let a_addr = match &a_regs {
+            // The accumulator layout of [m, k] with one m16 atom per warp: k16 step `ks` is
+            // atoms 2ks and 2ks + 1, 8 values from 8·ks.
+            Some(regs) => address_of(regs, vec![ks.expr() * 8]),
+            None => address_of(&g.a.buffer, index2(&g.a, row0, k0.clone())),
+        };
+        let b_idx = if b_mn_major {
+            index2(&g.b, k0, Expr::int(0))
+        } else {
+            index2(&g.b, Expr::int(0), k0)
+        };
         let call = Expr::call(
-            Intrinsic::Wgmma { n: n as u32, ab },
+            Intrinsic::Wgmma {
+                n: n as u32,
+                ab,
+                a_regs: a_regs.is_some(),
+                b_mn_major,
+            },
             vec![
                 address_of(&acc, vec![Expr::int(0)]),
-                address_of(&g.a.buffer, index2(&g.a, row0, k0.clone())),
-                address_of(&g.b.buffer, index2(&g.b, Expr::int(0), k0)),
+                a_addr,
+                address_of(&g.b.buffer, b_idx),
                 scale_d,
+                Expr::int(b_lbo),
             ],
             DType::Bool,
         );
         let step = Stmt::new(StmtKind::Eval(call), span);
-        let acc0 = address_of(&acc, vec![Expr::int(0)]);
+        // The registers the asynchronous wgmmas use stay in place from the fence to the wait.
+        let mut regs = vec![address_of(&acc, vec![Expr::int(0)])];
+        if let Some(a) = &a_regs {
+            regs.push(address_of(a, vec![Expr::int(0)]));
+        }
         // wgmma reads shared memory through the async proxy: every thread fences its own
         // earlier writes (plain stores or landed cp.async), then a barrier hands them to the
         // warpgroups — unless the enclosing pipeline already did both for these tiles.
-        let fenced = self.async_fenced.contains(&g.a.buffer.id())
-            && self.async_fenced.contains(&g.b.buffer.id());
+        let fenced = self.is_async_fenced(&g.b.buffer)
+            && (a_regs.is_some() || self.is_async_fenced(&g.a.buffer));
         let mut out = vec![];
         if !fenced {
             out.push(self.eval(Intrinsic::FenceProxyAsync, vec![], span));
             out.push(self.sync(span));
         }
         out.extend([
-            self.eval(Intrinsic::WgmmaFence, vec![acc0.clone()], span),
+            self.eval(Intrinsic::WgmmaFence, regs.clone(), span),
             for_loop(&ks, k / 16, tl_ir::ForKind::Unrolled, step, span),
             self.eval(Intrinsic::WgmmaCommit, vec![], span),
-            self.eval(Intrinsic::WgmmaWait { n: 0 }, vec![acc0], span),
+            self.eval(Intrinsic::WgmmaWait { n: 0 }, regs, span),
         ]);
         Ok(Stmt::seq(out, span))
     }

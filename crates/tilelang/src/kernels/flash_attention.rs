@@ -11,26 +11,39 @@ pub struct AttnConfig {
     pub bn: i64,
     pub stages: u32,
     pub threads: u32,
+    /// Both gemms on Hopper's warpgroup MMA (sm_90a): Q·Kᵀ from shared tiles, P·V with P from
+    /// registers and V MN-major; 64 query rows per 128 threads.
+    pub wgmma: bool,
 }
 
 impl AttnConfig {
+    /// `bm` query rows × `bn` keys per step, on the mma.sync path.
+    pub fn tiles(bm: i64, bn: i64, stages: u32, threads: u32) -> AttnConfig {
+        AttnConfig {
+            bm,
+            bn,
+            stages,
+            threads,
+            wgmma: false,
+        }
+    }
+
     /// Tensor-core tiles: 128 query rows over 8 warps (16 rows each), 64-key tiles, 2 stages.
     pub fn gpu() -> AttnConfig {
+        AttnConfig::tiles(128, 64, 2, 256)
+    }
+
+    /// Hopper (sm_90a, 16-bit inputs): both gemms on the warpgroup MMA, 128 query rows over
+    /// two warpgroups, 128-key tiles, 2 stages.
+    pub fn hopper() -> AttnConfig {
         AttnConfig {
-            bm: 128,
-            bn: 64,
-            stages: 2,
-            threads: 256,
+            wgmma: true,
+            ..AttnConfig::tiles(128, 128, 2, 256)
         }
     }
 
     pub fn cpu() -> AttnConfig {
-        AttnConfig {
-            bm: 64,
-            bn: 64,
-            stages: 1,
-            threads: 128,
-        }
+        AttnConfig::tiles(64, 64, 1, 128)
     }
 }
 
@@ -40,6 +53,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         bn,
         stages,
         threads,
+        wgmma,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -105,7 +119,10 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         });
                     })
                     .else_(|t| t.clear(&scores));
-                    t.gemm(&q_s, &k_s, &scores).transpose_b();
+                    let qk = t.gemm(&q_s, &k_s, &scores).transpose_b();
+                    if wgmma {
+                        qk.wgmma();
+                    }
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();
                     t.parallel([bm], |t, [i]| {
@@ -137,7 +154,10 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     });
                     t.copy(&scores, &probs);
                     t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
-                    t.gemm(&probs, &v_s, &acc_o);
+                    let pv = t.gemm(&probs, &v_s, &acc_o);
+                    if wgmma {
+                        pv.wgmma();
+                    }
                 });
                 t.parallel([bm, d], |t, [i, j]| {
                     t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) / l_i.at([&i]));

@@ -70,6 +70,23 @@ impl GemmConfig {
         GemmConfig::tiles(128, 128, 32, 3, 128)
     }
 
+    /// Hopper (sm_90a) tiles on the warpgroup MMA, for the NT layout with 16-bit inputs:
+    /// 128x128x64, 3 stages, two warpgroups, panels of 8 block-rows. The tuned winner at 4096³
+    /// and 8192³ on an H100 (docs/performance.md, run 6).
+    pub fn hopper() -> GemmConfig {
+        GemmConfig {
+            panel: 8,
+            wgmma: true,
+            ..GemmConfig::tiles(128, 128, 64, 3, 256)
+        }
+    }
+
+    /// Whether [`GemmConfig::hopper`] applies: a target with wgmma, the NT layout, and f16 or
+    /// bf16 inputs.
+    pub fn hopper_applies(target: &tl_target::Target, layout: Layout, in_dtype: DType) -> bool {
+        target.has_wgmma() && layout == Layout::NT && matches!(in_dtype, DType::F16 | DType::BF16)
+    }
+
     /// Tiles that suit the CPU backend (big tiles amortize packing).
     pub fn cpu() -> GemmConfig {
         GemmConfig::tiles(128, 128, 64, 1, 128)

@@ -11,12 +11,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         threads: 128,
     };
     let g = gemm::GemmConfig::tiles(64, 64, 32, 2, 128);
-    let fa = flash_attention::AttnConfig {
-        bm: 64,
-        bn: 64,
-        stages: 2,
-        threads: 128,
-    };
+    let fa = flash_attention::AttnConfig::tiles(64, 64, 2, 128);
     vec![
         gemm::gemm(gemm::Layout::NT, BF16, BF16, g),
         gemm::gemm(gemm::Layout::NN, F32, F32, g),
