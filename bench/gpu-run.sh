@@ -115,14 +115,31 @@ if [ "$what" = hopper ]; then
       chk $G/flash_attention --device cuda --batch 1 --heads 2 --seq 777 --dim 128 --dtype bf16 --wgmma --bm $1 --bn $2 --threads $3 --stages $4 $c
     done
   done
-  chk $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout nn --dtype bf16 --wgmma --bm 128 --bn 128 --bk 64 --threads 256 --stages 3
-  chk $G/gemm --device cuda --m 257 --n 129 --k 65 --layout nn --dtype f16 --out-dtype f32 --wgmma --bm 64 --bn 128 --bk 64 --threads 128 --stages 2
+  for l in nn tn; do
+    chk $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout $l --dtype bf16 --wgmma --bm 128 --bn 128 --bk 64 --threads 256 --stages 3
+    chk $G/gemm --device cuda --m 257 --n 129 --k 65 --layout $l --dtype f16 --out-dtype f32 --wgmma --bm 64 --bn 128 --bk 64 --threads 128 --stages 2
+  done
+  # Overlapped wgmma (wait_group 1 across k steps; stages refilled one iteration later).
+  for l in nt nn tn; do
+    for st in 3 4; do
+      chk $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout $l --dtype bf16 --wgmma --overlap --bm 128 --bn 128 --bk 64 --threads 256 --stages $st
+    done
+  done
+  chk $G/gemm --device cuda --m 257 --n 129 --k 650 --layout nt --dtype f16 --out-dtype f32 --wgmma --overlap --bm 128 --bn 256 --bk 64 --threads 256 --stages 4
   echo "hopper correctness failures: $fails"
-  log "defaults on this GPU (wgmma where it applies), not tuned"
+  log "defaults on this GPU (wgmma where it applies), not tuned; then overlapped tiles"
   for n in 4096 8192; do
     $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 50 2>&1 | tail -n 1
+    if [ "$fails" = 0 ]; then
+      for cfg in "128 128 3" "128 128 4" "128 256 4"; do
+        set -- $cfg
+        $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --wgmma --overlap --bm $1 --bn $2 --bk 64 --threads 256 --stages $3 --panel 8 --reps 50 2>&1 | tail -n 1
+      done
+    fi
   done
-  $G/gemm --device cuda --m 8192 --n 8192 --k 8192 --layout nn --dtype bf16 --wgmma --bm 128 --bn 128 --bk 64 --threads 256 --stages 3 --panel 8 --reps 50 2>&1 | tail -n 1
+  for l in nn tn; do
+    $G/gemm --device cuda --m 8192 --n 8192 --k 8192 --layout $l --dtype bf16 --reps 50 2>&1 | tail -n 1
+  done
   python3 $G/torch_peers.py gemm 4096 4096 4096 --layout nt --dtype bf16
   python3 $G/torch_peers.py gemm 8192 8192 8192 --layout nt --dtype bf16
   if [ "$fails" = 0 ]; then

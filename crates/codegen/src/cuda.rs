@@ -281,6 +281,8 @@ pub struct WgmmaShape {
     pub ab: &'static str,
     /// A from registers (`.._rs`) instead of a shared-memory descriptor.
     pub a_regs: bool,
+    /// A MN-major (`imm-trans-a` 1, `.._ta`) instead of K-major (shared A only).
+    pub a_mn_major: bool,
     /// B MN-major (`imm-trans-b` 1, `.._tb`) instead of K-major.
     pub b_mn_major: bool,
 }
@@ -288,10 +290,11 @@ pub struct WgmmaShape {
 impl WgmmaShape {
     fn function_name(&self) -> String {
         format!(
-            "tl_wgmma_m64n{}k16_{}{}{}",
+            "tl_wgmma_m64n{}k16_{}{}{}{}",
             self.n,
             self.ab,
             if self.a_regs { "_rs" } else { "" },
+            if self.a_mn_major { "_ta" } else { "" },
             if self.b_mn_major { "_tb" } else { "" }
         )
     }
@@ -320,7 +323,7 @@ fn wgmma_function(w: &WgmmaShape) -> String {
             "    const uint64_t da = tl_wgmma_desc_sw128(a, 16);\n".to_string(),
             format!("%{regs}"),
             "\"l\"(da), ".to_string(),
-            format!("1, 1, 0, {tb}"),
+            format!("1, 1, {}, {tb}", u32::from(w.a_mn_major)),
             regs + 1,
         )
     };
@@ -791,6 +794,7 @@ impl Printer<'_> {
                 n,
                 ab,
                 a_regs,
+                a_mn_major,
                 b_mn_major,
             } => {
                 if !self.cuda_nargs(op, args, 5) {
@@ -831,6 +835,7 @@ impl Printer<'_> {
                     n: *n,
                     ab: name,
                     a_regs: *a_regs,
+                    a_mn_major: *a_mn_major,
                     b_mn_major: *b_mn_major,
                 };
                 self.wgmma_shapes.insert(shape);

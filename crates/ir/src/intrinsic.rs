@@ -52,7 +52,8 @@ pub enum Intrinsic {
     /// `WgmmaWait`. args: address of D (`n/2` f32 in a local buffer, the mma.sync accumulator
     /// layout of 16 rows per warp); A: with `a_regs`, the address of this thread's 8 elements
     /// (the mma.sync A fragment of its warp's 16 rows), else the shared address of the first
-    /// element of the warpgroup's K-major 64 × 16 slice; B: the shared address of the first
+    /// element of the warpgroup's 64 × 16 slice, K-major or, with `a_mn_major`, MN-major (16
+    /// rows of k × 64 m, one 64-column block); B: the shared address of the first
     /// element of the slice, K-major (n rows × 16 k) or, with `b_mn_major`, MN-major (16 rows
     /// of k × n, in 64-column blocks `b_lbo` bytes apart); `scale_d` (i32, 0 or 1); `b_lbo`
     /// (i32 bytes, read only for MN-major B). Operand tiles have 64-element (128-byte) rows
@@ -61,6 +62,7 @@ pub enum Intrinsic {
         n: u32,
         ab: crate::dtype::DType,
         a_regs: bool,
+        a_mn_major: bool,
         b_mn_major: bool,
     },
     /// `wgmma.fence.sync.aligned`: orders register accesses before the next wgmma. args: the
@@ -102,10 +104,12 @@ impl Intrinsic {
                 n,
                 ab,
                 a_regs,
+                a_mn_major,
                 b_mn_major,
             } => format!(
-                "wgmma_m64n{n}k16_{ab}{}{}",
+                "wgmma_m64n{n}k16_{ab}{}{}{}",
                 if *a_regs { "_rs" } else { "" },
+                if *a_mn_major { "_ta" } else { "" },
                 if *b_mn_major { "_tb" } else { "" }
             ),
             Intrinsic::WgmmaFence => "wgmma_fence".into(),

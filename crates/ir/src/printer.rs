@@ -373,6 +373,9 @@ impl Printer {
                 if g.wgmma {
                     flags.push("wgmma".to_string());
                 }
+                if g.wgmma_overlap {
+                    flags.push("wgmma_overlap".to_string());
+                }
                 if g.clear_accum {
                     flags.push("clear_accum".to_string());
                 }

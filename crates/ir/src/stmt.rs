@@ -136,6 +136,10 @@ pub struct GemmOp {
     pub policy: WarpPolicy,
     /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a) instead of `mma.sync`.
     pub wgmma: bool,
+    /// With `wgmma`, as the only consumer of a software-pipelined loop: leave each
+    /// iteration's wgmma in flight while the next iteration waits for its tiles (wait for all
+    /// but the newest group); the pipeline refills stages one iteration later to match.
+    pub wgmma_overlap: bool,
 }
 
 #[derive(Clone, PartialEq, Debug)]

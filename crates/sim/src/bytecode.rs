@@ -130,6 +130,8 @@ pub enum Instr {
         ab: DType,
         /// A is this thread's 8-element register fragment, not a shared slice.
         a_regs: bool,
+        /// A (in shared memory) is stored [K, M]: 16 rows of one 64-column block.
+        a_mn_major: bool,
         /// B is stored [K, N] in 64-column blocks `b_lbo` bytes apart.
         b_mn_major: bool,
         d: MemRef,

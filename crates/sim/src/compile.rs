@@ -515,6 +515,7 @@ impl Compiler<'_> {
                 n,
                 ab,
                 a_regs,
+                a_mn_major,
                 b_mn_major,
             } => {
                 need(5)?;
@@ -539,6 +540,7 @@ impl Compiler<'_> {
                     n: *n,
                     ab: *ab,
                     a_regs: *a_regs,
+                    a_mn_major: *a_mn_major,
                     b_mn_major: *b_mn_major,
                     d,
                     a,

@@ -104,6 +104,20 @@ pub enum SimError {
         writer: Box<Access>,
     },
 
+    /// A shared byte written (by a store or a cp.async) while a wgmma issued earlier may still
+    /// be reading it: no `wgmma.wait_group` has retired that wgmma yet. On the GPU the wgmma
+    /// can read the new bytes.
+    #[error("thread {thread} of block {} writes shared `{buffer}` byte {offset} at {span} while the wgmma warp {warp} issued at {read_at} may still be reading it; retire that wgmma (wgmma_wait) and put a barrier between, or write another pipeline stage", fmt_block(.block))]
+    WriteDuringWgmmaRead {
+        buffer: String,
+        offset: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        warp: u32,
+        read_at: Span,
+    },
+
     /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
     #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
     OutOfBounds {

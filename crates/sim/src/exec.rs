@@ -55,6 +55,9 @@ pub struct PendingWrite {
     pub buf: u32,
     pub off: usize,
     pub bytes: Vec<u8>,
+    /// The absolute shared bytes the wgmma read (held by one lane of the warp), free to be
+    /// overwritten once this retires.
+    pub shared_reads: Vec<usize>,
 }
 
 pub struct Thread {
@@ -401,6 +404,7 @@ impl Interp<'_, '_> {
                 Instr::WgmmaCommit => th.wg.commit(),
                 Instr::WgmmaWait(n) => {
                     for w in th.wg.wait(*n) {
+                        self.mem.wgmma_reads_end(&w.shared_reads);
                         let who = Rec {
                             tid: th.tid as u16,
                             kind: Kind::Write,
@@ -468,6 +472,8 @@ impl Interp<'_, '_> {
         let base = self.mem.info(d.buf).base;
         let who = rec(th.tid, Kind::AsyncWrite, pc);
         let when = self.mem.when(th.tid);
+        // The copy may land any time from now on.
+        self.mem.check_wgmma_reads(d.buf, doff, bytes, who)?;
         self.mem
             .shadow
             .async_issue(base + doff, bytes, who, when)
@@ -487,6 +493,7 @@ impl Interp<'_, '_> {
     pub fn land(&mut self, tid: u32, c: Copy) -> Result<(), SimError> {
         let base = self.mem.info(c.buf).base;
         let who = rec(tid, Kind::AsyncWrite, c.pc);
+        self.mem.check_wgmma_reads(c.buf, c.off, c.len, who)?;
         let when = self.mem.when(tid);
         self.mem
             .shadow

@@ -194,6 +194,7 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             epoch: 1,
             warp_epochs: vec![],
             proxy_fences: vec![],
+            wgmma_reads: Default::default(),
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,

@@ -27,6 +27,9 @@ pub struct Mem<'p, 'g> {
     pub warp_epochs: Vec<u32>,
     /// Per thread, the block epoch of each `fence.proxy.async` it executed.
     pub proxy_fences: Vec<Vec<u32>>,
+    /// Shared bytes (absolute) that issued, not yet retired wgmmas read: how many, and the
+    /// warp and instruction of the latest (for reports).
+    pub wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
 }
 
 impl<'p, 'g> Mem<'p, 'g> {
@@ -232,7 +235,59 @@ impl<'p, 'g> Mem<'p, 'g> {
             Scope::Global => self.global_writes.write(info.base, off, len, who, when),
             _ => Ok(()),
         };
-        r.map_err(|c| self.conflict(c, buf, who))
+        r.map_err(|c| self.conflict(c, buf, who))?;
+        if info.scope == Scope::Shared {
+            self.check_wgmma_reads(buf, off, len, who)?;
+        }
+        Ok(())
+    }
+
+    /// A wgmma issued by `warp` at `pc` reads the absolute shared bytes `bytes` until it is
+    /// retired ([`Mem::wgmma_reads_end`]).
+    pub fn wgmma_reads_begin(&mut self, bytes: &[usize], warp: u32, pc: u32) {
+        for &b in bytes {
+            let e = self.wgmma_reads.entry(b).or_insert((0, warp, pc));
+            *e = (e.0 + 1, warp, pc);
+        }
+    }
+
+    pub fn wgmma_reads_end(&mut self, bytes: &[usize]) {
+        for b in bytes {
+            if let Some(e) = self.wgmma_reads.get_mut(b) {
+                e.0 = e.0.saturating_sub(1);
+                if e.0 == 0 {
+                    self.wgmma_reads.remove(b);
+                }
+            }
+        }
+    }
+
+    /// Fails if bytes `off..off + len` of shared `buf` are still read by an in-flight wgmma.
+    pub fn check_wgmma_reads(
+        &self,
+        buf: u32,
+        off: usize,
+        len: usize,
+        who: Rec,
+    ) -> Result<(), SimError> {
+        if self.wgmma_reads.is_empty() {
+            return Ok(());
+        }
+        let info = self.info(buf);
+        for i in 0..len {
+            if let Some(&(_, warp, pc)) = self.wgmma_reads.get(&(info.base + off + i)) {
+                return Err(SimError::WriteDuringWgmmaRead {
+                    buffer: info.name.clone(),
+                    offset: off + i,
+                    block: self.block,
+                    thread: who.tid as u32,
+                    span: self.prog.span(who.pc as usize),
+                    warp,
+                    read_at: self.prog.span(pc as usize),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// The bytes `off..off + len` of `buf`, unchecked by the race checker (callers check).

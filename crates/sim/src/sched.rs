@@ -34,6 +34,7 @@ pub fn run_block(
     it.mem.epoch = 1;
     it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(32)];
     it.mem.proxy_fences = vec![vec![]; threads as usize];
+    it.mem.wgmma_reads.clear();
     let mut ths: Vec<Thread> = (0..threads)
         .map(|tid| {
             let mut regs = prog.reg_init.clone();
@@ -188,6 +189,7 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
             n,
             ab,
             a_regs,
+            a_mn_major,
             b_mn_major,
             ..
         } => wgmma(
@@ -197,6 +199,7 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
                 n: *n as usize,
                 ab: *ab,
                 a_regs: *a_regs,
+                a_mn_major: *a_mn_major,
                 b_mn_major: *b_mn_major,
             },
             pc,
@@ -400,11 +403,13 @@ struct WgmmaKind {
     n: usize,
     ab: DType,
     a_regs: bool,
+    a_mn_major: bool,
     b_mn_major: bool,
 }
 
 /// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
-/// A slice (or the warp's A register fragments) times the B slice (K-major: `n` rows of 16 k;
+/// A slice (K-major, or MN-major: 16 rows of one 64-column block; or the warp's A register
+/// fragments) times the B slice (K-major: `n` rows of 16 k;
 /// MN-major: 16 rows of `n`, in 64-column blocks), added to (or, with `scale_d` 0, replacing)
 /// the lanes' accumulators in the mma.sync C layout. The results are queued on each lane and
 /// written at its `wgmma.wait_group`, so an accumulator read before the wait sees the old
@@ -414,6 +419,7 @@ fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result
         n,
         ab,
         a_regs,
+        a_mn_major,
         b_mn_major,
     } = w;
     let name = it.prog.name(pc as usize);
@@ -484,7 +490,13 @@ fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result
     if !a_regs {
         for (r, row) in a.iter_mut().enumerate() {
             for (k, x) in row.iter_mut().enumerate() {
-                *x = load(it, la, (16 * w4 + r as i64) * 64 + k as i64, "A")?;
+                let m = 16 * w4 + r as i64;
+                let e = if a_mn_major {
+                    k as i64 * 64 + m
+                } else {
+                    m * 64 + k as i64
+                };
+                *x = load(it, la, e, "A")?;
             }
         }
     }
@@ -500,9 +512,15 @@ fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result
             *x = load(it, lb, e, "B")?;
         }
     }
+    let mut read_bytes = Vec::with_capacity(2 * read_at.len());
     for (buf, off) in read_at {
         it.mem.check_proxy_read(buf, off, 2, who)?;
+        let base = it.mem.info(buf).base;
+        read_bytes.extend([base + off, base + off + 1]);
     }
+    // The shared bytes stay "being read" until lane 0's result is retired by its wait.
+    it.mem.wgmma_reads_begin(&read_bytes, lanes[0].tid / 32, pc);
+    let mut reads = Some(read_bytes);
     if a_regs {
         // The mma.sync A fragment of the warp's 16 rows, read from each lane's registers.
         for (lane, l) in lanes.iter().enumerate() {
@@ -560,6 +578,7 @@ fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result
             buf: ld.buf,
             off,
             bytes: out,
+            shared_reads: reads.take().unwrap_or_default(),
         });
     }
     Ok(())

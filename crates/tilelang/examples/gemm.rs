@@ -35,13 +35,17 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long)]
     min_blocks: Option<u32>,
-    /// Use Hopper's warpgroup MMA (sm_90a; NT, --bk a multiple of 64, --bm 64 per 128 threads).
-    /// The default on sm_90 for NT with 16-bit inputs
+    /// Use Hopper's warpgroup MMA (sm_90a; --bk a multiple of 64, --bm 64 per 128 threads).
+    /// The default on sm_90 with 16-bit inputs
     #[arg(long, conflicts_with = "no_wgmma")]
     wgmma: bool,
     /// Stay on mma.sync even where wgmma applies (also keeps wgmma tiles out of --tune)
     #[arg(long)]
     no_wgmma: bool,
+    /// With wgmma and 3+ stages: keep each k step's wgmma running while the next k step's tiles
+    /// are awaited (measured slower than without on an H100; not in --tune's space)
+    #[arg(long)]
+    overlap: bool,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long)]
     panel: Option<u32>,
@@ -96,6 +100,8 @@ fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig
             (64, 128, 128),
         ] {
             for (bk, stages) in [(64i64, 3u32), (64, 4), (128, 2)] {
+                // (`--overlap` tiles are left out: on an H100 they measured 10-15% slower than
+                // the same tiles without it, docs/gpu-notes.md run 6.)
                 for panel in [0u32, 8] {
                     v.push(GemmConfig {
                         panel,
@@ -132,7 +138,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let dev = args.common.device()?;
     let wgmma = match dev.target() {
         Ok(t) if !dev.is_cpu() => {
-            args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&t, layout, dt))
+            args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&t, dt))
         }
         _ => args.wgmma,
     };
@@ -151,6 +157,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);
     cfg.wgmma = wgmma;
+    cfg.overlap = cfg.overlap || args.overlap;
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);

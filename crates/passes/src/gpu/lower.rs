@@ -115,6 +115,12 @@ pub struct Ctx<'a> {
     /// fence and barrier of its own: the staged tiles its cp.async producers filled, and tiles
     /// written before the loop (attention's Q).
     pub async_fence_unless_written: Option<std::collections::HashSet<u64>>,
+    /// wgmma groups a gemm may leave in flight at its end (set by an enclosing pipeline that
+    /// overlaps them with its next iteration; 0 elsewhere).
+    pub wgmma_depth: u32,
+    /// The register arrays of gemms that left wgmmas in flight, for the enclosing pipeline
+    /// to wait for after its loop.
+    pub wgmma_drain: Vec<Expr>,
 }
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
@@ -136,6 +142,8 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         smem_bytes: 0,
         extra_smem: HashMap::new(),
         async_fence_unless_written: None,
+        wgmma_depth: 0,
+        wgmma_drain: vec![],
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {

@@ -204,6 +204,26 @@ impl Ctx<'_> {
         };
         let s = stages as i64;
         let body = l.body.flattened();
+        // How many wgmma groups stay in flight across iterations: 1 when the only consumer is
+        // a wgmma gemm that asked for overlap, so tiles are refilled one iteration later (the
+        // stage being refilled is then two iterations old, and its wgmma retired).
+        let consumer_ids: Vec<usize> = (0..body.len())
+            .filter(|i| !plan.producers.contains(i))
+            .collect();
+        let depth: i64 = match consumer_ids.as_slice() {
+            [i] if s >= 3 => match &body[*i].kind {
+                StmtKind::Op(TileOp::Gemm(g))
+                    if g.wgmma_overlap
+                        && super::wgmma::unsupported_because(g, &self.target, self.threads)
+                            .is_none() =>
+                {
+                    1
+                }
+                _ => 0,
+            },
+            _ => 0,
+        };
+        let ahead_by = s - 1 - depth;
         let n = l.extent.clone();
         let lo = l.min.clone();
         let commit = self.eval(Intrinsic::CpAsyncCommit, vec![], span);
@@ -227,7 +247,7 @@ impl Ctx<'_> {
         let pro = issue(self, sv.expr())?;
         out.push(for_loop(
             &sv,
-            s - 1,
+            ahead_by,
             ForKind::Unrolled,
             Stmt::seq(
                 vec![
@@ -240,7 +260,7 @@ impl Ctx<'_> {
         ));
         // Steady state.
         let k = Var::new(l.var.name(), DType::I32);
-        let ahead = k.expr() + (s - 1);
+        let ahead = k.expr() + ahead_by;
         let fetch = issue(self, ahead.clone())?;
         let consumers: Vec<Stmt> = body
             .iter()
@@ -258,9 +278,13 @@ impl Ctx<'_> {
         // The fence below covers every shared buffer the consumers do not write themselves.
         let written = written_shared(&consume);
         let outer = self.async_fence_unless_written.replace(written);
+        let outer_depth = std::mem::replace(&mut self.wgmma_depth, depth as u32);
+        let outer_drain = std::mem::take(&mut self.wgmma_drain);
         let mut hz = Hazards::default();
         let consume = self.block(&consume, &mut hz);
         self.async_fence_unless_written = outer;
+        self.wgmma_depth = outer_depth;
+        let drain = std::mem::replace(&mut self.wgmma_drain, outer_drain);
         // wgmma reads shared memory through the async proxy: every thread fences its landed
         // cp.async writes (and any earlier writes) before the barrier that hands them to the
         // warpgroups.
@@ -271,7 +295,13 @@ impl Ctx<'_> {
         };
         let steady = Stmt::seq(
             vec![
-                self.eval(Intrinsic::CpAsyncWait { n: (s - 2) as u32 }, vec![], span),
+                self.eval(
+                    Intrinsic::CpAsyncWait {
+                        n: (ahead_by - 1) as u32,
+                    },
+                    vec![],
+                    span,
+                ),
                 fence,
                 self.sync(span),
                 if_then(Some(ahead.lt(n.clone())), fetch, span),
@@ -290,6 +320,9 @@ impl Ctx<'_> {
             })),
             span,
         ));
+        if !drain.is_empty() {
+            out.push(self.eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+        }
         out.push(self.eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
         out.push(self.sync(span));
         Ok(Stmt::seq(out, span))

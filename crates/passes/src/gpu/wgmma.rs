@@ -1,13 +1,16 @@
 //! Gemm on Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a), asked for with `.wgmma()`.
 //!
 //! Each warpgroup (128 threads) owns 64 accumulator rows and all `N` columns; per 16-wide step
-//! of K it issues one `m64nNk16` reading A and B straight from shared memory through
-//! descriptors (no ldmatrix). The operands must be K-major tiles with rows of a multiple of 64
-//! elements (stored as 64-column blocks), under the 128-byte swizzle the shared-memory layout
-//! pass gives such tiles — the canonical
-//! layout a descriptor with swizzle mode 128B describes. The accumulator of warp `w` of a
-//! warpgroup is rows `16w ..` in the mma.sync accumulator layout (`mma::c_layout` with every
-//! warp along M), so everything downstream of the gemm is unchanged.
+//! of K it issues one `m64nNk16` reading its operands straight from shared memory through
+//! descriptors (no ldmatrix), or A from registers. Shared operands are tiles with rows of a
+//! multiple of 64 elements, stored by the shared-memory layout pass as 64-column blocks under
+//! the 128-byte swizzle — the canonical layout a descriptor with swizzle mode 128B describes,
+//! read K-major ([M, K] A, [N, K] B) or MN-major ([K, M] A, [K, N] B: the transpose bits, with
+//! the blocks a leading-byte offset apart). A in registers (attention's P) must hold the
+//! accumulator layout of an earlier gemm over the same rows, which is the wgmma A fragment.
+//! The accumulator of warp `w` of a warpgroup is rows `16w ..` in the mma.sync accumulator
+//! layout (`mma::c_layout` with every warp along M), so everything downstream of the gemm is
+//! unchanged.
 //!
 //! The issue is asynchronous; this lowering waits for it at the end of the op
 //! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it.
@@ -48,14 +51,15 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
         Scope::Fragment => true,
         s => return Some(format!("A must be a shared tile or a fragment, not {s:?}")),
     };
-    if g.trans_a {
-        return Some("A must be K-major: [M, K], not transposed".into());
+    if a_regs && g.trans_a {
+        return Some("an A fragment must be [M, K], not transposed".into());
     }
-    // K-major operands (A in shared memory, B with transpose_b): 16-wide k slices of 64-column
-    // blocks. MN-major B ([K, N], as attention's V): 16-row k slices of all N columns.
+    // K-major operands (A as [M, K], B as [N, K] with transpose_b): 16-wide k slices of
+    // 64-column blocks. MN-major ones (A as [K, M] with transpose_a, B as [K, N], as
+    // attention's V): 16-row k slices of 64-column blocks.
     let mut tiles = vec![("B", &g.b, g.trans_b)];
     if !a_regs {
-        tiles.push(("A", &g.a, true));
+        tiles.push(("A", &g.a, !g.trans_a));
     }
     for (name, r, k_major) in tiles {
         // Wider tiles are stored as 64-column blocks (`smem_swizzle_layout`), each block the
@@ -91,9 +95,10 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
             ));
         }
     }
-    let (Some((m, n)), Some((_, k))) = (extents2(&g.c), extents2(&g.a)) else {
+    let (Some((m, n)), Some((ar, ac))) = (extents2(&g.c), extents2(&g.a)) else {
         return Some("wgmma needs constant tile shapes".into());
     };
+    let k = if g.trans_a { ar } else { ac };
     if threads % 128 != 0 || m != 64 * (threads / 128) {
         return Some(format!(
             "each warpgroup (128 threads) owns 64 rows: a {m}-row accumulator needs {} threads, the block has {threads}",
@@ -122,7 +127,9 @@ impl Ctx<'_> {
         check(g, &self.target, self.threads, span)?;
         let acc = self.local_of(&g.c.buffer, span)?;
         let (m, n) = extents2(&g.c).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d C"))?;
-        let (_, k) = extents2(&g.a).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d A"))?;
+        let (ar, ac) =
+            extents2(&g.a).ok_or_else(|| Diagnostic::internal("wgmma on a non-2-d A"))?;
+        let k = if g.trans_a { ar } else { ac };
         let ab = g.a.buffer.dtype();
         let warps = self.threads / 32;
         // A in registers must hold, per warp, the mma.sync A fragment of the warp's 16 rows:
@@ -172,6 +179,8 @@ impl Ctx<'_> {
             // The accumulator layout of [m, k] with one m16 atom per warp: k16 step `ks` is
             // atoms 2ks and 2ks + 1, 8 values from 8·ks.
             Some(regs) => address_of(regs, vec![ks.expr() * 8]),
+            // MN-major A ([K, M]): the warpgroup's 64 rows are one 64-column block.
+            None if g.trans_a => address_of(&g.a.buffer, index2(&g.a, k0.clone(), row0)),
             None => address_of(&g.a.buffer, index2(&g.a, row0, k0.clone())),
         };
         let b_idx = if b_mn_major {
@@ -184,6 +193,7 @@ impl Ctx<'_> {
                 n: n as u32,
                 ab,
                 a_regs: a_regs.is_some(),
+                a_mn_major: g.trans_a,
                 b_mn_major,
             },
             vec![
@@ -215,8 +225,17 @@ impl Ctx<'_> {
             self.eval(Intrinsic::WgmmaFence, regs.clone(), span),
             for_loop(&ks, k / 16, tl_ir::ForKind::Unrolled, step, span),
             self.eval(Intrinsic::WgmmaCommit, vec![], span),
-            self.eval(Intrinsic::WgmmaWait { n: 0 }, regs, span),
+            self.eval(
+                Intrinsic::WgmmaWait {
+                    n: self.wgmma_depth,
+                },
+                regs.clone(),
+                span,
+            ),
         ]);
+        if self.wgmma_depth > 0 {
+            self.wgmma_drain.extend(regs);
+        }
         Ok(Stmt::seq(out, span))
     }
 }

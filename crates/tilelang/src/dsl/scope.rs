@@ -307,6 +307,7 @@ impl TileScope {
                     clear_accum: false,
                     policy: WarpPolicy::Auto,
                     wgmma: false,
+                    wgmma_overlap: false,
                 })),
                 span,
             );
@@ -687,6 +688,16 @@ impl GemmHandle<'_> {
     /// shapes get a diagnostic saying which condition failed.
     pub fn wgmma(self) -> Self {
         self.with(|g| g.wgmma = true)
+    }
+    /// [`wgmma`](Self::wgmma), and when this gemm is the only consumer of a pipelined loop
+    /// with at least 3 stages, keep each iteration's wgmma running while the next iteration
+    /// waits for its tiles (the pipeline then fetches one stage less far ahead). Elsewhere it
+    /// is plain `.wgmma()`.
+    pub fn wgmma_overlap(self) -> Self {
+        self.with(|g| {
+            g.wgmma = true;
+            g.wgmma_overlap = true;
+        })
     }
 }
 

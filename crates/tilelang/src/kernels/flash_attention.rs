@@ -159,8 +159,13 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         pv.wgmma();
                     }
                 });
+                // One division per row, then multiplies: a division per element is a call to
+                // the slow-path routine each time, and code the compiler has to schedule.
+                t.parallel([bm], |t, [i]| {
+                    t.store(&rescale, [&i], 1.0 / l_i.at([&i]));
+                });
                 t.parallel([bm, d], |t, [i, j]| {
-                    t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) / l_i.at([&i]));
+                    t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
                 });
                 t.copy(&acc_o, o.tile((&bz, &by, &bx * bm, 0)));
                 // Natural-log LSE of the scaled scores: m·sm_scale + ln(l).

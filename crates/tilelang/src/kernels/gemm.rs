@@ -44,9 +44,11 @@ pub struct GemmConfig {
     /// the blocks resident at once share A and B tiles in L2 (`TileScope::use_swizzle`;
     /// 0 or 1: row-major order).
     pub panel: u32,
-    /// Use Hopper's warpgroup MMA (sm_90a; NT layout, `bk` a multiple of 64, `bm` 64 per 128
-    /// threads).
+    /// Use Hopper's warpgroup MMA (sm_90a; `bk` a multiple of 64, `bm` 64 per 128 threads).
     pub wgmma: bool,
+    /// With `wgmma` and at least 3 stages: keep each k step's wgmma running into the next
+    /// (`GemmHandle::wgmma_overlap`).
+    pub overlap: bool,
 }
 
 impl GemmConfig {
@@ -62,6 +64,7 @@ impl GemmConfig {
             min_blocks: 0,
             panel: 0,
             wgmma: false,
+            overlap: false,
         }
     }
 
@@ -81,10 +84,10 @@ impl GemmConfig {
         }
     }
 
-    /// Whether [`GemmConfig::hopper`] applies: a target with wgmma, the NT layout, and f16 or
-    /// bf16 inputs.
-    pub fn hopper_applies(target: &tl_target::Target, layout: Layout, in_dtype: DType) -> bool {
-        target.has_wgmma() && layout == Layout::NT && matches!(in_dtype, DType::F16 | DType::BF16)
+    /// Whether [`GemmConfig::hopper`] applies: a target with wgmma and f16 or bf16 inputs (any
+    /// layout: K-major and MN-major operands both have descriptors).
+    pub fn hopper_applies(target: &tl_target::Target, in_dtype: DType) -> bool {
+        target.has_wgmma() && matches!(in_dtype, DType::F16 | DType::BF16)
     }
 
     /// Tiles that suit the CPU backend (big tiles amortize packing).
@@ -104,6 +107,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         min_blocks,
         panel,
         wgmma,
+        overlap,
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -146,7 +150,9 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
                         _ => t.copy(b.tile([&ko * bk, &bx * bn]), &b_s),
                     }
                     let mut g = t.gemm(&a_s, &b_s, &acc);
-                    if wgmma {
+                    if wgmma && overlap {
+                        g = g.wgmma_overlap();
+                    } else if wgmma {
                         g = g.wgmma();
                     }
                     match layout {
