@@ -94,7 +94,7 @@ if [ "$what" = wgmma ]; then
   log "gemm tuned with the wgmma tiles in the space (after the checks above pass)"
   if [ "$fails" = 0 ]; then
     for n in 4096 8192; do
-      TILELANG_TUNE_WGMMA=1 $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 \
+      $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 \
         --reps 50 --tune 2>&1 | grep -E "wgmma: true|^best|^gemm" | sort -t' ' -k1,1 | tail -n 12
     done
   else

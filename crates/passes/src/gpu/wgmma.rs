@@ -13,7 +13,10 @@
 //! unchanged.
 //!
 //! The issue is asynchronous; this lowering waits for it at the end of the op
-//! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it.
+//! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it —
+//! except when an enclosing pipeline overlaps it with its next iteration (`wgmma_overlap`, see
+//! `Ctx::wgmma_depth`): then it waits for all but the newest group, and the pipeline drains the
+//! rest after its loop.
 
 use tl_ir::{
     DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, Var,
