@@ -285,64 +285,110 @@ pub struct WgmmaShape {
     pub a_mn_major: bool,
     /// B MN-major (`imm-trans-b` 1, `.._tb`) instead of K-major.
     pub b_mn_major: bool,
+    /// k16 steps issued back to back in one `asm` statement (`.._x{steps}`).
+    pub steps: u32,
 }
 
 impl WgmmaShape {
     fn function_name(&self) -> String {
         format!(
-            "tl_wgmma_m64n{}k16_{}{}{}{}",
+            "tl_wgmma_m64n{}k16_{}{}{}{}{}",
             self.n,
             self.ab,
             if self.a_regs { "_rs" } else { "" },
             if self.a_mn_major { "_ta" } else { "" },
-            if self.b_mn_major { "_tb" } else { "" }
+            if self.b_mn_major { "_tb" } else { "" },
+            if self.steps > 1 {
+                format!("_x{}", self.steps)
+            } else {
+                String::new()
+            }
         )
     }
 }
 
-/// One device function per wgmma shape, with the `n/2` accumulator registers of this thread
-/// as `"+f"` operands (PTX wants them listed one by one) and, for A from registers, its four
-/// 32-bit registers.
+/// One device function per wgmma shape: `steps` wgmma instructions in one `asm` statement, with
+/// the `n/2` accumulator registers of this thread bound once as `"+f"` operands (PTX wants
+/// them listed one by one) and, for A from registers, four 32-bit registers per step. The
+/// parameters follow the intrinsic's arguments: D, A₀, B₀, scale_d, B's LBO, then A/B of the
+/// later steps (which always accumulate).
 fn wgmma_function(w: &WgmmaShape) -> String {
     let regs = w.n / 2;
+    let steps = w.steps.max(1);
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let list = list.join(", ");
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
-    let tb = u32::from(w.b_mn_major);
-    let (a_param, a_desc, a_operand, a_inputs, imms, next) = if w.a_regs {
-        (
-            "const uint32_t* a",
-            String::new(),
-            format!("{{%{}, %{}, %{}, %{}}}", regs, regs + 1, regs + 2, regs + 3),
-            "\"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), ".to_string(),
-            format!("1, 1, {tb}"),
-            regs + 4,
-        )
+    let a_type = if w.a_regs {
+        "const uint32_t*"
     } else {
-        (
-            "const void* a",
-            "    const uint64_t da = tl_wgmma_desc_sw128(a, 16);\n".to_string(),
-            format!("%{regs}"),
-            "\"l\"(da), ".to_string(),
-            format!("1, 1, {}, {tb}", u32::from(w.a_mn_major)),
-            regs + 1,
-        )
+        "const void*"
     };
+    let mut params = format!("float* d, {a_type} a0, const void* b0, int scale_d, uint32_t b_lbo");
+    for s in 1..steps {
+        params.push_str(&format!(", {a_type} a{s}, const void* b{s}"));
+    }
+    let mut body = String::new();
+    let mut inputs = vec![];
+    let mut next = regs;
+    // A operands: four registers per step, or one descriptor per step.
+    let mut a_ops = vec![];
+    for s in 0..steps {
+        if w.a_regs {
+            a_ops.push(format!(
+                "{{%{}, %{}, %{}, %{}}}",
+                next,
+                next + 1,
+                next + 2,
+                next + 3
+            ));
+            next += 4;
+            inputs.extend((0..4).map(|i| format!("\"r\"(a{s}[{i}])")));
+        } else {
+            body.push_str(&format!(
+                "    const uint64_t da{s} = tl_wgmma_desc_sw128(a{s}, 16);\n"
+            ));
+            a_ops.push(format!("%{next}"));
+            next += 1;
+            inputs.push(format!("\"l\"(da{s})"));
+        }
+    }
+    let mut b_ops = vec![];
+    for s in 0..steps {
+        body.push_str(&format!(
+            "    const uint64_t db{s} = tl_wgmma_desc_sw128(b{s}, b_lbo);\n"
+        ));
+        b_ops.push(format!("%{next}"));
+        next += 1;
+        inputs.push(format!("\"l\"(db{s})"));
+    }
+    let (scale, one) = (next, next + 1);
+    inputs.push("\"r\"(scale_d)".into());
+    inputs.push("\"r\"(1)".into());
+    let tb = u32::from(w.b_mn_major);
+    let imms = if w.a_regs {
+        format!("1, 1, {tb}")
+    } else {
+        format!("1, 1, {}, {tb}", u32::from(w.a_mn_major))
+    };
+    let mut asm = format!(
+        "\"{{\\n.reg .pred p, q;\\nsetp.ne.b32 p, %{scale}, 0;\\nsetp.ne.b32 q, %{one}, 0;\\n\"\n"
+    );
+    for s in 0..steps as usize {
+        let pred = if s == 0 { "p" } else { "q" };
+        asm.push_str(&format!(
+            "                 \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, {a}, {b}, {pred}, {imms};\\n\"\n",
+            n = w.n,
+            ab = w.ab,
+            a = a_ops[s],
+            b = b_ops[s],
+        ));
+    }
+    asm.push_str("                 \"}\\n\"");
     format!(
-        "TL_DEVICE void {name}(float* d, {a_param}, const void* b, int scale_d, uint32_t b_lbo) {{\n\
-         {a_desc}\
-         \x20   const uint64_t db = tl_wgmma_desc_sw128(b, b_lbo);\n\
-         \x20   asm volatile(\"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{sc}, 0;\\n\"\n\
-         \x20                \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, {a_operand}, %{db}, p, {imms};\\n}}\\n\"\n\
-         \x20                : {outs}\n\
-         \x20                : {a_inputs}\"l\"(db), \"r\"(scale_d));\n\
-         }}\n",
+        "TL_DEVICE void {name}({params}) {{\n{body}    asm volatile({asm}\n                 : {outs}\n                 : {inputs});\n}}\n",
         name = w.function_name(),
-        n = w.n,
-        ab = w.ab,
-        list = list.join(", "),
         outs = outs.join(", "),
-        db = next,
-        sc = next + 1,
+        inputs = inputs.join(", "),
     )
 }
 
@@ -506,7 +552,7 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
         Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
         Intrinsic::Ldmatrix { .. } => i == 0,
         Intrinsic::MmaSync { .. } => i >= 1,
-        Intrinsic::Wgmma { .. } => i == 1 || i == 2,
+        Intrinsic::Wgmma { .. } => i == 1 || i == 2 || i >= 5,
         _ => false,
     }
 }
@@ -796,8 +842,10 @@ impl Printer<'_> {
                 a_regs,
                 a_mn_major,
                 b_mn_major,
+                steps,
             } => {
-                if !self.cuda_nargs(op, args, 5) {
+                let steps = (*steps).max(1);
+                if !self.cuda_nargs(op, args, 5 + 2 * (steps as usize - 1)) {
                     return "0".into();
                 }
                 let name = match ab {
@@ -818,31 +866,45 @@ impl Printer<'_> {
                         "this is a compiler bug in wgmma lowering (N is a multiple of 8 up to 256)",
                     );
                 }
-                let d = self.cuda_addr(op, args.first(), "D", LOCAL, Some(4));
-                let a = if *a_regs {
-                    self.cuda_addr(op, args.get(1), "A", LOCAL, Some(2))
-                        .map(|(a, b)| (format!("(const uint32_t*){a}"), b))
-                } else {
-                    self.cuda_addr(op, args.get(1), "A", SHARED, Some(2))
-                };
-                let b = self.cuda_addr(op, args.get(2), "B", SHARED, Some(2));
-                let (Some((d, _)), Some((a, _)), Some((b, _))) = (d, a, b) else {
+                let Some((d, _)) = self.cuda_addr(op, args.first(), "D", LOCAL, Some(4)) else {
                     return "0".into();
                 };
                 let scale = args.get(3).map_or_else(|| "1".into(), |e| self.expr(e));
                 let lbo = args.get(4).map_or_else(|| "16".into(), |e| self.expr(e));
+                let mut call = vec![format!("(float*){d}")];
+                for s in 0..steps as usize {
+                    let (ai, bi) = if s == 0 {
+                        (1, 2)
+                    } else {
+                        (3 + 2 * s, 4 + 2 * s)
+                    };
+                    let a = if *a_regs {
+                        self.cuda_addr(op, args.get(ai), "A", LOCAL, Some(2))
+                            .map(|(a, b)| (format!("(const uint32_t*){a}"), b))
+                    } else {
+                        self.cuda_addr(op, args.get(ai), "A", SHARED, Some(2))
+                    };
+                    let b = self.cuda_addr(op, args.get(bi), "B", SHARED, Some(2));
+                    let (Some((a, _)), Some((b, _))) = (a, b) else {
+                        return "0".into();
+                    };
+                    call.push(a);
+                    call.push(b);
+                    if s == 0 {
+                        call.push(format!("(int)({scale})"));
+                        call.push(format!("(uint32_t)({lbo})"));
+                    }
+                }
                 let shape = WgmmaShape {
                     n: *n,
                     ab: name,
                     a_regs: *a_regs,
                     a_mn_major: *a_mn_major,
                     b_mn_major: *b_mn_major,
+                    steps,
                 };
                 self.wgmma_shapes.insert(shape);
-                format!(
-                    "{}((float*){d}, {a}, {b}, (int)({scale}), (uint32_t)({lbo}))",
-                    shape.function_name()
-                )
+                format!("{}({})", shape.function_name(), call.join(", "))
             }
             Intrinsic::WgmmaFence | Intrinsic::WgmmaWait { .. } => {
                 // The register arrays are pinned on both sides so the compiler moves no access

@@ -64,6 +64,10 @@ pub enum Intrinsic {
         a_regs: bool,
         a_mn_major: bool,
         b_mn_major: bool,
+        /// Consecutive k16 steps issued back to back on the same accumulator; steps after the
+        /// first add their A and B slice addresses as further (A, B) argument pairs and
+        /// always accumulate.
+        steps: u32,
     },
     /// `wgmma.fence.sync.aligned`: orders register accesses before the next wgmma. args: the
     /// addresses of the register arrays the wgmmas will use (the accumulator, then A when it is
@@ -106,11 +110,17 @@ impl Intrinsic {
                 a_regs,
                 a_mn_major,
                 b_mn_major,
+                steps,
             } => format!(
-                "wgmma_m64n{n}k16_{ab}{}{}{}",
+                "wgmma_m64n{n}k16_{ab}{}{}{}{}",
                 if *a_regs { "_rs" } else { "" },
                 if *a_mn_major { "_ta" } else { "" },
-                if *b_mn_major { "_tb" } else { "" }
+                if *b_mn_major { "_tb" } else { "" },
+                if *steps > 1 {
+                    format!("_x{steps}")
+                } else {
+                    String::new()
+                }
             ),
             Intrinsic::WgmmaFence => "wgmma_fence".into(),
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),

@@ -517,8 +517,10 @@ impl Compiler<'_> {
                 a_regs,
                 a_mn_major,
                 b_mn_major,
+                steps,
             } => {
-                need(5)?;
+                let steps = (*steps).max(1) as usize;
+                need(5 + 2 * (steps - 1))?;
                 if !matches!(ab, DType::F16 | DType::BF16) || *n == 0 || n % 8 != 0 || *n > 256 {
                     return Err(SimError::Unsupported(format!(
                         "wgmma m64n{n}k16 with {ab} operands at {} (f16 or bf16, N a multiple of 8 up to 256)",
@@ -536,6 +538,31 @@ impl Compiler<'_> {
                     Some(e) => self.expr(e)?,
                     None => E::Const(Value::Int(16)),
                 };
+                // Back-to-back steps are separate warp collectives here: the same arithmetic,
+                // in the same order, with nothing in between.
+                let mut prev = (a, b, scale);
+                for s in 1..steps {
+                    let a_s = self.address(args.get(3 + 2 * s), &name)?;
+                    let b_s = self.address(args.get(4 + 2 * s), &name)?;
+                    let (a, b, scale) =
+                        std::mem::replace(&mut prev, (a_s, b_s, E::Const(Value::Int(1))));
+                    self.emit(
+                        Instr::Wgmma {
+                            n: *n,
+                            ab: *ab,
+                            a_regs: *a_regs,
+                            a_mn_major: *a_mn_major,
+                            b_mn_major: *b_mn_major,
+                            d: d.clone(),
+                            a,
+                            b,
+                            scale,
+                            b_lbo: b_lbo.clone(),
+                        },
+                        name.clone(),
+                    );
+                }
+                let (a, b, scale) = prev;
                 Instr::Wgmma {
                     n: *n,
                     ab: *ab,

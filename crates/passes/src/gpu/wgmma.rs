@@ -18,18 +18,21 @@
 //! `Ctx::wgmma_depth`): then it waits for all but the newest group, and the pipeline drains the
 //! rest after its loop.
 
-use tl_ir::{
-    DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, Var,
-};
+use tl_ir::{DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind};
 use tl_target::Target;
 
 use super::gemm::{extents2, index2};
 use super::lower::Ctx;
 use super::mma::c_layout;
-use crate::tile_util::{address_of, for_loop};
+use crate::tile_util::address_of;
 
 /// Elements per row of a wgmma operand tile: 128 bytes of a 16-bit type.
 pub const ROW_ELEMS: i64 = 64;
+
+/// The most k16 steps one `Wgmma` intrinsic issues back to back. Two already take a quarter
+/// or more off NVRTC's time for an attention kernel; more keep more descriptors live at once,
+/// which pushed a 128-thread GEMM tile into spills.
+pub const MAX_STEPS: i64 = 2;
 
 /// Why this gemm cannot use wgmma on `target` with `threads` per block, or `None` if it can.
 pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<String> {
@@ -171,44 +174,59 @@ impl Ctx<'_> {
             16
         };
         let row0 = self.tid.floordiv(128) * 64;
-        let ks = Var::new("ks", DType::I32);
-        let k0 = ks.expr() * 16;
-        let scale_d = if g.clear_accum {
-            Expr::select(ks.expr().gt(0), Expr::int(1), Expr::int(0))
-        } else {
-            Expr::int(1)
+        // The A and B slices of k16 step `s`.
+        let a_at = |s: i64| -> Expr {
+            let k0 = Expr::int(16 * s);
+            match &a_regs {
+                // The accumulator layout of [m, k] with one m16 atom per warp: k16 step `s` is
+                // atoms 2s and 2s + 1, 8 values from 8·s.
+                Some(regs) => address_of(regs, vec![Expr::int(8 * s)]),
+                // MN-major A ([K, M]): the warpgroup's 64 rows are one 64-column block.
+                None if g.trans_a => address_of(&g.a.buffer, index2(&g.a, k0, row0.clone())),
+                None => address_of(&g.a.buffer, index2(&g.a, row0.clone(), k0)),
+            }
         };
-        let a_addr = match &a_regs {
-            // The accumulator layout of [m, k] with one m16 atom per warp: k16 step `ks` is
-            // atoms 2ks and 2ks + 1, 8 values from 8·ks.
-            Some(regs) => address_of(regs, vec![ks.expr() * 8]),
-            // MN-major A ([K, M]): the warpgroup's 64 rows are one 64-column block.
-            None if g.trans_a => address_of(&g.a.buffer, index2(&g.a, k0.clone(), row0)),
-            None => address_of(&g.a.buffer, index2(&g.a, row0, k0.clone())),
+        let b_at = |s: i64| -> Expr {
+            let k0 = Expr::int(16 * s);
+            let idx = if b_mn_major {
+                index2(&g.b, k0, Expr::int(0))
+            } else {
+                index2(&g.b, Expr::int(0), k0)
+            };
+            address_of(&g.b.buffer, idx)
         };
-        let b_idx = if b_mn_major {
-            index2(&g.b, k0, Expr::int(0))
-        } else {
-            index2(&g.b, Expr::int(0), k0)
-        };
-        let call = Expr::call(
-            Intrinsic::Wgmma {
-                n: n as u32,
-                ab,
-                a_regs: a_regs.is_some(),
-                a_mn_major: g.trans_a,
-                b_mn_major,
-            },
-            vec![
+        // The k steps go out in runs of up to MAX_STEPS per intrinsic (one `asm` statement in
+        // CUDA, binding the accumulator registers once per run instead of once per step).
+        let steps = k / 16;
+        let mut issue = vec![];
+        for first in (0..steps).step_by(MAX_STEPS as usize) {
+            let count = (steps - first).min(MAX_STEPS);
+            let scale_d = i64::from(!(g.clear_accum && first == 0));
+            let mut args = vec![
                 address_of(&acc, vec![Expr::int(0)]),
-                a_addr,
-                address_of(&g.b.buffer, b_idx),
-                scale_d,
+                a_at(first),
+                b_at(first),
+                Expr::int(scale_d),
                 Expr::int(b_lbo),
-            ],
-            DType::Bool,
-        );
-        let step = Stmt::new(StmtKind::Eval(call), span);
+            ];
+            for s in first + 1..first + count {
+                args.push(a_at(s));
+                args.push(b_at(s));
+            }
+            let call = Expr::call(
+                Intrinsic::Wgmma {
+                    n: n as u32,
+                    ab,
+                    a_regs: a_regs.is_some(),
+                    a_mn_major: g.trans_a,
+                    b_mn_major,
+                    steps: count as u32,
+                },
+                args,
+                DType::Bool,
+            );
+            issue.push(Stmt::new(StmtKind::Eval(call), span));
+        }
         // The registers the asynchronous wgmmas use stay in place from the fence to the wait.
         let mut regs = vec![address_of(&acc, vec![Expr::int(0)])];
         if let Some(a) = &a_regs {
@@ -226,7 +244,7 @@ impl Ctx<'_> {
         }
         out.extend([
             self.eval(Intrinsic::WgmmaFence, regs.clone(), span),
-            for_loop(&ks, k / 16, tl_ir::ForKind::Unrolled, step, span),
+            Stmt::seq(issue, span),
             self.eval(Intrinsic::WgmmaCommit, vec![], span),
             self.eval(
                 Intrinsic::WgmmaWait {
