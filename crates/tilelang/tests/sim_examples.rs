@@ -446,6 +446,8 @@ fn wgmma_flash_attention_in_sim() {
             text.contains("_rs_tb"),
             "P·V is not a register-A, MN-major-B wgmma:\n{text}"
         );
+        // The kernel asks for pairs of k steps per issue (`wgmma_batch 2`).
+        assert!(text.contains("_tb_x2"), "{text}");
         let s = vec![1, 2, 83, d as usize];
         let e = sim_vs_cpu(
             &k,

@@ -121,6 +121,8 @@ pub struct Ctx<'a> {
     /// The register arrays of gemms that left wgmmas in flight, for the enclosing pipeline
     /// to wait for after its loop.
     pub wgmma_drain: Vec<Expr>,
+    /// k16 steps per wgmma intrinsic (`KernelAttrs::wgmma_batch`, default 1).
+    pub wgmma_batch: u32,
 }
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
@@ -144,6 +146,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         async_fence_unless_written: None,
         wgmma_depth: 0,
         wgmma_drain: vec![],
+        wgmma_batch: k.attrs.wgmma_batch.unwrap_or(1),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {

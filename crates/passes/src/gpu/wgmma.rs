@@ -29,10 +29,10 @@ use crate::tile_util::address_of;
 /// Elements per row of a wgmma operand tile: 128 bytes of a 16-bit type.
 pub const ROW_ELEMS: i64 = 64;
 
-/// The most k16 steps one `Wgmma` intrinsic issues back to back. Two already take a quarter
-/// or more off NVRTC's time for an attention kernel; more keep more descriptors live at once,
-/// which pushed a 128-thread GEMM tile into spills.
-pub const MAX_STEPS: i64 = 2;
+/// The most k16 steps one `Wgmma` intrinsic may issue back to back (`KernelAttrs::wgmma_batch`
+/// asks for up to this): more keep more descriptors live at once, and 4 already pushed a
+/// 128-thread GEMM tile into spills.
+pub const MAX_STEPS: i64 = 8;
 
 /// Why this gemm cannot use wgmma on `target` with `threads` per block, or `None` if it can.
 pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<String> {
@@ -195,12 +195,13 @@ impl Ctx<'_> {
             };
             address_of(&g.b.buffer, idx)
         };
-        // The k steps go out in runs of up to MAX_STEPS per intrinsic (one `asm` statement in
-        // CUDA, binding the accumulator registers once per run instead of once per step).
+        // The k steps go out in runs of up to `wgmma_batch` per intrinsic (one `asm` statement
+        // in CUDA, binding the accumulator registers once per run instead of once per step).
         let steps = k / 16;
         let mut issue = vec![];
-        for first in (0..steps).step_by(MAX_STEPS as usize) {
-            let count = (steps - first).min(MAX_STEPS);
+        let batch = i64::from(self.wgmma_batch).clamp(1, MAX_STEPS);
+        for first in (0..steps).step_by(batch as usize) {
+            let count = (steps - first).min(batch);
             let scale_d = i64::from(!(g.clear_accum && first == 0));
             let mut args = vec![
                 address_of(&acc, vec![Expr::int(0)]),

@@ -616,6 +616,14 @@ impl TileScope {
         self.state.borrow_mut().attrs.min_blocks_per_sm = Some(blocks.max(1));
     }
 
+    /// Issue up to `steps` k16 steps of each wgmma gemm in one `asm` statement (default 1): the
+    /// kernel compiles faster (NVRTC binds the accumulator registers once per statement), but
+    /// the descriptors of all its steps are computed before the first issues. On an H100 pairs
+    /// cost the GEMM mainloop 2-12% and attention nothing (docs/performance.md, run 6f).
+    pub fn wgmma_batch(&mut self, steps: u32) {
+        self.state.borrow_mut().attrs.wgmma_batch = Some(steps.clamp(1, 8));
+    }
+
     /// Give a buffer a layout (CuTe notation, e.g. `"(128,64):(64,1)"`), overriding inference.
     #[track_caller]
     pub fn annotate_layout(&mut self, buf: &Buffer, layout: &str) {
