@@ -539,42 +539,31 @@ impl Compiler<'_> {
                     None => E::Const(Value::Int(16)),
                 };
                 // Back-to-back steps are separate warp collectives here: the same arithmetic,
-                // in the same order, with nothing in between.
-                let mut prev = (a, b, scale);
+                // in the same order, with nothing in between. Later steps always accumulate.
+                let mut slices = vec![(a, b, scale)];
                 for s in 1..steps {
                     let a_s = self.address(args.get(3 + 2 * s), &name)?;
                     let b_s = self.address(args.get(4 + 2 * s), &name)?;
-                    let (a, b, scale) =
-                        std::mem::replace(&mut prev, (a_s, b_s, E::Const(Value::Int(1))));
-                    self.emit(
-                        Instr::Wgmma {
-                            n: *n,
-                            ab: *ab,
-                            a_regs: *a_regs,
-                            a_mn_major: *a_mn_major,
-                            b_mn_major: *b_mn_major,
-                            d: d.clone(),
-                            a,
-                            b,
-                            scale,
-                            b_lbo: b_lbo.clone(),
-                        },
-                        name.clone(),
-                    );
+                    slices.push((a_s, b_s, E::Const(Value::Int(1))));
                 }
-                let (a, b, scale) = prev;
-                Instr::Wgmma {
+                let step = |(a, b, scale): (MemRef, MemRef, E)| Instr::Wgmma {
                     n: *n,
                     ab: *ab,
                     a_regs: *a_regs,
                     a_mn_major: *a_mn_major,
                     b_mn_major: *b_mn_major,
-                    d,
+                    d: d.clone(),
                     a,
                     b,
                     scale,
-                    b_lbo,
+                    b_lbo: b_lbo.clone(),
+                };
+                let last = slices.pop().map(step);
+                for sl in slices {
+                    let i = step(sl);
+                    self.emit(i, name.clone());
                 }
+                last.ok_or_else(|| SimError::InvalidIr(format!("{name} with no k steps")))?
             }
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
