@@ -56,7 +56,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let mut cfg = if dev.is_cpu() {
         AttnConfig::cpu()
     } else if wgmma {
-        AttnConfig::hopper()
+        AttnConfig::hopper_for(args.dim as i64, args.causal)
     } else {
         AttnConfig::gpu()
     };

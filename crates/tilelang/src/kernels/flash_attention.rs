@@ -42,6 +42,23 @@ impl AttnConfig {
         }
     }
 
+    /// The Hopper tiles the autotuner picked on an H100 for this head dim and masking (runs 6c
+    /// and 6g in docs/gpu-notes.md): 64-key tiles for non-causal d128, one warpgroup of 64
+    /// query rows with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise.
+    pub fn hopper_for(head_dim: i64, causal: bool) -> AttnConfig {
+        match (head_dim, causal) {
+            (128, false) => AttnConfig {
+                bn: 64,
+                ..AttnConfig::hopper()
+            },
+            (64, true) => AttnConfig {
+                wgmma: true,
+                ..AttnConfig::tiles(64, 64, 2, 128)
+            },
+            _ => AttnConfig::hopper(),
+        }
+    }
+
     pub fn cpu() -> AttnConfig {
         AttnConfig::tiles(64, 64, 1, 128)
     }
