@@ -12,7 +12,6 @@ use tl_ir::{
     StmtKind, UnOp,
 };
 
-use crate::cuda::WgmmaShape;
 use crate::names::Names;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -119,7 +118,7 @@ pub struct Printer<'a> {
     pub smem_offsets: HashMap<u64, u64>,
     /// The `wgmma` shapes a CUDA kernel uses: (N, operand type name); their device functions
     /// are emitted ahead of the kernel.
-    pub wgmma_shapes: std::collections::BTreeSet<WgmmaShape>,
+    pub wgmma_shapes: std::collections::BTreeSet<tl_ir::WgmmaOp>,
 }
 
 impl<'a> Printer<'a> {

@@ -15,7 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use tl_ir::{
     Buffer, DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Param,
-    Role, Scope, Span, Stmt, StmtKind,
+    Role, Scope, Span, Stmt, StmtKind, WgmmaOp,
 };
 use tl_target::Target;
 
@@ -273,37 +273,17 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
 /// Hopper warpgroup-MMA helpers, included only in kernels that use them (sm_90a).
 const WGMMA_HEADER: &str = include_str!("../include/tl_wgmma.h");
 
-/// One `wgmma.mma_async` shape a kernel issues; each gets its own device function.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct WgmmaShape {
-    pub n: u32,
-    /// `bf16` or `f16`.
-    pub ab: &'static str,
-    /// A from registers (`.._rs`) instead of a shared-memory descriptor.
-    pub a_regs: bool,
-    /// A MN-major (`imm-trans-a` 1, `.._ta`) instead of K-major (shared A only).
-    pub a_mn_major: bool,
-    /// B MN-major (`imm-trans-b` 1, `.._tb`) instead of K-major.
-    pub b_mn_major: bool,
-    /// k16 steps issued back to back in one `asm` statement (`.._x{steps}`).
-    pub steps: u32,
+/// The device function of a wgmma variant: `tl_` and the intrinsic's name.
+fn wgmma_function_name(w: &WgmmaOp) -> String {
+    format!("tl_{}", w.name())
 }
 
-impl WgmmaShape {
-    fn function_name(&self) -> String {
-        format!(
-            "tl_wgmma_m64n{}k16_{}{}{}{}{}",
-            self.n,
-            self.ab,
-            if self.a_regs { "_rs" } else { "" },
-            if self.a_mn_major { "_ta" } else { "" },
-            if self.b_mn_major { "_tb" } else { "" },
-            if self.steps > 1 {
-                format!("_x{}", self.steps)
-            } else {
-                String::new()
-            }
-        )
+/// The PTX type name of a wgmma operand type (lowering only issues these two).
+fn ptx_type(ab: DType) -> &'static str {
+    if ab == DType::F16 {
+        "f16"
+    } else {
+        "bf16"
     }
 }
 
@@ -312,7 +292,7 @@ impl WgmmaShape {
 /// them listed one by one) and, for A from registers, four 32-bit registers per step. The
 /// parameters follow the intrinsic's arguments: D, A₀, B₀, scale_d, B's LBO, then A/B of the
 /// later steps (which always accumulate).
-fn wgmma_function(w: &WgmmaShape) -> String {
+fn wgmma_function(w: &WgmmaOp) -> String {
     let regs = w.n / 2;
     let steps = w.steps.max(1);
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
@@ -364,6 +344,7 @@ fn wgmma_function(w: &WgmmaShape) -> String {
     let (scale, one) = (next, next + 1);
     inputs.push("\"r\"(scale_d)".into());
     inputs.push("\"r\"(1)".into());
+    let ab = ptx_type(w.ab);
     let tb = u32::from(w.b_mn_major);
     let imms = if w.a_regs {
         format!("1, 1, {tb}")
@@ -378,7 +359,6 @@ fn wgmma_function(w: &WgmmaShape) -> String {
         asm.push_str(&format!(
             "                 \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, {a}, {b}, {pred}, {imms};\\n\"\n",
             n = w.n,
-            ab = w.ab,
             a = a_ops[s],
             b = b_ops[s],
         ));
@@ -386,7 +366,7 @@ fn wgmma_function(w: &WgmmaShape) -> String {
     asm.push_str("                 \"}\\n\"");
     format!(
         "TL_DEVICE void {name}({params}) {{\n{body}    asm volatile({asm}\n                 : {outs}\n                 : {inputs});\n}}\n",
-        name = w.function_name(),
+        name = wgmma_function_name(w),
         outs = outs.join(", "),
         inputs = inputs.join(", "),
     )
@@ -836,29 +816,19 @@ impl Printer<'_> {
                     ab.name()
                 )
             }
-            Intrinsic::Wgmma {
-                n,
-                ab,
-                a_regs,
-                a_mn_major,
-                b_mn_major,
-                steps,
-            } => {
-                let steps = (*steps).max(1);
+            Intrinsic::Wgmma(w) => {
+                let WgmmaOp { n, ab, a_regs, .. } = w;
+                let steps = w.steps.max(1);
                 if !self.cuda_nargs(op, args, 5 + 2 * (steps as usize - 1)) {
                     return "0".into();
                 }
-                let name = match ab {
-                    DType::BF16 => "bf16",
-                    DType::F16 => "f16",
-                    _ => {
-                        return self.cuda_error(
-                            DiagKind::Unsupported,
-                            format!("wgmma with {ab} operands"),
-                            "wgmma here takes bf16 or f16 operands",
-                        )
-                    }
-                };
+                if !matches!(ab, DType::BF16 | DType::F16) {
+                    return self.cuda_error(
+                        DiagKind::Unsupported,
+                        format!("wgmma with {ab} operands"),
+                        "wgmma here takes bf16 or f16 operands",
+                    );
+                }
                 if *n == 0 || n % 8 != 0 || *n > 256 {
                     return self.cuda_error(
                         DiagKind::Internal,
@@ -895,16 +865,9 @@ impl Printer<'_> {
                         call.push(format!("(uint32_t)({lbo})"));
                     }
                 }
-                let shape = WgmmaShape {
-                    n: *n,
-                    ab: name,
-                    a_regs: *a_regs,
-                    a_mn_major: *a_mn_major,
-                    b_mn_major: *b_mn_major,
-                    steps,
-                };
+                let shape = WgmmaOp { steps, ..*w };
                 self.wgmma_shapes.insert(shape);
-                format!("{}({})", shape.function_name(), call.join(", "))
+                format!("{}({})", wgmma_function_name(&shape), call.join(", "))
             }
             Intrinsic::WgmmaFence | Intrinsic::WgmmaWait { .. } => {
                 // The register arrays are pinned on both sides so the compiler moves no access

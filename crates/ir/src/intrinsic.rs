@@ -57,18 +57,9 @@ pub enum Intrinsic {
     /// element of the slice, K-major (n rows × 16 k) or, with `b_mn_major`, MN-major (16 rows
     /// of k × n, in 64-column blocks `b_lbo` bytes apart); `scale_d` (i32, 0 or 1); `b_lbo`
     /// (i32 bytes, read only for MN-major B). Operand tiles have 64-element (128-byte) rows
-    /// under the 128-byte swizzle.
-    Wgmma {
-        n: u32,
-        ab: crate::dtype::DType,
-        a_regs: bool,
-        a_mn_major: bool,
-        b_mn_major: bool,
-        /// Consecutive k16 steps issued back to back on the same accumulator; steps after the
-        /// first add their A and B slice addresses as further (A, B) argument pairs and
-        /// always accumulate.
-        steps: u32,
-    },
+    /// under the 128-byte swizzle. With `steps` > 1, the later steps' A and B addresses follow
+    /// as further (A, B) argument pairs; they always accumulate.
+    Wgmma(WgmmaOp),
     /// `wgmma.fence.sync.aligned`: orders register accesses before the next wgmma. args: the
     /// addresses of the register arrays the wgmmas will use (the accumulator, then A when it is
     /// in registers), kept in place across the fence.
@@ -82,6 +73,47 @@ pub enum Intrinsic {
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
     FenceProxyAsync,
+}
+
+/// The variant of a `wgmma.mma_async` the `Wgmma` intrinsic issues: its shape, operand type,
+/// where its operands live, and how many k16 steps go out back to back.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct WgmmaOp {
+    pub n: u32,
+    pub ab: crate::dtype::DType,
+    /// A is this thread's register fragment, not a shared slice.
+    pub a_regs: bool,
+    /// A (in shared memory) is stored [K, M] (`imm-trans-a`).
+    pub a_mn_major: bool,
+    /// B is stored [K, N] (`imm-trans-b`), in 64-column blocks `b_lbo` bytes apart.
+    pub b_mn_major: bool,
+    /// Consecutive k16 steps issued back to back on the same accumulator.
+    pub steps: u32,
+}
+
+impl WgmmaOp {
+    /// `wgmma_m64n{n}k16_{ab}` with `_rs` (A in registers), `_ta` / `_tb` (MN-major A / B) and
+    /// `_x{steps}` when several steps go out together.
+    pub fn name(&self) -> String {
+        format!(
+            "wgmma_m64n{}k16_{}{}{}{}{}",
+            self.n,
+            self.ab,
+            if self.a_regs { "_rs" } else { "" },
+            if self.a_mn_major { "_ta" } else { "" },
+            if self.b_mn_major { "_tb" } else { "" },
+            if self.steps > 1 {
+                format!("_x{}", self.steps)
+            } else {
+                String::new()
+            }
+        )
+    }
+
+    /// The same instruction, one step at a time.
+    pub fn single(self) -> WgmmaOp {
+        WgmmaOp { steps: 1, ..self }
+    }
 }
 
 impl Intrinsic {
@@ -104,24 +136,7 @@ impl Intrinsic {
                 format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
             }
             Intrinsic::MmaSync { ab } => format!("mma_m16n8k16_{ab}"),
-            Intrinsic::Wgmma {
-                n,
-                ab,
-                a_regs,
-                a_mn_major,
-                b_mn_major,
-                steps,
-            } => format!(
-                "wgmma_m64n{n}k16_{ab}{}{}{}{}",
-                if *a_regs { "_rs" } else { "" },
-                if *a_mn_major { "_ta" } else { "" },
-                if *b_mn_major { "_tb" } else { "" },
-                if *steps > 1 {
-                    format!("_x{steps}")
-                } else {
-                    String::new()
-                }
-            ),
+            Intrinsic::Wgmma(w) => w.name(),
             Intrinsic::WgmmaFence => "wgmma_fence".into(),
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
             Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),

@@ -126,14 +126,8 @@ pub enum Instr {
     /// Warp part of a warpgroup `wgmma.m64n{n}k16`: this warp's 16 rows of D, held back until
     /// the thread's `WgmmaWait` retires the group.
     Wgmma {
-        n: u32,
-        ab: DType,
-        /// A is this thread's 8-element register fragment, not a shared slice.
-        a_regs: bool,
-        /// A (in shared memory) is stored [K, M]: 16 rows of one 64-column block.
-        a_mn_major: bool,
-        /// B is stored [K, N] in 64-column blocks `b_lbo` bytes apart.
-        b_mn_major: bool,
+        /// One step (a multi-step issue compiles to several of these in a row).
+        op: tl_ir::WgmmaOp,
         d: MemRef,
         a: MemRef,
         b: MemRef,

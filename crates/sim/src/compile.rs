@@ -511,17 +511,11 @@ impl Compiler<'_> {
                     c,
                 }
             }
-            Intrinsic::Wgmma {
-                n,
-                ab,
-                a_regs,
-                a_mn_major,
-                b_mn_major,
-                steps,
-            } => {
-                let steps = (*steps).max(1) as usize;
+            Intrinsic::Wgmma(w) => {
+                let (n, ab) = (w.n, w.ab);
+                let steps = w.steps.max(1) as usize;
                 need(5 + 2 * (steps - 1))?;
-                if !matches!(ab, DType::F16 | DType::BF16) || *n == 0 || n % 8 != 0 || *n > 256 {
+                if !matches!(ab, DType::F16 | DType::BF16) || n == 0 || n % 8 != 0 || n > 256 {
                     return Err(SimError::Unsupported(format!(
                         "wgmma m64n{n}k16 with {ab} operands at {} (f16 or bf16, N a multiple of 8 up to 256)",
                         self.span
@@ -547,11 +541,7 @@ impl Compiler<'_> {
                     slices.push((a_s, b_s, E::Const(Value::Int(1))));
                 }
                 let step = |(a, b, scale): (MemRef, MemRef, E)| Instr::Wgmma {
-                    n: *n,
-                    ab: *ab,
-                    a_regs: *a_regs,
-                    a_mn_major: *a_mn_major,
-                    b_mn_major: *b_mn_major,
+                    op: w.single(),
                     d: d.clone(),
                     a,
                     b,

@@ -185,25 +185,7 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
         } => shuffle(it, lanes, *kind, *width, *dst as usize, pc)?,
         Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
         Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
-        Instr::Wgmma {
-            n,
-            ab,
-            a_regs,
-            a_mn_major,
-            b_mn_major,
-            ..
-        } => wgmma(
-            it,
-            lanes,
-            WgmmaKind {
-                n: *n as usize,
-                ab: *ab,
-                a_regs: *a_regs,
-                a_mn_major: *a_mn_major,
-                b_mn_major: *b_mn_major,
-            },
-            pc,
-        )?,
+        Instr::Wgmma { op, .. } => wgmma(it, lanes, *op, pc)?,
         _ => return Err(no_stash(it, pc)),
     }
     if !matches!(ins, Instr::SyncWarp) {
@@ -397,16 +379,6 @@ fn sw128(e: i64) -> i64 {
     e ^ (((e >> 6) & 7) << 3)
 }
 
-/// The variant of a wgmma: its N, operand type and where its operands are.
-#[derive(Clone, Copy)]
-struct WgmmaKind {
-    n: usize,
-    ab: DType,
-    a_regs: bool,
-    a_mn_major: bool,
-    b_mn_major: bool,
-}
-
 /// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
 /// A slice (K-major, or MN-major: 16 rows of one 64-column block; or the warp's A register
 /// fragments) times the B slice (K-major: `n` rows of 16 k;
@@ -414,14 +386,21 @@ struct WgmmaKind {
 /// the lanes' accumulators in the mma.sync C layout. The results are queued on each lane and
 /// written at its `wgmma.wait_group`, so an accumulator read before the wait sees the old
 /// values, as on the GPU where it is undefined.
-fn wgmma(it: &mut Interp, lanes: &mut [Thread], w: WgmmaKind, pc: u32) -> Result<(), SimError> {
-    let WgmmaKind {
+fn wgmma(
+    it: &mut Interp,
+    lanes: &mut [Thread],
+    w: tl_ir::WgmmaOp,
+    pc: u32,
+) -> Result<(), SimError> {
+    let tl_ir::WgmmaOp {
         n,
         ab,
         a_regs,
         a_mn_major,
         b_mn_major,
+        ..
     } = w;
+    let n = n as usize;
     let name = it.prog.name(pc as usize);
     let (first, scale, lbo) = match lanes[0].stash {
         Stash::Wgmma(l, s, lbo) => (l, s, lbo),

@@ -402,7 +402,7 @@ fn issues_wgmma(s: &Stmt) -> bool {
     let mut found = false;
     s.walk(&mut |st| {
         if let StmtKind::Eval(e) = &st.kind {
-            found |= matches!(e.kind(), ExprKind::Call(Intrinsic::Wgmma { .. }, _));
+            found |= matches!(e.kind(), ExprKind::Call(Intrinsic::Wgmma(_), _));
         }
     });
     found

@@ -18,7 +18,9 @@
 //! `Ctx::wgmma_depth`): then it waits for all but the newest group, and the pipeline drains the
 //! rest after its loop.
 
-use tl_ir::{DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind};
+use tl_ir::{
+    DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, WgmmaOp,
+};
 use tl_target::Target;
 
 use super::gemm::{extents2, index2};
@@ -215,14 +217,14 @@ impl Ctx<'_> {
                 args.push(b_at(s));
             }
             let call = Expr::call(
-                Intrinsic::Wgmma {
+                Intrinsic::Wgmma(WgmmaOp {
                     n: n as u32,
                     ab,
                     a_regs: a_regs.is_some(),
                     a_mn_major: g.trans_a,
                     b_mn_major,
                     steps: count as u32,
-                },
+                }),
                 args,
                 DType::Bool,
             );
