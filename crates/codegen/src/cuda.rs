@@ -278,15 +278,6 @@ fn wgmma_function_name(w: &WgmmaOp) -> String {
     format!("tl_{}", w.name())
 }
 
-/// The PTX type name of a wgmma operand type (lowering only issues these two).
-fn ptx_type(ab: DType) -> &'static str {
-    if ab == DType::F16 {
-        "f16"
-    } else {
-        "bf16"
-    }
-}
-
 /// One device function per wgmma shape: `steps` wgmma instructions in one `asm` statement, with
 /// the `n/2` accumulator registers of this thread bound once as `"+f"` operands (PTX wants
 /// them listed one by one) and, for A from registers, four 32-bit registers per step. The
@@ -344,7 +335,8 @@ fn wgmma_function(w: &WgmmaOp) -> String {
     let (scale, one) = (next, next + 1);
     inputs.push("\"r\"(scale_d)".into());
     inputs.push("\"r\"(1)".into());
-    let ab = ptx_type(w.ab);
+    // `bf16` / `f16`: the dtype names are PTX's type names.
+    let ab = w.ab.name();
     let tb = u32::from(w.b_mn_major);
     let imms = if w.a_regs {
         format!("1, 1, {tb}")

@@ -157,7 +157,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);
     cfg.wgmma = wgmma;
-    cfg.overlap = cfg.overlap || args.overlap;
+    cfg.overlap = args.overlap;
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
