@@ -160,6 +160,18 @@ TL_DEVICE void tl_vec_copy_8(void* d, const void* s) { *(uint2*)d = *(const uint
 TL_DEVICE void tl_vec_copy_4(void* d, const void* s) { *(uint32_t*)d = *(const uint32_t*)s; }
 TL_DEVICE void tl_vec_copy_2(void* d, const void* s) { *(uint16_t*)d = *(const uint16_t*)s; }
 TL_DEVICE void tl_vec_copy_1(void* d, const void* s) { *(uint8_t*)d = *(const uint8_t*)s; }
+/* The same with a predicate: false zero-fills the destination and reads nothing. */
+#define TL_DEFINE_VEC_COPY_ZFILL(BYTES, T, ZERO)                                               \
+TL_DEVICE void tl_vec_copy_##BYTES##_zfill(void* d, const void* s, bool p) {                 \
+    T v = ZERO;                                                                                \
+    if (p) v = *(const T*)s;                                                                   \
+    *(T*)d = v;                                                                                \
+}
+TL_DEFINE_VEC_COPY_ZFILL(16, uint4, make_uint4(0u, 0u, 0u, 0u))
+TL_DEFINE_VEC_COPY_ZFILL(8, uint2, make_uint2(0u, 0u))
+TL_DEFINE_VEC_COPY_ZFILL(4, uint32_t, 0u)
+TL_DEFINE_VEC_COPY_ZFILL(2, uint16_t, (uint16_t)0)
+TL_DEFINE_VEC_COPY_ZFILL(1, uint8_t, (uint8_t)0)
 
 /* ---- atomics (generic addresses: global or shared) ---- */
 TL_DEVICE void tl_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }

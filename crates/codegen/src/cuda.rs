@@ -706,7 +706,7 @@ impl Printer<'_> {
             Intrinsic::CpAsyncCommit => "tl_cp_async_commit()".into(),
             Intrinsic::CpAsyncWait { n } => format!("tl_cp_async_wait<{n}>()"),
             Intrinsic::VecCopy { lanes } => {
-                if !self.cuda_nargs(op, args, 2) {
+                if args.len() != 3 && !self.cuda_nargs(op, args, 2) {
                     return "0".into();
                 }
                 let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", ANY_MEM, None)
@@ -727,7 +727,13 @@ impl Printer<'_> {
                         "this is a compiler bug in vectorization",
                     );
                 }
-                format!("tl_vec_copy_{bytes}({d}, {s})")
+                match args.get(2) {
+                    Some(p) => {
+                        let p = self.expr(p);
+                        format!("tl_vec_copy_{bytes}_zfill({d}, {s}, {p})")
+                    }
+                    None => format!("tl_vec_copy_{bytes}({d}, {s})"),
+                }
             }
             Intrinsic::AtomicAdd => {
                 if !self.cuda_nargs(op, args, 2) {

@@ -32,7 +32,10 @@ pub enum Intrinsic {
     /// `cp.async.wait_group n`.
     CpAsyncWait { n: u32 },
     /// Copy `lanes` consecutive elements (16 bytes at most) with one vector access; args: dst
-    /// address, src address. Both must be aligned to the vector size.
+    /// address, src address, and optionally a predicate (false: the destination is
+    /// zero-filled and the source is not read). Both must be aligned to the vector size. The
+    /// predicate form keeps a guarded copy branch-free around its addresses, which NVVM
+    /// then shares between the unrolled copies of a tile.
     VecCopy { lanes: u32 },
     /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
     AtomicAdd,

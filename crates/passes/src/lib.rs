@@ -12,6 +12,7 @@ pub mod cpu_lower;
 pub mod gpu;
 pub mod remap;
 pub mod simplify;
+pub mod strength;
 pub mod tile_util;
 
 pub type PassFn = fn(Kernel, &Target) -> Result<Kernel, Diagnostics>;
@@ -51,6 +52,10 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
             Pass {
                 name: "simplify_lowered",
                 run: simplify::run,
+            },
+            Pass {
+                name: "strength_reduce",
+                run: strength::run,
             },
         ],
     }

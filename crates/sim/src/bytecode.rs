@@ -147,10 +147,12 @@ pub enum Instr {
     },
     CpCommit,
     CpWait(u32),
+    /// With `pred` false the destination is zero-filled and the source is not read.
     VecCopy {
         lanes: u32,
         dst: MemRef,
         src: MemRef,
+        pred: Option<E>,
     },
     AtomicAdd {
         addr: MemRef,

@@ -456,13 +456,20 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::VecCopy { lanes } => {
-                need(2)?;
+                if args.len() != 3 {
+                    need(2)?;
+                }
                 let dst = self.address(args.first(), &name)?;
                 let src = self.address(args.get(1), &name)?;
+                let pred = match args.get(2) {
+                    Some(p) => Some(self.expr(p)?),
+                    None => None,
+                };
                 Instr::VecCopy {
                     lanes: *lanes,
                     dst,
                     src,
+                    pred,
                 }
             }
             Intrinsic::AtomicAdd => {

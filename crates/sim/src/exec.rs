@@ -419,7 +419,12 @@ impl Interp<'_, '_> {
                         self.land(th.tid, c)?;
                     }
                 }
-                Instr::VecCopy { lanes, dst, src } => self.vec_copy(th, *lanes, dst, src, pc)?,
+                Instr::VecCopy {
+                    lanes,
+                    dst,
+                    src,
+                    pred,
+                } => self.vec_copy(th, *lanes, dst, src, pred.as_ref(), pc)?,
                 Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
                 Instr::Exit => {
                     th.pc = pc;
@@ -514,11 +519,15 @@ impl Interp<'_, '_> {
         lanes: u32,
         dst: &MemRef,
         src: &MemRef,
+        pred: Option<&E>,
         pc: u32,
     ) -> Result<(), SimError> {
         let name = self.prog.name(pc as usize);
+        let read = match pred {
+            Some(p) => self.eval(th, p, pc)?.truthy(),
+            None => true,
+        };
         let d = self.addr(th, dst, pc)?;
-        let s = self.addr(th, src, pc)?;
         let bytes = lanes as usize * self.mem.info(d.buf).dtype.bytes();
         if !matches!(bytes, 2 | 4 | 8 | 16) {
             return Err(SimError::InvalidIr(format!(
@@ -526,17 +535,22 @@ impl Interp<'_, '_> {
                 self.prog.span(pc as usize)
             )));
         }
-        let soff = self.mem.range(s.buf, s.elem, bytes, th.tid, pc)?;
         let doff = self.mem.range(d.buf, d.elem, bytes, th.tid, pc)?;
-        self.mem.aligned(s.buf, soff, bytes, name, th.tid, pc)?;
         self.mem.aligned(d.buf, doff, bytes, name, th.tid, pc)?;
-        let data = self.mem.read(
-            &th.local,
-            s.buf,
-            soff,
-            bytes,
-            rec(th.tid, Kind::IntrinsicRead, pc),
-        )?;
+        let data = if read {
+            let s = self.addr(th, src, pc)?;
+            let soff = self.mem.range(s.buf, s.elem, bytes, th.tid, pc)?;
+            self.mem.aligned(s.buf, soff, bytes, name, th.tid, pc)?;
+            self.mem.read(
+                &th.local,
+                s.buf,
+                soff,
+                bytes,
+                rec(th.tid, Kind::IntrinsicRead, pc),
+            )?
+        } else {
+            [0u8; 16]
+        };
         self.mem.write(
             &mut th.local,
             d.buf,

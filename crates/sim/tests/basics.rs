@@ -362,6 +362,37 @@ fn vector_copies_and_alignment() {
     ));
 }
 
+/// A predicated vector copy (what a tile copy's row tail lowers to) zero-fills where the
+/// predicate is false and does not read the source there, even past the end of the tensor.
+#[test]
+fn predicated_vector_copies_zero_fill_without_reading() {
+    let a = global("a", vec![Expr::int(24)], DType::F16);
+    let out = global("out", vec![Expr::int(64)], DType::F16);
+    let k = kernel(
+        "vcopy_pred",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        8,
+        |b, _| {
+            // Threads 3..7 would read a[24..64): out of bounds, so their copies are off.
+            b.vec_copy_pred(8, addr(&out, tid() * 8), addr(&a, tid() * 8), tid().lt(3));
+        },
+    );
+    let xs: Vec<f64> = (1..=24).map(|i| i as f64).collect();
+    let mut args = vec![
+        SimArg::tensor(DType::F16, &[24], &xs),
+        SimArg::tensor(DType::F16, &[64], &[7.0; 64]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs: the skipped copies read nothing");
+    let o = args[1].to_f64(DType::F16);
+    assert!(o[..24]
+        .iter()
+        .enumerate()
+        .all(|(i, &v)| v == (i + 1) as f64));
+    assert!(o[24..].iter().all(|&v| v == 0.0), "{:?}", &o[24..]);
+}
+
 #[test]
 fn ill_formed_ir_is_rejected_not_run() {
     let out = global("out", vec![Expr::int(4)], DType::F32);

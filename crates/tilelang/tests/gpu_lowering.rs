@@ -321,3 +321,30 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
     assert!(e.to_string().contains("64 rows"), "{e}");
     assert!(wg(64, 64, 128, Layout::NT).lower(Target::SM90).is_ok());
 }
+
+/// The generated CUDA says what the range analysis knows and keeps tile copies branch-free:
+/// thread-index division by powers of two is a shift or mask, and a copy whose rows may run
+/// past the tensor zero-fills through a predicated vector copy instead of a branch with one
+/// scalar store per element (NVVM shares the copies' addresses only without the branch).
+#[test]
+fn thread_arithmetic_and_row_tails_stay_compact() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    let k = flash_attention(BF16, 128, true, AttnConfig::hopper_for(128, true));
+    let src = k.emit(Target::SM90).expect("emits");
+    let body = &src[src.find("__global__").expect("a kernel")..];
+    assert!(
+        body.contains("tl_vec_copy_16_zfill("),
+        "Q's row tail: {body}"
+    );
+    assert!(
+        !body.contains("= tl_f32_to_bf16(0.0f);"),
+        "no element-wise zero stores for tails: {body}"
+    );
+    for op in ["/ 16)", "% 16)", "/ 4)", "% 8)"] {
+        assert!(
+            !body.contains(&format!("threadIdx.x) {op}")),
+            "`threadIdx.x {op}` should be a shift or mask"
+        );
+    }
+    assert!(body.contains("threadIdx.x) >> 4)"), "{body}");
+}

@@ -208,30 +208,15 @@ impl Ctx<'_> {
             );
         }
         if v > 1 {
-            let copy = self.eval(
-                Intrinsic::VecCopy { lanes: v as u32 },
-                vec![
-                    crate::tile_util::address_of(db, didx.to_vec()),
-                    crate::tile_util::address_of(sb, sidx.to_vec()),
-                ],
-                span,
-            );
-            let zeros = (0..v)
-                .map(|e| {
-                    let mut i = didx.to_vec();
-                    let last = i.len() - 1;
-                    i[last] = i[last].clone() + e;
-                    store(db, i, Expr::int_of(0, db.dtype()), span)
-                })
-                .collect();
-            return match (src_in, dst_in) {
-                (None, None) => copy,
-                (None, Some(d)) => if_then(Some(d), copy, span),
-                (Some(s), d) => {
-                    let body = crate::tile_util::if_else(s, copy, Stmt::seq(zeros, span), span);
-                    if_then(d, body, span)
-                }
-            };
+            // A source out of bounds zero-fills the destination: the predicate goes into the
+            // copy rather than around it, so no branch separates the copies' addresses.
+            let mut args = vec![
+                crate::tile_util::address_of(db, didx.to_vec()),
+                crate::tile_util::address_of(sb, sidx.to_vec()),
+            ];
+            args.extend(src_in);
+            let copy = self.eval(Intrinsic::VecCopy { lanes: v as u32 }, args, span);
+            return if_then(dst_in, copy, span);
         }
         let load = Expr::load(sb, sidx.to_vec()).cast(db.dtype());
         let val = match src_in {

@@ -242,6 +242,11 @@ impl B {
     pub fn vec_copy(&mut self, lanes: u32, dst: Expr, src: Expr) {
         self.call(Intrinsic::VecCopy { lanes }, vec![dst, src]);
     }
+    /// A vector copy that zero-fills the destination instead of reading when `pred` is false.
+    #[track_caller]
+    pub fn vec_copy_pred(&mut self, lanes: u32, dst: Expr, src: Expr, pred: Expr) {
+        self.call(Intrinsic::VecCopy { lanes }, vec![dst, src, pred]);
+    }
     #[track_caller]
     pub fn atomic_add(&mut self, dst: Expr, value: impl Into<Expr>) {
         self.call(Intrinsic::AtomicAdd, vec![dst, value.into()]);
