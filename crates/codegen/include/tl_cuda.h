@@ -36,6 +36,12 @@ TL_DEVICE uint16_t tl_f32_to_bf16(float f) {
     return r;
 }
 TL_DEVICE float tl_round_bf16(float f) { return tl_bf16_to_f32(tl_f32_to_bf16(f)); }
+/* Two conversions and one 32-bit store: PTX packs the first operand into the high half. */
+TL_DEVICE void tl_store_bf16x2(uint16_t* d, float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    *(uint32_t*)d = r;
+}
 
 TL_DEVICE float tl_f16_to_f32(uint16_t h) {
     float f;
@@ -48,6 +54,11 @@ TL_DEVICE uint16_t tl_f32_to_f16(float f) {
     return r;
 }
 TL_DEVICE float tl_round_f16(float f) { return tl_f16_to_f32(tl_f32_to_f16(f)); }
+TL_DEVICE void tl_store_f16x2(uint16_t* d, float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    *(uint32_t*)d = r;
+}
 
 /* float8 (OCP e4m3fn / e5m2): round to nearest even, saturate to the largest finite value.
  * sm_89+ has the conversions in hardware; sm_80 uses the CPU header's formulas. */

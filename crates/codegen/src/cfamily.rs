@@ -433,8 +433,16 @@ impl<'a> Printer<'a> {
     pub fn stmt(&mut self, s: &Stmt) {
         match &s.kind {
             StmtKind::Seq(v) => {
-                for x in v {
-                    self.stmt(x);
+                let mut i = 0;
+                while i < v.len() {
+                    if let Some(next) = v.get(i + 1) {
+                        if self.packed_pair(&v[i], next) {
+                            i += 2;
+                            continue;
+                        }
+                    }
+                    self.stmt(&v[i]);
+                    i += 1;
                 }
             }
             StmtKind::Let { var, value } => {
@@ -484,6 +492,7 @@ impl<'a> Printer<'a> {
                 };
                 self.line(&format!("{lv} = {v};"));
             }
+            StmtKind::For(l) if self.packed_loop(l) => {}
             StmtKind::For(l) => {
                 let v = self.names.var(&l.var);
                 let lo = self.expr(&l.min);
@@ -530,6 +539,46 @@ impl<'a> Printer<'a> {
     }
 
     /// `#pragma omp simd`, with a reduction clause when the body folds into a scalar.
+    /// CUDA: two adjacent narrow-float stores as one packed conversion ([`crate::pack`]).
+    fn packed_pair(&mut self, a: &Stmt, b: &Stmt) -> bool {
+        if self.dialect != Dialect::Cuda {
+            return false;
+        }
+        let Some((buf, idx, lo, hi)) = crate::pack::adjacent_pair(a, b) else {
+            return false;
+        };
+        let dst = self.lvalue(buf, std::slice::from_ref(idx));
+        let (lo, hi) = (self.expr(lo), self.expr(hi));
+        let f = crate::pack::pair_function(buf.dtype());
+        self.line(&format!("{f}(&{dst}, {lo}, {hi});"));
+        true
+    }
+
+    /// CUDA: an unrolled loop of narrow-float stores, run two elements per step.
+    fn packed_loop(&mut self, l: &tl_ir::For) -> bool {
+        if self.dialect != Dialect::Cuda {
+            return false;
+        }
+        let Some((buf, value)) = crate::pack::pair_loop(l) else {
+            return false;
+        };
+        let v = self.names.var(&l.var);
+        let ext = self.expr(&l.extent);
+        let ty = compute_type(l.var.dtype());
+        let dst = self.lvalue(buf, &[l.var.expr()]);
+        let lo = self.expr(value);
+        let next: HashMap<u64, Expr> = [(l.var.id(), l.var.expr() + 1)].into_iter().collect();
+        let hi = self.expr(&value.substitute(&next));
+        let f = crate::pack::pair_function(buf.dtype());
+        self.line("#pragma unroll");
+        self.line(&format!("for ({ty} {v} = 0; {v} < {ext}; {v} += 2) {{"));
+        self.indent += 1;
+        self.line(&format!("{f}(&{dst}, {lo}, {hi});"));
+        self.indent -= 1;
+        self.line("}");
+        true
+    }
+
     fn simd_pragma(&mut self, body: &Stmt) -> String {
         if self.dialect != Dialect::C {
             return String::new();

@@ -6,6 +6,7 @@ pub mod c;
 pub mod cfamily;
 pub mod cuda;
 pub mod names;
+pub mod pack;
 
 pub use abi::{Abi, IntSlot};
 pub use cuda::CudaSource;

@@ -347,4 +347,11 @@ fn thread_arithmetic_and_row_tails_stay_compact() {
         );
     }
     assert!(body.contains("threadIdx.x) >> 4)"), "{body}");
+    // P (f32 scores → bf16 A fragment) and the epilogue's staging pairs convert two at a time.
+    assert!(body.contains("tl_store_bf16x2(&probs["), "{body}");
+    assert!(body.contains("tl_store_bf16x2(&stage["), "{body}");
+    assert!(
+        !body.contains("tl_f32_to_bf16("),
+        "no single conversions left: {body}"
+    );
 }
