@@ -12,29 +12,16 @@ TL_DEVICE uint64_t tl_wgmma_desc_sw128(const void* smem, uint32_t lbo_bytes) {
 /* Register arrays a wgmma uses are pinned around the asynchronous region (an empty asm that
  * "reads and writes" them), so the compiler neither sinks their initialization below the first
  * wgmma, nor hoists a read above the wait, nor reuses A's registers while the wgmma reads them
- * (the wgmma asm's own operands look complete to it at issue). */
-/* Eight registers per asm statement rather than one: each statement clobbers memory, and 64
- * such statements per pin of an accumulator were a large share of NVVM's time on attention
- * kernels (N is a multiple of 4: n/2 accumulators, four A registers per k step). */
+ * (the wgmma asm's own operands look complete to it at issue). One register per statement:
+ * eight per statement compiled a little faster but ran d64 causal attention 3% slower on an
+ * H100 (docs/gpu-notes.md, run 7). */
 template <int N> TL_DEVICE void tl_wgmma_pin(float* d) {
-    static_assert(N % 4 == 0, "wgmma register arrays come in fours");
 #pragma unroll
-    for (int i = 0; i + 8 <= N; i += 8)
-        asm volatile("" : "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])::"memory");
-    if (N % 8 != 0) {
-        const int i = N - 4;
-        asm volatile("" : "+f"(d[i + 0]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])::"memory");
-    }
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 template <int N> TL_DEVICE void tl_wgmma_pin_u32(uint32_t* r) {
-    static_assert(N % 4 == 0, "wgmma register arrays come in fours");
 #pragma unroll
-    for (int i = 0; i + 8 <= N; i += 8)
-        asm volatile("" : "+r"(r[i + 0]), "+r"(r[i + 1]), "+r"(r[i + 2]), "+r"(r[i + 3]), "+r"(r[i + 4]), "+r"(r[i + 5]), "+r"(r[i + 6]), "+r"(r[i + 7])::"memory");
-    if (N % 8 != 0) {
-        const int i = N - 4;
-        asm volatile("" : "+r"(r[i + 0]), "+r"(r[i + 1]), "+r"(r[i + 2]), "+r"(r[i + 3])::"memory");
-    }
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
 TL_DEVICE void tl_wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 TL_DEVICE void tl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
