@@ -18,13 +18,13 @@ def comp(src, opts):
 ptxas = next((p for p in ['/usr/local/cuda/bin/ptxas'] if os.path.exists(p)), None)
 reps = int(os.environ.get('REPS', '5'))
 files = sys.argv[1:]
-base = ['--gpu-architecture=sm_90a', '--std=c++17', '--ptxas-options=-v', '--no-cache', '-lineinfo']
+base = ['--gpu-architecture=sm_90a', '--std=c++17', '--ptxas-options=-v', '-lineinfo', '--no-cache', '--minimal']
 srcs = {f: open(f).read() for f in files}
 R = {f: {'tot': [], 'fe': [], 'nv': [], 'px': [], 'pt': []} for f in files}
 info = {}
 for f, s in srcs.items():
     comp(s, base)
-    _, _, _, ptx = comp(s, ['--gpu-architecture=compute_90a', '--std=c++17', '--no-cache', '-lineinfo'])
+    _, _, _, ptx = comp(s, ['--gpu-architecture=compute_90a', '--std=c++17', '-lineinfo', '--no-cache', '--minimal'])
     open(f'/tmp/cs_{os.path.basename(f)}.ptx', 'w').write(ptx)
     info[f] = ptx.count('\n')
 tf = '/tmp/cs_time.csv'

@@ -77,6 +77,12 @@ impl Nvrtc {
         if self.version() >= (12, 9) {
             flags.push("--no-cache".into());
         }
+        // The generated code uses no textures, surfaces, device-side launches or cudadevrt:
+        // `--minimal` (NVRTC 12.4+) leaves their declarations out of the front end's input,
+        // about a third of an empty program's front-end time.
+        if self.version() >= (12, 4) {
+            flags.push("--minimal".into());
+        }
         let cflags: Vec<CString> = flags
             .iter()
             .map(|f| CString::new(f.as_str()))
