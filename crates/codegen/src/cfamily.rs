@@ -538,7 +538,6 @@ impl<'a> Printer<'a> {
         }
     }
 
-    /// `#pragma omp simd`, with a reduction clause when the body folds into a scalar.
     /// CUDA: two adjacent narrow-float stores as one packed conversion ([`crate::pack`]).
     fn packed_pair(&mut self, a: &Stmt, b: &Stmt) -> bool {
         if self.dialect != Dialect::Cuda {
@@ -579,6 +578,7 @@ impl<'a> Printer<'a> {
         true
     }
 
+    /// `#pragma omp simd`, with a reduction clause when the body folds into a scalar.
     fn simd_pragma(&mut self, body: &Stmt) -> String {
         if self.dialect != Dialect::C {
             return String::new();
