@@ -130,7 +130,11 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         ));
     }
 
-    let plan = plan_shared(&k.body, &mut errors);
+    let plan = plan_shared(
+        planned_scope(k),
+        k.attrs.persistent_blocks.is_some(),
+        &mut errors,
+    );
     let limit = target.max_shared_bytes() as u64;
     if plan.total > limit {
         errors.push(
@@ -407,7 +411,22 @@ fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
 /// operand tiles and the epilogue's staging tile are the case that matters (the staging tile
 /// otherwise costs a block per SM on the GEMM). The simulator keeps buffers apart, so this
 /// proof is the only thing that makes the overlap safe; it is deliberately that narrow.
-fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
+/// The statements whose sequence the shared-memory plan follows: the kernel body, or for a
+/// persistent kernel (one loop over rounds) the body of a round.
+fn planned_scope(k: &Kernel) -> &Stmt {
+    if k.attrs.persistent_blocks.is_some() {
+        if let [one] = k.body.flattened().as_slice() {
+            if let StmtKind::For(l) = &one.kind {
+                return &l.body;
+            }
+        }
+    }
+    &k.body
+}
+
+/// With `rounds`, `body` repeats (a persistent kernel's round): two buffers share bytes only if
+/// a wait and a barrier separate them both within a round and across the loop's back edge.
+fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic>) -> SharedPlan {
     let items = body.flattened();
     let mut slots: Vec<SharedSlot> = vec![];
     let mut seen = HashSet::new();
@@ -468,9 +487,11 @@ fn plan_shared(body: &Stmt, errors: &mut Vec<Diagnostic>) -> SharedPlan {
         }
         false
     };
+    // Across the back edge: from the later buffer's last use to the end of the round.
+    let wraps = |later: &SharedSlot| !rounds || fence_between(later.last, items.len());
     let apart = |x: &SharedSlot, y: &SharedSlot| -> bool {
-        (x.last < y.first && fence_between(x.last, y.first))
-            || (y.last < x.first && fence_between(y.last, x.first))
+        (x.last < y.first && fence_between(x.last, y.first) && wraps(y))
+            || (y.last < x.first && fence_between(y.last, x.first) && wraps(x))
     };
     let mut offsets = HashMap::new();
     let mut placed: Vec<(usize, u64)> = vec![];

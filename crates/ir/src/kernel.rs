@@ -51,6 +51,10 @@ pub struct KernelAttrs {
     /// statements compile faster; measured on an H100, pairs cost the GEMM mainloop 2-12% and
     /// attention nothing.
     pub wgmma_batch: Option<u32>,
+    /// Launch at most this many blocks, each looping over the logical grid's blocks (a
+    /// persistent kernel); 0 asks the driver for one block per multiprocessor of the device.
+    /// Lowered by the `persistent` pass (GPU targets); the CPU runs the logical grid.
+    pub persistent_blocks: Option<u32>,
     /// Symbolic sizes the launch guarantees to be multiples of a constant (the runtime checks
     /// them and falls back to a general variant of the kernel when they are not).
     pub dim_multiples: Vec<(Var, i64)>,

@@ -449,6 +449,9 @@ impl Printer {
         if let Some(b) = k.attrs.min_blocks_per_sm {
             let _ = write!(head, " min_blocks_per_sm {b}");
         }
+        if let Some(b) = k.attrs.persistent_blocks {
+            let _ = write!(head, " persistent_blocks {b}");
+        }
         if let Some(b) = k.attrs.wgmma_batch {
             let _ = write!(head, " wgmma_batch {b}");
         }

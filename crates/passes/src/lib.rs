@@ -54,6 +54,10 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
                 run: simplify::run,
             },
             Pass {
+                name: "persistent",
+                run: gpu::persistent::run,
+            },
+            Pass {
                 name: "strength_reduce",
                 run: strength::run,
             },

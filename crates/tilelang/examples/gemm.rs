@@ -46,6 +46,10 @@ struct Args {
     /// are awaited (measured slower than without on an H100; not in --tune's space)
     #[arg(long)]
     overlap: bool,
+    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
+    /// output tiles
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    persistent: Option<u32>,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long)]
     panel: Option<u32>,
@@ -158,6 +162,7 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.panel = args.panel.unwrap_or(cfg.panel);
     cfg.wgmma = wgmma;
     cfg.overlap = args.overlap;
+    cfg.persistent = args.persistent;
     let kernel = gemm(layout, dt, out_dt, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);

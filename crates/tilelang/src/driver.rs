@@ -124,7 +124,13 @@ impl Kernel {
         dump: Option<&std::path::Path>,
     ) -> Result<tl_ir::Kernel, Diagnostics> {
         self.verify()?;
-        tl_passes::run_pipeline(&self.ir, &target, dump)
+        let ir = with_persistent_blocks(&self.ir, || Ok(typical_multiprocessors(target))).map_err(
+            |e| match e {
+                Error::Compile(d) => d,
+                other => Diagnostics::from(Diagnostic::internal(other.to_string())),
+            },
+        )?;
+        tl_passes::run_pipeline(&ir, &target, dump)
     }
 
     /// The generated source for a target, without compiling it (no GPU or compiler needed).
@@ -226,9 +232,12 @@ impl Kernel {
             None => Cache::from_env(),
         };
         let target = dev.target()?;
-        let sig = Signature::of(ir);
+        let ir = with_persistent_blocks(ir, || persistent_blocks_for(dev))?;
         let t = Instant::now();
-        let low = tl_passes::run_pipeline(ir, &target, dump.as_deref())?;
+        let low = tl_passes::run_pipeline(&ir, &target, dump.as_deref())?;
+        // The lowered kernel's grid: a persistent kernel launches fewer blocks than its
+        // logical grid has.
+        let sig = Signature::of(&low);
         let lower_time = t.elapsed();
         let mut exe = match dev {
             Device::Sim => tl_runtime::build_sim(sig, low),
@@ -284,6 +293,38 @@ impl Kernel {
         st.lower = lower_time;
         st.total = t0.elapsed();
         Ok(exe)
+    }
+}
+
+/// The kernel with a persistent request for "one block per multiprocessor" (0) replaced by
+/// `count()`; other kernels as they are.
+fn with_persistent_blocks(
+    ir: &tl_ir::Kernel,
+    count: impl FnOnce() -> Result<u32, Error>,
+) -> Result<std::borrow::Cow<'_, tl_ir::Kernel>, Error> {
+    if ir.attrs.persistent_blocks != Some(0) {
+        return Ok(std::borrow::Cow::Borrowed(ir));
+    }
+    let mut k = ir.clone();
+    k.attrs.persistent_blocks = Some(count()?.max(1));
+    Ok(std::borrow::Cow::Owned(k))
+}
+
+/// Blocks of a persistent kernel that asked for one per multiprocessor: the device's count on
+/// a GPU; three in the simulator, so that blocks take several rounds even on small tests.
+fn persistent_blocks_for(dev: &Device) -> Result<u32, Error> {
+    Ok(match dev {
+        Device::Cuda(_) => dev.cuda_props()?.multiprocessors,
+        _ => 3,
+    })
+}
+
+/// Multiprocessors assumed when source is emitted with no device at hand: an H100 SXM's 132
+/// for sm_90, an A100's 108 for other CUDA targets (the CPU ignores persistence).
+fn typical_multiprocessors(target: Target) -> u32 {
+    match target {
+        Target::Cuda { sm } if sm >= 90 => 132,
+        _ => 108,
     }
 }
 

@@ -512,3 +512,39 @@ fn planted_wgmma_bugs_are_caught() {
         .expect_err("overwriting a stage an in-flight wgmma reads must be reported");
     assert!(e.contains("may still be reading it"), "{e}");
 }
+
+#[test]
+fn persistent_gemm_in_sim() {
+    // Fewer blocks than output tiles, each looping over tiles in rasterization order: 2 and 3
+    // blocks over a 3 x 5 (mma.sync) or 2 x 3 (wgmma) tile grid, panels of 2 block-rows or
+    // none, tails in M, N and K.
+    for (blocks, panel) in [(2, 2), (3, 0)] {
+        let cfg = gemm::GemmConfig {
+            persistent: Some(blocks),
+            panel,
+            ..gemm::GemmConfig::tiles(32, 32, 32, 3, 128)
+        };
+        let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+        let low = k.lower(Target::SM80).expect("lowers");
+        assert_eq!(low.block_vars.len(), 1, "{low}");
+        let (m, n, kk) = (150, 90, 70);
+        let e = sim_vs_cpu(&k, Target::SM80, &[vec![m, kk], vec![n, kk], vec![m, n]], 9);
+        assert!(
+            e < 1e-5,
+            "persistent gemm ({blocks} blocks, panel {panel}): {e}"
+        );
+        let wg = gemm::GemmConfig {
+            persistent: Some(blocks),
+            panel,
+            wgmma: true,
+            ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+        };
+        let k = gemm::gemm(gemm::Layout::NT, BF16, F32, wg);
+        let (m, n, kk) = (130, 150, 90);
+        let e = sim_vs_cpu(&k, Target::SM90, &[vec![m, kk], vec![n, kk], vec![m, n]], 9);
+        assert!(
+            e < 1e-5,
+            "persistent wgmma gemm ({blocks} blocks, panel {panel}): {e}"
+        );
+    }
+}

@@ -7,6 +7,7 @@ pub mod gemm;
 pub mod infer;
 pub mod lower;
 pub mod mma;
+pub mod persistent;
 pub mod pipeline;
 pub mod reduce;
 pub mod smem;

@@ -609,6 +609,13 @@ impl TileScope {
         self.state.borrow_mut().attrs.swizzle_panel = Some(panel.max(1));
     }
 
+    /// Make the kernel persistent: launch `blocks` blocks (0: one per multiprocessor of the
+    /// device it is compiled for) that loop over the grid's blocks in order (with the panel
+    /// rasterization of `use_swizzle`), instead of one block per grid entry.
+    pub fn persistent(&mut self, blocks: u32) {
+        self.state.borrow_mut().attrs.persistent_blocks = Some(blocks);
+    }
+
     /// Ask for `blocks` resident blocks per SM (CUDA's `__launch_bounds__(threads, blocks)`): the
     /// compiler caps registers to fit them. More blocks hide more latency; too few registers
     /// spill (check with `tilelang check-cuda`, or let the autotuner, which rejects spills, try).

@@ -49,6 +49,9 @@ pub struct GemmConfig {
     /// With `wgmma` and at least 3 stages: keep each k step's wgmma running into the next
     /// (`GemmHandle::wgmma_overlap`).
     pub overlap: bool,
+    /// A persistent kernel (`TileScope::persistent`) of this many blocks (0: one per
+    /// multiprocessor), each looping over output tiles in the rasterization order.
+    pub persistent: Option<u32>,
 }
 
 impl GemmConfig {
@@ -65,6 +68,7 @@ impl GemmConfig {
             panel: 0,
             wgmma: false,
             overlap: false,
+            persistent: None,
         }
     }
 
@@ -108,6 +112,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         panel,
         wgmma,
         overlap,
+        persistent,
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -129,6 +134,9 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
                 }
                 if panel > 1 {
                     t.use_swizzle(panel);
+                }
+                if let Some(blocks) = persistent {
+                    t.persistent(blocks);
                 }
                 let a_s = match layout {
                     Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),

@@ -1,0 +1,118 @@
+//! A persistent kernel: launch a fixed number of blocks (`attrs.persistent_blocks`, about one
+//! per multiprocessor) and let each loop over the logical grid's blocks, `tile = p, p + P, …`.
+//! The logical block indices are recomputed from the tile number each round — with the panel
+//! rasterization of `use_swizzle` when the kernel asks for it — and each round ends with
+//! `cp.async.wait_group 0` and a barrier, since the next round's copies refill shared memory
+//! that this round may still be reading (codegen's shared-memory plan relies on it).
+
+use tl_ir::ops::{ceildiv, min};
+use tl_ir::{
+    DType, Diagnostic, Diagnostics, Expr, For, ForKind, Intrinsic, Kernel, Stmt, StmtKind, Var,
+};
+use tl_target::Target;
+
+pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
+    let Some(blocks) = k.attrs.persistent_blocks else {
+        return Ok(k);
+    };
+    if blocks == 0 {
+        return Err(Diagnostic::internal(
+            "persistent_blocks 0 (one block per multiprocessor) reached lowering unresolved; \
+             the driver replaces it with the device's multiprocessor count",
+        )
+        .into());
+    }
+    let span = k.body.span;
+    let dt = DType::I32;
+    let g: Vec<Expr> = k.grid.iter().map(|e| e.cast(dt)).collect();
+    let total = g
+        .iter()
+        .skip(1)
+        .fold(g[0].clone(), |acc, e| acc * e.clone());
+    let p = Expr::int_of(blocks as i64, dt);
+    let pb = Var::new("pblock", dt);
+    let round = Var::new("round", dt);
+    let tile = Var::new("tile", dt);
+    let t = tile.expr();
+    // Logical block indices of this round's tile: x fastest, as the hardware numbers a grid.
+    let logical: Vec<Expr> = match (k.attrs.swizzle_panel, g.len()) {
+        (Some(panel), 2) if panel > 1 => {
+            let (gx, gy) = (g[0].clone(), g[1].clone());
+            let panel = Expr::int_of(panel as i64, dt);
+            let pw = panel.clone() * gx;
+            let which = Expr::binary(tl_ir::BinOp::Div, t.clone(), pw.clone());
+            let r = Expr::binary(tl_ir::BinOp::Mod, t.clone(), pw);
+            let rows = min(gy - which.clone() * panel.clone(), panel.clone());
+            vec![
+                Expr::binary(tl_ir::BinOp::Div, r.clone(), rows.clone()),
+                which * panel + Expr::binary(tl_ir::BinOp::Mod, r, rows),
+            ]
+        }
+        _ => {
+            let mut out = vec![];
+            let mut rest = t.clone();
+            for (i, gi) in g.iter().enumerate() {
+                if i + 1 == g.len() {
+                    out.push(rest.clone());
+                } else {
+                    out.push(Expr::binary(tl_ir::BinOp::Mod, rest.clone(), gi.clone()));
+                    rest = Expr::binary(tl_ir::BinOp::Div, rest, gi.clone());
+                }
+            }
+            out
+        }
+    };
+    let mut round_body = vec![Stmt::new(
+        StmtKind::Let {
+            var: tile.clone(),
+            value: pb.expr() + round.expr() * p.clone(),
+        },
+        span,
+    )];
+    for (v, e) in k.block_vars.iter().zip(logical) {
+        round_body.push(Stmt::new(
+            StmtKind::Let {
+                var: v.clone(),
+                value: e.cast(v.dtype()),
+            },
+            span,
+        ));
+    }
+    round_body.push(k.body.clone());
+    let mut cp_async = false;
+    k.body.walk(&mut |s| {
+        if let StmtKind::Eval(e) = &s.kind {
+            cp_async |= matches!(
+                e.kind(),
+                tl_ir::ExprKind::Call(Intrinsic::CpAsync { .. }, _)
+            );
+        }
+    });
+    let call = |op: Intrinsic| {
+        Stmt::new(
+            StmtKind::Eval(Expr::new(tl_ir::ExprKind::Call(op, vec![]), DType::I32)),
+            span,
+        )
+    };
+    // Nothing is in flight here in a well-formed body, so the wait is free; with the barrier
+    // it lets the shared-memory plan overlap buffers of the end and the start of a round.
+    if cp_async {
+        round_body.push(call(Intrinsic::CpAsyncWait { n: 0 }));
+    }
+    round_body.push(call(Intrinsic::SyncThreads));
+    let rounds = Stmt::new(
+        StmtKind::For(Box::new(For {
+            var: round,
+            min: Expr::int_of(0, dt),
+            extent: ceildiv(total.clone() - pb.expr(), p.clone()),
+            kind: ForKind::Serial,
+            body: Stmt::seq(round_body, span),
+        })),
+        span,
+    );
+    let mut out = k.with_body(rounds);
+    out.grid = vec![min(total, p)];
+    out.block_vars = vec![pb];
+    out.attrs.swizzle_panel = None;
+    Ok(out)
+}
