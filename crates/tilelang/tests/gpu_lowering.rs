@@ -355,3 +355,25 @@ fn thread_arithmetic_and_row_tails_stay_compact() {
         "no single conversions left: {body}"
     );
 }
+
+/// A persistent GEMM launches the resolved block count and loops over tiles; its staging tile
+/// still shares bytes with the pipeline tiles (a wait and a barrier end every round, so the
+/// next round's copies cannot overtake this round's epilogue).
+#[test]
+fn persistent_gemm_loops_over_tiles_and_keeps_the_shared_plan() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    let cfg = GemmConfig {
+        persistent: Some(0),
+        ..GemmConfig::hopper()
+    };
+    let k = gemm(Layout::NT, BF16, BF16, cfg);
+    let low = k.lower(Target::SM90).expect("lowers");
+    assert_eq!(low.block_vars.len(), 1);
+    assert!(low.grid[0].to_string().contains("132"), "{}", low.grid[0]);
+    let src = k.emit(Target::SM90).expect("emits");
+    assert!(src.contains("for (int32_t round = 0;"), "{src}");
+    assert_eq!(
+        smem_offset(&src, "epilogue_scratch"),
+        smem_offset(&src, "A_s")
+    );
+}
