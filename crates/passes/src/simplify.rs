@@ -39,11 +39,23 @@ pub fn kernel_analyzer(k: &Kernel) -> Analyzer {
 }
 
 pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
+    rewrite_stmt(s, an, &|an, e| an.simplify(e))
+}
+
+/// Apply `rewrite` to every expression, knowing the ranges of the loop and `let` variables in
+/// scope, and drop the branches, loops and self-copies the rewritten expressions decide. With
+/// [`Analyzer::simplify`] this is the simplifier; other rewrites that need the same ranges
+/// (the strength reduction) reuse the walk.
+pub fn rewrite_stmt(
+    s: &Stmt,
+    an: &mut Analyzer,
+    rewrite: &dyn Fn(&Analyzer, &Expr) -> Expr,
+) -> Stmt {
     let span = s.span;
     let kind = match &s.kind {
-        StmtKind::Seq(v) => StmtKind::Seq(v.iter().map(|x| simplify_stmt(x, an)).collect()),
+        StmtKind::Seq(v) => StmtKind::Seq(v.iter().map(|x| rewrite_stmt(x, an, rewrite)).collect()),
         StmtKind::Let { var, value } => {
-            let value = an.simplify(value);
+            let value = rewrite(an, value);
             let b = an.bound(&value);
             an.bind(var, b.lo, b.hi);
             StmtKind::Let {
@@ -52,25 +64,27 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
             }
         }
         StmtKind::If { cond, then_, else_ } => {
-            let cond = an.simplify(cond);
+            let cond = rewrite(an, cond);
             match cond.as_bool() {
-                Some(true) => return simplify_stmt(then_, an),
+                Some(true) => return rewrite_stmt(then_, an, rewrite),
                 Some(false) => {
                     return match else_ {
-                        Some(e) => simplify_stmt(e, an),
+                        Some(e) => rewrite_stmt(e, an, rewrite),
                         None => Stmt::empty(),
                     }
                 }
                 None => StmtKind::If {
                     cond,
-                    then_: Box::new(simplify_stmt(then_, an)),
-                    else_: else_.as_ref().map(|e| Box::new(simplify_stmt(e, an))),
+                    then_: Box::new(rewrite_stmt(then_, an, rewrite)),
+                    else_: else_
+                        .as_ref()
+                        .map(|e| Box::new(rewrite_stmt(e, an, rewrite))),
                 },
             }
         }
         StmtKind::For(l) => {
-            let min = an.simplify(&l.min);
-            let extent = an.simplify(&l.extent);
+            let min = rewrite(an, &l.min);
+            let extent = rewrite(an, &l.extent);
             if let Some(e) = extent.as_int() {
                 if e <= 0 {
                     return Stmt::empty();
@@ -86,11 +100,11 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
                 // A single iteration: the body with the variable replaced by the start.
                 let mut map = std::collections::HashMap::new();
                 map.insert(l.var.id(), min.clone());
-                let body = simplify_stmt(&l.body.substitute(&map), an);
+                let body = rewrite_stmt(&l.body.substitute(&map), an, rewrite);
                 return Stmt::seq(vec![body], span);
             }
             an.bind_loop(&l.var, &min, &extent);
-            let body = simplify_stmt(&l.body, an);
+            let body = rewrite_stmt(&l.body, an, rewrite);
             an.forget(&l.var);
             if body.is_empty() {
                 return Stmt::empty();
@@ -103,7 +117,7 @@ pub fn simplify_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
         }
         _ => {
             let one = Stmt::new(s.kind.clone(), span);
-            let one = one.map_exprs(&mut |e: &Expr| an.simplify(e));
+            let one = one.map_exprs(&mut |e: &Expr| rewrite(an, e));
             // `b[i] = b[i]` (a mask that masks nothing, once simplified) does nothing.
             if let StmtKind::Store {
                 buffer,

@@ -8,47 +8,16 @@
 //! directly: less code for NVRTC to optimize and for ptxas to schedule. Runs last, after every
 //! simplification that reasons about `/` and `%`.
 
-use tl_ir::{Analyzer, BinOp, Diagnostics, Expr, ExprKind, Kernel, Stmt, StmtKind};
+use tl_ir::{Analyzer, BinOp, Diagnostics, Expr, ExprKind, Kernel};
 use tl_target::Target;
 
-use crate::simplify::kernel_analyzer;
+use crate::simplify::{kernel_analyzer, rewrite_stmt};
 
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let _ = target;
     let mut an = kernel_analyzer(&k);
-    let body = reduce_stmt(&k.body, &mut an);
+    let body = rewrite_stmt(&k.body, &mut an, &|an, e| reduce(e, an));
     Ok(k.with_body(body))
-}
-
-fn reduce_stmt(s: &Stmt, an: &mut Analyzer) -> Stmt {
-    let kind = match &s.kind {
-        StmtKind::Seq(v) => StmtKind::Seq(v.iter().map(|x| reduce_stmt(x, an)).collect()),
-        StmtKind::Let { var, value } => {
-            let value = reduce(value, an);
-            let b = an.bound(&value);
-            an.bind(var, b.lo, b.hi);
-            StmtKind::Let {
-                var: var.clone(),
-                value,
-            }
-        }
-        StmtKind::If { cond, then_, else_ } => StmtKind::If {
-            cond: reduce(cond, an),
-            then_: Box::new(reduce_stmt(then_, an)),
-            else_: else_.as_ref().map(|e| Box::new(reduce_stmt(e, an))),
-        },
-        StmtKind::For(l) => {
-            let mut l2 = (**l).clone();
-            l2.min = reduce(&l.min, an);
-            l2.extent = reduce(&l.extent, an);
-            an.bind_loop(&l.var, &l.min, &l.extent);
-            l2.body = reduce_stmt(&l.body, an);
-            an.forget(&l.var);
-            StmtKind::For(Box::new(l2))
-        }
-        _ => return s.map_exprs(&mut |e| reduce(e, an)),
-    };
-    Stmt::new(kind, s.span)
 }
 
 /// Rewrite bottom-up, so a rewritten operand's range (the analyzer bounds shifts and masks)

@@ -7,7 +7,8 @@
 
 use tl_ir::ops::{ceildiv, min};
 use tl_ir::{
-    DType, Diagnostic, Diagnostics, Expr, For, ForKind, Intrinsic, Kernel, Stmt, StmtKind, Var,
+    BinOp, DType, Diagnostic, Diagnostics, Expr, For, ForKind, Intrinsic, Kernel, Stmt, StmtKind,
+    Var,
 };
 use tl_target::Target;
 
@@ -40,12 +41,12 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             let (gx, gy) = (g[0].clone(), g[1].clone());
             let panel = Expr::int_of(panel as i64, dt);
             let pw = panel.clone() * gx;
-            let which = Expr::binary(tl_ir::BinOp::Div, t.clone(), pw.clone());
-            let r = Expr::binary(tl_ir::BinOp::Mod, t.clone(), pw);
+            let which = Expr::binary(BinOp::Div, t.clone(), pw.clone());
+            let r = Expr::binary(BinOp::Mod, t.clone(), pw);
             let rows = min(gy - which.clone() * panel.clone(), panel.clone());
             vec![
-                Expr::binary(tl_ir::BinOp::Div, r.clone(), rows.clone()),
-                which * panel + Expr::binary(tl_ir::BinOp::Mod, r, rows),
+                Expr::binary(BinOp::Div, r.clone(), rows.clone()),
+                which * panel + Expr::binary(BinOp::Mod, r, rows),
             ]
         }
         _ => {
@@ -55,8 +56,8 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
                 if i + 1 == g.len() {
                     out.push(rest.clone());
                 } else {
-                    out.push(Expr::binary(tl_ir::BinOp::Mod, rest.clone(), gi.clone()));
-                    rest = Expr::binary(tl_ir::BinOp::Div, rest, gi.clone());
+                    out.push(Expr::binary(BinOp::Mod, rest.clone(), gi.clone()));
+                    rest = Expr::binary(BinOp::Div, rest, gi.clone());
                 }
             }
             out
@@ -88,12 +89,8 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             );
         }
     });
-    let call = |op: Intrinsic| {
-        Stmt::new(
-            StmtKind::Eval(Expr::new(tl_ir::ExprKind::Call(op, vec![]), DType::I32)),
-            span,
-        )
-    };
+    // Side-effect calls as lowering builds them (`gpu::lower::Ctx::eval`).
+    let call = |op: Intrinsic| Stmt::new(StmtKind::Eval(Expr::call(op, vec![], DType::Bool)), span);
     // Nothing is in flight here in a well-formed body, so the wait is free; with the barrier
     // it lets the shared-memory plan overlap buffers of the end and the start of a round.
     if cp_async {
