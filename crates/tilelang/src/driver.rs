@@ -124,12 +124,9 @@ impl Kernel {
         dump: Option<&std::path::Path>,
     ) -> Result<tl_ir::Kernel, Diagnostics> {
         self.verify()?;
-        let ir = with_persistent_blocks(&self.ir, || Ok(typical_multiprocessors(target))).map_err(
-            |e| match e {
-                Error::Compile(d) => d,
-                other => Diagnostics::from(Diagnostic::internal(other.to_string())),
-            },
-        )?;
+        let ir = with_persistent_blocks(&self.ir, || {
+            Ok::<_, Diagnostics>(typical_multiprocessors(target))
+        })?;
         tl_passes::run_pipeline(&ir, &target, dump)
     }
 
@@ -298,10 +295,10 @@ impl Kernel {
 
 /// The kernel with a persistent request for "one block per multiprocessor" (0) replaced by
 /// `count()`; other kernels as they are.
-fn with_persistent_blocks(
+fn with_persistent_blocks<E>(
     ir: &tl_ir::Kernel,
-    count: impl FnOnce() -> Result<u32, Error>,
-) -> Result<std::borrow::Cow<'_, tl_ir::Kernel>, Error> {
+    count: impl FnOnce() -> Result<u32, E>,
+) -> Result<std::borrow::Cow<'_, tl_ir::Kernel>, E> {
     if ir.attrs.persistent_blocks != Some(0) {
         return Ok(std::borrow::Cow::Borrowed(ir));
     }
