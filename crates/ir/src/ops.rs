@@ -82,6 +82,24 @@ impl Not for &Expr {
 }
 
 /// ⌈a / b⌉ for non-negative integers (the number of tiles of size b covering a).
+/// The logical (x, y) block indices of block number `tile` (x fastest) under the panel
+/// rasterization of `use_swizzle(panel)`: the grid is walked in panels of `panel` rows of
+/// blocks, column by column inside a panel, so consecutive blocks share operand tiles in L2.
+/// The last panel may have fewer rows. Pure integer arithmetic in `tile`'s type; every value
+/// is non-negative, so C's `/` and `%` are floor division.
+pub fn panel_block_indices(tile: Expr, gx: Expr, gy: Expr, panel: u32) -> [Expr; 2] {
+    let dt = tile.dtype();
+    let panel = Expr::int_of(panel as i64, dt);
+    let pw = panel.clone() * gx;
+    let which = Expr::binary(BinOp::Div, tile.clone(), pw.clone());
+    let r = Expr::binary(BinOp::Mod, tile, pw);
+    let rows = min(gy - which.clone() * panel.clone(), panel.clone());
+    [
+        Expr::binary(BinOp::Div, r.clone(), rows.clone()),
+        which * panel + Expr::binary(BinOp::Mod, r, rows),
+    ]
+}
+
 pub fn ceildiv(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
     let (a, b) = (a.into(), b.into());
     match b.as_int() {

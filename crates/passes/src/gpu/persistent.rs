@@ -38,16 +38,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     // Logical block indices of this round's tile: x fastest, as the hardware numbers a grid.
     let logical: Vec<Expr> = match (k.attrs.swizzle_panel, g.len()) {
         (Some(panel), 2) if panel > 1 => {
-            let (gx, gy) = (g[0].clone(), g[1].clone());
-            let panel = Expr::int_of(panel as i64, dt);
-            let pw = panel.clone() * gx;
-            let which = Expr::binary(BinOp::Div, t.clone(), pw.clone());
-            let r = Expr::binary(BinOp::Mod, t.clone(), pw);
-            let rows = min(gy - which.clone() * panel.clone(), panel.clone());
-            vec![
-                Expr::binary(BinOp::Div, r.clone(), rows.clone()),
-                which * panel + Expr::binary(BinOp::Mod, r, rows),
-            ]
+            tl_ir::ops::panel_block_indices(t.clone(), g[0].clone(), g[1].clone(), panel).to_vec()
         }
         _ => {
             let mut out = vec![];
