@@ -3,6 +3,7 @@
 #   - nvidia-cuda-nvrtc      libnvrtc (CUDA C++ -> PTX -> cubin, with ptxas inside), and
 #   - nvidia-cuda-cuobjdump  cuobjdump (lists the SASS of a cubin), and
 #   - nvidia-cuda-nvdisasm   nvdisasm (which cuobjdump runs to disassemble),
+#   - nvidia-nvjitlink       libnvJitLink (PTX -> cubin with ptxas inside: the PTX backend),
 # downloaded with `pip download` (nothing is pip-installed) and unpacked under
 # target/cuda-tools/ (or $TILELANG_CUDA_TOOLS). No GPU and no driver are needed: this is only
 # the compiler.
@@ -19,11 +20,12 @@ set -euo pipefail
 NVRTC_VERSION="${TILELANG_NVRTC_VERSION:-13.0.88}"
 CUOBJDUMP_VERSION="${TILELANG_CUOBJDUMP_VERSION:-13.2.86}"
 NVDISASM_VERSION="${TILELANG_NVDISASM_VERSION:-$CUOBJDUMP_VERSION}"
+NVJITLINK_VERSION="${TILELANG_NVJITLINK_VERSION:-$NVRTC_VERSION}"
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${TILELANG_CUDA_TOOLS:-$root/target/cuda-tools}"
 stamp="$dest/.installed"
-want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION"
+want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION nvidia-nvjitlink==$NVJITLINK_VERSION"
 
 log() { echo "install-cuda-tools: $*" >&2; }
 
@@ -41,7 +43,8 @@ find_one() { # find_one DIR NAME-GLOB: the first matching file, or nothing
 }
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] \
-   || [ -z "$(find_one "$dest" 'libnvrtc.so.*')" ]; then
+   || [ -z "$(find_one "$dest" 'libnvrtc.so.*')" ] \
+   || [ -z "$(find_one "$dest" 'libnvJitLink.so.*')" ]; then
   python="$(command -v python3 || command -v python || true)"
   if [ -z "$python" ]; then
     log "error: python3 with pip is needed to download the NVRTC wheels"
@@ -88,8 +91,11 @@ if [ -z "$nvrtc" ]; then
 fi
 log "NVRTC: $nvrtc"
 log "cuobjdump: ${cuobjdump:-<none>}"
+jitlink="$(find_one "$dest" 'libnvJitLink.so.*')"
+log "nvJitLink: ${jitlink:-<none>}"
 echo "export TILELANG_CUDA_TOOLS='$dest'"
 echo "export TILELANG_NVRTC='$nvrtc'"
 [ -n "$cuobjdump" ] && echo "export TILELANG_CUOBJDUMP='$cuobjdump'"
+[ -n "$jitlink" ] && echo "export TILELANG_NVJITLINK='$jitlink'"
 # With the toolchain installed, the compile tests must run: a missing library now fails them.
 echo "export TILELANG_REQUIRE_NVRTC=1"

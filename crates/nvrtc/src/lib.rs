@@ -16,6 +16,7 @@
 //! ```
 
 mod error;
+mod jitlink;
 mod library;
 mod sass;
 pub mod testing;
@@ -27,6 +28,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub use error::{NvrtcError, INSTALL_HINT};
+pub use jitlink::{discover_jitlink, is_ptx, JitLink};
 pub use library::{discover, find_tool, tools_dirs, Library as Nvrtc};
 pub use sass::{cuobjdump, has_instruction, sass, sass_opcodes};
 pub use usage::{parse_ptxas_log, FunctionUsage, ResourceUsage};
@@ -319,8 +321,18 @@ impl Compiled {
     }
 }
 
-/// Compile with the process-wide NVRTC.
+/// Compile with the process-wide NVRTC, or — for PTX ([`is_ptx`]) — assemble with the
+/// process-wide nvJitLink (which always reports resource usage; `opts` is for NVRTC).
 pub fn compile(source: &str, arch: &str, opts: &CompileOptions) -> Result<Compiled, NvrtcError> {
+    if is_ptx(source) {
+        return JitLink::global()?.assemble(source, arch);
+    }
+    // A diagnostic path: NVRTC's PTX assembled by nvJitLink instead of NVRTC's own ptxas, to
+    // tell the PTX printer's effect on a kernel from the assembler's.
+    if std::env::var_os("TILELANG_NVRTC_PTX_VIA_JITLINK").is_some() {
+        let c = Nvrtc::global()?.compile(source, arch, opts)?;
+        return JitLink::global()?.assemble(c.ptx(), arch);
+    }
     Nvrtc::global()?.compile(source, arch, opts)
 }
 

@@ -22,8 +22,12 @@ pub fn version() -> Result<String, NvrtcError> {
 /// Everything about the toolchain that changes the cubin for `arch`: NVRTC's version and the
 /// full command line. A cache key for generated source must include it.
 pub fn toolchain_id(arch: &str) -> Result<String, NvrtcError> {
+    // PTX kernels are assembled by nvJitLink: its version changes their cubins.
+    let jitlink = tl_nvrtc::JitLink::global()
+        .map(|j| format!(" nvjitlink {}.{}", j.version().0, j.version().1))
+        .unwrap_or_default();
     Ok(format!(
-        "{} {}",
+        "{} {}{jitlink}",
         version()?,
         options().flags(arch).join(" ")
     ))
