@@ -37,6 +37,15 @@ pub struct CudaSource {
     pub threads: u32,
     /// The architecture the source was generated for (`sm_80`, `sm_90a`), as NVRTC takes it.
     pub arch: String,
+    /// What `code` is: CUDA C++ for NVRTC, or PTX for ptxas (nvJitLink).
+    pub language: Language,
+}
+
+/// The language of generated NVIDIA device code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Language {
+    CudaCpp,
+    Ptx,
 }
 
 /// Names the generated code uses from NVRTC's built-ins and the header; user variables must
@@ -228,6 +237,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         dynamic_smem_bytes: plan.total as u32,
         threads: k.threads,
         arch: target.arch(),
+        language: Language::CudaCpp,
     })
 }
 
@@ -369,9 +379,9 @@ fn wgmma_function(w: &WgmmaOp) -> String {
 }
 
 /// Where each shared buffer lives in the dynamic shared-memory block.
-struct SharedPlan {
-    offsets: HashMap<u64, u64>,
-    total: u64,
+pub(crate) struct SharedPlan {
+    pub(crate) offsets: HashMap<u64, u64>,
+    pub(crate) total: u64,
 }
 
 /// A shared buffer to place: its size and the top-level statements that touch it.
@@ -413,7 +423,7 @@ fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
 /// proof is the only thing that makes the overlap safe; it is deliberately that narrow.
 /// The statements whose sequence the shared-memory plan follows: the kernel body, or for a
 /// persistent kernel (one loop over rounds) the body of a round.
-fn planned_scope(k: &Kernel) -> &Stmt {
+pub(crate) fn planned_scope(k: &Kernel) -> &Stmt {
     if k.attrs.persistent_blocks.is_some() {
         if let [one] = k.body.flattened().as_slice() {
             if let StmtKind::For(l) = &one.kind {
@@ -426,7 +436,7 @@ fn planned_scope(k: &Kernel) -> &Stmt {
 
 /// With `rounds`, `body` repeats (a persistent kernel's round): two buffers share bytes only if
 /// a wait and a barrier separate them both within a round and across the loop's back edge.
-fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic>) -> SharedPlan {
+pub(crate) fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic>) -> SharedPlan {
     let items = body.flattened();
     let mut slots: Vec<SharedSlot> = vec![];
     let mut seen = HashSet::new();
@@ -552,7 +562,7 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
 
 /// Buffers the kernel may write: stored to, or passed by address to an intrinsic that writes
 /// (or to an `Extern`, which might). Input tensors outside this set are declared `const`.
-fn written_buffers(body: &Stmt) -> HashSet<u64> {
+pub(crate) fn written_buffers(body: &Stmt) -> HashSet<u64> {
     let mut out = HashSet::new();
     body.walk(&mut |s| {
         if let StmtKind::Store { buffer, .. } = &s.kind {
@@ -578,7 +588,7 @@ fn written_buffers(body: &Stmt) -> HashSet<u64> {
     out
 }
 
-fn sanitize(s: &str) -> String {
+pub(crate) fn sanitize(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' {

@@ -7,6 +7,7 @@ pub mod cfamily;
 pub mod cuda;
 pub mod names;
 pub mod pack;
+pub mod ptx;
 
 pub use abi::{Abi, IntSlot};
-pub use cuda::CudaSource;
+pub use cuda::{CudaSource, Language};

@@ -7,7 +7,7 @@ use tl_ir::{Buffer, DType, Expr, ExprKind, For, ForKind, Scope, Stmt, StmtKind};
 
 /// A store of a converted f32 value into a per-thread bf16/f16 array: (buffer, index, the f32
 /// value).
-fn narrow_store(s: &Stmt) -> Option<(&Buffer, &Expr, &Expr)> {
+pub fn narrow_store(s: &Stmt) -> Option<(&Buffer, &Expr, &Expr)> {
     let StmtKind::Store {
         buffer,
         indices,

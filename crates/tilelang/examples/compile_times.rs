@@ -120,7 +120,7 @@ fn run() -> anyhow::Result<()> {
             .compile_with(&dev, &opts2)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         println!(
-            "{name:30} cold {:7.1} ms (lower {:.1}, codegen {:.1}, compile {:.1}, load {:.1}), again cold {:.1} ms | cache hit {:.2} ms (hit={}){}",
+            "{name:30} cold {:7.1} ms (lower {:.1}, codegen {:.1}, compile {:.1}, load {:.1}), again cold {:.1} ms | cache hit {:.2} ms (hit={}){}{}",
             st.total.as_secs_f64() * 1e3,
             st.lower.as_secs_f64() * 1e3,
             st.codegen.as_secs_f64() * 1e3,
@@ -132,6 +132,11 @@ fn run() -> anyhow::Result<()> {
             match exe.resource_usage() {
                 Some(u) => format!(" | {} regs, spills {:?}/{:?} B", u.registers, u.spill_stores, u.spill_loads),
                 None => String::new(),
+            },
+            match exe.source() {
+                Some(src) if tl_nvrtc::is_ptx(src) => " | PTX",
+                Some(_) if gpu => " | CUDA C++",
+                _ => "",
             }
         );
     }

@@ -146,6 +146,19 @@ impl Kernel {
         self.emit_general(target)
     }
 
+    /// The PTX the PTX printer makes for a CUDA target (the aligned-size variant, as
+    /// [`emit`](Self::emit)); an `unsupported` error names what it does not cover.
+    pub fn emit_ptx(&self, target: Target) -> Result<String, Error> {
+        let aligned = self.alignment_dims();
+        let mut special = self.clone();
+        special.ir.attrs.dim_multiples = aligned
+            .iter()
+            .map(|&(i, m)| (self.ir.dims[i].clone(), m))
+            .collect();
+        let low = special.lower(target)?;
+        Ok(tl_codegen::ptx::generate(&low, target)?.code)
+    }
+
     /// The generated source of the variant that handles any sizes.
     pub fn emit_general(&self, target: Target) -> Result<String, Error> {
         let low = self.lower(target)?;
@@ -263,11 +276,15 @@ impl Kernel {
             }
             Device::Cuda(_) => {
                 let t = Instant::now();
-                let src = tl_codegen::cuda::generate(&low, target)?;
+                let src = nvidia_source(&low, target)?;
                 let codegen_time = t.elapsed();
                 if let Some(dir) = &dump {
+                    let ext = match src.language {
+                        tl_codegen::Language::Ptx => "ptx",
+                        tl_codegen::Language::CudaCpp => "cu",
+                    };
                     let _ = std::fs::write(
-                        dir.join(format!("{}.{}.cu", self.ir.name, src.arch)),
+                        dir.join(format!("{}.{}.{ext}", self.ir.name, src.arch)),
                         &src.code,
                     );
                 }
@@ -325,6 +342,49 @@ fn typical_multiprocessors(target: Target) -> u32 {
     }
 }
 
+/// How NVIDIA device code is made, from `TILELANG_BACKEND`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// CUDA C++ through NVRTC (NVVM, then ptxas).
+    CudaCpp,
+    /// PTX printed directly and assembled by nvJitLink (ptxas only), falling back to CUDA C++
+    /// for kernels the PTX printer does not cover.
+    Ptx,
+}
+
+impl Backend {
+    /// `TILELANG_BACKEND=cuda` or `ptx`; unset means [`Backend::DEFAULT`].
+    pub fn from_env() -> Result<Backend, Error> {
+        match std::env::var("TILELANG_BACKEND").ok().as_deref() {
+            None | Some("") => Ok(Backend::DEFAULT),
+            Some("cuda") => Ok(Backend::CudaCpp),
+            Some("ptx") => Ok(Backend::Ptx),
+            Some(other) => Err(Error::Compile(Diagnostics::from(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    Span::UNKNOWN,
+                    format!("TILELANG_BACKEND={other} is not a backend"),
+                )
+                .help("set TILELANG_BACKEND to `ptx` or `cuda`, or leave it unset"),
+            ))),
+        }
+    }
+
+    pub const DEFAULT: Backend = Backend::CudaCpp;
+}
+
+/// The device code for a CUDA target from the backend `TILELANG_BACKEND` selects: with PTX, a
+/// kernel the PTX printer does not cover falls back to CUDA C++ (the source's `language` says
+/// which it is).
+pub fn nvidia_source(low: &tl_ir::Kernel, target: Target) -> Result<tl_codegen::CudaSource, Error> {
+    if Backend::from_env()? == Backend::Ptx {
+        if let Ok(src) = tl_codegen::ptx::generate(low, target) {
+            return Ok(src);
+        }
+    }
+    Ok(tl_codegen::cuda::generate(low, target)?)
+}
+
 /// The cache key of generated CUDA: the source, the arch, NVRTC and its options, our version.
 fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
     Ok(Cache::key(&[
@@ -357,7 +417,7 @@ impl Kernel {
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
         let low = tl_passes::run_pipeline(&ir, &target, None)?;
-        let src = tl_codegen::cuda::generate(&low, target)?;
+        let src = nvidia_source(&low, target)?;
         let key = cuda_key(&src)?;
         tl_runtime::precompile_cuda(&cache, &key, &self.ir.name, &src.code, &src.arch)?;
         Ok(())

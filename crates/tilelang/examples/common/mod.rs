@@ -58,6 +58,12 @@ impl CommonArgs {
                     }
                     Err(e) => failed.push(format!("{} for {target}: {e}", k.name())),
                 }
+                // The PTX printer's output beside the CUDA C++, where it covers the kernel.
+                if let (Target::Cuda { .. }, Ok(ptx)) = (target, k.emit_ptx(target)) {
+                    let path = dir.join(format!("{}.{}.ptx", k.name(), target));
+                    std::fs::write(&path, ptx)?;
+                    println!("wrote {}", path.display());
+                }
             }
         }
         if !failed.is_empty() {

@@ -1,0 +1,1642 @@
+//! Thread-level IR → PTX instructions: expressions, memory and control flow.
+//!
+//! The printer follows the CUDA printer's semantics exactly (narrow floats computed in f32,
+//! rounded at stores and explicit casts; C's truncating `/` and `%`; global offsets in 64
+//! bits), with three choices of its own that make the output small enough for ptxas alone:
+//! - `Unrolled` and `Vectorized` loops with constant bounds are unrolled here, so per-thread
+//!   arrays are indexed by constants and live in registers (16-bit arrays two to a 32-bit
+//!   register, the layout ldmatrix, mma and packed conversions use);
+//! - pure instructions are value-numbered within the structured scope they are emitted in
+//!   (the address arithmetic that many copies share is computed once);
+//! - anything it does not cover is reported as unsupported, and the caller falls back to
+//!   CUDA C++ — never a guess.
+
+use std::collections::{HashMap, HashSet};
+
+use tl_ir::{BinOp, Buffer, CmpOp, DType, Expr, ExprKind, ForKind, Scope, Stmt, StmtKind, UnOp};
+
+use super::regs::{Class, Regs, Val};
+
+/// Why the PTX printer cannot print a kernel (the caller falls back to CUDA C++).
+pub type R<T> = Result<T, String>;
+
+/// A per-thread array or scalar held in registers.
+pub(super) struct Local {
+    pub regs: Vec<String>,
+    pub dtype: DType,
+    /// 16-bit elements, two per 32-bit register (element `2k` in the low half).
+    pub packed: bool,
+    pub numel: usize,
+}
+
+/// A memory address: a register plus a constant byte offset.
+pub(super) struct Addr {
+    pub base: String,
+    pub off: i64,
+    pub space: &'static str,
+}
+
+impl Addr {
+    pub fn operand(&self) -> String {
+        match self.off {
+            0 => format!("[{}]", self.base),
+            // PTX writes a negative displacement as `+-n`.
+            o => format!("[{}+{o}]", self.base),
+        }
+    }
+}
+
+pub(super) struct Emitter {
+    pub regs: Regs,
+    pub out: String,
+    labels: u32,
+    /// Variables: lets, loop counters, parameters, dims, block indices.
+    pub env: HashMap<u64, Val>,
+    /// Unrolled loop variables, as constants (substituted before address simplification).
+    unrolled: HashMap<u64, Expr>,
+    pub locals: HashMap<u64, Local>,
+    /// Registers that statements reassign (array elements, `var` scalars): never keys of the
+    /// value table.
+    mutable: HashSet<String>,
+    /// Value numbering, one table per open structured scope.
+    cse: Vec<HashMap<String, Val>>,
+    /// Global tensors: the generic-to-global converted base register, and whether the kernel
+    /// only reads it (`ld.global.nc`).
+    pub globals: HashMap<u64, (String, bool)>,
+    pub smem_base: Option<String>,
+    pub smem_offsets: HashMap<u64, u64>,
+    pub tid: String,
+    pub sm: u32,
+    /// Use only division and square-root forms that ptxas expands inline. IEEE `div.rn`,
+    /// `rcp.rn` and `sqrt.rn` have a slow path that nvJitLink links as an external subroutine,
+    /// and ptxas serializes every wgmma of a function that makes any external call (C7509:
+    /// an arrive and a wait around each one). Kernels with wgmma trade correct rounding of
+    /// those operations for the pipeline: `div.full.f32` (within 2 ulp) and
+    /// `sqrt.approx.f32`.
+    pub inline_math: bool,
+    /// Variables of the serial loops open at this point (addresses add their terms last).
+    loop_vars: HashSet<u64>,
+    /// Registers known to hold non-negative values (see [`Emitter::non_negative`]).
+    pub nonneg: HashSet<String>,
+}
+
+fn class_of(dt: DType) -> R<Class> {
+    Ok(match dt {
+        DType::Bool => Class::Pred,
+        DType::I32 | DType::U32 => Class::B32,
+        DType::I64 | DType::U64 => Class::B64,
+        DType::F32 | DType::F16 | DType::BF16 => Class::F32,
+        other => return Err(format!("arithmetic on {other}")),
+    })
+}
+
+fn int_type(dt: DType) -> &'static str {
+    match dt {
+        DType::U32 => "u32",
+        DType::I64 => "s64",
+        DType::U64 => "u64",
+        _ => "s32",
+    }
+}
+
+fn bits_type(dt: DType) -> &'static str {
+    if dt.bytes() > 4 {
+        "b64"
+    } else {
+        "b32"
+    }
+}
+
+/// Wrap an integer result to the width and signedness of `dt`.
+fn wrap(v: i64, dt: DType) -> i64 {
+    match dt {
+        DType::I32 => v as i32 as i64,
+        DType::U32 => v as u32 as i64,
+        _ => v,
+    }
+}
+
+fn fold_int(op: BinOp, a: i64, b: i64, dt: DType) -> Option<i64> {
+    let unsigned = dt.is_unsigned_int();
+    let r = match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod if b == 0 => return None,
+        BinOp::Div if unsigned => ((a as u64) / (b as u64)) as i64,
+        BinOp::Mod if unsigned => ((a as u64) % (b as u64)) as i64,
+        BinOp::Div => a.wrapping_div(b),
+        BinOp::Mod => a.wrapping_rem(b),
+        BinOp::FloorDiv => a.div_euclid(b) - i64::from(b < 0 && a.rem_euclid(b) != 0),
+        BinOp::FloorMod => a - b * (a.div_euclid(b) - i64::from(b < 0 && a.rem_euclid(b) != 0)),
+        BinOp::Min => a.min(b),
+        BinOp::Max => a.max(b),
+        BinOp::BitAnd => a & b,
+        BinOp::BitOr => a | b,
+        BinOp::BitXor => a ^ b,
+        BinOp::Shl if (0..64).contains(&b) => a.wrapping_shl(b as u32),
+        BinOp::Shr if (0..64).contains(&b) => {
+            if unsigned {
+                ((a as u64) >> b) as i64
+            } else {
+                a >> b
+            }
+        }
+        _ => return None,
+    };
+    Some(wrap(r, dt))
+}
+
+/// Whether evaluating `e` reads memory or has effects: such an operand of `&&`, `||` or a
+/// select may not be evaluated when C would skip it.
+fn reads_memory(e: &Expr) -> bool {
+    e.any(&mut |x| match x.kind() {
+        ExprKind::Load(b, _) => matches!(b.scope(), Scope::Global | Scope::Shared),
+        ExprKind::Call(op, _) => !op.is_pure(),
+        _ => false,
+    })
+}
+
+/// `e` (a signed element offset) as `Σ coef·atom + c` with `scale` applied: additions,
+/// subtractions, multiplications and shifts by constants are expanded, a product of a sum
+/// and a run-time value is distributed over the sum, and widening casts are pushed inward.
+/// The last two assume signed arithmetic does not overflow — the assumption the CUDA
+/// printer's C (where signed overflow is undefined) gives NVVM for the same expressions —
+/// and offsets of buffers under 2^31 elements per index keep it true.
+fn linearize(e: &Expr, scale: i64, terms: &mut Vec<(Expr, i64)>, c: &mut i64) {
+    let dt = e.dtype();
+    let signed = matches!(dt, DType::I32 | DType::I64);
+    let push = |atom: Expr, k: i64, terms: &mut Vec<(Expr, i64)>| {
+        if let Some(t) = terms.iter_mut().find(|(a, _)| *a == atom) {
+            t.1 = t.1.wrapping_add(k);
+        } else {
+            terms.push((atom, k));
+        }
+    };
+    if !signed {
+        push(e.clone(), scale, terms);
+        return;
+    }
+    match e.kind() {
+        ExprKind::Int(v) => *c = c.wrapping_add(scale.wrapping_mul(*v)),
+        ExprKind::Bin(BinOp::Add, a, b) => {
+            linearize(a, scale, terms, c);
+            linearize(b, scale, terms, c);
+        }
+        ExprKind::Bin(BinOp::Sub, a, b) => {
+            linearize(a, scale, terms, c);
+            linearize(b, scale.wrapping_neg(), terms, c);
+        }
+        ExprKind::Bin(BinOp::Mul, a, b) if b.as_int().is_some() || a.as_int().is_some() => {
+            let (x, k) = match b.as_int() {
+                Some(k) => (a, k),
+                None => (b, a.as_int().unwrap_or(1)),
+            };
+            linearize(x, scale.wrapping_mul(k), terms, c);
+        }
+        ExprKind::Bin(BinOp::Shl, a, b) if b.as_int().is_some_and(|k| (0..31).contains(&k)) => {
+            let k = b.as_int().unwrap_or(0);
+            linearize(a, scale.wrapping_mul(1i64 << k), terms, c);
+        }
+        ExprKind::Cast(a) if dt == DType::I64 && a.dtype() == DType::I32 => {
+            let mut inner = vec![];
+            let mut ic = 0i64;
+            linearize(a, 1, &mut inner, &mut ic);
+            *c = c.wrapping_add(scale.wrapping_mul(ic));
+            for (atom, k) in inner {
+                push(atom.cast(DType::I64), scale.wrapping_mul(k), terms);
+            }
+        }
+        ExprKind::Bin(BinOp::Mul, a, b) => {
+            // (Σ kᵢ·xᵢ + c)·y = Σ kᵢ·(xᵢ·y) + c·y, with the sum on either side.
+            let split = |sum: &Expr, y: &Expr, terms: &mut Vec<(Expr, i64)>| -> bool {
+                let mut inner = vec![];
+                let mut ic = 0i64;
+                linearize(sum, 1, &mut inner, &mut ic);
+                if inner.len() + usize::from(ic != 0) < 2 {
+                    return false;
+                }
+                for (atom, k) in inner {
+                    push(atom * y.clone(), scale.wrapping_mul(k), terms);
+                }
+                if ic != 0 {
+                    push(y.clone(), scale.wrapping_mul(ic), terms);
+                }
+                true
+            };
+            if !split(a, b, terms) && !split(b, a, terms) {
+                push(e.clone(), scale, terms);
+            }
+        }
+        _ => push(e.clone(), scale, terms),
+    }
+}
+
+impl Emitter {
+    pub fn new(sm: u32) -> Emitter {
+        Emitter {
+            regs: Regs::default(),
+            out: String::new(),
+            labels: 0,
+            env: HashMap::new(),
+            unrolled: HashMap::new(),
+            locals: HashMap::new(),
+            mutable: HashSet::new(),
+            cse: vec![HashMap::new()],
+            globals: HashMap::new(),
+            smem_base: None,
+            smem_offsets: HashMap::new(),
+            tid: String::new(),
+            sm,
+            inline_math: false,
+            loop_vars: HashSet::new(),
+            nonneg: HashSet::new(),
+        }
+    }
+
+    pub fn ins(&mut self, s: &str) {
+        self.out.push_str("  ");
+        self.out.push_str(s);
+        self.out.push_str(";\n");
+    }
+
+    fn place(&mut self, label: &str) {
+        self.out.push_str(label);
+        self.out.push_str(":\n");
+    }
+
+    fn label(&mut self) -> String {
+        self.labels += 1;
+        format!("$L{}", self.labels)
+    }
+
+    pub fn fresh(&mut self, c: Class) -> String {
+        self.regs.fresh(c)
+    }
+
+    /// A register that statements will reassign.
+    pub fn fresh_mutable(&mut self, c: Class) -> String {
+        let r = self.regs.fresh(c);
+        self.mutable.insert(r.clone());
+        r
+    }
+
+    fn push_scope(&mut self) {
+        self.cse.push(HashMap::new());
+    }
+
+    fn pop_scope(&mut self) {
+        self.cse.pop();
+    }
+
+    /// A pure instruction `op dst, args…`: reused when the same instruction on the same
+    /// unchanging operands was already emitted in an enclosing scope.
+    pub fn pure(&mut self, class: Class, op: &str, args: &[&Val]) -> Val {
+        let text: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let text = text.join(", ");
+        let stable = args
+            .iter()
+            .all(|a| !matches!(a, Val::Reg(r, _) if self.mutable.contains(r)));
+        let key = format!("{op} {text}");
+        if stable {
+            for table in self.cse.iter().rev() {
+                if let Some(v) = table.get(&key) {
+                    return v.clone();
+                }
+            }
+        }
+        let d = self.fresh(class);
+        self.ins(&format!("{op} {d}, {text}"));
+        let v = Val::Reg(d, class);
+        if stable {
+            if let Some(t) = self.cse.last_mut() {
+                t.insert(key, v.clone());
+            }
+        }
+        v
+    }
+
+    /// `v` in a register of `class` (immediates are moved in).
+    pub fn reg(&mut self, v: &Val, class: Class) -> String {
+        match v {
+            Val::Reg(r, _) => r.clone(),
+            Val::Int(i) => match class {
+                Class::Pred => {
+                    let p = self.pure(Class::Pred, "setp.ne.s32", &[&Val::Int(*i), &Val::Int(0)]);
+                    p.to_string()
+                }
+                Class::F32 => self
+                    .pure(class, "mov.f32", &[&Val::F32(*i as f32)])
+                    .to_string(),
+                Class::B64 => self.pure(class, "mov.b64", &[v]).to_string(),
+                Class::B16 => self.pure(class, "mov.b16", &[v]).to_string(),
+                Class::B32 => self.pure(class, "mov.b32", &[v]).to_string(),
+            },
+            Val::F32(_) => self.pure(Class::F32, "mov.f32", &[v]).to_string(),
+        }
+    }
+
+    /// A copy of `v` that later statements cannot change (for `let` bindings of array
+    /// elements).
+    fn stable(&mut self, v: Val, class: Class) -> Val {
+        match &v {
+            Val::Reg(r, c) if self.mutable.contains(r) => {
+                let d = self.fresh(*c);
+                let ty = if *c == Class::Pred {
+                    "pred"
+                } else {
+                    mov_type(*c)
+                };
+                self.ins(&format!("mov.{ty} {d}, {r}"));
+                Val::Reg(d, class)
+            }
+            _ => v,
+        }
+    }
+
+    // ---- expressions ----
+
+    pub fn expr(&mut self, e: &Expr) -> R<Val> {
+        let dt = e.dtype();
+        match e.kind() {
+            ExprKind::Int(v) if dt.is_float() => Ok(Val::F32(*v as f32)),
+            ExprKind::Int(v) => Ok(Val::Int(*v)),
+            ExprKind::Float(v) => {
+                class_of(dt)?;
+                Ok(Val::F32(*v as f32))
+            }
+            ExprKind::Bool(b) => Ok(Val::Int(i64::from(*b))),
+            ExprKind::Var(v) => self
+                .env
+                .get(&v.id())
+                .cloned()
+                .ok_or_else(|| format!("the unbound variable `{}`", v.name())),
+            ExprKind::Bin(op, a, b) => self.binary(*op, a, b, dt),
+            ExprKind::Cmp(op, a, b) => self.compare(*op, a, b),
+            ExprKind::And(a, b) | ExprKind::Or(a, b) => {
+                if reads_memory(b) {
+                    return Err("`&&`/`||` whose right side reads memory".into());
+                }
+                let is_and = matches!(e.kind(), ExprKind::And(..));
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                match (x.as_int(), y.as_int()) {
+                    (Some(p), Some(q)) => Ok(Val::Int(i64::from(if is_and {
+                        p != 0 && q != 0
+                    } else {
+                        p != 0 || q != 0
+                    }))),
+                    (Some(p), None) | (None, Some(p)) => {
+                        let other = if x.as_int().is_some() { y } else { x };
+                        Ok(match (is_and, p != 0) {
+                            (true, true) | (false, false) => other,
+                            (true, false) => Val::Int(0),
+                            (false, true) => Val::Int(1),
+                        })
+                    }
+                    _ => {
+                        let op = if is_and { "and.pred" } else { "or.pred" };
+                        Ok(self.pure(Class::Pred, op, &[&x, &y]))
+                    }
+                }
+            }
+            ExprKind::Unary(op, a) => self.unary(*op, a, dt),
+            ExprKind::Select(c, a, b) | ExprKind::IfThenElse(c, a, b) => {
+                if reads_memory(a) || reads_memory(b) {
+                    return Err("a select whose arms read memory".into());
+                }
+                let cv = self.expr(c)?;
+                if let Some(k) = cv.as_int() {
+                    return self.expr(if k != 0 { a } else { b });
+                }
+                let class = class_of(dt)?;
+                if class == Class::Pred {
+                    return Err("a select of booleans".into());
+                }
+                let x = self.expr(a)?;
+                let y = self.expr(b)?;
+                let ty = match class {
+                    Class::F32 => "f32",
+                    Class::B64 => "b64",
+                    _ => "b32",
+                };
+                Ok(self.pure(class, &format!("selp.{ty}"), &[&x, &y, &cv]))
+            }
+            ExprKind::Cast(a) => self.cast(a, dt),
+            ExprKind::Load(buf, idx) => self.load(buf, idx),
+            ExprKind::Call(op, args) => self.value_call(op, args, dt),
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, dt: DType) -> R<Val> {
+        let odt = a.dtype();
+        let x = self.expr(a)?;
+        let y = self.expr(b)?;
+        if odt.is_bool() {
+            let ins = match op {
+                BinOp::BitAnd | BinOp::Min => "and.pred",
+                BinOp::BitOr | BinOp::Max => "or.pred",
+                BinOp::BitXor => "xor.pred",
+                _ => return Err(format!("`{}` on booleans", op.symbol())),
+            };
+            if let (Some(p), Some(q)) = (x.as_int(), y.as_int()) {
+                let r = match op {
+                    BinOp::BitAnd | BinOp::Min => p & q,
+                    BinOp::BitOr | BinOp::Max => p | q,
+                    _ => p ^ q,
+                };
+                return Ok(Val::Int(r & 1));
+            }
+            let (xr, yr) = (self.reg(&x, Class::Pred), self.reg(&y, Class::Pred));
+            return Ok(self.pure(
+                Class::Pred,
+                ins,
+                &[&Val::Reg(xr, Class::Pred), &Val::Reg(yr, Class::Pred)],
+            ));
+        }
+        if odt.is_float() {
+            class_of(odt)?;
+            let class = Class::F32;
+            return match op {
+                BinOp::Add => Ok(self.commutative(class, "add.f32", x, y)),
+                BinOp::Sub => {
+                    let xr = Val::Reg(self.reg(&x, class), class);
+                    Ok(self.pure(class, "sub.f32", &[&xr, &y]))
+                }
+                BinOp::Mul => Ok(self.commutative(class, "mul.f32", x, y)),
+                BinOp::Div => {
+                    let yr = Val::Reg(self.reg(&y, class), class);
+                    if self.inline_math {
+                        let xr = Val::Reg(self.reg(&x, class), class);
+                        Ok(self.pure(class, "div.full.f32", &[&xr, &yr]))
+                    } else if x == Val::F32(1.0) {
+                        // 1/y correctly rounded, as NVVM selects for `1.0f / y`.
+                        Ok(self.pure(class, "rcp.rn.f32", &[&yr]))
+                    } else {
+                        let xr = Val::Reg(self.reg(&x, class), class);
+                        Ok(self.pure(class, "div.rn.f32", &[&xr, &yr]))
+                    }
+                }
+                // PTX min/max return the other operand for one NaN, as fminf/fmaxf do.
+                BinOp::Min => Ok(self.commutative(class, "min.f32", x, y)),
+                BinOp::Max => Ok(self.commutative(class, "max.f32", x, y)),
+                other => Err(format!("`{}` on floats", other.symbol())),
+            };
+        }
+        if !odt.is_int() || odt.bytes() < 4 {
+            return Err(format!("arithmetic on {odt}"));
+        }
+        let class = class_of(odt)?;
+        if let (Some(p), Some(q)) = (x.as_int(), y.as_int()) {
+            if let Some(r) = fold_int(op, p, q, odt) {
+                return Ok(Val::Int(r));
+            }
+        }
+        // Identities that unrolled indices hit constantly.
+        match (op, x.as_int(), y.as_int()) {
+            (BinOp::Add | BinOp::BitOr | BinOp::BitXor, Some(0), _) => return Ok(y),
+            (
+                BinOp::Add | BinOp::Sub | BinOp::BitOr | BinOp::BitXor | BinOp::Shl | BinOp::Shr,
+                _,
+                Some(0),
+            ) => return Ok(x),
+            (BinOp::Mul, Some(1), _) => return Ok(y),
+            (BinOp::Mul | BinOp::Div, _, Some(1)) => return Ok(x),
+            (BinOp::Mul | BinOp::BitAnd, Some(0), _) | (BinOp::Mul | BinOp::BitAnd, _, Some(0)) => {
+                return Ok(Val::Int(0))
+            }
+            _ => {}
+        }
+        let t = int_type(odt);
+        let bt = bits_type(odt);
+        let (xs, ys) = (x.clone(), y.clone());
+        let lhs = |s: &mut Emitter, v: &Val| Val::Reg(s.reg(v, class), class);
+        let r = match op {
+            BinOp::Add => self.commutative(class, &format!("add.{t}"), x, y),
+            BinOp::Sub => {
+                let xr = lhs(self, &x);
+                self.pure(class, &format!("sub.{t}"), &[&xr, &y])
+            }
+            BinOp::Mul => self.commutative(class, &format!("mul.lo.{t}"), x, y),
+            BinOp::Div | BinOp::Mod => {
+                let xr = lhs(self, &x);
+                let name = if op == BinOp::Div { "div" } else { "rem" };
+                // A non-negative dividend and a positive divisor: the unsigned form, which
+                // ptxas turns into a multiply-high for a constant (the signed one stays a
+                // full division).
+                let t = if odt == DType::I32
+                    && self.non_negative(&xr)
+                    && self.non_negative(&y)
+                    && !matches!(y, Val::Int(0))
+                {
+                    "u32"
+                } else {
+                    t
+                };
+                self.pure(class, &format!("{name}.{t}"), &[&xr, &y])
+            }
+            BinOp::FloorDiv | BinOp::FloorMod => {
+                let xr = lhs(self, &x);
+                if odt.is_unsigned_int() {
+                    let name = if op == BinOp::FloorDiv { "div" } else { "rem" };
+                    self.pure(class, &format!("{name}.{t}"), &[&xr, &y])
+                } else {
+                    // Only a positive constant divisor: then the C quotient is one too high
+                    // exactly when the remainder is negative.
+                    let Some(d) = y.as_int().filter(|&d| d > 0) else {
+                        return Err("floor division by a value of unknown sign".into());
+                    };
+                    let rem = self.pure(class, &format!("rem.{t}"), &[&xr, &y]);
+                    let sign = self.pure(
+                        class,
+                        &format!("shr.{t}"),
+                        &[&rem, &Val::Int(odt.bits() as i64 - 1)],
+                    );
+                    if op == BinOp::FloorDiv {
+                        let q = self.pure(class, &format!("div.{t}"), &[&xr, &y]);
+                        self.pure(class, &format!("add.{t}"), &[&q, &sign])
+                    } else {
+                        let adj = self.pure(class, &format!("and.{bt}"), &[&sign, &Val::Int(d)]);
+                        self.pure(class, &format!("add.{t}"), &[&rem, &adj])
+                    }
+                }
+            }
+            BinOp::Min => self.commutative(class, &format!("min.{t}"), x, y),
+            BinOp::Max => self.commutative(class, &format!("max.{t}"), x, y),
+            BinOp::BitAnd => self.commutative(class, &format!("and.{bt}"), x, y),
+            BinOp::BitOr => self.commutative(class, &format!("or.{bt}"), x, y),
+            BinOp::BitXor => self.commutative(class, &format!("xor.{bt}"), x, y),
+            BinOp::Shl | BinOp::Shr => {
+                let xr = lhs(self, &x);
+                // The shift amount is always a 32-bit operand.
+                let amount = match &y {
+                    Val::Reg(r, Class::B64) => {
+                        let rv = Val::Reg(r.clone(), Class::B64);
+                        self.pure(Class::B32, "cvt.u32.u64", &[&rv])
+                    }
+                    other => other.clone(),
+                };
+                let name = if op == BinOp::Shl {
+                    format!("shl.{bt}")
+                } else {
+                    format!("shr.{t}")
+                };
+                self.pure(class, &name, &[&xr, &amount])
+            }
+            BinOp::Pow => return Err("integer `pow`".into()),
+        };
+        let _ = dt;
+        // Results that stay non-negative when the operands are (signed arithmetic does not
+        // overflow: the same assumption NVVM makes of the CUDA printer's C).
+        let (x, y) = (xs, ys);
+        let keeps = match op {
+            BinOp::Add | BinOp::Mul | BinOp::Div | BinOp::Mod | BinOp::Shr | BinOp::Min => {
+                self.non_negative(&x) && self.non_negative(&y)
+            }
+            BinOp::BitAnd | BinOp::Max => self.non_negative(&x) || self.non_negative(&y),
+            BinOp::Shl => self.non_negative(&x) && y.as_int().is_some_and(|k| (0..31).contains(&k)),
+            _ => false,
+        };
+        if keeps {
+            if let Val::Reg(name, _) = &r {
+                self.nonneg.insert(name.clone());
+            }
+        }
+        Ok(r)
+    }
+
+    /// Whether `v` is known to be non-negative: a constant, a thread or block index, a loop
+    /// counter from a non-negative start, or arithmetic on such values.
+    pub fn non_negative(&self, v: &Val) -> bool {
+        match v {
+            Val::Int(k) => *k >= 0,
+            Val::Reg(r, _) => self.nonneg.contains(r),
+            Val::F32(_) => false,
+        }
+    }
+
+    /// A commutative instruction: an immediate goes second.
+    fn commutative(&mut self, class: Class, op: &str, x: Val, y: Val) -> Val {
+        let (x, y) = match (&x, &y) {
+            (Val::Reg(..), _) => (x, y),
+            (_, Val::Reg(..)) => (y, x),
+            _ => (Val::Reg(self.reg(&x, class), class), y),
+        };
+        self.pure(class, op, &[&x, &y])
+    }
+
+    fn compare(&mut self, op: CmpOp, a: &Expr, b: &Expr) -> R<Val> {
+        let odt = a.dtype();
+        let x = self.expr(a)?;
+        let y = self.expr(b)?;
+        if odt.is_bool() {
+            return Err("comparing booleans".into());
+        }
+        if let (Some(p), Some(q)) = (x.as_int(), y.as_int()) {
+            if odt.is_int() {
+                let (p, q) = if odt.is_unsigned_int() {
+                    (p as u64 as i128, q as u64 as i128)
+                } else {
+                    (p as i128, q as i128)
+                };
+                return Ok(Val::Int(i64::from(op.eval(p, q))));
+            }
+        }
+        let class = class_of(odt)?;
+        // An immediate first operand goes second, with the comparison mirrored.
+        let (op, x, y) = match (&x, &y) {
+            (Val::Reg(..), _) => (op, x, y),
+            (_, Val::Reg(..)) => {
+                let m = match op {
+                    CmpOp::Lt => CmpOp::Gt,
+                    CmpOp::Le => CmpOp::Ge,
+                    CmpOp::Gt => CmpOp::Lt,
+                    CmpOp::Ge => CmpOp::Le,
+                    o => o,
+                };
+                (m, y, x)
+            }
+            _ => {
+                let xr = Val::Reg(self.reg(&x, class), class);
+                (op, xr, y)
+            }
+        };
+        let (name, ty) = if odt.is_float() {
+            // C's comparisons are ordered, except `!=` (true for NaN).
+            let n = match op {
+                CmpOp::Eq => "eq",
+                CmpOp::Ne => "neu",
+                CmpOp::Lt => "lt",
+                CmpOp::Le => "le",
+                CmpOp::Gt => "gt",
+                CmpOp::Ge => "ge",
+            };
+            (n, "f32")
+        } else {
+            let n = match op {
+                CmpOp::Eq => "eq",
+                CmpOp::Ne => "ne",
+                CmpOp::Lt => "lt",
+                CmpOp::Le => "le",
+                CmpOp::Gt => "gt",
+                CmpOp::Ge => "ge",
+            };
+            (n, int_type(odt))
+        };
+        Ok(self.pure(Class::Pred, &format!("setp.{name}.{ty}"), &[&x, &y]))
+    }
+
+    fn unary(&mut self, op: UnOp, a: &Expr, dt: DType) -> R<Val> {
+        let x = self.expr(a)?;
+        if dt.is_bool() {
+            return match (op, x.as_int()) {
+                (UnOp::Not, Some(p)) => Ok(Val::Int(i64::from(p == 0))),
+                (UnOp::Not, None) => Ok(self.pure(Class::Pred, "not.pred", &[&x])),
+                _ => Err(format!("`{}` on a boolean", op.name())),
+            };
+        }
+        if dt.is_int() {
+            let class = class_of(dt)?;
+            let t = int_type(dt);
+            if let Some(v) = x.as_int() {
+                match op {
+                    UnOp::Neg => return Ok(Val::Int(wrap(v.wrapping_neg(), dt))),
+                    UnOp::Abs if dt.is_signed_int() => return Ok(Val::Int(wrap(v.abs(), dt))),
+                    _ => {}
+                }
+            }
+            let xr = Val::Reg(self.reg(&x, class), class);
+            return match op {
+                UnOp::Neg => Ok(self.pure(class, &format!("neg.{t}"), &[&xr])),
+                UnOp::Abs if dt.is_unsigned_int() => Ok(xr),
+                UnOp::Abs => Ok(self.pure(class, &format!("abs.{t}"), &[&xr])),
+                UnOp::Not => Err("`!` on an integer".into()),
+                other => Err(format!("`{}` on an integer", other.name())),
+            };
+        }
+        class_of(dt)?;
+        let c = Class::F32;
+        let xr = Val::Reg(self.reg(&x, c), c);
+        Ok(match op {
+            UnOp::Neg => self.pure(c, "neg.f32", &[&xr]),
+            UnOp::Abs => self.pure(c, "abs.f32", &[&xr]),
+            // The headers' fast exponentials: one MUFU.EX2 (inputs below 2^-126 flush to 0).
+            UnOp::Exp2 => self.pure(c, "ex2.approx.ftz.f32", &[&xr]),
+            UnOp::Exp => {
+                let s = self.pure(c, "mul.f32", &[&xr, &Val::F32(std::f32::consts::LOG2_E)]);
+                self.pure(c, "ex2.approx.ftz.f32", &[&s])
+            }
+            // lg2.approx: absolute error below 2^-22 (logf is within 1 ulp): the CUDA printer
+            // stays the accurate path for kernels that need more.
+            UnOp::Log2 => self.pure(c, "lg2.approx.f32", &[&xr]),
+            UnOp::Log => {
+                let l = self.pure(c, "lg2.approx.f32", &[&xr]);
+                self.pure(c, "mul.f32", &[&l, &Val::F32(std::f32::consts::LN_2)])
+            }
+            UnOp::Sqrt if self.inline_math => self.pure(c, "sqrt.approx.f32", &[&xr]),
+            UnOp::Sqrt => self.pure(c, "sqrt.rn.f32", &[&xr]),
+            UnOp::Rsqrt => self.pure(c, "rsqrt.approx.f32", &[&xr]),
+            UnOp::Floor => self.pure(c, "cvt.rmi.f32.f32", &[&xr]),
+            UnOp::Ceil => self.pure(c, "cvt.rpi.f32.f32", &[&xr]),
+            UnOp::Sigmoid => {
+                let n = self.pure(c, "mul.f32", &[&xr, &Val::F32(-std::f32::consts::LOG2_E)]);
+                let e = self.pure(c, "ex2.approx.ftz.f32", &[&n]);
+                let d = self.pure(c, "add.f32", &[&e, &Val::F32(1.0)]);
+                if self.inline_math {
+                    let one = Val::Reg(self.reg(&Val::F32(1.0), c), c);
+                    self.pure(c, "div.full.f32", &[&one, &d])
+                } else {
+                    self.pure(c, "rcp.rn.f32", &[&d])
+                }
+            }
+            other => return Err(format!("the function `{}`", other.name())),
+        })
+    }
+
+    fn cast(&mut self, a: &Expr, dt: DType) -> R<Val> {
+        let from = a.dtype();
+        let x = self.expr(a)?;
+        if dt.is_bool() {
+            if from.is_bool() {
+                return Ok(x);
+            }
+            if let Some(v) = x.as_int() {
+                return Ok(Val::Int(i64::from(v != 0)));
+            }
+            let class = class_of(from)?;
+            let ty = if from.is_float() {
+                "neu.f32"
+            } else {
+                match class {
+                    Class::B64 => "ne.s64",
+                    _ => "ne.s32",
+                }
+            };
+            let zero = if from.is_float() {
+                Val::F32(0.0)
+            } else {
+                Val::Int(0)
+            };
+            return Ok(self.pure(Class::Pred, &format!("setp.{ty}"), &[&x, &zero]));
+        }
+        let to_class = class_of(dt)?;
+        if from.is_bool() {
+            let (one, zero, ty) = if dt.is_float() {
+                (Val::F32(1.0), Val::F32(0.0), "f32")
+            } else {
+                (Val::Int(1), Val::Int(0), bits_type(dt))
+            };
+            if let Some(v) = x.as_int() {
+                return Ok(if v != 0 { one } else { zero });
+            }
+            return Ok(self.pure(to_class, &format!("selp.{ty}"), &[&one, &zero, &x]));
+        }
+        class_of(from)?;
+        if from.is_int() && dt.is_int() {
+            if let Some(v) = x.as_int() {
+                let v = match from {
+                    DType::U32 => v as u32 as i64,
+                    DType::I32 => v as i32 as i64,
+                    _ => v,
+                };
+                return Ok(Val::Int(wrap(v, dt)));
+            }
+            let xr = Val::Reg(self.reg(&x, class_of(from)?), class_of(from)?);
+            return Ok(match (from.bytes() > 4, dt.bytes() > 4) {
+                (false, true) => {
+                    let ty = if from.is_signed_int() {
+                        "cvt.s64.s32"
+                    } else {
+                        "cvt.u64.u32"
+                    };
+                    self.pure(Class::B64, ty, &[&xr])
+                }
+                (true, false) => self.pure(Class::B32, "cvt.u32.u64", &[&xr]),
+                _ => xr,
+            });
+        }
+        if from.is_int() && dt.is_float() {
+            let xr = Val::Reg(self.reg(&x, class_of(from)?), class_of(from)?);
+            let f = self.pure(
+                Class::F32,
+                &format!("cvt.rn.f32.{}", int_type(from)),
+                &[&xr],
+            );
+            return self.round_narrow(f, dt);
+        }
+        if from.is_float() && dt.is_int() {
+            let xr = Val::Reg(self.reg(&x, Class::F32), Class::F32);
+            return Ok(self.pure(to_class, &format!("cvt.rzi.{}.f32", int_type(dt)), &[&xr]));
+        }
+        // float → float: narrow types are computed in f32; an explicit cast rounds.
+        self.round_narrow(x, dt)
+    }
+
+    /// Round an f32 value to `dt`'s precision (identity for f32).
+    fn round_narrow(&mut self, v: Val, dt: DType) -> R<Val> {
+        match dt {
+            DType::F32 => Ok(v),
+            DType::BF16 | DType::F16 => {
+                let h = self.half_of(&v, dt);
+                Ok(self.half_to_f32(&h, dt))
+            }
+            other => Err(format!("a cast to {other}")),
+        }
+    }
+
+    /// An f32 value converted to a 16-bit register of `dt` (round to nearest even).
+    pub fn half_of(&mut self, v: &Val, dt: DType) -> Val {
+        let r = Val::Reg(self.reg(v, Class::F32), Class::F32);
+        let t = if dt == DType::F16 { "f16" } else { "bf16" };
+        self.pure(Class::B16, &format!("cvt.rn.{t}.f32"), &[&r])
+    }
+
+    /// A 16-bit register of `dt` widened to f32 (exact).
+    pub fn half_to_f32(&mut self, h: &Val, dt: DType) -> Val {
+        if dt == DType::F16 {
+            return self.pure(Class::F32, "cvt.f32.f16", &[h]);
+        }
+        let w = self.pure(Class::B32, "cvt.u32.u16", &[h]);
+        self.pure(Class::F32, "shl.b32", &[&w, &Val::Int(16)])
+    }
+
+    // ---- memory ----
+
+    /// The row-major element offset of `idx` in `buf`, with the unrolled loop variables
+    /// substituted and the result simplified (64-bit for global tensors, as the CUDA
+    /// printer computes it).
+    fn offset_expr(&self, buf: &Buffer, idx: &[Expr]) -> Expr {
+        let wide = buf.scope() == Scope::Global;
+        let e = if idx.len() == 1 {
+            idx[0].clone()
+        } else {
+            let strides = buf.row_major_strides();
+            let mut acc: Option<Expr> = None;
+            for (i, s) in idx.iter().zip(&strides) {
+                let (i, s) = if wide {
+                    (i.cast(DType::I64), s.cast(DType::I64))
+                } else {
+                    (i.clone(), s.clone())
+                };
+                let t = i * s;
+                acc = Some(match acc {
+                    None => t,
+                    Some(a) => a + t,
+                });
+            }
+            acc.unwrap_or_else(|| Expr::int(0))
+        };
+        let e = if self.unrolled.is_empty() {
+            e
+        } else {
+            e.substitute(&self.unrolled)
+        };
+        let e = tl_ir::simplify(&e);
+        if wide && e.dtype() != DType::I64 {
+            e.cast(DType::I64)
+        } else {
+            e
+        }
+    }
+
+    /// The address of `buf[idx]` in global or shared memory: the base register plus the
+    /// offset's linear terms (see [`linearize`]) in bytes, each one `add` or `mad`, with the
+    /// constant left in the instruction's `[reg+imm]` form. Terms are added invariant ones
+    /// first and those of open serial loops last, so the copies of an unrolled tile share
+    /// every partial sum but their own last term, and ptxas can hoist the shared part out of
+    /// the loop.
+    pub fn address(&mut self, buf: &Buffer, idx: &[Expr]) -> R<Addr> {
+        let size = buf.dtype().bytes() as i64;
+        let off = self.offset_expr(buf, idx);
+        let mut terms = vec![];
+        let mut c = 0i64;
+        linearize(&off, 1, &mut terms, &mut c);
+        let (class, space, base, extra) = match buf.scope() {
+            Scope::Global => {
+                let Some((base, _)) = self.globals.get(&buf.id()).cloned() else {
+                    return Err(format!("the tensor `{}` is not a parameter", buf.name()));
+                };
+                (Class::B64, "global", base, 0)
+            }
+            Scope::Shared => {
+                let Some(&boff) = self.smem_offsets.get(&buf.id()) else {
+                    return Err(format!(
+                        "the shared buffer `{}` was not planned",
+                        buf.name()
+                    ));
+                };
+                let Some(base) = self.smem_base.clone() else {
+                    return Err("shared memory without a shared block".into());
+                };
+                (Class::B32, "shared", base, boff as i64)
+            }
+            other => return Err(format!("an address in {other} memory")),
+        };
+        let (add, mad) = if class == Class::B64 {
+            ("add.s64", "mad.lo.s64")
+        } else {
+            ("add.s32", "mad.lo.s32")
+        };
+        // Copies of an unrolled tile differ mostly in the coefficient of a bare row stride
+        // (`(r + i)·K` gives `K` the coefficient `i`), so bare variables go last, after the
+        // terms of open loops: everything before them is one shared partial sum.
+        let loops = self.loop_vars.clone();
+        let rank = |e: &Expr| -> u8 {
+            let in_loop = e.any(&mut |x| matches!(x.as_var(), Some(v) if loops.contains(&v.id())));
+            let bare = matches!(e.kind(), ExprKind::Var(_))
+                || matches!(e.kind(), ExprKind::Cast(a) if matches!(a.kind(), ExprKind::Var(_)));
+            match (bare, in_loop) {
+                (false, false) => 0,
+                (false, true) => 1,
+                (true, true) => 2,
+                (true, false) => 3,
+            }
+        };
+        terms.sort_by_cached_key(|(atom, coef)| (rank(atom), *coef != 1, format!("{atom:?}")));
+        let mut acc = Val::Reg(base, class);
+        for (atom, coef) in terms {
+            let bytes = coef.wrapping_mul(size);
+            if class == Class::B64 {
+                if let Some(next) = self.wide_term(&atom, bytes, &acc)? {
+                    match next {
+                        Val::Int(k) => c = c.wrapping_add(k / size.max(1)),
+                        v => acc = v,
+                    }
+                    continue;
+                }
+            }
+            let v = self.expr(&atom)?;
+            let v = match (&v, class) {
+                (Val::Reg(r, Class::B32), Class::B64) => {
+                    let rv = Val::Reg(r.clone(), Class::B32);
+                    self.pure(Class::B64, "cvt.s64.s32", &[&rv])
+                }
+                (Val::Reg(_, Class::B64), Class::B32) => {
+                    return Err("a 64-bit shared-memory offset".into())
+                }
+                _ => v,
+            };
+            if let Some(k) = v.as_int() {
+                c = c.wrapping_add(k.wrapping_mul(coef));
+                continue;
+            }
+            acc = if bytes == 1 {
+                self.pure(class, add, &[&acc, &v])
+            } else {
+                self.pure(class, mad, &[&v, &Val::Int(bytes), &acc])
+            };
+        }
+        Ok(Addr {
+            base: acc.to_string(),
+            off: c.wrapping_mul(size).wrapping_add(extra),
+            space,
+        })
+    }
+
+    /// `acc + bytes·atom` for a 64-bit atom that is a widened 32-bit value (one
+    /// `mad.wide.s32`) or a product of two (one `mul.wide.s32`, then a shift-add): the
+    /// 32×32→64 forms ptxas turns into single IMAD.WIDE / LEA instructions, where general
+    /// 64-bit multiplies cost several. `None` for any other atom; `Some(Int(k))` when the
+    /// term is the constant `k` bytes.
+    fn wide_term(&mut self, atom: &Expr, bytes: i64, acc: &Val) -> R<Option<Val>> {
+        let widened = |e: &Expr| match e.kind() {
+            ExprKind::Cast(x) if e.dtype() == DType::I64 && x.dtype() == DType::I32 => {
+                Some(x.clone())
+            }
+            _ => None,
+        };
+        let fits = |k: i64| i32::try_from(k).is_ok();
+        if let Some(x) = widened(atom) {
+            let xv = self.expr(&x)?;
+            if let Some(k) = xv.as_int() {
+                return Ok(Some(Val::Int(k.wrapping_mul(bytes))));
+            }
+            if !fits(bytes) {
+                return Ok(None);
+            }
+            return Ok(Some(self.pure(
+                Class::B64,
+                "mad.wide.s32",
+                &[&xv, &Val::Int(bytes), acc],
+            )));
+        }
+        let ExprKind::Bin(BinOp::Mul, a, b) = atom.kind() else {
+            return Ok(None);
+        };
+        let (Some(x), Some(y)) = (widened(a), widened(b)) else {
+            return Ok(None);
+        };
+        let (xv, yv) = (self.expr(&x)?, self.expr(&y)?);
+        let (v, k) = match (xv.as_int(), yv.as_int()) {
+            (Some(p), Some(q)) => return Ok(Some(Val::Int(p.wrapping_mul(q).wrapping_mul(bytes)))),
+            (Some(p), None) => (yv, p.wrapping_mul(bytes)),
+            (None, Some(q)) => (xv, q.wrapping_mul(bytes)),
+            (None, None) => {
+                let p = self.pure(Class::B64, "mul.wide.s32", &[&xv, &yv]);
+                let shifted = match bytes {
+                    1 => p,
+                    b if b > 0 && (b as u64).is_power_of_two() => self.pure(
+                        Class::B64,
+                        "shl.b64",
+                        &[&p, &Val::Int(b.trailing_zeros() as i64)],
+                    ),
+                    b => self.pure(Class::B64, "mul.lo.s64", &[&p, &Val::Int(b)]),
+                };
+                return Ok(Some(self.pure(Class::B64, "add.s64", &[acc, &shifted])));
+            }
+        };
+        if !fits(k) {
+            return Ok(None);
+        }
+        Ok(Some(self.pure(
+            Class::B64,
+            "mad.wide.s32",
+            &[&v, &Val::Int(k), acc],
+        )))
+    }
+
+    /// The constant element index of `buf[idx]` in a register-held buffer.
+    pub fn local_index(&mut self, buf: &Buffer, idx: &[Expr]) -> R<usize> {
+        let shape = buf.const_shape().ok_or_else(|| {
+            format!(
+                "the per-thread buffer `{}` has no constant shape",
+                buf.name()
+            )
+        })?;
+        let mut lin: i64 = 0;
+        for (i, e) in idx.iter().enumerate() {
+            let v = self.expr(e)?.as_int().ok_or_else(|| {
+                format!(
+                    "the per-thread buffer `{}` indexed by a run-time value",
+                    buf.name()
+                )
+            })?;
+            lin = lin * shape.get(i).copied().unwrap_or(1) + v;
+        }
+        let numel = self.locals.get(&buf.id()).map_or(0, |l| l.numel);
+        if lin < 0 || lin as usize >= numel.max(1) {
+            return Err(format!(
+                "index {lin} outside the per-thread buffer `{}` of {numel} elements",
+                buf.name()
+            ));
+        }
+        Ok(lin as usize)
+    }
+
+    fn load(&mut self, buf: &Buffer, idx: &[Expr]) -> R<Val> {
+        let dt = buf.dtype();
+        match buf.scope() {
+            Scope::Local | Scope::Var => {
+                let i = if buf.scope() == Scope::Var {
+                    0
+                } else {
+                    self.local_index(buf, idx)?
+                };
+                self.local_read(buf, i)
+            }
+            Scope::Global | Scope::Shared => {
+                let a = self.address(buf, idx)?;
+                let nc = buf.scope() == Scope::Global
+                    && self.globals.get(&buf.id()).is_some_and(|g| g.1);
+                let ld = format!("ld.{}{}", a.space, if nc { ".nc" } else { "" });
+                match dt {
+                    DType::F32 => {
+                        let d = self.fresh(Class::F32);
+                        self.ins(&format!("{ld}.f32 {d}, {}", a.operand()));
+                        Ok(Val::Reg(d, Class::F32))
+                    }
+                    DType::I32 | DType::U32 | DType::I64 | DType::U64 => {
+                        let c = class_of(dt)?;
+                        let d = self.fresh(c);
+                        self.ins(&format!("{ld}.{} {d}, {}", bits_type(dt), a.operand()));
+                        Ok(Val::Reg(d, c))
+                    }
+                    DType::BF16 | DType::F16 => {
+                        let h = self.fresh(Class::B16);
+                        self.ins(&format!("{ld}.b16 {h}, {}", a.operand()));
+                        let hv = Val::Reg(h, Class::B16);
+                        Ok(self.half_to_f32(&hv, dt))
+                    }
+                    other => Err(format!("loads of {other}")),
+                }
+            }
+            other => Err(format!("a load from {other} memory")),
+        }
+    }
+
+    /// Element `i` of a register-held buffer, as its compute value.
+    pub fn local_read(&mut self, buf: &Buffer, i: usize) -> R<Val> {
+        let Some(l) = self.locals.get(&buf.id()) else {
+            return Err(format!(
+                "the buffer `{}` used before its allocation",
+                buf.name()
+            ));
+        };
+        let dt = l.dtype;
+        if !l.packed {
+            let c = class_of(if buf.scope() == Scope::Var {
+                dt.compute_type()
+            } else {
+                dt
+            })?;
+            return Ok(Val::Reg(l.regs[i].clone(), c));
+        }
+        let r = Val::Reg(l.regs[i / 2].clone(), Class::B32);
+        if dt == DType::BF16 {
+            // A bf16 is the high half of the f32 with the same bits.
+            return Ok(if i.is_multiple_of(2) {
+                let d = self.fresh(Class::F32);
+                self.ins(&format!("shl.b32 {d}, {r}, 16"));
+                Val::Reg(d, Class::F32)
+            } else {
+                let d = self.fresh(Class::F32);
+                self.ins(&format!("and.b32 {d}, {r}, -65536"));
+                Val::Reg(d, Class::F32)
+            });
+        }
+        let (lo, hi) = (self.fresh(Class::B16), self.fresh(Class::B16));
+        self.ins(&format!("mov.b32 {{{lo}, {hi}}}, {r}"));
+        let h = Val::Reg(if i.is_multiple_of(2) { lo } else { hi }, Class::B16);
+        Ok(self.half_to_f32(&h, dt))
+    }
+
+    /// Write compute value `v` to element `i` of a register-held buffer.
+    pub fn local_write(&mut self, buf: &Buffer, i: usize, v: &Val) -> R<()> {
+        let Some(l) = self.locals.get(&buf.id()) else {
+            return Err(format!(
+                "the buffer `{}` used before its allocation",
+                buf.name()
+            ));
+        };
+        let dt = l.dtype;
+        if !l.packed {
+            let dst = l.regs[i].clone();
+            let c = class_of(if buf.scope() == Scope::Var {
+                dt.compute_type()
+            } else {
+                dt
+            })?;
+            let src = match (c, v) {
+                (Class::Pred, Val::Int(k)) => {
+                    let t = if *k != 0 {
+                        "setp.eq.s32"
+                    } else {
+                        "setp.ne.s32"
+                    };
+                    self.ins(&format!("{t} {dst}, 0, 0"));
+                    return Ok(());
+                }
+                (Class::F32, Val::Int(k)) => Val::F32(*k as f32).to_string(),
+                _ => v.to_string(),
+            };
+            let ty = if c == Class::Pred {
+                "pred"
+            } else {
+                mov_type(c)
+            };
+            self.ins(&format!("mov.{ty} {dst}, {src}"));
+            return Ok(());
+        }
+        let reg = l.regs[i / 2].clone();
+        let h = self.half_of(v, dt);
+        let (lo, hi) = (self.fresh(Class::B16), self.fresh(Class::B16));
+        self.ins(&format!("mov.b32 {{{lo}, {hi}}}, {reg}"));
+        if i.is_multiple_of(2) {
+            self.ins(&format!("mov.b32 {reg}, {{{h}, {hi}}}"));
+        } else {
+            self.ins(&format!("mov.b32 {reg}, {{{lo}, {h}}}"));
+        }
+        Ok(())
+    }
+
+    /// Store a value computed as `value` into `buf[idx]` (rounding narrow floats once).
+    fn store(&mut self, buf: &Buffer, idx: &[Expr], value: &Expr) -> R<()> {
+        let dt = buf.dtype();
+        // Storing a narrow float rounds it: an explicit cast to the same type just before the
+        // store would round twice.
+        let value = match value.kind() {
+            ExprKind::Cast(inner)
+                if buf.scope() != Scope::Var
+                    && value.dtype() == dt
+                    && matches!(dt, DType::BF16 | DType::F16)
+                    && inner.dtype().is_float() =>
+            {
+                inner
+            }
+            _ => value,
+        };
+        let v = self.expr(value)?;
+        match buf.scope() {
+            Scope::Var => self.local_write(buf, 0, &v),
+            Scope::Local => {
+                let i = self.local_index(buf, idx)?;
+                self.local_write(buf, i, &v)
+            }
+            Scope::Global | Scope::Shared => {
+                let a = self.address(buf, idx)?;
+                let st = format!("st.{}", a.space);
+                match dt {
+                    DType::F32 => {
+                        let r = self.reg(&v, Class::F32);
+                        self.ins(&format!("{st}.f32 {}, {r}", a.operand()));
+                    }
+                    DType::I32 | DType::U32 | DType::I64 | DType::U64 => {
+                        let c = class_of(dt)?;
+                        let r = self.reg(&v, c);
+                        self.ins(&format!("{st}.{} {}, {r}", bits_type(dt), a.operand()));
+                    }
+                    DType::BF16 | DType::F16 => {
+                        let h = self.half_of(&v, dt);
+                        self.ins(&format!("{st}.b16 {}, {h}", a.operand()));
+                    }
+                    other => return Err(format!("stores of {other}")),
+                }
+                Ok(())
+            }
+            other => Err(format!("a store to {other} memory")),
+        }
+    }
+
+    /// Two f32 values converted and stored as elements `i`, `i + 1` (even `i`) of a 16-bit
+    /// per-thread array: one `cvt.rn.{bf16,f16}x2.f32` straight into its register.
+    fn store_pair(&mut self, buf: &Buffer, i: usize, lo: &Expr, hi: &Expr) -> R<()> {
+        let (x, y) = (self.expr(lo)?, self.expr(hi)?);
+        let (x, y) = (self.reg(&x, Class::F32), self.reg(&y, Class::F32));
+        let Some(l) = self.locals.get(&buf.id()).filter(|l| l.packed) else {
+            return Err(format!("a packed store into `{}`", buf.name()));
+        };
+        let reg = l.regs[i / 2].clone();
+        let t = if l.dtype == DType::F16 {
+            "f16x2"
+        } else {
+            "bf16x2"
+        };
+        // PTX packs the first source into the high half.
+        self.ins(&format!("cvt.rn.{t}.f32 {reg}, {y}, {x}"));
+        Ok(())
+    }
+
+    fn alloc(&mut self, b: &Buffer) -> R<()> {
+        match b.scope() {
+            Scope::Shared => {
+                if self.smem_offsets.contains_key(&b.id()) {
+                    Ok(())
+                } else {
+                    Err(format!("the shared buffer `{}` was not planned", b.name()))
+                }
+            }
+            Scope::Var => {
+                let c = class_of(b.dtype().compute_type())?;
+                let r = self.fresh_mutable(c);
+                self.locals.insert(
+                    b.id(),
+                    Local {
+                        regs: vec![r],
+                        dtype: b.dtype(),
+                        packed: false,
+                        numel: 1,
+                    },
+                );
+                Ok(())
+            }
+            Scope::Local => {
+                let n = b.const_numel().filter(|&n| n >= 0).ok_or_else(|| {
+                    format!("the per-thread buffer `{}` has no constant size", b.name())
+                })? as usize;
+                let (class, count, packed) = match b.dtype() {
+                    DType::F32 => (Class::F32, n, false),
+                    DType::I32 | DType::U32 => (Class::B32, n, false),
+                    DType::BF16 | DType::F16 => (Class::B32, n.div_ceil(2), true),
+                    other => return Err(format!("a per-thread buffer of {other}")),
+                };
+                if count > 1024 {
+                    return Err(format!(
+                        "the per-thread buffer `{}` of {n} elements",
+                        b.name()
+                    ));
+                }
+                let regs = (0..count.max(1))
+                    .map(|_| self.fresh_mutable(class))
+                    .collect();
+                self.locals.insert(
+                    b.id(),
+                    Local {
+                        regs,
+                        dtype: b.dtype(),
+                        packed,
+                        numel: n,
+                    },
+                );
+                Ok(())
+            }
+            other => Err(format!("an allocation in {other} memory")),
+        }
+    }
+
+    // ---- statements ----
+
+    pub fn stmt(&mut self, s: &Stmt) -> R<()> {
+        match &s.kind {
+            StmtKind::Seq(v) => {
+                let mut i = 0;
+                while i < v.len() {
+                    if let Some(next) = v.get(i + 1) {
+                        if self.try_pair(&v[i], next)? {
+                            i += 2;
+                            continue;
+                        }
+                    }
+                    self.stmt(&v[i])?;
+                    i += 1;
+                }
+                Ok(())
+            }
+            StmtKind::Let { var, value } => {
+                let class = class_of(var.dtype())?;
+                let v = self.expr(value)?;
+                let v = self.stable(v, class);
+                self.env.insert(var.id(), v);
+                Ok(())
+            }
+            StmtKind::Alloc(b) => self.alloc(b),
+            StmtKind::If { cond, then_, else_ } => {
+                let c = self.expr(cond)?;
+                if let Some(k) = c.as_int() {
+                    return match (k != 0, else_) {
+                        (true, _) => self.scoped(then_),
+                        (false, Some(e)) => self.scoped(e),
+                        (false, None) => Ok(()),
+                    };
+                }
+                let p = self.reg(&c, Class::Pred);
+                let end = self.label();
+                match else_ {
+                    None => {
+                        self.ins(&format!("@!{p} bra {end}"));
+                        self.scoped(then_)?;
+                    }
+                    Some(e) => {
+                        let other = self.label();
+                        self.ins(&format!("@!{p} bra {other}"));
+                        self.scoped(then_)?;
+                        self.ins(&format!("bra.uni {end}"));
+                        self.place(&other);
+                        self.scoped(e)?;
+                    }
+                }
+                self.place(&end);
+                Ok(())
+            }
+            StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } => self.store(buffer, indices, value),
+            StmtKind::For(l) => self.for_loop(l),
+            StmtKind::Eval(e) => match e.kind() {
+                ExprKind::Call(op, args) => self.effect_call(op, args),
+                _ => {
+                    self.expr(e)?;
+                    Ok(())
+                }
+            },
+            StmtKind::Op(op) => Err(format!("the unlowered tile op `{}`", op.name())),
+            StmtKind::AnnotateLayout { .. } => Ok(()),
+        }
+    }
+
+    fn scoped(&mut self, s: &Stmt) -> R<()> {
+        self.push_scope();
+        let r = self.stmt(s);
+        self.pop_scope();
+        r
+    }
+
+    /// Two adjacent stores of converted f32 values into elements `2k`, `2k + 1` of a 16-bit
+    /// per-thread array.
+    fn try_pair(&mut self, a: &Stmt, b: &Stmt) -> R<bool> {
+        let (Some((ba, ia, va)), Some((bb, ib, vb))) =
+            (crate::pack::narrow_store(a), crate::pack::narrow_store(b))
+        else {
+            return Ok(false);
+        };
+        if ba != bb {
+            return Ok(false);
+        }
+        let (x, y) = (self.expr(ia)?, self.expr(ib)?);
+        match (x.as_int(), y.as_int()) {
+            (Some(lo), Some(hi)) if lo % 2 == 0 && hi == lo + 1 && lo >= 0 => {
+                let i = self.local_index(ba, std::slice::from_ref(ia))?;
+                self.store_pair(ba, i, va, vb)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn for_loop(&mut self, l: &tl_ir::For) -> R<()> {
+        match l.kind {
+            ForKind::Parallel | ForKind::Pipelined { .. } => {
+                Err(format!("an unlowered {} loop", l.kind.name()))
+            }
+            ForKind::Unrolled | ForKind::Vectorized => {
+                let (lo, ext) = (self.expr(&l.min)?, self.expr(&l.extent)?);
+                if let (Some(lo), Some(ext)) = (lo.as_int(), ext.as_int()) {
+                    if ext > 4096 {
+                        return Err(format!("an unrolled loop of {ext} iterations"));
+                    }
+                    // Stores of converted pairs run two elements per step.
+                    if let Some((buf, value)) = crate::pack::pair_loop(l) {
+                        if lo == 0 && self.locals.get(&buf.id()).is_some_and(|x| x.packed) {
+                            let mut i = 0;
+                            while i < ext {
+                                let v0 = self.with_const(&l.var, i, value);
+                                let v1 = self.with_const(&l.var, i + 1, value);
+                                self.store_pair(buf, i as usize, &v0, &v1)?;
+                                i += 2;
+                            }
+                            return Ok(());
+                        }
+                    }
+                    for i in lo..lo + ext {
+                        self.env.insert(l.var.id(), Val::Int(i));
+                        self.unrolled
+                            .insert(l.var.id(), Expr::int_of(i, l.var.dtype()));
+                        let r = self.stmt(&l.body);
+                        self.unrolled.remove(&l.var.id());
+                        r?;
+                    }
+                    self.env.remove(&l.var.id());
+                    return Ok(());
+                }
+                self.serial(l)
+            }
+            ForKind::Serial => self.serial(l),
+        }
+    }
+
+    /// `value` with the loop variable fixed to `i`.
+    fn with_const(&self, var: &tl_ir::Var, i: i64, value: &Expr) -> Expr {
+        let m: HashMap<u64, Expr> = [(var.id(), Expr::int_of(i, var.dtype()))]
+            .into_iter()
+            .collect();
+        value.substitute(&m)
+    }
+
+    /// A loop with a run-time trip count: the bound is evaluated once (it is loop-invariant),
+    /// the test is at the bottom, and the counter is the only register the back edge changes.
+    fn serial(&mut self, l: &tl_ir::For) -> R<()> {
+        let dt = l.var.dtype();
+        if !matches!(dt, DType::I32 | DType::U32) {
+            return Err(format!("a loop counter of {dt}"));
+        }
+        let t = int_type(dt);
+        let lo = self.expr(&l.min)?;
+        let ext = self.expr(&l.extent)?;
+        let end = match (lo.as_int(), ext.as_int()) {
+            (Some(a), Some(b)) => Val::Int(wrap(a + b, dt)),
+            _ => {
+                let e = Expr::binary(BinOp::Add, l.min.clone(), l.extent.clone());
+                self.expr(&e)?
+            }
+        };
+        let counter = self.fresh(Class::B32);
+        self.ins(&format!("mov.b32 {counter}, {lo}"));
+        if self.non_negative(&lo) {
+            // It only counts up from there.
+            self.nonneg.insert(counter.clone());
+        }
+        let top = self.label();
+        let exit = self.label();
+        let known_nonempty = matches!((lo.as_int(), end.as_int()), (Some(a), Some(b)) if a < b);
+        if !known_nonempty {
+            let p = self.pure(
+                Class::Pred,
+                &format!("setp.ge.{t}"),
+                &[&Val::Reg(counter.clone(), Class::B32), &end],
+            );
+            self.ins(&format!("@{p} bra {exit}"));
+        }
+        self.place(&top);
+        self.env
+            .insert(l.var.id(), Val::Reg(counter.clone(), Class::B32));
+        self.loop_vars.insert(l.var.id());
+        self.push_scope();
+        let r = self.stmt(&l.body);
+        self.pop_scope();
+        self.loop_vars.remove(&l.var.id());
+        r?;
+        self.ins(&format!("add.{t} {counter}, {counter}, 1"));
+        let p = self.fresh(Class::Pred);
+        self.ins(&format!("setp.lt.{t} {p}, {counter}, {end}"));
+        self.ins(&format!("@{p} bra {top}"));
+        self.place(&exit);
+        self.env.remove(&l.var.id());
+        Ok(())
+    }
+}
+
+fn mov_type(c: Class) -> &'static str {
+    match c {
+        Class::F32 => "f32",
+        Class::B64 => "b64",
+        Class::B16 => "b16",
+        _ => "b32",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use tl_ir::Var;
+
+    /// The value of `e` with `a`, `b` bound (by substitution and constant folding).
+    fn value(e: &Expr, a: &Var, b: &Var, va: i64, vb: i64) -> i64 {
+        let m: HashMap<u64, Expr> = [
+            (a.id(), Expr::int_of(va, a.dtype())),
+            (b.id(), Expr::int_of(vb, b.dtype())),
+        ]
+        .into_iter()
+        .collect();
+        tl_ir::simplify(&e.substitute(&m))
+            .as_int()
+            .expect("closed expressions fold")
+    }
+
+    /// Offset-like i32 expressions: sums, differences, products, shifts and the odd
+    /// non-linear leaf, small enough never to overflow.
+    fn offsets(a: Var, b: Var) -> impl Strategy<Value = Expr> {
+        let leaf = prop_oneof![
+            (-8i64..8).prop_map(Expr::int),
+            Just(a.expr()),
+            Just(b.expr()),
+            Just(Expr::binary(BinOp::BitAnd, a.expr(), Expr::int(7))),
+        ];
+        leaf.prop_recursive(4, 24, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_map(|(x, y)| x + y),
+                (inner.clone(), inner.clone()).prop_map(|(x, y)| x - y),
+                (inner.clone(), -4i64..5).prop_map(|(x, k)| x * k),
+                (inner.clone(), inner.clone()).prop_map(|(x, y)| x * y),
+                (inner.clone(), 0i64..4).prop_map(|(x, k)| Expr::binary(
+                    BinOp::Shl,
+                    x,
+                    Expr::int(k)
+                )),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Σ coef·atom + c is the offset itself, in 32 and (through a widening cast) 64 bits.
+        #[test]
+        fn linear_form_preserves_the_offset(
+            e in offsets(Var::new("a", DType::I32), Var::new("b", DType::I32)),
+            va in -50i64..50,
+            vb in -50i64..50,
+        ) {
+            let mut vars = vec![];
+            e.visit(&mut |x| if let Some(v) = x.as_var() { vars.push(v.clone()) });
+            let a = vars.iter().find(|v| v.name() == "a").cloned().unwrap_or_else(|| Var::new("a", DType::I32));
+            let b = vars.iter().find(|v| v.name() == "b").cloned().unwrap_or_else(|| Var::new("b", DType::I32));
+            for e in [e.clone(), e.cast(DType::I64) * Expr::int_of(3, DType::I64)] {
+                let mut terms = vec![];
+                let mut c = 0;
+                linearize(&e, 1, &mut terms, &mut c);
+                let sum: i64 = terms
+                    .iter()
+                    .map(|(atom, k)| k * value(atom, &a, &b, va, vb))
+                    .sum::<i64>()
+                    + c;
+                prop_assert_eq!(sum, value(&e, &a, &b, va, vb), "{:?} -> {:?} + {}", e, terms, c);
+            }
+        }
+    }
+
+    #[test]
+    fn copies_of_a_tile_share_everything_but_the_row_stride() {
+        // ((r + 32·i)·K + col) for i = 0..4 → the same atoms, K's coefficient differing.
+        let (r, k, col) = (
+            Var::new("r", DType::I32),
+            Var::new("K", DType::I32),
+            Var::new("col", DType::I32),
+        );
+        let mut seen = vec![];
+        for i in 0..4 {
+            let e = (r.expr() + 32 * i).cast(DType::I64) * k.expr().cast(DType::I64)
+                + col.expr().cast(DType::I64);
+            let mut terms = vec![];
+            let mut c = 0;
+            linearize(&tl_ir::simplify(&e), 1, &mut terms, &mut c);
+            assert_eq!(c, 0);
+            let kk = terms
+                .iter()
+                .find(|(a, _)| *a == k.expr().cast(DType::I64))
+                .map(|t| t.1);
+            assert_eq!(kk, if i == 0 { None } else { Some(32 * i) }, "{terms:?}");
+            seen.push(terms.len());
+        }
+        assert_eq!(seen, vec![2, 3, 3, 3]);
+    }
+}

@@ -1,0 +1,409 @@
+//! Intrinsics as PTX: each is one instruction (or a few) of the ISA, the same ones the CUDA
+//! header wraps in inline assembly.
+
+use tl_ir::{Buffer, DType, Expr, ExprKind, Intrinsic, Scope, WgmmaOp};
+
+use super::emit::{Addr, Emitter, R};
+use super::regs::{Class, Val};
+
+/// The buffer and indices of an `address_of(buf[idx])` argument.
+fn target(e: Option<&Expr>) -> R<(&Buffer, &[Expr])> {
+    match e.map(|e| e.kind()) {
+        Some(ExprKind::Call(Intrinsic::AddressOf, a)) => match a.first().map(|l| l.kind()) {
+            Some(ExprKind::Load(b, idx)) => Ok((b, idx.as_slice())),
+            _ => Err("address_of of something other than an element".into()),
+        },
+        _ => Err("an intrinsic argument that is not `address_of(buffer[index])`".into()),
+    }
+}
+
+/// One side of a vector copy: memory, or registers of a per-thread array.
+enum Side {
+    Mem(Addr),
+    Regs(Vec<String>),
+}
+
+impl Emitter {
+    fn nargs(op: &Intrinsic, args: &[Expr], n: usize) -> R<()> {
+        if args.len() == n {
+            Ok(())
+        } else {
+            Err(format!("{op} with {} arguments (expected {n})", args.len()))
+        }
+    }
+
+    /// A memory operand in one of `scopes`.
+    fn mem_arg(&mut self, arg: Option<&Expr>, scopes: &[Scope]) -> R<(Addr, Buffer)> {
+        let (b, idx) = target(arg)?;
+        if !scopes.contains(&b.scope()) {
+            return Err(format!("an intrinsic operand in {} memory", b.scope()));
+        }
+        Ok((self.address(b, idx)?, b.clone()))
+    }
+
+    /// `words` consecutive 32-bit registers of a per-thread array, starting at the element
+    /// `arg` names (for 16-bit arrays the element must start a register).
+    fn reg_words(&mut self, arg: Option<&Expr>, words: usize) -> R<(Vec<String>, DType)> {
+        let (b, idx) = target(arg)?;
+        if b.scope() != Scope::Local {
+            return Err(format!("a register operand in {} memory", b.scope()));
+        }
+        let i = self.local_index(b, idx)?;
+        let Some(l) = self.locals.get(&b.id()) else {
+            return Err(format!(
+                "the buffer `{}` used before its allocation",
+                b.name()
+            ));
+        };
+        let start = if l.packed {
+            if i % 2 != 0 {
+                return Err(format!(
+                    "an odd element of `{}` as a register operand",
+                    b.name()
+                ));
+            }
+            i / 2
+        } else {
+            i
+        };
+        if start + words > l.regs.len() {
+            return Err(format!(
+                "{words} registers from element {i} of `{}` run past its end",
+                b.name()
+            ));
+        }
+        Ok((l.regs[start..start + words].to_vec(), l.dtype))
+    }
+
+    fn side(&mut self, arg: Option<&Expr>, bytes: usize) -> R<Side> {
+        let (b, idx) = target(arg)?;
+        match b.scope() {
+            Scope::Global | Scope::Shared => Ok(Side::Mem(self.address(b, idx)?)),
+            Scope::Local if bytes >= 4 => Ok(Side::Regs(self.reg_words(arg, bytes / 4)?.0)),
+            other => Err(format!("a {bytes}-byte vector copy in {other} memory")),
+        }
+    }
+
+    /// Whether the global tensor behind a source address is read-only in this kernel.
+    fn read_only(&self, arg: Option<&Expr>) -> bool {
+        target(arg)
+            .ok()
+            .filter(|(b, _)| b.scope() == Scope::Global)
+            .and_then(|(b, _)| self.globals.get(&b.id()))
+            .is_some_and(|g| g.1)
+    }
+
+    /// Intrinsics with a value: thread index and shuffles.
+    pub fn value_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> R<Val> {
+        match op {
+            Intrinsic::ThreadIdx => Ok(Val::Reg(self.tid.clone(), Class::B32)),
+            Intrinsic::ShflXor { width }
+            | Intrinsic::ShflDown { width }
+            | Intrinsic::ShflIdx { width } => {
+                Self::nargs(op, args, 2)?;
+                if !width.is_power_of_two() || *width > 32 {
+                    return Err(format!("{op}: a width that is not a power of two up to 32"));
+                }
+                let class = match args[0].dtype().compute_type() {
+                    DType::F32 => Class::F32,
+                    DType::I32 | DType::U32 => Class::B32,
+                    other => return Err(format!("a shuffle of {other}")),
+                };
+                let v = self.expr(&args[0])?;
+                let v = self.reg(&v, class);
+                let lane = self.expr(&args[1])?;
+                let mode = match op {
+                    Intrinsic::ShflXor { .. } => "bfly",
+                    Intrinsic::ShflDown { .. } => "down",
+                    _ => "idx",
+                };
+                // The segment mask and clamp CUDA's __shfl_*_sync pass for `width`.
+                let c = ((32 - width) << 8) | 0x1f;
+                let d = self.fresh(class);
+                self.ins(&format!("shfl.sync.{mode}.b32 {d}, {v}, {lane}, {c}, -1"));
+                let _ = dt;
+                Ok(Val::Reg(d, class))
+            }
+            other => Err(format!("the intrinsic {other} in an expression")),
+        }
+    }
+
+    /// Intrinsics called for their effect.
+    pub fn effect_call(&mut self, op: &Intrinsic, args: &[Expr]) -> R<()> {
+        const SHARED: &[Scope] = &[Scope::Shared];
+        const GLOBAL: &[Scope] = &[Scope::Global];
+        match op {
+            Intrinsic::SyncThreads => self.ins("bar.sync 0"),
+            Intrinsic::SyncWarp => self.ins("bar.warp.sync -1"),
+            Intrinsic::CpAsyncCommit => self.ins("cp.async.commit_group"),
+            Intrinsic::CpAsyncWait { n } => self.ins(&format!("cp.async.wait_group {n}")),
+            Intrinsic::WgmmaCommit => self.ins("wgmma.commit_group.sync.aligned"),
+            // The register arrays named by the fence and the wait are for NVVM's benefit:
+            // ptxas tracks wgmma's registers itself.
+            Intrinsic::WgmmaFence => self.ins("wgmma.fence.sync.aligned"),
+            Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
+            Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
+            Intrinsic::CpAsync { bytes } => {
+                Self::nargs(op, args, 3)?;
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return Err(format!("cp.async of {bytes} bytes"));
+                }
+                let (d, _) = self.mem_arg(args.first(), SHARED)?;
+                let (s, _) = self.mem_arg(args.get(1), GLOBAL)?;
+                let cache = if *bytes == 16 { "cg" } else { "ca" };
+                let p = self.expr(&args[2])?;
+                let (dst, src) = (d.operand(), s.operand());
+                match p.as_int() {
+                    Some(0) => {
+                        self.ins(&format!(
+                            "cp.async.{cache}.shared.global {dst}, {src}, {bytes}, 0"
+                        ));
+                    }
+                    Some(_) => {
+                        self.ins(&format!(
+                            "cp.async.{cache}.shared.global {dst}, {src}, {bytes}"
+                        ));
+                    }
+                    None => {
+                        // A false predicate copies 0 source bytes: the destination is zeroed.
+                        let n = self.pure(
+                            Class::B32,
+                            "selp.b32",
+                            &[&Val::Int(*bytes as i64), &Val::Int(0), &p],
+                        );
+                        self.ins(&format!(
+                            "cp.async.{cache}.shared.global {dst}, {src}, {bytes}, {n}"
+                        ));
+                    }
+                }
+            }
+            Intrinsic::VecCopy { lanes } => self.vec_copy(op, *lanes, args)?,
+            Intrinsic::AtomicAdd => {
+                Self::nargs(op, args, 2)?;
+                let (a, b) = self.mem_arg(args.first(), &[Scope::Global, Scope::Shared])?;
+                let (ty, class) = match b.dtype() {
+                    DType::F32 => ("f32", Class::F32),
+                    DType::I32 => ("s32", Class::B32),
+                    DType::U32 => ("u32", Class::B32),
+                    other => return Err(format!("an atomic add on {other}")),
+                };
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, class);
+                self.ins(&format!("red.{}.add.{ty} {}, {v}", a.space, a.operand()));
+            }
+            Intrinsic::Ldmatrix { num, trans } => {
+                Self::nargs(op, args, 2)?;
+                if !matches!(num, 1 | 2 | 4) {
+                    return Err(format!("ldmatrix of {num} matrices"));
+                }
+                let (s, sb) = self.mem_arg(args.first(), SHARED)?;
+                let (regs, dt) = self.reg_words(args.get(1), *num as usize)?;
+                if sb.dtype().bytes() != 2 || dt.bytes() != 2 {
+                    return Err("ldmatrix of elements that are not 16-bit".into());
+                }
+                let t = if *trans { ".trans" } else { "" };
+                self.ins(&format!(
+                    "ldmatrix.sync.aligned.m8n8.x{num}{t}.shared.b16 {{{}}}, {}",
+                    regs.join(", "),
+                    s.operand()
+                ));
+            }
+            Intrinsic::MmaSync { ab } => {
+                Self::nargs(op, args, 4)?;
+                if !matches!(ab, DType::BF16 | DType::F16) {
+                    return Err(format!("mma.sync with {ab} operands"));
+                }
+                let (d, _) = self.reg_words(args.first(), 4)?;
+                let (a, _) = self.reg_words(args.get(1), 4)?;
+                let (b, _) = self.reg_words(args.get(2), 2)?;
+                let (c, _) = self.reg_words(args.get(3), 4)?;
+                let ab = ab.name();
+                self.ins(&format!(
+                    "mma.sync.aligned.m16n8k16.row.col.f32.{ab}.{ab}.f32 {{{}}}, {{{}}}, {{{}}}, {{{}}}",
+                    d.join(", "),
+                    a.join(", "),
+                    b.join(", "),
+                    c.join(", ")
+                ));
+            }
+            Intrinsic::Wgmma(w) => self.wgmma(op, w, args)?,
+            other => return Err(format!("the intrinsic {other}")),
+        }
+        Ok(())
+    }
+
+    fn vec_copy(&mut self, op: &Intrinsic, lanes: u32, args: &[Expr]) -> R<()> {
+        if args.len() != 2 && args.len() != 3 {
+            return Err(format!("{op} with {} arguments", args.len()));
+        }
+        let (db, _) = target(args.first())?;
+        let bytes = lanes as usize * db.dtype().bytes();
+        let (vec, words) = match bytes {
+            16 => (".v4", 4),
+            8 => (".v2", 2),
+            4 => ("", 1),
+            _ => return Err(format!("a {bytes}-byte vector copy")),
+        };
+        let dst = self.side(args.first(), bytes)?;
+        let src = self.side(args.get(1), bytes)?;
+        let nc = self.read_only(args.get(1));
+        let pred = match args.get(2) {
+            Some(p) => Some(self.expr(p)?),
+            None => None,
+        };
+        let pred = match pred {
+            Some(v) if v.as_int().is_some_and(|k| k != 0) => None,
+            other => other,
+        };
+        let list = |r: &[String]| {
+            if r.len() == 1 {
+                r[0].clone()
+            } else {
+                format!("{{{}}}", r.join(", "))
+            }
+        };
+        // The words in flight: the destination's registers when it is a register array.
+        let words_regs: Vec<String> = match &dst {
+            Side::Regs(r) => r.clone(),
+            Side::Mem(_) => (0..words).map(|_| self.fresh(Class::B32)).collect(),
+        };
+        match (&src, pred) {
+            (_, Some(Val::Int(0))) => {
+                for r in &words_regs {
+                    self.ins(&format!("mov.b32 {r}, 0"));
+                }
+            }
+            (Side::Mem(a), p) => {
+                let guard = match p {
+                    Some(p) => {
+                        for r in &words_regs {
+                            self.ins(&format!("mov.b32 {r}, 0"));
+                        }
+                        let pr = self.reg(&p, Class::Pred);
+                        format!("@{pr} ")
+                    }
+                    None => String::new(),
+                };
+                let ld = format!(
+                    "ld.{}{}",
+                    a.space,
+                    if nc && a.space == "global" { ".nc" } else { "" }
+                );
+                self.ins(&format!(
+                    "{guard}{ld}{vec}.b32 {}, {}",
+                    list(&words_regs),
+                    a.operand()
+                ));
+            }
+            (Side::Regs(r), p) => {
+                for (d, s) in words_regs.iter().zip(r) {
+                    if d != s {
+                        self.ins(&format!("mov.b32 {d}, {s}"));
+                    }
+                }
+                if let Some(p) = p {
+                    let pr = self.reg(&p, Class::Pred);
+                    for d in &words_regs {
+                        self.ins(&format!("selp.b32 {d}, {d}, 0, {pr}"));
+                    }
+                }
+            }
+        }
+        if let Side::Mem(a) = &dst {
+            self.ins(&format!(
+                "st.{}{vec}.b32 {}, {}",
+                a.space,
+                a.operand(),
+                list(&words_regs)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The 64-bit wgmma descriptor of a 128-byte-swizzled operand tile (start address,
+    /// leading offset `lbo`, 8-row groups 1024 bytes apart), as `tl_wgmma_desc_sw128` builds
+    /// it. The descriptor of `base + off` is the base's plus `off >> 4`: shared addresses stay
+    /// below 2^18, so the 14-bit address field never carries.
+    fn descriptor(&mut self, a: &Addr, lbo: &Val) -> R<Val> {
+        let base = Val::Reg(a.base.clone(), Class::B32);
+        let field = self.pure(Class::B32, "and.b32", &[&base, &Val::Int(0x3FFFF)]);
+        let field = self.pure(Class::B32, "shr.u32", &[&field, &Val::Int(4)]);
+        let wide = self.pure(Class::B64, "cvt.u64.u32", &[&field]);
+        let fixed: i64 = (1i64 << 62) | ((1024 >> 4) << 32);
+        let lbo_field = match lbo.as_int() {
+            Some(l) => Val::Int(((l >> 4) & 0x3FFF) << 16),
+            None => {
+                let l = Val::Reg(self.reg(lbo, Class::B32), Class::B32);
+                let s = self.pure(Class::B32, "shr.u32", &[&l, &Val::Int(4)]);
+                let m = self.pure(Class::B32, "and.b32", &[&s, &Val::Int(0x3FFF)]);
+                let w = self.pure(Class::B64, "cvt.u64.u32", &[&m]);
+                self.pure(Class::B64, "shl.b64", &[&w, &Val::Int(16)])
+            }
+        };
+        let d = self.pure(Class::B64, "or.b64", &[&wide, &Val::Int(fixed)]);
+        let d = match lbo_field {
+            Val::Int(0) => d,
+            f => self.pure(Class::B64, "or.b64", &[&d, &f]),
+        };
+        if a.off % 16 != 0 || a.off < 0 {
+            return Err(format!("a wgmma operand at byte offset {}", a.off));
+        }
+        Ok(match a.off >> 4 {
+            0 => d,
+            k => self.pure(Class::B64, "add.s64", &[&d, &Val::Int(k)]),
+        })
+    }
+
+    fn wgmma(&mut self, op: &Intrinsic, w: &WgmmaOp, args: &[Expr]) -> R<()> {
+        let WgmmaOp { n, ab, a_regs, .. } = *w;
+        let steps = w.steps.max(1) as usize;
+        Self::nargs(op, args, 5 + 2 * (steps - 1))?;
+        if !matches!(ab, DType::BF16 | DType::F16) {
+            return Err(format!("wgmma with {ab} operands"));
+        }
+        if n == 0 || n % 8 != 0 || n > 256 {
+            return Err(format!("wgmma with N = {n}"));
+        }
+        if self.sm < 90 {
+            return Err("wgmma below sm_90a".into());
+        }
+        let (d, _) = self.reg_words(args.first(), n as usize / 2)?;
+        let scale = self.expr(&args[3])?;
+        let lbo = self.expr(&args[4])?;
+        let first = self.reg(&scale, Class::Pred);
+        let d = d.join(", ");
+        let tb = u32::from(w.b_mn_major);
+        let imms = if a_regs {
+            format!("1, 1, {tb}")
+        } else {
+            format!("1, 1, {}, {tb}", u32::from(w.a_mn_major))
+        };
+        for s in 0..steps {
+            let (ai, bi) = if s == 0 {
+                (1, 2)
+            } else {
+                (3 + 2 * s, 4 + 2 * s)
+            };
+            let a = if a_regs {
+                let (r, _) = self.reg_words(args.get(ai), 4)?;
+                format!("{{{}}}", r.join(", "))
+            } else {
+                let (a, _) = self.mem_arg(args.get(ai), &[Scope::Shared])?;
+                self.descriptor(&a, &Val::Int(16))?.to_string()
+            };
+            let (b, _) = self.mem_arg(args.get(bi), &[Scope::Shared])?;
+            let b = self.descriptor(&b, &lbo)?;
+            // Later steps always accumulate.
+            let p = if s == 0 {
+                first.clone()
+            } else {
+                self.reg(&Val::Int(1), Class::Pred)
+            };
+            self.ins(&format!(
+                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{abn}.{abn} {{{d}}}, {a}, {b}, {p}, {imms}",
+                abn = ab.name()
+            ));
+        }
+        Ok(())
+    }
+}
