@@ -11,6 +11,7 @@
 
 mod emit;
 mod intrin;
+mod linear;
 mod regs;
 
 use tl_ir::{
