@@ -6,7 +6,8 @@ use crate::usage::ResourceUsage;
 /// What the installer is and how to use it; every "not found" message ends with this.
 pub const INSTALL_HINT: &str = "install the CUDA compiler libraries from PyPI wheels with \
 `eval \"$(bash scripts/install-cuda-tools.sh)\"` (unpacks them under target/cuda-tools and exports \
-TILELANG_NVRTC and TILELANG_CUOBJDUMP), or point TILELANG_NVRTC at a libnvrtc.so";
+TILELANG_NVRTC, TILELANG_NVJITLINK and TILELANG_CUOBJDUMP), or point TILELANG_NVRTC at a libnvrtc.so \
+(TILELANG_NVJITLINK at a libnvJitLink.so)";
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NvrtcError {
@@ -14,9 +15,14 @@ pub enum NvrtcError {
     #[error("NVRTC not found; searched:\n{}\n{INSTALL_HINT}", list(.searched))]
     NotFound { searched: Vec<String> },
 
-    /// A library that was explicitly named (TILELANG_NVRTC) exists but could not be loaded.
-    #[error("cannot load NVRTC from {path}: {reason}\n{INSTALL_HINT}")]
-    Load { path: String, reason: String },
+    /// A library that was explicitly named (TILELANG_NVRTC, TILELANG_NVJITLINK) exists but
+    /// could not be loaded; `library` says which (NVRTC, nvJitLink).
+    #[error("cannot load {library} from {path}: {reason}\n{INSTALL_HINT}")]
+    Load {
+        library: &'static str,
+        path: String,
+        reason: String,
+    },
 
     /// The library loaded but lacks a function this crate needs (not an NVRTC, or too old).
     #[error("{path} has no symbol `{symbol}` (is it NVRTC 12 or newer?)")]

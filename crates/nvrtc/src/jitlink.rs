@@ -9,8 +9,8 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::error::NvrtcError;
-use crate::library::{subdirs, tools_dirs};
-use crate::{parse_arch, parse_ptxas_log, Compiled};
+use crate::library::{load, search_library, symbol};
+use crate::{c_options, parse_arch, parse_ptxas_log, Compiled};
 
 type Handle = *mut c_void;
 type Create = unsafe extern "C" fn(*mut Handle, u32, *const *const c_char) -> c_int;
@@ -115,27 +115,13 @@ impl JitLink {
     }
 
     fn open(path: &Path) -> Result<JitLink, NvrtcError> {
-        // SAFETY: loading nvJitLink runs its initializers, which have no preconditions.
-        let lib = unsafe { libloading::Library::new(path.as_os_str()) }.map_err(|e| {
-            NvrtcError::Load {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            }
-        })?;
+        let lib = load(path, "nvJitLink")?;
         let p = path.display().to_string();
         macro_rules! sym {
-            ($ty:ty, $name:literal) => {{
+            ($ty:ty, $name:literal) => {
                 // SAFETY: the symbol's type is the one nvJitLink.h declares.
-                let s = unsafe { lib.get::<*const c_void>($name.as_bytes()) }.map_err(|_| {
-                    NvrtcError::MissingSymbol {
-                        path: p.clone(),
-                        symbol: $name.trim_end_matches('\0').to_string(),
-                    }
-                })?;
-                let raw: *const c_void = *s;
-                // SAFETY: a non-null function pointer of the declared signature.
-                unsafe { std::mem::transmute::<*const c_void, $ty>(raw) }
-            }};
+                unsafe { symbol::<$ty>(&lib, $name, path)? }
+            };
         }
         let version: Version = sym!(Version, "nvJitLinkVersion\0");
         let (mut major, mut minor) = (0u32, 0u32);
@@ -143,6 +129,7 @@ impl JitLink {
         let code = unsafe { version(&mut major, &mut minor) };
         if code != 0 {
             return Err(NvrtcError::Load {
+                library: "nvJitLink",
                 path: p,
                 reason: format!("nvJitLinkVersion failed (nvJitLinkResult {code})"),
             });
@@ -174,11 +161,7 @@ impl JitLink {
         if self.version >= (12, 8) {
             flags.push("-no-cache".into());
         }
-        let cflags: Vec<CString> = flags
-            .iter()
-            .map(|f| CString::new(f.as_str()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| NvrtcError::InvalidSource("an option contains a NUL byte".into()))?;
+        let cflags = c_options(&flags)?;
         let ptrs: Vec<*const c_char> = cflags.iter().map(|c| c.as_ptr()).collect();
         let name = CString::new("tilelang.ptx").unwrap_or_default();
         let api_err = |call: &'static str, code: c_int| NvrtcError::Api {
@@ -246,78 +229,19 @@ impl JitLink {
     }
 }
 
-/// `libnvJitLink.so*` files in `dir`, longest name first.
-fn jitlink_in(dir: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return vec![];
-    };
-    let mut v: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvJitLink.so"))
-        })
-        .collect();
-    v.sort_by(|a, b| b.as_os_str().len().cmp(&a.as_os_str().len()).then(b.cmp(a)));
-    v
-}
-
 /// Load nvJitLink from `$TILELANG_NVJITLINK` (a file or a folder), the installer's tools
 /// dirs, `$CUDA_PATH`/`$CUDA_HOME`, `/usr/local/cuda`, then the dynamic loader.
 pub fn discover_jitlink() -> Result<JitLink, NvrtcError> {
-    let mut searched = vec![];
-    if let Some(p) = std::env::var_os("TILELANG_NVJITLINK") {
-        let p = PathBuf::from(p);
-        let files = if p.is_dir() {
-            jitlink_in(&p)
-        } else {
-            vec![p.clone()]
-        };
-        return match files.first() {
-            Some(f) => JitLink::open(f),
-            None => Err(NvrtcError::Load {
-                path: p.display().to_string(),
-                reason: "TILELANG_NVJITLINK names a folder with no libnvJitLink.so* in it".into(),
-            }),
-        };
-    }
-    let mut dirs = vec![];
-    for t in tools_dirs() {
-        dirs.extend(subdirs(&t, "lib"));
-    }
-    for var in ["CUDA_PATH", "CUDA_HOME"] {
-        if let Some(d) = std::env::var_os(var) {
-            dirs.push(PathBuf::from(&d).join("lib64"));
-            dirs.push(PathBuf::from(&d).join("lib"));
-        }
-    }
-    dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
-    for d in dirs {
-        let files = jitlink_in(&d);
-        let Some(f) = files.first() else {
-            searched.push(format!("{} (no libnvJitLink.so*)", d.display()));
-            continue;
-        };
-        match JitLink::open(f) {
-            Ok(l) => return Ok(l),
-            Err(e) => searched.push(format!("{}: {e}", f.display())),
-        }
-    }
-    for name in [
+    search_library(
+        "nvJitLink",
+        "TILELANG_NVJITLINK",
         "libnvJitLink.so",
-        "libnvJitLink.so.13",
-        "libnvJitLink.so.12",
-    ] {
-        match JitLink::open(Path::new(name)) {
-            Ok(l) => return Ok(l),
-            Err(e) => searched.push(format!("{name} via the dynamic loader: {e}")),
-        }
-    }
-    Err(NvrtcError::ToolNotFound {
-        tool: "nvJitLink",
-        searched,
-    })
+        JitLink::open,
+        |searched| NvrtcError::ToolNotFound {
+            tool: "nvJitLink",
+            searched,
+        },
+    )
 }
 
 /// Whether `source` is PTX (a `.version` directive before any other code) rather than CUDA

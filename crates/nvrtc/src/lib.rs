@@ -85,11 +85,7 @@ impl Nvrtc {
         if self.version() >= (12, 4) {
             flags.push("--minimal".into());
         }
-        let cflags: Vec<CString> = flags
-            .iter()
-            .map(|f| CString::new(f.as_str()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| NvrtcError::InvalidSource("an option contains a NUL byte".into()))?;
+        let cflags = c_options(&flags)?;
         let ptrs: Vec<*const c_char> = cflags.iter().map(|c| c.as_ptr()).collect();
 
         let api = self.api;
@@ -187,6 +183,15 @@ impl Drop for Program<'_> {
 fn trim_nul(b: &[u8]) -> &[u8] {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     &b[..end]
+}
+
+/// Compiler options as C strings (NVRTC and nvJitLink take `const char**`).
+fn c_options(flags: &[String]) -> Result<Vec<CString>, NvrtcError> {
+    flags
+        .iter()
+        .map(|f| CString::new(f.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| NvrtcError::InvalidSource("an option contains a NUL byte".into()))
 }
 
 /// `sm_80` → 80, `sm_90a` → 90. Anything else is refused before it can reach NVRTC's

@@ -104,32 +104,18 @@ impl Library {
                 .map(|b| open_global(&b))
                 .transpose()
                 .map_err(|reason| NvrtcError::Load {
+                    library: "NVRTC",
                     path: path.display().to_string(),
                     reason: format!("its builtins library did not load: {reason}"),
                 })?,
             _ => None,
         };
-        // SAFETY: loading NVRTC runs its initializers, which have no preconditions.
-        let lib = unsafe { libloading::Library::new(path.as_os_str()) }.map_err(|e| {
-            NvrtcError::Load {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            }
-        })?;
-        let p = path.display().to_string();
+        let lib = load(path, "NVRTC")?;
         macro_rules! sym {
-            ($ty:ty, $name:literal) => {{
+            ($ty:ty, $name:literal) => {
                 // SAFETY: the symbol's type is the one NVRTC's header declares.
-                let s = unsafe { lib.get::<*const c_void>($name.as_bytes()) }.map_err(|_| {
-                    NvrtcError::MissingSymbol {
-                        path: p.clone(),
-                        symbol: $name.trim_end_matches('\0').to_string(),
-                    }
-                })?;
-                let raw: *const c_void = *s;
-                // SAFETY: a non-null function pointer of the declared signature.
-                unsafe { std::mem::transmute::<*const c_void, $ty>(raw) }
-            }};
+                unsafe { symbol::<$ty>(&lib, $name, path)? }
+            };
         }
         let api = Api {
             get_error_string: sym!(GetErrorString, "nvrtcGetErrorString\0"),
@@ -177,6 +163,33 @@ impl Library {
     }
 }
 
+/// Load the shared library at `path` (a file, or a bare name the dynamic loader searches).
+pub(crate) fn load(path: &Path, library: &'static str) -> Result<libloading::Library, NvrtcError> {
+    // SAFETY: loading NVRTC or nvJitLink runs its initializers, which have no preconditions.
+    unsafe { libloading::Library::new(path.as_os_str()) }.map_err(|e| NvrtcError::Load {
+        library,
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
+/// The function `name` (NUL-terminated) of `lib`, loaded from `path`.
+///
+/// # Safety
+/// `F` must be the function-pointer type the library's header declares for `name`.
+pub(crate) unsafe fn symbol<F: Copy>(
+    lib: &libloading::Library,
+    name: &str,
+    path: &Path,
+) -> Result<F, NvrtcError> {
+    // SAFETY: the caller vouches for the signature.
+    let s = unsafe { lib.get::<F>(name.as_bytes()) }.map_err(|_| NvrtcError::MissingSymbol {
+        path: path.display().to_string(),
+        symbol: name.trim_end_matches('\0').to_string(),
+    })?;
+    Ok(*s)
+}
+
 // SAFETY: NVRTC's API is thread-safe for distinct programs, and `Library` only holds function
 // pointers and library handles that never change after loading.
 unsafe impl Send for Library {}
@@ -212,8 +225,9 @@ fn find_builtins(dir: &Path) -> Option<PathBuf> {
     found.pop()
 }
 
-/// `libnvrtc.so*` files in `dir` (not builtins, not the `.alt.` variant), best first.
-fn nvrtc_in(dir: &Path) -> Vec<PathBuf> {
+/// `<prefix>*` files in `dir`, best first (`libnvrtc.so` leaves out `libnvrtc-builtins.so*`
+/// and `libnvrtc.alt.so*`).
+fn libs_in(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return vec![];
     };
@@ -222,7 +236,7 @@ fn nvrtc_in(dir: &Path) -> Vec<PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libnvrtc.so"))
+                .is_some_and(|n| n.starts_with(prefix))
         })
         .collect();
     // Longest name first: libnvrtc.so.13.0.88 > libnvrtc.so.13 > libnvrtc.so (all the same
@@ -279,23 +293,43 @@ pub fn subdirs(tools: &Path, kind: &str) -> Vec<PathBuf> {
 /// 3. `$CUDA_PATH`/`$CUDA_HOME`, `/usr/local/cuda`;
 /// 4. the dynamic loader's own search (`libnvrtc.so`, `.so.13`, `.so.12`).
 pub fn discover() -> Result<Library, NvrtcError> {
+    search_library(
+        "NVRTC",
+        "TILELANG_NVRTC",
+        "libnvrtc.so",
+        Library::open,
+        |searched| NvrtcError::NotFound { searched },
+    )
+}
+
+/// Load the CUDA compiler library `library` (file names starting `prefix`) with `open` from
+/// the first place that has it, in [`discover`]'s order with `$<env>` first; `not_found`
+/// makes the error from the list of places searched.
+pub(crate) fn search_library<T>(
+    library: &'static str,
+    env: &str,
+    prefix: &str,
+    open: impl Fn(&Path) -> Result<T, NvrtcError>,
+    not_found: impl FnOnce(Vec<String>) -> NvrtcError,
+) -> Result<T, NvrtcError> {
     let mut searched = vec![];
-    if let Some(p) = std::env::var_os("TILELANG_NVRTC") {
+    if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
         let files = if p.is_dir() {
-            nvrtc_in(&p)
+            libs_in(&p, prefix)
         } else {
             vec![p.clone()]
         };
-        if files.is_empty() {
-            return Err(NvrtcError::Load {
+        return match files.first() {
+            Some(f) => open(f),
+            None => Err(NvrtcError::Load {
+                library,
                 path: p.display().to_string(),
-                reason: "TILELANG_NVRTC names a folder with no libnvrtc.so* in it".into(),
-            });
-        }
-        return Library::open(&files[0]);
+                reason: format!("{env} names a folder with no {prefix}* in it"),
+            }),
+        };
     }
-    searched.push("$TILELANG_NVRTC (not set)".to_string());
+    searched.push(format!("${env} (not set)"));
 
     let mut dirs = vec![];
     for t in tools_dirs() {
@@ -309,18 +343,22 @@ pub fn discover() -> Result<Library, NvrtcError> {
     }
     dirs.push(PathBuf::from("/usr/local/cuda/lib64"));
     for d in dirs {
-        let files = nvrtc_in(&d);
-        if files.is_empty() {
-            searched.push(format!("{} (no libnvrtc.so*)", d.display()));
+        let files = libs_in(&d, prefix);
+        let Some(f) = files.first() else {
+            searched.push(format!("{} (no {prefix}*)", d.display()));
             continue;
-        }
-        match Library::open(&files[0]) {
+        };
+        match open(f) {
             Ok(l) => return Ok(l),
-            Err(e) => searched.push(format!("{}: {e}", files[0].display())),
+            Err(e) => searched.push(format!("{}: {e}", f.display())),
         }
     }
-    for name in ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"] {
-        match Library::open(Path::new(name)) {
+    for name in [
+        prefix.to_string(),
+        format!("{prefix}.13"),
+        format!("{prefix}.12"),
+    ] {
+        match open(Path::new(&name)) {
             Ok(l) => return Ok(l),
             Err(e) => {
                 let why = match e {
@@ -331,7 +369,7 @@ pub fn discover() -> Result<Library, NvrtcError> {
             }
         }
     }
-    Err(NvrtcError::NotFound { searched })
+    Err(not_found(searched))
 }
 
 /// Find an executable of the CUDA toolkit (`cuobjdump`): `$<env>`, the tools dirs, the CUDA
