@@ -153,26 +153,7 @@ impl<'a> Printer<'a> {
     /// A linear element offset into a buffer (64-bit for global tensors).
     pub fn offset(&mut self, buf: &Buffer, idx: &[Expr]) -> String {
         let wide = buf.scope() == Scope::Global;
-        let e = if idx.len() == 1 {
-            idx[0].clone()
-        } else {
-            let strides = buf.row_major_strides();
-            let mut acc: Option<Expr> = None;
-            for (i, s) in idx.iter().zip(&strides) {
-                let (i, s) = if wide {
-                    (i.cast(DType::I64), s.cast(DType::I64))
-                } else {
-                    (i.clone(), s.clone())
-                };
-                let t = i * s;
-                acc = Some(match acc {
-                    None => t,
-                    Some(a) => a + t,
-                });
-            }
-            acc.unwrap_or_else(|| Expr::int(0))
-        };
-        let e = tl_ir::simplify(&e);
+        let e = tl_ir::simplify(&row_major_offset(buf, idx));
         let s = self.expr(&e);
         if wide && e.dtype() != DType::I64 {
             format!("(int64_t)({s})")
@@ -622,6 +603,31 @@ impl<'a> Printer<'a> {
             _ => self.line(&format!("{ty} {name}[{n}];")),
         }
     }
+}
+
+/// The row-major element offset of `buf[idx]`, unsimplified: each index times its stride,
+/// widened to 64 bits for global tensors so tensors past 2^31 elements address correctly.
+/// Every printer (C-family and PTX) computes offsets from this.
+pub fn row_major_offset(buf: &Buffer, idx: &[Expr]) -> Expr {
+    if idx.len() == 1 {
+        return idx[0].clone();
+    }
+    let wide = buf.scope() == Scope::Global;
+    let strides = buf.row_major_strides();
+    let mut acc: Option<Expr> = None;
+    for (i, s) in idx.iter().zip(&strides) {
+        let (i, s) = if wide {
+            (i.cast(DType::I64), s.cast(DType::I64))
+        } else {
+            (i.clone(), s.clone())
+        };
+        let t = i * s;
+        acc = Some(match acc {
+            None => t,
+            Some(a) => a + t,
+        });
+    }
+    acc.unwrap_or_else(|| Expr::int(0))
 }
 
 /// Write `s` with a trailing newline (a small helper for headers built piecewise).

@@ -94,7 +94,7 @@ impl Emitter {
     }
 
     /// Intrinsics with a value: thread index and shuffles.
-    pub fn value_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> R<Val> {
+    pub fn value_call(&mut self, op: &Intrinsic, args: &[Expr]) -> R<Val> {
         match op {
             Intrinsic::ThreadIdx => Ok(Val::Reg(self.tid.clone(), Class::B32)),
             Intrinsic::ShflXor { width }
@@ -121,7 +121,6 @@ impl Emitter {
                 let c = ((32 - width) << 8) | 0x1f;
                 let d = self.fresh(class);
                 self.ins(&format!("shfl.sync.{mode}.b32 {d}, {v}, {lane}, {c}, -1"));
-                let _ = dt;
                 Ok(Val::Reg(d, class))
             }
             other => Err(format!("the intrinsic {other} in an expression")),
