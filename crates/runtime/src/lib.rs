@@ -91,6 +91,11 @@ pub fn cuda_toolchain_id(arch: &str) -> Result<String> {
     Ok(nvrtc::toolchain_id(arch)?)
 }
 
+/// What identifies the PTX assembler (nvJitLink's version) in a cache key for generated PTX.
+pub fn ptx_toolchain_id() -> Result<String> {
+    Ok(nvrtc::jitlink_id()?)
+}
+
 /// Compile generated CUDA source for `device` (or take the cubin from the cache) and load it.
 ///
 /// On a cache miss the source is compiled by NVRTC for exactly `arch` (e.g. `sm_90a`) with

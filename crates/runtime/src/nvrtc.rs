@@ -22,15 +22,18 @@ pub fn version() -> Result<String, NvrtcError> {
 /// Everything about the toolchain that changes the cubin for `arch`: NVRTC's version and the
 /// full command line. A cache key for generated source must include it.
 pub fn toolchain_id(arch: &str) -> Result<String, NvrtcError> {
-    // PTX kernels are assembled by nvJitLink: its version changes their cubins.
-    let jitlink = tl_nvrtc::JitLink::global()
-        .map(|j| format!(" nvjitlink {}.{}", j.version().0, j.version().1))
-        .unwrap_or_default();
     Ok(format!(
-        "{} {}{jitlink}",
+        "{} {}",
         version()?,
         options().flags(arch).join(" ")
     ))
+}
+
+/// `nvjitlink 13.0` — what assembles PTX sources; a cache key for generated PTX must include
+/// it (with [`toolchain_id`]).
+pub fn jitlink_id() -> Result<String, NvrtcError> {
+    let (major, minor) = tl_nvrtc::JitLink::global()?.version();
+    Ok(format!("nvjitlink {major}.{minor}"))
 }
 
 /// Compile `source` for `arch` with [`options`].

@@ -385,13 +385,20 @@ pub fn nvidia_source(low: &tl_ir::Kernel, target: Target) -> Result<tl_codegen::
     Ok(tl_codegen::cuda::generate(low, target)?)
 }
 
-/// The cache key of generated CUDA: the source, the arch, NVRTC and its options, our version.
+/// The cache key of generated CUDA or PTX: the source, the arch, NVRTC and its options (and
+/// nvJitLink for PTX), our version.
 fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
+    // PTX is assembled by nvJitLink, so its version changes those cubins (and only those).
+    let assembler = match src.language {
+        tl_codegen::Language::Ptx => tl_runtime::ptx_toolchain_id()?,
+        tl_codegen::Language::CudaCpp => String::new(),
+    };
     Ok(Cache::key(&[
         "cuda",
         &src.code,
         &src.arch,
         &tl_runtime::cuda_toolchain_id(&src.arch)?,
+        &assembler,
         env!("CARGO_PKG_VERSION"),
     ]))
 }
