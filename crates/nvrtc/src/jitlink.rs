@@ -151,16 +151,28 @@ impl JitLink {
         })
     }
 
-    /// Assemble PTX for exactly `arch` (`sm_80`, `sm_90a`) at ptxas's default `-O3`, with its
-    /// resource report (`-v`) in the log.
-    pub fn assemble(&self, ptx: &str, arch: &str) -> Result<Compiled, NvrtcError> {
-        parse_arch(arch)?;
+    /// The options [`JitLink::assemble`] passes for `arch`: ptxas's resource report (`-v`),
+    /// no cache of nvJitLink's own, and each option in `TILELANG_PTXAS_OPTIONS` (whitespace
+    /// separated, as `-Xptxas=<option>`; for experiments such as `-O1`). A cache key for
+    /// assembled PTX must include them.
+    pub fn flags(&self, arch: &str) -> Vec<String> {
         let mut flags = vec![format!("-arch={arch}"), "-Xptxas=-v".to_string()];
         // Like NVRTC's, nvJitLink's own cache would turn a cold compile into a lookup without
         // the resource report; callers cache cubins themselves.
         if self.version >= (12, 8) {
             flags.push("-no-cache".into());
         }
+        if let Ok(extra) = std::env::var("TILELANG_PTXAS_OPTIONS") {
+            flags.extend(extra.split_whitespace().map(|o| format!("-Xptxas={o}")));
+        }
+        flags
+    }
+
+    /// Assemble PTX for exactly `arch` (`sm_80`, `sm_90a`) with [`JitLink::flags`] (ptxas's
+    /// default `-O3` unless `TILELANG_PTXAS_OPTIONS` says otherwise).
+    pub fn assemble(&self, ptx: &str, arch: &str) -> Result<Compiled, NvrtcError> {
+        parse_arch(arch)?;
+        let flags = self.flags(arch);
         let cflags = c_options(&flags)?;
         let ptrs: Vec<*const c_char> = cflags.iter().map(|c| c.as_ptr()).collect();
         let name = CString::new("tilelang.ptx").unwrap_or_default();

@@ -91,9 +91,10 @@ pub fn cuda_toolchain_id(arch: &str) -> Result<String> {
     Ok(nvrtc::toolchain_id(arch)?)
 }
 
-/// What identifies the PTX assembler (nvJitLink's version) in a cache key for generated PTX.
-pub fn ptx_toolchain_id() -> Result<String> {
-    Ok(nvrtc::jitlink_id()?)
+/// What identifies the PTX assembler for `arch` (nvJitLink's version and options) in a cache
+/// key for generated PTX.
+pub fn ptx_toolchain_id(arch: &str) -> Result<String> {
+    Ok(nvrtc::jitlink_id(arch)?)
 }
 
 /// Compile generated CUDA source for `device` (or take the cubin from the cache) and load it.

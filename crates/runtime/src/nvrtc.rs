@@ -29,11 +29,15 @@ pub fn toolchain_id(arch: &str) -> Result<String, NvrtcError> {
     ))
 }
 
-/// `nvjitlink 13.0` — what assembles PTX sources; a cache key for generated PTX must include
-/// it (with [`toolchain_id`]).
-pub fn jitlink_id() -> Result<String, NvrtcError> {
-    let (major, minor) = tl_nvrtc::JitLink::global()?.version();
-    Ok(format!("nvjitlink {major}.{minor}"))
+/// `nvjitlink 13.0 -arch=sm_90a -Xptxas=-v …` — what assembles PTX sources for `arch`, with
+/// its options; a cache key for generated PTX must include it (with [`toolchain_id`]).
+pub fn jitlink_id(arch: &str) -> Result<String, NvrtcError> {
+    let link = tl_nvrtc::JitLink::global()?;
+    let (major, minor) = link.version();
+    Ok(format!(
+        "nvjitlink {major}.{minor} {}",
+        link.flags(arch).join(" ")
+    ))
 }
 
 /// Compile `source` for `arch` with [`options`].
