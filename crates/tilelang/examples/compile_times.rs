@@ -17,6 +17,11 @@ use tilelang::prelude::*;
 struct Args {
     #[arg(long)]
     device: Option<String>,
+    /// Write the CUDA C++ and PTX of every kernel this run would compile for an H100 (sm_90a)
+    /// into DIR, numbered in the table's order, and exit: ptxas's share of the time can then be
+    /// measured off the GPU machine (`tilelang check-cuda`).
+    #[arg(long, value_name = "DIR")]
+    emit: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -25,6 +30,9 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(dir) = &args.emit {
+        return emit(dir);
+    }
     let dev = match &args.device {
         Some(d) => Device::parse(d)?,
         None => Device::best(),
@@ -44,61 +52,8 @@ fn run() -> anyhow::Result<()> {
         warm.elapsed().as_secs_f64() * 1e3
     );
     let gpu = !dev.is_cpu();
-    let mut kernels = vec![
-        (
-            "softmax_row 8192 bf16",
-            softmax::softmax_row(BF16, 8192, 256),
-        ),
-        (
-            "gemm_nt bf16",
-            gemm::gemm(
-                gemm::Layout::NT,
-                BF16,
-                BF16,
-                if gpu {
-                    gemm::GemmConfig::gpu()
-                } else {
-                    gemm::GemmConfig::cpu()
-                },
-            ),
-        ),
-        (
-            "flash_attn d128 bf16",
-            flash_attention::flash_attention(
-                BF16,
-                128,
-                false,
-                if gpu {
-                    flash_attention::AttnConfig::gpu()
-                } else {
-                    flash_attention::AttnConfig::cpu()
-                },
-            ),
-        ),
-    ];
-    if gpu && dev.target().is_ok_and(|t| t.has_wgmma()) {
-        kernels.push((
-            "gemm_nt bf16 wgmma",
-            gemm::gemm(gemm::Layout::NT, BF16, BF16, gemm::GemmConfig::hopper()),
-        ));
-        // The tiles each head dim and masking gets by default on Hopper.
-        for (d, causal, name) in [
-            (64, false, "flash_attn d64 wgmma"),
-            (64, true, "flash_attn d64 causal wgmma"),
-            (128, false, "flash_attn d128 wgmma"),
-            (128, true, "flash_attn d128 causal wgmma"),
-        ] {
-            kernels.push((
-                name,
-                flash_attention::flash_attention(
-                    BF16,
-                    d,
-                    causal,
-                    flash_attention::AttnConfig::hopper_for(d, causal),
-                ),
-            ));
-        }
-    }
+    let wgmma = gpu && dev.target().is_ok_and(|t| t.has_wgmma());
+    let kernels = kernels(gpu, wgmma);
     // A second cold compile (into another empty cache) shows how much of the first was
     // one-time warm-up of the compiler rather than this kernel.
     let dir2 = dir.join("second");
@@ -141,5 +96,83 @@ fn run() -> anyhow::Result<()> {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The kernels timed, with their names: the defaults for a GPU (and for Hopper when `wgmma`),
+/// or the CPU tiles.
+fn kernels(gpu: bool, wgmma: bool) -> Vec<(&'static str, Kernel)> {
+    let mut kernels = vec![
+        (
+            "softmax_row 8192 bf16",
+            softmax::softmax_row(BF16, 8192, 256),
+        ),
+        (
+            "gemm_nt bf16",
+            gemm::gemm(
+                gemm::Layout::NT,
+                BF16,
+                BF16,
+                if gpu {
+                    gemm::GemmConfig::gpu()
+                } else {
+                    gemm::GemmConfig::cpu()
+                },
+            ),
+        ),
+        (
+            "flash_attn d128 bf16",
+            flash_attention::flash_attention(
+                BF16,
+                128,
+                false,
+                if gpu {
+                    flash_attention::AttnConfig::gpu()
+                } else {
+                    flash_attention::AttnConfig::cpu()
+                },
+            ),
+        ),
+    ];
+    if wgmma {
+        kernels.push((
+            "gemm_nt bf16 wgmma",
+            gemm::gemm(gemm::Layout::NT, BF16, BF16, gemm::GemmConfig::hopper()),
+        ));
+        // The tiles each head dim and masking gets by default on Hopper.
+        for (d, causal, name) in [
+            (64, false, "flash_attn d64 wgmma"),
+            (64, true, "flash_attn d64 causal wgmma"),
+            (128, false, "flash_attn d128 wgmma"),
+            (128, true, "flash_attn d128 causal wgmma"),
+        ] {
+            kernels.push((
+                name,
+                flash_attention::flash_attention(
+                    BF16,
+                    d,
+                    causal,
+                    flash_attention::AttnConfig::hopper_for(d, causal),
+                ),
+            ));
+        }
+    }
+    kernels
+}
+
+/// `--emit DIR`: every kernel's CUDA C++ and PTX for sm_90a, as `NN-name.sm_90a.{cu,ptx}`.
+fn emit(dir: &std::path::Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for (i, (name, k)) in kernels(true, true).iter().enumerate() {
+        let stem = format!("{i:02}-{}", name.replace([' ', '.'], "_"));
+        let target = Target::SM90;
+        let cu = k.emit(target).map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+        std::fs::write(dir.join(format!("{stem}.{target}.cu")), cu)?;
+        match k.emit_ptx(target) {
+            Ok(ptx) => std::fs::write(dir.join(format!("{stem}.{target}.ptx")), ptx)?,
+            Err(e) => println!("{name}: no PTX ({e})"),
+        }
+        println!("wrote {}", dir.join(format!("{stem}.{target}.*")).display());
+    }
     Ok(())
 }
