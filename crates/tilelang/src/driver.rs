@@ -353,12 +353,12 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// `TILELANG_BACKEND=cuda` or `ptx`; unset means [`Backend::DEFAULT`].
-    pub fn from_env() -> Result<Backend, Error> {
+    /// The backend `TILELANG_BACKEND` asks for (`cuda` or `ptx`), or `None` when it is unset.
+    pub fn requested() -> Result<Option<Backend>, Error> {
         match std::env::var("TILELANG_BACKEND").ok().as_deref() {
-            None | Some("") => Ok(Backend::DEFAULT),
-            Some("cuda") => Ok(Backend::CudaCpp),
-            Some("ptx") => Ok(Backend::Ptx),
+            None | Some("") => Ok(None),
+            Some("cuda") => Ok(Some(Backend::CudaCpp)),
+            Some("ptx") => Ok(Some(Backend::Ptx)),
             Some(other) => Err(Error::Compile(Diagnostics::from(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
@@ -370,14 +370,27 @@ impl Backend {
         }
     }
 
-    pub const DEFAULT: Backend = Backend::CudaCpp;
+    /// `TILELANG_BACKEND`, or [`Backend::DEFAULT`] when it is unset.
+    pub fn from_env() -> Result<Backend, Error> {
+        Ok(Backend::requested()?.unwrap_or(Backend::DEFAULT))
+    }
+
+    /// PTX: cold compiles take a third to a half of NVRTC's (under 0.3 s for every example
+    /// kernel on an H100 machine), at up to 13% less speed for the wgmma GEMM (run 9 in
+    /// docs/gpu-notes.md). `TILELANG_BACKEND=cuda` chooses CUDA C++.
+    pub const DEFAULT: Backend = Backend::Ptx;
 }
 
 /// The device code for a CUDA target from the backend `TILELANG_BACKEND` selects: with PTX, a
 /// kernel the PTX printer does not cover falls back to CUDA C++ (the source's `language` says
-/// which it is).
+/// which it is). With the variable unset, PTX also falls back to CUDA C++ when nvJitLink cannot
+/// be loaded; asked for by name, it does not, and the compile names the missing library.
 pub fn nvidia_source(low: &tl_ir::Kernel, target: Target) -> Result<tl_codegen::CudaSource, Error> {
-    if Backend::from_env()? == Backend::Ptx {
+    let ptx = match Backend::requested()? {
+        Some(b) => b == Backend::Ptx,
+        None => Backend::DEFAULT == Backend::Ptx && tl_nvrtc::JitLink::global().is_ok(),
+    };
+    if ptx {
         if let Ok(src) = tl_codegen::ptx::generate(low, target) {
             return Ok(src);
         }
@@ -388,9 +401,10 @@ pub fn nvidia_source(low: &tl_ir::Kernel, target: Target) -> Result<tl_codegen::
 /// The cache key of generated CUDA or PTX: the source, the arch, NVRTC and its options (and
 /// nvJitLink for PTX), our version.
 fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
-    // PTX is assembled by nvJitLink, so its version changes those cubins (and only those).
+    // PTX is assembled by nvJitLink, so its version and options change those cubins (and only
+    // those).
     let assembler = match src.language {
-        tl_codegen::Language::Ptx => tl_runtime::ptx_toolchain_id()?,
+        tl_codegen::Language::Ptx => tl_runtime::ptx_toolchain_id(&src.arch)?,
         tl_codegen::Language::CudaCpp => String::new(),
     };
     Ok(Cache::key(&[
