@@ -441,12 +441,35 @@ impl Emitter {
                 self.pure(class, &format!("sub.{t}"), &[&xr, &y])
             }
             BinOp::Mul => self.commutative(class, &format!("mul.lo.{t}"), x, y),
+            BinOp::Div | BinOp::Mod | BinOp::FloorDiv | BinOp::FloorMod
+                if odt == DType::I32 && self.non_negative(&x) =>
+            {
+                // A non-negative dividend, where truncating and flooring agree: a positive
+                // constant divisor becomes a multiply-high (ptxas computes the reciprocal of
+                // `div.u32 x, 3` at run time, in the loop, on the path to the tensor cores).
+                let quotient = matches!(op, BinOp::Div | BinOp::FloorDiv);
+                match y.as_int() {
+                    Some(d) if d > 0 && d <= i64::from(i32::MAX) => {
+                        let xr = lhs(self, &x);
+                        self.divide_by_constant(&xr, d as u32, quotient)
+                    }
+                    _ => {
+                        let xr = lhs(self, &x);
+                        let name = if quotient { "div" } else { "rem" };
+                        let t = if self.non_negative(&y) && !matches!(y, Val::Int(0)) {
+                            "u32"
+                        } else {
+                            t
+                        };
+                        self.pure(class, &format!("{name}.{t}"), &[&xr, &y])
+                    }
+                }
+            }
             BinOp::Div | BinOp::Mod => {
                 let xr = lhs(self, &x);
                 let name = if op == BinOp::Div { "div" } else { "rem" };
-                // A non-negative dividend and a positive divisor: the unsigned form, which
-                // ptxas turns into a multiply-high for a constant (the signed one stays a
-                // full division).
+                // A non-negative dividend and a positive divisor: the unsigned form (the
+                // signed one is a longer sequence).
                 let t = if odt == DType::I32
                     && self.non_negative(&xr)
                     && self.non_negative(&y)
@@ -782,6 +805,34 @@ impl Emitter {
         self.pure(Class::F32, "shl.b32", &[&w, &Val::Int(16)])
     }
 
+    /// `x / d` (or `x % d`) for `0 <= x < 2^31` and a constant `d > 0`: a shift or a mask for
+    /// a power of two, else `mul.hi.u32` by `m = ceil(2^(31+l) / d)` with `l = ceil(log2 d)`,
+    /// shifted right by `l - 1`. `m` fits in 32 bits, and for `x < 2^31` the error of `m`
+    /// stays below one step of the quotient (Granlund and Montgomery, 1994).
+    pub fn divide_by_constant(&mut self, x: &Val, d: u32, quotient: bool) -> Val {
+        let c = Class::B32;
+        if d.is_power_of_two() {
+            let k = d.trailing_zeros() as i64;
+            return if quotient {
+                self.pure(c, "shr.u32", &[x, &Val::Int(k)])
+            } else {
+                self.pure(c, "and.b32", &[x, &Val::Int(i64::from(d) - 1)])
+            };
+        }
+        let (m, shift) = magic_u31(d);
+        let hi = self.pure(c, "mul.hi.u32", &[x, &Val::Int(i64::from(m))]);
+        let q = if shift > 0 {
+            self.pure(c, "shr.u32", &[&hi, &Val::Int(i64::from(shift))])
+        } else {
+            hi
+        };
+        if quotient {
+            return q;
+        }
+        let qd = self.pure(c, "mul.lo.u32", &[&q, &Val::Int(i64::from(d))]);
+        self.pure(c, "sub.u32", &[x, &qd])
+    }
+
     // ---- statements ----
 
     pub fn stmt(&mut self, s: &Stmt) -> R<()> {
@@ -992,5 +1043,53 @@ fn mov_type(c: Class) -> &'static str {
         Class::B64 => "b64",
         Class::B16 => "b16",
         _ => "b32",
+    }
+}
+
+/// The multiplier and post-shift of [`Emitter::divide_by_constant`] for a divisor `d >= 2` that
+/// is not a power of two: `x / d == mul_hi(x, m) >> shift` for every `0 <= x < 2^31`.
+pub(crate) fn magic_u31(d: u32) -> (u32, u32) {
+    let l = 32 - (d - 1).leading_zeros(); // ceil(log2 d)
+    let m = (1u64 << (31 + l)).div_ceil(u64::from(d));
+    (m as u32, l - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::magic_u31;
+    use proptest::prelude::*;
+
+    fn quotient(x: u32, d: u32) -> u32 {
+        let (m, shift) = magic_u31(d);
+        (((u64::from(x) * u64::from(m)) >> 32) as u32) >> shift
+    }
+
+    #[test]
+    fn magic_division_is_exact_at_the_edges() {
+        for d in (3..2000u32).filter(|d| !d.is_power_of_two()) {
+            for x in [
+                0,
+                1,
+                d - 1,
+                d,
+                d + 1,
+                (1 << 31) - 1,
+                (1 << 31) - 2,
+                (1 << 31) - d,
+            ] {
+                assert_eq!(quotient(x, d), x / d, "{x} / {d}");
+            }
+        }
+        let big = i32::MAX as u32;
+        assert_eq!(quotient(big, big), 1);
+        assert_eq!(quotient(big - 1, big), 0);
+    }
+
+    proptest! {
+        #[test]
+        fn magic_division_matches_division(x in 0u32..(1 << 31), d in 3u32..(1 << 31)) {
+            prop_assume!(!d.is_power_of_two());
+            prop_assert_eq!(quotient(x, d), x / d);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! in the exp2 domain. Causal blocks stop at the diagonal.
 
 use crate::prelude::*;
+use crate::Backend;
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnConfig {
@@ -42,12 +43,16 @@ impl AttnConfig {
         }
     }
 
-    /// The Hopper tiles for this head dim and masking, measured on an H100 (runs 6c, 6g and 9a
-    /// in docs/gpu-notes.md): 64-key tiles for d128 (causal too: 457 against 396 TFLOP/s with
-    /// 128-key tiles on the PTX path, and a third less ptxas time), one warpgroup of 64 query
-    /// rows with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise.
+    /// The Hopper tiles for this head dim and masking, measured on an H100 (runs 6c, 6g, 9a
+    /// and 9c in docs/gpu-notes.md): 64-key tiles for d128, one warpgroup of 64 query rows
+    /// with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise. Causal d128 is the
+    /// one choice that depends on the backend: 64-key tiles run 450 TFLOP/s from our PTX
+    /// (against 396 with 128-key tiles, and compile in a third less time), but 355 from CUDA
+    /// C++ (`TILELANG_BACKEND=cuda`), where 128-key tiles run 420.
     pub fn hopper_for(head_dim: i64, causal: bool) -> AttnConfig {
+        let cuda_cpp = matches!(Backend::from_env(), Ok(Backend::CudaCpp));
         match (head_dim, causal) {
+            (128, true) if cuda_cpp => AttnConfig::hopper(),
             (128, _) => AttnConfig {
                 bn: 64,
                 ..AttnConfig::hopper()
