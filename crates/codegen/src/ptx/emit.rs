@@ -81,6 +81,23 @@ pub(super) struct Emitter {
     loop_vars: HashSet<u64>,
     /// Registers known to hold non-negative values (see [`Emitter::non_negative`]).
     pub nonneg: HashSet<String>,
+    /// The open serial loops' preheaders, innermost last (see [`Emitter::in_preheader`]).
+    preheaders: Vec<Preheader>,
+    /// Hoist loop-invariant address arithmetic out of serial loops. Off under a register
+    /// bound (`.minnctapersm`): the hoisted sums stay live across the loop, and there they
+    /// cost spills or serialized wgmmas more than the instructions they save.
+    pub hoist_invariants: bool,
+}
+
+/// Where an open serial loop's invariant address arithmetic goes: before the loop's first
+/// instruction, in the value table of the scope around the loop.
+struct Preheader {
+    /// Byte offset in `out` of the loop's top.
+    at: usize,
+    /// Value tables open around the loop.
+    depth: usize,
+    /// Variables bound before the loop: an expression of these alone is loop-invariant.
+    outside: HashSet<u64>,
 }
 
 fn class_of(dt: DType) -> R<Class> {
@@ -179,7 +196,42 @@ impl Emitter {
             inline_math: false,
             loop_vars: HashSet::new(),
             nonneg: HashSet::new(),
+            preheaders: vec![],
+            hoist_invariants: false,
         }
+    }
+
+    /// Whether `e` is invariant in the innermost open serial loop (it reads no memory and
+    /// only variables bound before the loop); false outside loops and when not hoisting.
+    pub fn invariant_in_loop(&self, e: &Expr) -> bool {
+        let Some(ph) = self.preheaders.last().filter(|_| self.hoist_invariants) else {
+            return false;
+        };
+        !reads_memory(e)
+            && !e.any(&mut |x| match x.as_var() {
+                Some(v) => !ph.outside.contains(&v.id()),
+                None => false,
+            })
+    }
+
+    /// Run `f` with its instructions placed before the innermost open serial loop and its
+    /// values numbered in the scope around the loop, so the body (and what follows the loop)
+    /// reuses them: hoisting, for arithmetic ptxas leaves in the loop because it sits in a
+    /// conditional block. `f` may only evaluate loop-invariant expressions.
+    pub fn in_preheader<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let Some(ph) = self.preheaders.last() else {
+            return f(self);
+        };
+        let (at, depth) = (ph.at, ph.depth);
+        let tail = self.out.split_off(at);
+        let inner = self.cse.split_off(depth);
+        let r = f(self);
+        if let Some(ph) = self.preheaders.last_mut() {
+            ph.at = self.out.len();
+        }
+        self.out.push_str(&tail);
+        self.cse.extend(inner);
+        r
     }
 
     pub fn ins(&mut self, s: &str) {
@@ -1017,6 +1069,11 @@ impl Emitter {
             );
             self.ins(&format!("@{p} bra {exit}"));
         }
+        self.preheaders.push(Preheader {
+            at: self.out.len(),
+            depth: self.cse.len(),
+            outside: self.env.keys().copied().collect(),
+        });
         self.place(&top);
         self.env
             .insert(l.var.id(), Val::Reg(counter.clone(), Class::B32));
@@ -1025,6 +1082,7 @@ impl Emitter {
         let r = self.stmt(&l.body);
         self.pop_scope();
         self.loop_vars.remove(&l.var.id());
+        self.preheaders.pop();
         r?;
         self.ins(&format!("add.{t} {counter}, {counter}, 1"));
         let p = self.fresh(Class::Pred);

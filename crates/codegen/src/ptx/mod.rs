@@ -15,8 +15,8 @@ mod linear;
 mod regs;
 
 use tl_ir::{
-    DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Param, Role, Span,
-    Var,
+    DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Param, Role,
+    Scope, Span, StmtKind, Var,
 };
 use tl_target::Target;
 
@@ -136,6 +136,16 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     }
     em.smem_offsets = plan.offsets;
     block_indices(&mut em, k).map_err(unsupported)?;
+    let blocks_bound = min_blocks(k, plan.total, target, em.inline_math);
+    em.hoist_invariants = match blocks_bound {
+        None => true,
+        // Under a register bound, only when the per-thread arrays leave a quarter of it free
+        // (the wgmma GEMM's 96 of 128 do; attention's do not, and hoisting there made ptxas
+        // spill or serialize the wgmmas).
+        Some(b) => {
+            4 * array_registers(k) <= 3 * 65536 / (u64::from(k.threads.max(1)) * u64::from(b))
+        }
+    };
     em.stmt(&k.body).map_err(unsupported)?;
 
     let mut code = String::new();
@@ -160,7 +170,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
             .join(",\n"),
     );
     code.push_str(&format!("\n)\n.maxntid {}, 1, 1\n", k.threads));
-    if let Some(b) = min_blocks(k, plan.total, target, em.inline_math) {
+    if let Some(b) = blocks_bound {
         code.push_str(&format!(".minnctapersm {b}\n"));
     }
     code.push_str("{\n");
@@ -195,6 +205,20 @@ fn min_blocks(k: &Kernel, smem: u64, target: Target, wgmma: bool) -> Option<u32>
         .unwrap_or(u64::MAX);
     let by_threads = 2048 / u64::from(k.threads.max(1));
     (wgmma && by_smem.min(by_threads) >= 2 && k.threads >= 256).then_some(2)
+}
+
+/// The 32-bit registers the per-thread arrays of `k` take (16-bit elements two to one).
+fn array_registers(k: &Kernel) -> u64 {
+    let mut words = 0u64;
+    k.body.walk(&mut |st| {
+        if let StmtKind::Alloc(b) = &st.kind {
+            if b.scope() == Scope::Local {
+                let n = b.const_numel().unwrap_or(0).max(0) as u64;
+                words += (n * b.dtype().bytes() as u64).div_ceil(4);
+            }
+        }
+    });
+    words
 }
 
 /// Bind the block index variables: `%ctaid`, or for a 2-d grid with a panel swizzle the

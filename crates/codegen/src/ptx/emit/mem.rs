@@ -71,11 +71,6 @@ impl Emitter {
             }
             other => return Err(format!("an address in {other} memory")),
         };
-        let (add, mad) = if class == Class::B64 {
-            ("add.s64", "mad.lo.s64")
-        } else {
-            ("add.s32", "mad.lo.s32")
-        };
         // Copies of an unrolled tile differ mostly in the coefficient of a bare row stride
         // (`(r + i)·K` gives `K` the coefficient `i`), so bare variables go last, after the
         // terms of open loops: everything before them is one shared partial sum.
@@ -92,11 +87,44 @@ impl Emitter {
             }
         };
         terms.sort_by_cached_key(|(atom, coef)| (rank(atom), *coef != 1, format!("{atom:?}")));
-        let mut acc = Val::Reg(base, class);
+        // The leading terms that do not change in the innermost serial loop are summed before
+        // it: a refill of a pipelined loop sits in a conditional block, out of which ptxas
+        // does not hoist them.
+        let hoisted = terms
+            .iter()
+            .take_while(|(atom, _)| rank(atom) == 0 && self.invariant_in_loop(atom))
+            .count();
+        let rest = terms.split_off(hoisted);
+        let base = Val::Reg(base, class);
+        let (acc, c0) = self.in_preheader(|s| s.sum_terms(base, &terms, size, class))?;
+        let (acc, c1) = self.sum_terms(acc, &rest, size, class)?;
+        let c = c.wrapping_add(c0).wrapping_add(c1);
+        Ok(Addr {
+            base: acc.to_string(),
+            off: c.wrapping_mul(size).wrapping_add(extra),
+            space,
+        })
+    }
+
+    /// `acc + Σ coef·atom·size` in bytes, each term one `add`, `mad` or `mad.wide`, and the
+    /// sum of the terms that turn out constant (in elements, for the instruction's offset).
+    fn sum_terms(
+        &mut self,
+        mut acc: Val,
+        terms: &[(Expr, i64)],
+        size: i64,
+        class: Class,
+    ) -> R<(Val, i64)> {
+        let (add, mad) = if class == Class::B64 {
+            ("add.s64", "mad.lo.s64")
+        } else {
+            ("add.s32", "mad.lo.s32")
+        };
+        let mut c = 0i64;
         for (atom, coef) in terms {
             let bytes = coef.wrapping_mul(size);
             if class == Class::B64 {
-                if let Some(next) = self.wide_term(&atom, bytes, &acc)? {
+                if let Some(next) = self.wide_term(atom, bytes, &acc)? {
                     match next {
                         Val::Int(k) => c = c.wrapping_add(k / size.max(1)),
                         v => acc = v,
@@ -104,7 +132,7 @@ impl Emitter {
                     continue;
                 }
             }
-            let v = self.expr(&atom)?;
+            let v = self.expr(atom)?;
             let v = match (&v, class) {
                 (Val::Reg(r, Class::B32), Class::B64) => {
                     let rv = Val::Reg(r.clone(), Class::B32);
@@ -116,7 +144,7 @@ impl Emitter {
                 _ => v,
             };
             if let Some(k) = v.as_int() {
-                c = c.wrapping_add(k.wrapping_mul(coef));
+                c = c.wrapping_add(k.wrapping_mul(*coef));
                 continue;
             }
             acc = if bytes == 1 {
@@ -125,11 +153,7 @@ impl Emitter {
                 self.pure(class, mad, &[&v, &Val::Int(bytes), &acc])
             };
         }
-        Ok(Addr {
-            base: acc.to_string(),
-            off: c.wrapping_mul(size).wrapping_add(extra),
-            space,
-        })
+        Ok((acc, c))
     }
 
     /// `acc + bytes·atom` for a 64-bit atom that is a widened 32-bit value (one
