@@ -67,6 +67,9 @@ pub struct CompileStats {
     pub load: Duration,
     /// Everything, end to end.
     pub total: Duration,
+    /// Why a CUDA kernel was built from CUDA C++ where PTX was asked for (by default or by
+    /// `TILELANG_BACKEND=ptx`): nvJitLink missing, or a construct the PTX printer lacks.
+    pub fallback: Option<String>,
 }
 
 pub(crate) enum Module {

@@ -89,9 +89,12 @@ fn run() -> anyhow::Result<()> {
                 None => String::new(),
             },
             match exe.source() {
-                Some(src) if tl_nvrtc::is_ptx(src) => " | PTX",
-                Some(_) if gpu => " | CUDA C++",
-                _ => "",
+                Some(src) if tl_nvrtc::is_ptx(src) => " | PTX".to_string(),
+                Some(_) if gpu => match &st.fallback {
+                    Some(why) => format!(" | CUDA C++ ({why})"),
+                    None => " | CUDA C++".to_string(),
+                },
+                _ => String::new(),
             }
         );
     }

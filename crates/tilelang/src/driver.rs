@@ -276,7 +276,7 @@ impl Kernel {
             }
             Device::Cuda(_) => {
                 let t = Instant::now();
-                let src = nvidia_source(&low, target)?;
+                let (src, fallback) = nvidia_source_explained(&low, target)?;
                 let codegen_time = t.elapsed();
                 if let Some(dir) = &dump {
                     let ext = match src.language {
@@ -300,6 +300,7 @@ impl Kernel {
                     src.dynamic_smem_bytes,
                 )?;
                 exe.stats_mut().codegen = codegen_time;
+                exe.stats_mut().fallback = fallback;
                 exe
             }
         };
@@ -387,16 +388,36 @@ impl Backend {
 /// which it is). With the variable unset, PTX also falls back to CUDA C++ when nvJitLink cannot
 /// be loaded; asked for by name, it does not, and the compile names the missing library.
 pub fn nvidia_source(low: &tl_ir::Kernel, target: Target) -> Result<tl_codegen::CudaSource, Error> {
-    let ptx = match Backend::requested()? {
-        Some(b) => b == Backend::Ptx,
-        None => Backend::DEFAULT == Backend::Ptx && tl_nvrtc::JitLink::global().is_ok(),
+    Ok(nvidia_source_explained(low, target)?.0)
+}
+
+/// [`nvidia_source`], with the reason when the source is CUDA C++ although PTX was wanted.
+pub fn nvidia_source_explained(
+    low: &tl_ir::Kernel,
+    target: Target,
+) -> Result<(tl_codegen::CudaSource, Option<String>), Error> {
+    let cuda = |low| -> Result<tl_codegen::CudaSource, Error> {
+        Ok(tl_codegen::cuda::generate(low, target)?)
     };
-    if ptx {
-        if let Ok(src) = tl_codegen::ptx::generate(low, target) {
-            return Ok(src);
-        }
-    }
-    Ok(tl_codegen::cuda::generate(low, target)?)
+    let missing_assembler = match Backend::requested()? {
+        Some(Backend::CudaCpp) => return Ok((cuda(low)?, None)),
+        Some(Backend::Ptx) => None,
+        None if Backend::DEFAULT == Backend::CudaCpp => return Ok((cuda(low)?, None)),
+        None => tl_nvrtc::JitLink::global().err().map(|e| {
+            format!(
+                "nvJitLink cannot be loaded ({e}); set TILELANG_NVJITLINK to libnvJitLink.so, \
+                 or install the `nvidia-nvjitlink` wheel"
+            )
+        }),
+    };
+    let why = match missing_assembler {
+        Some(why) => why,
+        None => match tl_codegen::ptx::generate(low, target) {
+            Ok(src) => return Ok((src, None)),
+            Err(d) => format!("the PTX printer does not cover this kernel: {d}"),
+        },
+    };
+    Ok((cuda(low)?, Some(why)))
 }
 
 /// The cache key of generated CUDA or PTX: the source, the arch, NVRTC and its options (and

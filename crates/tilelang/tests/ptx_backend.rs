@@ -19,20 +19,28 @@ fn every_example_prints_ptx_that_assembles_without_spills() {
     let mut failures = vec![];
     for k in example_kernels() {
         for target in [Target::SM80, Target::SM90] {
-            let ptx = match k.emit_ptx(target) {
-                Ok(p) => p,
-                Err(e) => {
-                    failures.push(format!(
-                        "{} for {target}: not printed as PTX: {e}",
-                        k.name()
-                    ));
-                    continue;
+            // The variant for aligned sizes, and the general one that launches with other
+            // sizes run (tails: bounds-checked loads).
+            let general = k.lower(target).map_err(|d| d.to_string()).and_then(|low| {
+                tl_codegen::ptx::generate(&low, target)
+                    .map(|s| s.code)
+                    .map_err(|d| d.to_string())
+            });
+            let aligned = k.emit_ptx(target).map_err(|e| e.to_string());
+            for (variant, ptx) in [("aligned", aligned), ("general", general)] {
+                let what = format!("{} ({variant} sizes) for {target}", k.name());
+                let ptx = match ptx {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failures.push(format!("{what}: not printed as PTX: {e}"));
+                        continue;
+                    }
+                };
+                assert!(tl_nvrtc::is_ptx(&ptx), "{what}: not PTX");
+                match tl_nvrtc::check(&ptx, &target.arch()) {
+                    Ok(r) => println!("{what} (PTX) {r}"),
+                    Err(e) => failures.push(format!("{what}: {e}")),
                 }
-            };
-            assert!(tl_nvrtc::is_ptx(&ptx), "{}: not PTX", k.name());
-            match tl_nvrtc::check(&ptx, &target.arch()) {
-                Ok(r) => println!("{} (PTX) {r}", k.name()),
-                Err(e) => failures.push(format!("{} for {target}: {e}", k.name())),
             }
         }
     }
@@ -118,4 +126,55 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A kernel the PTX printer does not cover (`tanh`) is built from CUDA C++, and says why;
+/// one it covers is PTX when nvJitLink loads (and says why not when it does not).
+#[test]
+fn uncovered_kernels_fall_back_to_cuda_cpp_with_the_reason() {
+    use tilelang::prelude::*;
+    let unary = |name: &str, f: fn(Expr) -> Expr| {
+        Kernel::build(name, |k| {
+            // A fixed size: no tail, whose bounds checks would be a reason of their own.
+            let x = k.input("X", [1024], F32);
+            let y = k.output("Y", [1024], F32);
+            k.launch([8], 128, |t, [bx]| {
+                let f_x = t.alloc_fragment_named("x", [128], F32);
+                t.copy(x.tile([&bx * 128]), &f_x);
+                t.parallel([128], |t, [i]| t.store(&f_x, [&i], f(f_x.at([&i]))));
+                t.copy(&f_x, y.tile([&bx * 128]));
+            });
+        })
+    };
+    if std::env::var_os("TILELANG_BACKEND").is_some() {
+        eprintln!("skipped: TILELANG_BACKEND is set, and this test is about the default");
+        return;
+    }
+    let low = unary("tanh_all", |e| e.tanh())
+        .lower(Target::SM90)
+        .expect("lowers");
+    let (src, why) = tilelang::nvidia_source_explained(&low, Target::SM90).expect("source");
+    assert_eq!(src.language, tl_codegen::Language::CudaCpp);
+    let why = why.expect("a reason for CUDA C++");
+    let nvjitlink = tl_nvrtc::JitLink::global().is_ok();
+    assert!(
+        if nvjitlink {
+            why.contains("`tanh`")
+        } else {
+            why.contains("nvJitLink")
+        },
+        "{why}"
+    );
+
+    let low = unary("exp2_all", |e| e.exp2())
+        .lower(Target::SM90)
+        .expect("lowers");
+    let (src, why) = tilelang::nvidia_source_explained(&low, Target::SM90).expect("source");
+    match nvjitlink {
+        true => assert_eq!((src.language, why), (tl_codegen::Language::Ptx, None)),
+        false => {
+            assert_eq!(src.language, tl_codegen::Language::CudaCpp);
+            assert!(why.is_some_and(|w| w.contains("nvJitLink")));
+        }
+    }
 }

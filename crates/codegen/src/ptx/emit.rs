@@ -378,7 +378,7 @@ impl Emitter {
             ExprKind::Unary(op, a) => self.unary(*op, a, dt),
             ExprKind::Select(c, a, b) | ExprKind::IfThenElse(c, a, b) => {
                 if reads_memory(a) || reads_memory(b) {
-                    return Err("a select whose arms read memory".into());
+                    return self.branchy_select(c, a, b, dt);
                 }
                 let cv = self.expr(c)?;
                 if let Some(k) = cv.as_int() {
@@ -401,6 +401,37 @@ impl Emitter {
             ExprKind::Load(buf, idx) => self.load(buf, idx),
             ExprKind::Call(op, args) => self.value_call(op, args),
         }
+    }
+
+    /// `c ? a : b` where an arm reads memory (a bounds-checked load of a tail, say): only the
+    /// chosen arm may run, so it is a branch with each arm in its own scope, into a register
+    /// that is not a value-table key. ptxas predicates short arms.
+    fn branchy_select(&mut self, c: &Expr, a: &Expr, b: &Expr, dt: DType) -> R<Val> {
+        let cv = self.expr(c)?;
+        if let Some(k) = cv.as_int() {
+            return self.expr(if k != 0 { a } else { b });
+        }
+        let class = class_of(dt)?;
+        if class == Class::Pred {
+            return Err("a select of booleans whose arms read memory".into());
+        }
+        let p = self.reg(&cv, Class::Pred);
+        let r = self.fresh_mutable(class);
+        let (other, end) = (self.label(), self.label());
+        self.ins(&format!("@!{p} bra {other}"));
+        for (arm, last) in [(a, false), (b, true)] {
+            self.push_scope();
+            let v = self.expr(arm).map(|v| self.reg(&v, class));
+            self.pop_scope();
+            self.ins(&format!("mov.{} {r}, {}", mov_type(class), v?));
+            if last {
+                self.place(&end);
+            } else {
+                self.ins(&format!("bra.uni {end}"));
+                self.place(&other);
+            }
+        }
+        Ok(Val::Reg(r, class))
     }
 
     fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Val> {

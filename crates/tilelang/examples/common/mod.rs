@@ -162,11 +162,18 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
-/// `compile_ms=<total> cached=<hit>`: what building the executable cost.
+/// `compile_ms=<total> cached=<hit> code=<ptx|cuda|c>`: what building the executable cost,
+/// and what the device code was generated as (`cuda` for CUDA C++).
 pub fn compile_note(exe: &Executable) -> String {
     let st = exe.compile_stats();
+    let code = match (exe.device(), exe.source()) {
+        (Device::Cuda(_), Some(src)) if tl_nvrtc::is_ptx(src) => "ptx",
+        (Device::Cuda(_), _) => "cuda",
+        (Device::Cpu, _) => "c",
+        _ => "thread-ir",
+    };
     format!(
-        "compile_ms={:.1} cached={}",
+        "compile_ms={:.1} cached={} code={code}",
         st.total.as_secs_f64() * 1e3,
         st.cache_hit
     )
