@@ -48,6 +48,7 @@ impl Addr {
 }
 
 mod mem;
+pub(crate) use mem::local_registers;
 
 pub(super) struct Emitter {
     pub regs: Regs,
@@ -377,9 +378,6 @@ impl Emitter {
             }
             ExprKind::Unary(op, a) => self.unary(*op, a, dt),
             ExprKind::Select(c, a, b) | ExprKind::IfThenElse(c, a, b) => {
-                if reads_memory(a) || reads_memory(b) {
-                    return self.branchy_select(c, a, b, dt);
-                }
                 let cv = self.expr(c)?;
                 if let Some(k) = cv.as_int() {
                     return self.expr(if k != 0 { a } else { b });
@@ -387,6 +385,9 @@ impl Emitter {
                 let class = class_of(dt)?;
                 if class == Class::Pred {
                     return Err("a select of booleans".into());
+                }
+                if reads_memory(a) || reads_memory(b) {
+                    return self.branchy_select(&cv, a, b, class);
                 }
                 let x = self.expr(a)?;
                 let y = self.expr(b)?;
@@ -406,32 +407,26 @@ impl Emitter {
     /// `c ? a : b` where an arm reads memory (a bounds-checked load of a tail, say): only the
     /// chosen arm may run, so it is a branch with each arm in its own scope, into a register
     /// that is not a value-table key. ptxas predicates short arms.
-    fn branchy_select(&mut self, c: &Expr, a: &Expr, b: &Expr, dt: DType) -> R<Val> {
-        let cv = self.expr(c)?;
-        if let Some(k) = cv.as_int() {
-            return self.expr(if k != 0 { a } else { b });
-        }
-        let class = class_of(dt)?;
-        if class == Class::Pred {
-            return Err("a select of booleans whose arms read memory".into());
-        }
-        let p = self.reg(&cv, Class::Pred);
+    fn branchy_select(&mut self, cv: &Val, a: &Expr, b: &Expr, class: Class) -> R<Val> {
+        let p = self.reg(cv, Class::Pred);
         let r = self.fresh_mutable(class);
         let (other, end) = (self.label(), self.label());
         self.ins(&format!("@!{p} bra {other}"));
-        for (arm, last) in [(a, false), (b, true)] {
-            self.push_scope();
-            let v = self.expr(arm).map(|v| self.reg(&v, class));
-            self.pop_scope();
-            self.ins(&format!("mov.{} {r}, {}", mov_type(class), v?));
-            if last {
-                self.place(&end);
-            } else {
-                self.ins(&format!("bra.uni {end}"));
-                self.place(&other);
-            }
-        }
+        self.arm_into(&r, a, class)?;
+        self.ins(&format!("bra.uni {end}"));
+        self.place(&other);
+        self.arm_into(&r, b, class)?;
+        self.place(&end);
         Ok(Val::Reg(r, class))
+    }
+
+    /// `r = arm`, with what `arm` computes kept to its own scope.
+    fn arm_into(&mut self, r: &str, arm: &Expr, class: Class) -> R<()> {
+        self.push_scope();
+        let v = self.expr(arm).map(|v| self.reg(&v, class));
+        self.pop_scope();
+        self.ins(&format!("mov.{} {r}, {}", mov_type(class), v?));
+        Ok(())
     }
 
     fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr) -> R<Val> {

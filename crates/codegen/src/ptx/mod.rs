@@ -207,14 +207,16 @@ fn min_blocks(k: &Kernel, smem: u64, target: Target, wgmma: bool) -> Option<u32>
     (wgmma && by_smem.min(by_threads) >= 2 && k.threads >= 256).then_some(2)
 }
 
-/// The 32-bit registers the per-thread arrays of `k` take (16-bit elements two to one).
+/// The registers the per-thread arrays of `k` take, as the emitter allocates them.
 fn array_registers(k: &Kernel) -> u64 {
     let mut words = 0u64;
     k.body.walk(&mut |st| {
         if let StmtKind::Alloc(b) = &st.kind {
             if b.scope() == Scope::Local {
-                let n = b.const_numel().unwrap_or(0).max(0) as u64;
-                words += (n * b.dtype().bytes() as u64).div_ceil(4);
+                let n = b.const_numel().unwrap_or(0).max(0) as usize;
+                if let Ok((_, count, _)) = emit::local_registers(b.dtype(), n) {
+                    words += count as u64;
+                }
             }
         }
     });

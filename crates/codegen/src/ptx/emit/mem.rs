@@ -96,7 +96,13 @@ impl Emitter {
             .count();
         let rest = terms.split_off(hoisted);
         let base = Val::Reg(base, class);
-        let (acc, c0) = self.in_preheader(|s| s.sum_terms(base, &terms, size, class))?;
+        // (Splicing into the preheader copies the loop's text so far: only when there is
+        // something to hoist.)
+        let (acc, c0) = if terms.is_empty() {
+            (base, 0)
+        } else {
+            self.in_preheader(|s| s.sum_terms(base, &terms, size, class))?
+        };
         let (acc, c1) = self.sum_terms(acc, &rest, size, class)?;
         let c = c.wrapping_add(c0).wrapping_add(c1);
         Ok(Addr {
@@ -460,12 +466,7 @@ impl Emitter {
                 let n = b.const_numel().filter(|&n| n >= 0).ok_or_else(|| {
                     format!("the per-thread buffer `{}` has no constant size", b.name())
                 })? as usize;
-                let (class, count, packed) = match b.dtype() {
-                    DType::F32 => (Class::F32, n, false),
-                    DType::I32 | DType::U32 => (Class::B32, n, false),
-                    DType::BF16 | DType::F16 => (Class::B32, n.div_ceil(2), true),
-                    other => return Err(format!("a per-thread buffer of {other}")),
-                };
+                let (class, count, packed) = local_registers(b.dtype(), n)?;
                 if count > 1024 {
                     return Err(format!(
                         "the per-thread buffer `{}` of {n} elements",
@@ -489,4 +490,15 @@ impl Emitter {
             other => Err(format!("an allocation in {other} memory")),
         }
     }
+}
+
+/// The registers of a per-thread array of `n` elements of `dt`: their class, how many, and
+/// whether 16-bit elements are packed two to one.
+pub(crate) fn local_registers(dt: DType, n: usize) -> R<(Class, usize, bool)> {
+    Ok(match dt {
+        DType::F32 => (Class::F32, n, false),
+        DType::I32 | DType::U32 => (Class::B32, n, false),
+        DType::BF16 | DType::F16 => (Class::B32, n.div_ceil(2), true),
+        other => return Err(format!("a per-thread buffer of {other}")),
+    })
 }
