@@ -60,6 +60,12 @@ pub struct KernelAttrs {
     pub dim_multiples: Vec<(Var, i64)>,
     /// Fragment layouts chosen by layout inference (GPU targets), one per fragment buffer.
     pub fragments: Vec<(Buffer, crate::fragment::Fragment)>,
+    /// Shared buffers with a chosen layout (swizzled tensor-core operand tiles, annotations),
+    /// from layout inference; pipeline stages of a buffer keep its layout per stage.
+    pub smem_layouts: Vec<(Buffer, tl_layout::ComposedLayout)>,
+    /// The layouts of parallel loop nests, keyed by each nest's outermost loop variable, from
+    /// layout inference.
+    pub nest_layouts: Vec<(Var, crate::fragment::Fragment)>,
 }
 
 #[derive(Clone, PartialEq, Debug)]

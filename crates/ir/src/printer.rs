@@ -357,7 +357,8 @@ impl Printer {
             TileOp::Copy(c) => {
                 let s = self.region(&c.src);
                 let d = self.region(&c.dst);
-                format!("copy {s} -> {d}")
+                let a = if c.asynchronous { " async" } else { "" };
+                format!("copy {s} -> {d}{a}")
             }
             TileOp::Gemm(g) => {
                 let a = self.region(&g.a);
@@ -370,11 +371,17 @@ impl Printer {
                 if g.trans_b {
                     flags.push("trans_b".to_string());
                 }
-                if g.wgmma {
-                    flags.push("wgmma".to_string());
+                if let Some(i) = g.instruction {
+                    flags.push(i.name());
                 }
-                if g.wgmma_overlap {
-                    flags.push("wgmma_overlap".to_string());
+                if g.overlap {
+                    flags.push("overlap".to_string());
+                }
+                if g.schedule.in_flight > 0 {
+                    flags.push(format!("in_flight={}", g.schedule.in_flight));
+                }
+                if g.schedule.operands_fenced {
+                    flags.push("operands_fenced".to_string());
                 }
                 if g.clear_accum {
                     flags.push("clear_accum".to_string());
@@ -461,6 +468,14 @@ impl Printer {
         for (b, f) in &k.attrs.fragments {
             let n = self.buf_name(b);
             self.line(&format!("layout {n} = {}", f.to_cute()));
+        }
+        for (b, l) in &k.attrs.smem_layouts {
+            let n = self.buf_name(b);
+            self.line(&format!("layout {n} = {l}"));
+        }
+        for (v, f) in &k.attrs.nest_layouts {
+            let n = self.var_name(v);
+            self.line(&format!("layout loop {n} = {}", f.to_cute()));
         }
         self.stmt(&k.body);
         self.indent -= 1;

@@ -119,6 +119,65 @@ impl ReduceKind {
 pub struct CopyOp {
     pub src: Region,
     pub dst: Region,
+    /// Set by the pipeline pass on the copies it runs ahead: the copy is issued asynchronously
+    /// (cp.async, buffer_load…lds) and lands at the pipeline's wait, which owns its ordering.
+    pub asynchronous: bool,
+}
+
+impl CopyOp {
+    /// A synchronous copy of `src` into `dst`.
+    pub fn new(src: Region, dst: Region) -> CopyOp {
+        CopyOp {
+            src,
+            dst,
+            asynchronous: false,
+        }
+    }
+}
+
+/// The matrix instruction a gemm runs on. Instruction selection picks one per gemm for the
+/// target; a kernel may name one (`GemmOp::instruction`) to override the choice.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum GemmInstruction {
+    /// Fused multiply-adds on the vector units (every target).
+    Simt,
+    /// `mma.sync.m16n8k16` (NVIDIA sm_80+).
+    MmaSync,
+    /// `wgmma.mma_async` (NVIDIA sm_90a).
+    Wgmma,
+    /// `v_mfma_f32_{m}x{n}x{k}_{f16|bf16}` (AMD CDNA3/CDNA4).
+    Mfma(MfmaShape),
+}
+
+/// The M×N×K shape of an MFMA instruction.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct MfmaShape {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+}
+
+impl GemmInstruction {
+    pub fn name(self) -> String {
+        match self {
+            GemmInstruction::Simt => "simt".into(),
+            GemmInstruction::MmaSync => "mma_sync".into(),
+            GemmInstruction::Wgmma => "wgmma".into(),
+            GemmInstruction::Mfma(s) => format!("mfma_{}x{}x{}", s.m, s.n, s.k),
+        }
+    }
+}
+
+/// How the pipeline pass schedules a gemm among its loop's iterations (defaults: the gemm
+/// completes within its op and fences its own operands).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub struct GemmSchedule {
+    /// Asynchronous MMA groups (wgmma) the gemm may leave in flight at its end; the pipeline
+    /// waits for them after its loop.
+    pub in_flight: u32,
+    /// The enclosing pipeline fences and barriers the shared operand tiles for the async
+    /// proxy before the gemm runs, so the gemm needs no fence of its own.
+    pub operands_fenced: bool,
 }
 
 #[derive(Clone, PartialEq, Debug)]
@@ -134,12 +193,15 @@ pub struct GemmOp {
     /// Overwrite C instead of accumulating into it.
     pub clear_accum: bool,
     pub policy: WarpPolicy,
-    /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a) instead of `mma.sync`.
-    pub wgmma: bool,
-    /// With `wgmma`, as the only consumer of a software-pipelined loop: leave each
-    /// iteration's wgmma in flight while the next iteration waits for its tiles (wait for all
-    /// but the newest group); the pipeline refills stages one iteration later to match.
-    pub wgmma_overlap: bool,
+    /// The instruction the kernel asks for; `None` leaves the choice to instruction selection,
+    /// which fills it in.
+    pub instruction: Option<GemmInstruction>,
+    /// On wgmma, as the only consumer of a software-pipelined loop: leave each iteration's
+    /// wgmma in flight while the next iteration waits for its tiles (wait for all but the
+    /// newest group); the pipeline refills stages one iteration later to match.
+    pub overlap: bool,
+    /// Set by the pipeline pass.
+    pub schedule: GemmSchedule,
 }
 
 #[derive(Clone, PartialEq, Debug)]

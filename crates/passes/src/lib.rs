@@ -46,8 +46,28 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
                 run: simplify::run,
             },
             Pass {
-                name: "lower_tile_ops_gpu",
-                run: gpu::run,
+                name: "select_instructions",
+                run: gpu::isel::run,
+            },
+            Pass {
+                name: "infer_layouts",
+                run: gpu::infer::run,
+            },
+            Pass {
+                name: "pipeline",
+                run: gpu::pipeline::run,
+            },
+            Pass {
+                name: "insert_barriers",
+                run: gpu::barriers::run,
+            },
+            Pass {
+                name: "lower_tile_ops",
+                run: gpu::lower::run,
+            },
+            Pass {
+                name: "apply_smem_layouts",
+                run: gpu::lower::apply_smem_layouts,
             },
             Pass {
                 name: "simplify_lowered",

@@ -153,6 +153,21 @@ pub fn loop_nest(vars: &[Var], extents: &[i64], inner: ForKind, body: Stmt, span
     s
 }
 
+/// `Eval(op(args))`: an intrinsic evaluated for its effect.
+pub fn eval(op: Intrinsic, args: Vec<Expr>, span: Span) -> Stmt {
+    Stmt::new(StmtKind::Eval(Expr::call(op, args, DType::Bool)), span)
+}
+
+/// A block barrier.
+pub fn sync(span: Span) -> Stmt {
+    eval(Intrinsic::SyncThreads, vec![], span)
+}
+
+/// Whether `s` is `Eval(call)` of an intrinsic `pred` accepts.
+pub fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
+    matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), tl_ir::ExprKind::Call(op, _) if pred(op)))
+}
+
 pub fn address_of(buf: &Buffer, idx: Vec<Expr>) -> Expr {
     Expr::call(Intrinsic::AddressOf, vec![Expr::load(buf, idx)], DType::U64)
 }

@@ -14,12 +14,82 @@ pub enum Target {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown target `{0}`: use cpu, sm_80, sm_86, sm_89, sm_90a, gfx942 or gfx950")]
+#[error("unknown target `{0}`: use cpu, sm_80, sm_86, sm_89, sm_90a, gfx942 (MI300X) or gfx950 (MI355X)")]
 pub struct ParseTargetError(pub String);
+
+/// An MFMA instruction an AMD GPU has: `v_mfma_f32_{m}x{n}x{k}_{f16|bf16}` (f32 accumulate).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Mfma {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+}
+
+impl Mfma {
+    /// Operand elements each of the 64 lanes holds (A and B alike).
+    pub fn operand_elems(self) -> u32 {
+        self.m * self.k / 64
+    }
+    /// Accumulator f32 values each lane holds.
+    pub fn acc_elems(self) -> u32 {
+        self.m * self.n / 64
+    }
+}
+
+/// What an AMD CDNA GPU offers the compiler.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct AmdArch {
+    pub gfx: u32,
+    /// LDS per workgroup (and per CU), bytes.
+    pub lds_bytes: usize,
+    /// The 16-bit-input MFMA shapes (f16 and bf16 alike), the preferred first.
+    pub mfma: &'static [Mfma],
+    /// The widest `buffer_load … lds` (direct to LDS) per lane, bytes: dwordx4 on gfx950,
+    /// dword on gfx942.
+    pub buffer_lds_bytes: u32,
+    /// Unified vector registers (arch VGPRs + AGPRs) per lane of a SIMD, shared by its waves.
+    pub vgprs_per_simd: u32,
+    /// Registers are allocated in granules of this many.
+    pub vgpr_granule: u32,
+    /// The most waves one SIMD holds.
+    pub max_waves_per_simd: u32,
+    pub simds_per_cu: u32,
+    /// Compute units of the flagship part (MI300X: 304, MI355X: 256).
+    pub compute_units: u32,
+    /// Accelerator complex dies: consecutive workgroups go to different XCDs round-robin, each
+    /// with its own L2.
+    pub xcds: u32,
+}
+
+const MFMA_GFX942: &[Mfma] = &[Mfma { m: 16, n: 16, k: 16 }, Mfma { m: 32, n: 32, k: 8 }];
+const MFMA_GFX950: &[Mfma] = &[
+    Mfma { m: 16, n: 16, k: 32 },
+    Mfma { m: 32, n: 32, k: 16 },
+    Mfma { m: 16, n: 16, k: 16 },
+    Mfma { m: 32, n: 32, k: 8 },
+];
+
+impl AmdArch {
+    pub fn has_mfma(&self, m: u32, n: u32, k: u32) -> bool {
+        self.mfma.iter().any(|x| (x.m, x.n, x.k) == (m, n, k))
+    }
+
+    /// Waves per SIMD a kernel using `vgprs` unified registers per lane can keep resident
+    /// (registers only; LDS and the workgroup size limit it further).
+    pub fn waves_per_simd(&self, vgprs: u32) -> u32 {
+        let g = self.vgpr_granule;
+        let alloc = vgprs.max(1).div_ceil(g) * g;
+        (self.vgprs_per_simd / alloc).min(self.max_waves_per_simd)
+    }
+}
 
 impl Target {
     pub const SM80: Target = Target::Cuda { sm: 80 };
     pub const SM90: Target = Target::Cuda { sm: 90 };
+    /// AMD Instinct MI300X (CDNA3).
+    pub const GFX942: Target = Target::Hip { gfx: 942 };
+    /// AMD Instinct MI355X / MI350X (CDNA4).
+    pub const GFX950: Target = Target::Hip { gfx: 950 };
 
     pub fn parse(s: &str) -> Result<Target, ParseTargetError> {
         let t = s.trim().to_ascii_lowercase();
@@ -35,10 +105,11 @@ impl Target {
                 }
             }
         }
-        if let Some(rest) = t.strip_prefix("gfx") {
-            if let Ok(gfx) = rest.parse::<u32>() {
-                return Ok(Target::Hip { gfx });
-            }
+        let t = t.strip_prefix("hip:").unwrap_or(t);
+        match t {
+            "gfx942" | "mi300x" | "mi300" => return Ok(Target::GFX942),
+            "gfx950" | "mi355x" | "mi350x" | "mi355" | "mi350" => return Ok(Target::GFX950),
+            _ => {}
         }
         Err(ParseTargetError(s.to_string()))
     }
@@ -48,6 +119,37 @@ impl Target {
     }
     pub fn is_cuda(self) -> bool {
         matches!(self, Target::Cuda { .. })
+    }
+    pub fn is_hip(self) -> bool {
+        matches!(self, Target::Hip { .. })
+    }
+
+    /// The AMD architecture's properties (`None` for other targets and unknown gfx numbers).
+    pub fn amd(self) -> Option<AmdArch> {
+        let base = AmdArch {
+            gfx: 942,
+            lds_bytes: 64 * 1024,
+            mfma: MFMA_GFX942,
+            buffer_lds_bytes: 4,
+            vgprs_per_simd: 512,
+            vgpr_granule: 8,
+            max_waves_per_simd: 8,
+            simds_per_cu: 4,
+            compute_units: 304,
+            xcds: 8,
+        };
+        match self {
+            Target::Hip { gfx: 942 } => Some(base),
+            Target::Hip { gfx: 950 } => Some(AmdArch {
+                gfx: 950,
+                lds_bytes: 160 * 1024,
+                mfma: MFMA_GFX950,
+                buffer_lds_bytes: 16,
+                compute_units: 256,
+                ..base
+            }),
+            _ => None,
+        }
     }
 
     /// The architecture name compilers take: `sm_90a` (Hopper-specific instructions need the
@@ -77,8 +179,7 @@ impl Target {
             Target::Cuda { sm: 80 } => 163 * 1024,
             Target::Cuda { sm } if sm >= 86 => 99 * 1024,
             Target::Cuda { .. } => 96 * 1024,
-            Target::Hip { gfx } if gfx >= 950 => 160 * 1024,
-            Target::Hip { .. } => 64 * 1024,
+            Target::Hip { .. } => self.amd().map_or(64 * 1024, |a| a.lds_bytes),
         }
     }
 
@@ -107,10 +208,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn amd_occupancy_follows_the_unified_register_file() {
+        let a = Target::GFX950.amd().expect("gfx950");
+        assert_eq!(a.waves_per_simd(256), 2);
+        assert_eq!(a.waves_per_simd(204), 2);
+        assert_eq!(a.waves_per_simd(128), 4);
+        assert_eq!(a.waves_per_simd(512), 1);
+        assert_eq!(a.waves_per_simd(24), 8);
+        assert!(a.has_mfma(16, 16, 32) && !Target::GFX942.amd().expect("gfx942").has_mfma(16, 16, 32));
+    }
+
+    #[test]
     fn parses_names() {
         assert_eq!(Target::parse("sm_90a"), Ok(Target::SM90));
         assert_eq!(Target::parse("cuda:sm_80"), Ok(Target::SM80));
         assert_eq!(Target::parse("gfx942"), Ok(Target::Hip { gfx: 942 }));
+        assert_eq!(Target::parse("hip:gfx950"), Ok(Target::GFX950));
+        assert!(Target::parse("gfx90a").is_err(), "only CDNA3/CDNA4 are targets");
+        assert_eq!(Target::GFX950.warp_size(), 64);
+        assert_eq!(Target::GFX950.max_shared_bytes(), 160 * 1024);
+        assert_eq!(Target::GFX942.max_shared_bytes(), 64 * 1024);
         assert_eq!(Target::parse("cpu"), Ok(Target::Cpu));
         assert!(Target::parse("sm_x").is_err());
         assert_eq!(Target::SM90.arch(), "sm_90a");

@@ -48,6 +48,6 @@ pub mod prelude {
         abs, ceil, ceildiv, cos, erf, exp, exp2, floor, floordiv, floormod, if_then_else, log,
         log2, max, min, pow, rsqrt, select, sigmoid, sin, sqrt, tanh,
     };
-    pub use tl_ir::{Buffer, DType, Expr, Var, WarpPolicy};
+    pub use tl_ir::{Buffer, DType, Expr, GemmInstruction, MfmaShape, Var, WarpPolicy};
     pub use tl_runtime::{Arg, Device, Executable, Tensor};
 }

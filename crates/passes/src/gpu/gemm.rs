@@ -4,7 +4,8 @@
 //! memory, since its rows are spread over other threads.
 
 use tl_ir::{
-    DType, Diagnostic, Expr, ForKind, Fragment, GemmOp, Mode, Region, Scope, Span, Stmt, Var,
+    DType, Diagnostic, Expr, ForKind, Fragment, GemmInstruction, GemmOp, Mode, Region, Scope, Span,
+    Stmt, Var,
 };
 
 use super::lower::Ctx;
@@ -91,11 +92,18 @@ pub fn extents2(r: &Region) -> Option<(i64, i64)> {
 
 impl Ctx<'_> {
     pub fn lower_gemm(&mut self, g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
-        if g.wgmma {
-            return self.lower_gemm_wgmma(g, span);
-        }
-        if super::mma::applicable(g, &self.target) {
-            return self.lower_gemm_mma(g, span);
+        match g.instruction {
+            Some(GemmInstruction::Wgmma) => return self.lower_gemm_wgmma(g, span),
+            Some(GemmInstruction::MmaSync) => return self.lower_gemm_mma(g, span),
+            Some(GemmInstruction::Simt) => {}
+            Some(other @ GemmInstruction::Mfma(_)) => {
+                return Err(self.unsupported(span, &format!("the {} instruction", other.name())))
+            }
+            None => {
+                return Err(Diagnostic::internal(
+                    "a gemm reached lowering without an instruction (instruction selection did not run)",
+                ))
+            }
         }
         let c_buf = &g.c.buffer;
         let f = self.fragment_of(c_buf, span)?;

@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 
 use tl_ir::{
-    Buffer, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, ForKind, Fragment, Kernel, Scope,
-    Span, Stmt, StmtKind, TileOp, Var, WarpPolicy,
+    Buffer, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, ForKind, Fragment, GemmInstruction,
+    Kernel, Scope, Span, Stmt, StmtKind, TileOp, Var, WarpPolicy,
 };
 use tl_target::Target;
 
@@ -55,6 +55,46 @@ pub struct Layouts {
     pub smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
 }
 
+impl Layouts {
+    /// The layouts the `infer_layouts` pass recorded in the kernel's attributes.
+    pub fn of(k: &Kernel) -> Layouts {
+        Layouts {
+            fragments: k.attrs.fragments.clone(),
+            nests: k
+                .attrs
+                .nest_layouts
+                .iter()
+                .map(|(v, f)| (v.id(), f.clone()))
+                .collect(),
+            smem: k
+                .attrs
+                .smem_layouts
+                .iter()
+                .map(|(b, l)| (b.id(), (b.clone(), l.clone())))
+                .collect(),
+        }
+    }
+}
+
+/// The `infer_layouts` stage: a layout for every fragment and parallel loop nest, and the
+/// shared tiles' swizzles, recorded in the kernel's attributes (in a stable order) for the
+/// stages after it.
+pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
+    let (layouts, nest_vars) = infer_with_vars(&k, target)?;
+    let mut out = k;
+    out.attrs.fragments = layouts.fragments;
+    let mut smem: Vec<(Buffer, tl_layout::ComposedLayout)> = layouts.smem.into_values().collect();
+    smem.sort_by_key(|(b, _)| b.id());
+    out.attrs.smem_layouts = smem;
+    let mut nests: Vec<(Var, Fragment)> = nest_vars
+        .into_iter()
+        .filter_map(|v| layouts.nests.get(&v.id()).map(|f| (v.clone(), f.clone())))
+        .collect();
+    nests.dedup_by_key(|(v, _)| v.id());
+    out.attrs.nest_layouts = nests;
+    Ok(out)
+}
+
 struct Infer {
     threads: i64,
     target: Target,
@@ -88,6 +128,11 @@ fn vec_for(bytes: usize) -> i64 {
 }
 
 pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
+    Ok(infer_with_vars(k, target)?.0)
+}
+
+/// [`infer`], with the outermost variables of the parallel nests in program order.
+fn infer_with_vars(k: &Kernel, target: &Target) -> Result<(Layouts, Vec<Var>), Diagnostics> {
     let mut inf = Infer {
         threads: k.threads as i64,
         target: *target,
@@ -171,11 +216,21 @@ pub fn infer(k: &Kernel, target: &Target) -> Result<Layouts, Diagnostics> {
                 .map(|(b, f, _, _)| (b.clone(), f.clone()))
         })
         .collect();
-    Ok(Layouts {
-        fragments,
-        nests: inf.nests,
-        smem: inf.smem,
-    })
+    let nest_vars = nodes
+        .iter()
+        .filter_map(|n| match n {
+            Node::Nest { key, .. } => Some(key.clone()),
+            _ => None,
+        })
+        .collect();
+    Ok((
+        Layouts {
+            fragments,
+            nests: inf.nests,
+            smem: inf.smem,
+        },
+        nest_vars,
+    ))
 }
 
 fn collect(s: &Stmt, nodes: &mut Vec<Node>, frags: &mut Vec<Buffer>, inf: &mut Infer) {
@@ -481,57 +536,54 @@ impl Infer {
                     _ => false,
                 })
         };
-        let warps = self.threads / 32;
+        let warps = self.threads / self.target.warp_size() as i64;
         for (g, span) in self.gemms.clone() {
             let shape = g.c.buffer.const_shape().unwrap_or_default();
             if shape.len() != 2 {
                 continue;
             }
             let (m, n) = (shape[0], shape[1]);
-            if g.wgmma {
-                if let Err(d) = super::wgmma::check(&g, &self.target, self.threads, span) {
-                    self.errors.push(d);
-                    continue;
-                }
-            }
-            if super::mma::applicable(&g, &self.target) && warps >= 1 {
-                let policy = match g.policy {
-                    // One warpgroup per 64 rows: every warp along M.
-                    _ if g.wgmma => WarpPolicy::FullRow,
-                    WarpPolicy::Auto
-                        if reduced.contains(&g.c.buffer.id())
-                            || feeds_a(&g.c.buffer)
-                            || row_coupled.contains(&g.c.buffer.id()) =>
-                    {
-                        WarpPolicy::FullRow
-                    }
-                    p => p,
-                };
-                match super::mma::partition(m, n, warps, policy) {
-                    Ok((wm, wn)) => {
-                        let f = super::mma::c_layout(m, n, wm, wn);
-                        self.assign(&g.c.buffer, f, span, "the tensor-core gemm that accumulates into it".into());
-                        for r in [&g.a, &g.b] {
-                            if r.buffer.scope() == Scope::Shared {
-                                if let Some(l) = super::mma::operand_smem_layout(r) {
-                                    self.smem.insert(r.buffer.id(), (r.buffer.clone(), l));
+            match g.instruction {
+                Some(inst @ (GemmInstruction::MmaSync | GemmInstruction::Wgmma)) => {
+                    let policy = match g.policy {
+                        // One warpgroup per 64 rows: every warp along M.
+                        _ if inst == GemmInstruction::Wgmma => WarpPolicy::FullRow,
+                        WarpPolicy::Auto
+                            if reduced.contains(&g.c.buffer.id())
+                                || feeds_a(&g.c.buffer)
+                                || row_coupled.contains(&g.c.buffer.id()) =>
+                        {
+                            WarpPolicy::FullRow
+                        }
+                        p => p,
+                    };
+                    match super::mma::partition(m, n, warps, policy) {
+                        Ok((wm, wn)) => {
+                            let f = super::mma::c_layout(m, n, wm, wn);
+                            self.assign(&g.c.buffer, f, span, "the tensor-core gemm that accumulates into it".into());
+                            for r in [&g.a, &g.b] {
+                                if r.buffer.scope() == Scope::Shared {
+                                    if let Some(l) = super::mma::operand_smem_layout(r) {
+                                        self.smem.insert(r.buffer.id(), (r.buffer.clone(), l));
+                                    }
                                 }
                             }
                         }
+                        Err(msg) => self.errors.push(
+                            Diagnostic::new(DiagKind::InvalidArgument, span, msg)
+                                .help("change the block tile sizes or the threads per block, or pick another warp policy"),
+                        ),
                     }
-                    Err(msg) => self.errors.push(
-                        Diagnostic::new(DiagKind::InvalidArgument, span, msg)
-                            .help("change the block tile sizes or the threads per block, or pick another warp policy"),
-                    ),
                 }
-            } else {
-                let f = simt_accumulator_layout(m, n, self.threads);
-                self.assign(
-                    &g.c.buffer,
-                    f,
-                    span,
-                    "the gemm that accumulates into it".into(),
-                );
+                _ => {
+                    let f = simt_accumulator_layout(m, n, self.threads);
+                    self.assign(
+                        &g.c.buffer,
+                        f,
+                        span,
+                        "the gemm that accumulates into it".into(),
+                    );
+                }
             }
         }
     }

@@ -1,10 +1,15 @@
-//! The GPU lowering: layout inference, then tile ops, parallel loops and pipelines to
-//! thread-level IR (see docs/design/thread-ir.md).
+//! The GPU stages, in the order [`crate::pipeline`] runs them: instruction selection
+//! (`isel`, a module per GPU family), layout inference (`infer`), software pipelining
+//! (`pipeline`), barrier insertion (`barriers`), tile-op lowering to thread-level IR (`lower`
+//! and a module per op family), shared-memory layouts (`smem`), persistent kernels
+//! (`persistent`). See docs/design/thread-ir.md for what comes out.
 
+pub mod barriers;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;
 pub mod infer;
+pub mod isel;
 pub mod lower;
 pub mod mma;
 pub mod persistent;
@@ -12,5 +17,3 @@ pub mod pipeline;
 pub mod reduce;
 pub mod smem;
 pub mod wgmma;
-
-pub use lower::run;

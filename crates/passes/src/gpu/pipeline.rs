@@ -1,4 +1,6 @@
-//! Software pipelining of `t.pipelined(n, stages)` loops with cp.async.
+//! The `pipeline` stage: software pipelining of `t.pipelined(n, stages)` loops, as a rewrite of
+//! tile IR into tile IR (the copies stay tile ops, marked asynchronous, for lowering to turn into
+//! cp.async).
 //!
 //! The producers are the copies from global to shared memory at the top level of the loop
 //! body; their destination buffers get `stages` versions. Copies for iteration `k + stages - 1`
@@ -14,17 +16,23 @@
 //! wait_group(0); barrier
 //! ```
 //! Commits are unconditional so group counting is uniform; empty groups complete at once.
+//!
+//! The pipeline owns the ordering of its asynchronous copies (the `insert_barriers` stage
+//! leaves them alone). When its consumers run on wgmma, which reads shared memory through the
+//! async proxy, every thread fences before the barrier, and the gemms are told their operand
+//! tiles need no fence of their own (`GemmSchedule::operands_fenced`); a wgmma gemm that asked
+//! for overlap may leave its group in flight into the next iteration
+//! (`GemmSchedule::in_flight`), which the pipeline drains after its loop.
 
 use std::collections::{HashMap, HashSet};
 
 use tl_ir::{
-    Buffer, DType, DiagKind, Diagnostic, Expr, ExprKind, For, ForKind, Intrinsic, Region, Scope,
-    Span, Stmt, StmtKind, TileOp, Var,
+    Buffer, DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, For, ForKind,
+    GemmInstruction, Intrinsic, Kernel, Region, Scope, Span, Stmt, StmtKind, TileOp, Var,
 };
 use tl_target::Target;
 
-use super::lower::{Ctx, Hazards};
-use crate::tile_util::{for_loop, if_then};
+use crate::tile_util::{address_of, eval, for_loop, if_then, sync};
 
 /// A pipelined loop the lowering will software-pipeline: its producers (indices into the
 /// flattened body) and the buffers they fill.
@@ -191,16 +199,87 @@ fn versioned_region(r: &Region, nb: &Buffer, ver: &Expr) -> Region {
     Region::new(nb, offsets, extents)
 }
 
-impl Ctx<'_> {
-    pub fn lower_pipeline(&mut self, l: &For, stages: u32, span: Span) -> Result<Stmt, Diagnostic> {
-        self.check_schedule(l, stages, span)?;
-        let Some(plan) = self.pipelines.get(&l.var.id()).cloned() else {
-            // Nothing to prefetch: an ordinary loop.
-            let mut l2 = l.clone();
+/// The `pipeline` stage.
+pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
+    let (plans, versioned) = plan(&k.body, target);
+    let mut px = Pipeliner {
+        target: *target,
+        plans,
+        versioned,
+        errors: vec![],
+    };
+    let body = px.rewrite(&k.body);
+    if !px.errors.is_empty() {
+        return Err(Diagnostics(px.errors));
+    }
+    let mut out = k.with_body(body);
+    // Every version of a buffer keeps its layout.
+    let staged: Vec<(Buffer, tl_layout::ComposedLayout)> = out
+        .attrs
+        .smem_layouts
+        .iter()
+        .filter_map(|(b, l)| px.versioned.get(&b.id()).map(|v| (v.clone(), l.clone())))
+        .collect();
+    out.attrs.smem_layouts.extend(staged);
+    Ok(out)
+}
+
+struct Pipeliner {
+    target: Target,
+    plans: HashMap<u64, PipelinePlan>,
+    /// Shared buffers given pipeline stages: original id → multi-versioned buffer.
+    versioned: HashMap<u64, Buffer>,
+    errors: Vec<Diagnostic>,
+}
+
+impl Pipeliner {
+    fn rewrite(&mut self, s: &Stmt) -> Stmt {
+        let span = s.span;
+        match &s.kind {
+            StmtKind::Seq(v) => Stmt::seq(v.iter().map(|x| self.rewrite(x)).collect(), span),
+            StmtKind::If { cond, then_, else_ } => Stmt::new(
+                StmtKind::If {
+                    cond: cond.clone(),
+                    then_: Box::new(self.rewrite(then_)),
+                    else_: else_.as_ref().map(|e| Box::new(self.rewrite(e))),
+                },
+                span,
+            ),
+            StmtKind::Alloc(b) if b.scope() == Scope::Shared => match self.versioned.get(&b.id()) {
+                Some(mv) => Stmt::new(StmtKind::Alloc(mv.clone()), span),
+                None => s.clone(),
+            },
+            StmtKind::For(l) => match &l.kind {
+                ForKind::Pipelined { stages, .. } if *stages > 1 && self.target.has_cp_async() => {
+                    match self.expand(l, *stages, span) {
+                        Ok(x) => x,
+                        Err(d) => {
+                            self.errors.push(d);
+                            Stmt::empty()
+                        }
+                    }
+                }
+                _ => self.serial(l, span),
+            },
+            _ => s.clone(),
+        }
+    }
+
+    /// The loop with its body rewritten; a pipelined loop that is not expanded becomes serial.
+    fn serial(&mut self, l: &For, span: Span) -> Stmt {
+        let mut l2 = l.clone();
+        l2.body = self.rewrite(&l.body);
+        if matches!(l2.kind, ForKind::Pipelined { .. }) {
             l2.kind = ForKind::Serial;
-            let s = Stmt::new(StmtKind::For(Box::new(l2)), span);
-            let mut hz = Hazards::default();
-            return Ok(self.block(&s, &mut hz));
+        }
+        Stmt::new(StmtKind::For(Box::new(l2)), span)
+    }
+
+    fn expand(&mut self, l: &For, stages: u32, span: Span) -> Result<Stmt, Diagnostic> {
+        self.check_schedule(l, stages, span)?;
+        let Some(plan) = self.plans.get(&l.var.id()).cloned() else {
+            // Nothing to prefetch: an ordinary loop.
+            return Ok(self.serial(l, span));
         };
         let s = stages as i64;
         let body = l.body.flattened();
@@ -213,9 +292,7 @@ impl Ctx<'_> {
         let depth: i64 = match consumer_ids.as_slice() {
             [i] if s >= 3 => match &body[*i].kind {
                 StmtKind::Op(TileOp::Gemm(g))
-                    if g.wgmma_overlap
-                        && super::wgmma::unsupported_because(g, &self.target, self.threads)
-                            .is_none() =>
+                    if g.overlap && g.instruction == Some(GemmInstruction::Wgmma) =>
                 {
                     1
                 }
@@ -226,32 +303,37 @@ impl Ctx<'_> {
         let ahead_by = s - 1 - depth;
         let n = l.extent.clone();
         let lo = l.min.clone();
-        let commit = self.eval(Intrinsic::CpAsyncCommit, vec![], span);
-        let versioned = self.versioned.clone();
-        let issue = |cx: &mut Ctx, it: Expr| -> Result<Stmt, Diagnostic> {
+        let commit = eval(Intrinsic::CpAsyncCommit, vec![], span);
+        let issue = |it: Expr| -> Stmt {
             let mut map = HashMap::new();
             map.insert(l.var.id(), lo.clone() + it.clone());
             let ver = it.floormod(s);
-            let mut out = vec![];
-            for &i in &plan.producers {
-                let st = version_stmt(&body[i].substitute(&map), &versioned, &ver);
-                if let StmtKind::Op(TileOp::Copy(c)) = &st.kind {
-                    out.push(cx.lower_copy(&c.src, &c.dst, st.span, true)?);
-                }
-            }
-            Ok(Stmt::seq(out, span))
+            let copies = plan
+                .producers
+                .iter()
+                .map(|&i| {
+                    let st = version_stmt(&body[i].substitute(&map), &self.versioned, &ver);
+                    st.map_post(&mut |x| match x.kind {
+                        StmtKind::Op(TileOp::Copy(mut c)) => {
+                            c.asynchronous = true;
+                            Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
+                        }
+                        kind => Stmt::new(kind, x.span),
+                    })
+                })
+                .collect();
+            Stmt::seq(copies, span)
         };
         let mut out = vec![];
         // Prologue.
         let sv = Var::new("stage", DType::I32);
-        let pro = issue(self, sv.expr())?;
         out.push(for_loop(
             &sv,
             ahead_by,
             ForKind::Unrolled,
             Stmt::seq(
                 vec![
-                    if_then(Some(sv.expr().lt(n.clone())), pro, span),
+                    if_then(Some(sv.expr().lt(n.clone())), issue(sv.expr()), span),
                     commit.clone(),
                 ],
                 span,
@@ -261,7 +343,7 @@ impl Ctx<'_> {
         // Steady state.
         let k = Var::new(l.var.name(), DType::I32);
         let ahead = k.expr() + ahead_by;
-        let fetch = issue(self, ahead.clone())?;
+        let fetch = issue(ahead.clone());
         let consumers: Vec<Stmt> = body
             .iter()
             .enumerate()
@@ -272,30 +354,43 @@ impl Ctx<'_> {
         map.insert(l.var.id(), lo.clone() + k.expr());
         let consume = version_stmt(
             &Stmt::seq(consumers, span).substitute(&map),
-            &versioned,
+            &self.versioned,
             &k.expr().floormod(s),
         );
         // The fence below covers every shared buffer the consumers do not write themselves.
         let written = written_shared(&consume);
-        let outer = self.async_fence_unless_written.replace(written);
-        let outer_depth = std::mem::replace(&mut self.wgmma_depth, depth as u32);
-        let outer_drain = std::mem::take(&mut self.wgmma_drain);
-        let mut hz = Hazards::default();
-        let consume = self.block(&consume, &mut hz);
-        self.async_fence_unless_written = outer;
-        self.wgmma_depth = outer_depth;
-        let drain = std::mem::replace(&mut self.wgmma_drain, outer_drain);
+        let mut wgmma = false;
+        let mut drain = vec![];
+        let consume = consume.map_post(&mut |x| match x.kind {
+            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
+                wgmma = true;
+                let a_regs = g.a.buffer.scope() == Scope::Fragment;
+                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
+                    && (a_regs || !written.contains(&g.a.buffer.id()));
+                if depth > 0 {
+                    g.schedule.in_flight = depth as u32;
+                    // The registers the groups left in flight use, waited for after the loop.
+                    drain.push(first_element(&g.c.buffer));
+                    if a_regs {
+                        drain.push(first_element(&g.a.buffer));
+                    }
+                }
+                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
+            }
+            kind => Stmt::new(kind, x.span),
+        });
+        let consume = self.rewrite(&consume);
         // wgmma reads shared memory through the async proxy: every thread fences its landed
         // cp.async writes (and any earlier writes) before the barrier that hands them to the
         // warpgroups.
-        let fence = if issues_wgmma(&consume) {
-            self.eval(Intrinsic::FenceProxyAsync, vec![], span)
+        let fence = if wgmma {
+            eval(Intrinsic::FenceProxyAsync, vec![], span)
         } else {
             Stmt::empty()
         };
         let steady = Stmt::seq(
             vec![
-                self.eval(
+                eval(
                     Intrinsic::CpAsyncWait {
                         n: (ahead_by - 1) as u32,
                     },
@@ -303,7 +398,7 @@ impl Ctx<'_> {
                     span,
                 ),
                 fence,
-                self.sync(span),
+                sync(span),
                 if_then(Some(ahead.lt(n.clone())), fetch, span),
                 commit,
                 consume,
@@ -321,10 +416,10 @@ impl Ctx<'_> {
             span,
         ));
         if !drain.is_empty() {
-            out.push(self.eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+            out.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
         }
-        out.push(self.eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
-        out.push(self.sync(span));
+        out.push(eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
+        out.push(sync(span));
         Ok(Stmt::seq(out, span))
     }
 
@@ -352,10 +447,7 @@ impl Ctx<'_> {
         }
         let Some(st) = stage else { return Ok(()) };
         let last = stages.saturating_sub(1) as i32;
-        let producers: &[usize] = self
-            .pipelines
-            .get(&l.var.id())
-            .map_or(&[], |p| &p.producers);
+        let producers: &[usize] = self.plans.get(&l.var.id()).map_or(&[], |p| &p.producers);
         for (i, &x) in st.iter().enumerate() {
             if x > 0 && x < last {
                 return Err(Diagnostic::new(
@@ -378,6 +470,11 @@ impl Ctx<'_> {
     }
 }
 
+/// The address of a fragment's first element, as the register operand of a wgmma wait.
+fn first_element(b: &Buffer) -> Expr {
+    address_of(b, vec![Expr::int(0); b.rank()])
+}
+
 /// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.
 fn written_shared(s: &Stmt) -> HashSet<u64> {
     let mut out = HashSet::new();
@@ -395,15 +492,4 @@ fn written_shared(s: &Stmt) -> HashSet<u64> {
         _ => {}
     });
     out
-}
-
-/// Whether lowered code issues a wgmma anywhere.
-fn issues_wgmma(s: &Stmt) -> bool {
-    let mut found = false;
-    s.walk(&mut |st| {
-        if let StmtKind::Eval(e) = &st.kind {
-            found |= matches!(e.kind(), ExprKind::Call(Intrinsic::Wgmma(_), _));
-        }
-    });
-    found
 }

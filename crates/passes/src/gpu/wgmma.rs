@@ -14,9 +14,9 @@
 //!
 //! The issue is asynchronous; this lowering waits for it at the end of the op
 //! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it —
-//! except when an enclosing pipeline overlaps it with its next iteration (`wgmma_overlap`, see
-//! `Ctx::wgmma_depth`): then it waits for all but the newest group, and the pipeline drains the
-//! rest after its loop.
+//! except when an enclosing pipeline overlaps it with its next iteration
+//! (`GemmSchedule::in_flight`): then it waits for all but the newest groups, and the pipeline
+//! drains the rest after its loop.
 
 use tl_ir::{
     DType, DiagKind, Diagnostic, Expr, GemmOp, Intrinsic, Scope, Span, Stmt, StmtKind, WgmmaOp,
@@ -126,7 +126,7 @@ pub fn check(g: &GemmOp, target: &Target, threads: i64, span: Span) -> Result<()
     match unsupported_because(g, target, threads) {
         None => Ok(()),
         Some(why) => Err(Diagnostic::new(DiagKind::Unsupported, span, why)
-            .help("drop `.wgmma()` to use the mma.sync path")),
+            .help("drop `.wgmma()` (the instruction override) to use the mma.sync path")),
     }
 }
 
@@ -238,8 +238,7 @@ impl Ctx<'_> {
         // wgmma reads shared memory through the async proxy: every thread fences its own
         // earlier writes (plain stores or landed cp.async), then a barrier hands them to the
         // warpgroups — unless the enclosing pipeline already did both for these tiles.
-        let fenced = self.is_async_fenced(&g.b.buffer)
-            && (a_regs.is_some() || self.is_async_fenced(&g.a.buffer));
+        let fenced = g.schedule.operands_fenced;
         let mut out = vec![];
         if !fenced {
             out.push(self.eval(Intrinsic::FenceProxyAsync, vec![], span));
@@ -251,15 +250,12 @@ impl Ctx<'_> {
             self.eval(Intrinsic::WgmmaCommit, vec![], span),
             self.eval(
                 Intrinsic::WgmmaWait {
-                    n: self.wgmma_depth,
+                    n: g.schedule.in_flight,
                 },
-                regs.clone(),
+                regs,
                 span,
             ),
         ]);
-        if self.wgmma_depth > 0 {
-            self.wgmma_drain.extend(regs);
-        }
         Ok(Stmt::seq(out, span))
     }
 }

@@ -3,8 +3,8 @@
 
 use tl_ir::{
     AtomicAddOp, Buffer, CopyOp, CumsumOp, DType, DiagKind, Diagnostic, Expr, FillOp, For, ForKind,
-    GemmOp, Intrinsic, ReduceKind, ReduceOp, Region, Scope, Span, Stmt, StmtKind, TileOp, Var,
-    WarpPolicy,
+    GemmInstruction, GemmOp, Intrinsic, ReduceKind, ReduceOp, Region, Scope, Span, Stmt, StmtKind,
+    TileOp, Var, WarpPolicy,
 };
 
 use super::args::{IntoExprs, Tile};
@@ -278,7 +278,7 @@ impl TileScope {
     pub fn copy(&mut self, src: impl Into<Tile>, dst: impl Into<Tile>) {
         let span = Span::caller();
         if let Some((src, dst)) = self.pair("copy", src.into(), dst.into(), span) {
-            self.push(StmtKind::Op(TileOp::Copy(CopyOp { src, dst })), span);
+            self.push(StmtKind::Op(TileOp::Copy(CopyOp::new(src, dst))), span);
         }
     }
 
@@ -306,8 +306,9 @@ impl TileScope {
                     trans_b: false,
                     clear_accum: false,
                     policy: WarpPolicy::Auto,
-                    wgmma: false,
-                    wgmma_overlap: false,
+                    instruction: None,
+                    overlap: false,
+                    schedule: Default::default(),
                 })),
                 span,
             );
@@ -698,21 +699,27 @@ impl GemmHandle<'_> {
     pub fn policy(self, p: WarpPolicy) -> Self {
         self.with(|g| g.policy = p)
     }
-    /// Use Hopper's warpgroup MMA (`wgmma`, sm_90a): both operands K-major shared tiles of a
-    /// 16-bit type with rows of a multiple of 64 elements, 64 accumulator rows per 128 threads. Other targets and
-    /// shapes get a diagnostic saying which condition failed.
-    pub fn wgmma(self) -> Self {
-        self.with(|g| g.wgmma = true)
+    /// Run on `inst` instead of the instruction the compiler would pick for the target (an
+    /// override: one the target or the tile cannot take is a diagnostic saying why).
+    pub fn instruction(self, inst: GemmInstruction) -> Self {
+        self.with(|g| g.instruction = Some(inst))
     }
-    /// [`wgmma`](Self::wgmma), and when this gemm is the only consumer of a pipelined loop
-    /// with at least 3 stages, keep each iteration's wgmma running while the next iteration
-    /// waits for its tiles (the pipeline then fetches one stage less far ahead). Elsewhere it
-    /// is plain `.wgmma()`.
+    /// `.instruction(GemmInstruction::Wgmma)`: Hopper's warpgroup MMA (sm_90a), both operands
+    /// shared tiles of a 16-bit type with rows of a multiple of 64 elements (or A from the
+    /// registers of an earlier gemm), 64 accumulator rows per 128 threads.
+    pub fn wgmma(self) -> Self {
+        self.instruction(GemmInstruction::Wgmma)
+    }
+    /// When this gemm is the only consumer of a pipelined loop with at least 3 stages and runs
+    /// on wgmma, keep each iteration's wgmma running while the next iteration waits for its
+    /// tiles (the pipeline then fetches one stage less far ahead). Elsewhere it changes
+    /// nothing.
+    pub fn overlap(self) -> Self {
+        self.with(|g| g.overlap = true)
+    }
+    /// [`wgmma`](Self::wgmma) and [`overlap`](Self::overlap).
     pub fn wgmma_overlap(self) -> Self {
-        self.with(|g| {
-            g.wgmma = true;
-            g.wgmma_overlap = true;
-        })
+        self.wgmma().overlap()
     }
 }
 

@@ -1,0 +1,48 @@
+//! Instruction selection: the matrix instruction of every gemm, chosen per target (a module
+//! per GPU family), or checked where the kernel asked for one. Later stages read the choice
+//! from `GemmOp::instruction` and never pick again: layout inference takes the accumulator
+//! layout of the chosen instruction, lowering emits it.
+
+use tl_ir::{Diagnostic, Diagnostics, GemmOp, Kernel, Span, Stmt, StmtKind, TileOp};
+use tl_target::Target;
+
+pub mod nvidia;
+
+/// What the selection of one target family decides.
+pub trait Selector {
+    /// The instruction for `g` (`g.instruction`, when set, is the kernel's request: check it
+    /// and keep it, or say why it cannot run).
+    fn gemm(&self, g: &GemmOp, span: Span) -> Result<tl_ir::GemmInstruction, Diagnostic>;
+    /// Kernel-wide choices that follow from the gemms' instructions.
+    fn finish(&self, _k: &mut Kernel) {}
+}
+
+/// The `select_instructions` stage.
+pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
+    let threads = k.threads as i64;
+    match target {
+        Target::Cuda { .. } => select(k, &nvidia::Nvidia::new(*target, threads)),
+        // Targets without a selector keep what the kernel asked for; lowering checks it.
+        _ => Ok(k),
+    }
+}
+
+fn select(k: Kernel, sel: &dyn Selector) -> Result<Kernel, Diagnostics> {
+    let mut errors = vec![];
+    let body = k.body.map_post(&mut |st| match st.kind {
+        StmtKind::Op(TileOp::Gemm(mut g)) => {
+            match sel.gemm(&g, st.span) {
+                Ok(i) => g.instruction = Some(i),
+                Err(d) => errors.push(d),
+            }
+            Stmt::new(StmtKind::Op(TileOp::Gemm(g)), st.span)
+        }
+        kind => Stmt::new(kind, st.span),
+    });
+    if !errors.is_empty() {
+        return Err(Diagnostics(errors));
+    }
+    let mut out = k.with_body(body);
+    sel.finish(&mut out);
+    Ok(out)
+}
