@@ -130,7 +130,11 @@ fn kernels(gpu: bool, wgmma: bool) -> Vec<(&'static str, Kernel)> {
                 128,
                 false,
                 if gpu {
-                    flash_attention::AttnConfig::gpu()
+                    // The mma.sync kernel (on sm_90a these tiles would take wgmma).
+                    flash_attention::AttnConfig {
+                        instruction: Some(GemmInstruction::MmaSync),
+                        ..flash_attention::AttnConfig::gpu()
+                    }
                 } else {
                     flash_attention::AttnConfig::cpu()
                 },

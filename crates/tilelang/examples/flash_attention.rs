@@ -64,7 +64,13 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
     cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
-    cfg.wgmma = wgmma;
+    cfg.instruction = if args.wgmma {
+        Some(GemmInstruction::Wgmma)
+    } else if args.no_wgmma && !dev.is_cpu() {
+        Some(GemmInstruction::MmaSync)
+    } else {
+        None
+    };
     let kernel = flash_attention(dt, args.dim as i64, args.causal, cfg);
     if args.common.emit(&[&kernel])? {
         return Ok(ExitCode::SUCCESS);
@@ -119,7 +125,11 @@ fn run() -> anyhow::Result<ExitCode> {
             for bn in [32i64, 64, 128] {
                 for stages in [1u32, 2, 3] {
                     for threads in [128u32, 256] {
-                        space.push(AttnConfig::tiles(bm, bn, stages, threads));
+                        // Where the wgmma tiles are tried too, these stay on mma.sync.
+                        space.push(AttnConfig {
+                            instruction: wgmma.then_some(GemmInstruction::MmaSync),
+                            ..AttnConfig::tiles(bm, bn, stages, threads)
+                        });
                     }
                 }
             }
@@ -130,7 +140,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 for bn in [64i64, 128] {
                     for stages in [2u32, 3] {
                         space.push(AttnConfig {
-                            wgmma: true,
+                            instruction: Some(GemmInstruction::Wgmma),
                             ..AttnConfig::tiles(bm, bn, stages, threads)
                         });
                     }

@@ -85,6 +85,9 @@ fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig
                                 v.push(GemmConfig {
                                     min_blocks,
                                     panel,
+                                    // Where the wgmma tiles are tried too, these stay on
+                                    // mma.sync (some would take wgmma on their own).
+                                    instruction: wgmma.then_some(GemmInstruction::MmaSync),
                                     ..GemmConfig::tiles(bm, bn, bk, stages, threads)
                                 });
                             }
@@ -109,7 +112,7 @@ fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig
                 for panel in [0u32, 8] {
                     v.push(GemmConfig {
                         panel,
-                        wgmma: true,
+                        instruction: Some(GemmInstruction::Wgmma),
                         ..GemmConfig::tiles(bm, bn, bk, stages, threads)
                     });
                 }
@@ -160,7 +163,13 @@ fn run() -> anyhow::Result<ExitCode> {
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);
-    cfg.wgmma = wgmma;
+    cfg.instruction = if args.wgmma {
+        Some(GemmInstruction::Wgmma)
+    } else if args.no_wgmma && !dev.is_cpu() {
+        Some(GemmInstruction::MmaSync)
+    } else {
+        None
+    };
     cfg.overlap = args.overlap;
     cfg.persistent = args.persistent;
     let kernel = gemm(layout, dt, out_dt, cfg);

@@ -39,10 +39,12 @@ fn examples_compile_for_sm80_and_sm90a_without_spills() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// The tiles the examples use on a GPU and the autotuner's winners on an H100 (run 5 in
-/// docs/gpu-notes.md) compile for sm_90a with no spills, and use the tensor cores.
+/// The mma.sync tiles the examples use on a GPU and the autotuner's winners on an H100 (run 5
+/// in docs/gpu-notes.md) compile for sm_90a with no spills, and use the tensor cores (some of
+/// these tiles would take wgmma on their own: they are pinned to mma.sync here).
 #[test]
 fn gpu_default_and_tuned_tiles_compile_without_spills() {
+    use tilelang::ir::GemmInstruction::MmaSync;
     use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
     use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
     use tilelang::prelude::BF16;
@@ -53,13 +55,17 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
     }
     let g = |bm, bn, bk, stages, threads, min_blocks| GemmConfig {
         min_blocks,
+        instruction: Some(MmaSync),
         ..GemmConfig::tiles(bm, bn, bk, stages, threads)
     };
-    let a = AttnConfig::tiles;
+    let a = |bm, bn, stages, threads| AttnConfig {
+        instruction: Some(MmaSync),
+        ..AttnConfig::tiles(bm, bn, stages, threads)
+    };
     let kernels = vec![
         (
             "gemm default",
-            gemm(Layout::NT, BF16, BF16, GemmConfig::gpu()),
+            gemm(Layout::NT, BF16, BF16, g(128, 128, 32, 3, 128, 0)),
         ),
         (
             "gemm 128x128x64 2 st",
@@ -75,7 +81,7 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
         ),
         (
             "attention d128 default",
-            flash_attention(BF16, 128, false, AttnConfig::gpu()),
+            flash_attention(BF16, 128, false, a(128, 64, 2, 256)),
         ),
         (
             "attention d128 bm128 bn32",
@@ -121,7 +127,7 @@ fn wgmma_gemm_compiles_to_hgmma() {
     };
     for (bm, bn, bk, threads) in [(128, 256, 64, 256), (64, 128, 64, 128), (64, 128, 128, 128)] {
         let cfg = GemmConfig {
-            wgmma: true,
+            instruction: Some(tilelang::ir::GemmInstruction::Wgmma),
             ..GemmConfig::tiles(bm, bn, bk, 3, threads)
         };
         let k = gemm(Layout::NT, BF16, BF16, cfg);
@@ -153,7 +159,7 @@ fn hopper_defaults_and_wgmma_attention_compile_to_hgmma() {
         return;
     }
     let wg = |bm, bn, stages, threads| AttnConfig {
-        wgmma: true,
+        instruction: Some(tilelang::ir::GemmInstruction::Wgmma),
         ..AttnConfig::tiles(bm, bn, stages, threads)
     };
     let kernels = vec![

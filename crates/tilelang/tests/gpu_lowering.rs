@@ -280,7 +280,7 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
             BF16,
             F32,
             GemmConfig {
-                wgmma: true,
+                instruction: Some(GemmInstruction::Wgmma),
                 ..GemmConfig::tiles(bm, 64, bk, 2, threads)
             },
         )
@@ -298,7 +298,7 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
         BF16,
         F32,
         GemmConfig {
-            wgmma: true,
+            instruction: Some(GemmInstruction::Wgmma),
             ..GemmConfig::tiles(64, 32, 64, 2, 128)
         },
     );

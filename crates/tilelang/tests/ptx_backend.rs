@@ -93,7 +93,15 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
         ),
         (
             "attention d128 mma.sync",
-            flash_attention(BF16, 128, false, AttnConfig::gpu()),
+            flash_attention(
+                BF16,
+                128,
+                false,
+                AttnConfig {
+                    instruction: Some(tilelang::ir::GemmInstruction::MmaSync),
+                    ..AttnConfig::gpu()
+                },
+            ),
         ),
     ];
     let mut failures = vec![];

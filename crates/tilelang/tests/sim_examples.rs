@@ -373,7 +373,7 @@ fn wgmma_gemm_in_sim() {
         (64, 64, 128, 128, (70, 90, 300)),
     ] {
         let cfg = gemm::GemmConfig {
-            wgmma: true,
+            instruction: Some(GemmInstruction::Wgmma),
             ..gemm::GemmConfig::tiles(bm, bn, bk, 3, threads)
         };
         let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
@@ -402,7 +402,7 @@ fn overlapped_wgmma_gemm_in_sim() {
     // (a shared write under an in-flight wgmma read is an error). 3 and 4 stages, all layouts.
     for stages in [3, 4] {
         let cfg = gemm::GemmConfig {
-            wgmma: true,
+            instruction: Some(GemmInstruction::Wgmma),
             overlap: true,
             ..gemm::GemmConfig::tiles(64, 64, 64, stages, 128)
         };
@@ -437,7 +437,7 @@ fn wgmma_flash_attention_in_sim() {
         (128, 64, 256, true),
     ] {
         let cfg = flash_attention::AttnConfig {
-            wgmma: true,
+            instruction: Some(GemmInstruction::Wgmma),
             ..flash_attention::AttnConfig::tiles(64 * (threads as i64 / 128), bn, 2, threads)
         };
         let k = flash_attention::flash_attention(BF16, d, causal, cfg);
@@ -463,7 +463,7 @@ fn wgmma_flash_attention_in_sim() {
 #[test]
 fn planted_wgmma_bugs_are_caught() {
     let cfg = gemm::GemmConfig {
-        wgmma: true,
+        instruction: Some(GemmInstruction::Wgmma),
         ..gemm::GemmConfig::tiles(64, 64, 64, 2, 128)
     };
     let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
@@ -536,7 +536,7 @@ fn persistent_gemm_in_sim() {
         let wg = gemm::GemmConfig {
             persistent: Some(blocks),
             panel,
-            wgmma: true,
+            instruction: Some(GemmInstruction::Wgmma),
             ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
         };
         let k = gemm::gemm(gemm::Layout::NT, BF16, F32, wg);

@@ -12,9 +12,10 @@ pub struct AttnConfig {
     pub bn: i64,
     pub stages: u32,
     pub threads: u32,
-    /// Both gemms on Hopper's warpgroup MMA (sm_90a): Q·Kᵀ from shared tiles, P·V with P from
-    /// registers and V MN-major; 64 query rows per 128 threads.
-    pub wgmma: bool,
+    /// The matrix instruction of both gemms, overriding the compiler's choice (`None`: on
+    /// sm_90a wgmma where the tiles allow it — Q·Kᵀ from shared tiles, P·V with P from registers
+    /// and V MN-major, 64 query rows per 128 threads — else mma.sync; MFMA on AMD).
+    pub instruction: Option<GemmInstruction>,
 }
 
 impl AttnConfig {
@@ -25,7 +26,7 @@ impl AttnConfig {
             bn,
             stages,
             threads,
-            wgmma: false,
+            instruction: None,
         }
     }
 
@@ -34,13 +35,10 @@ impl AttnConfig {
         AttnConfig::tiles(128, 64, 2, 256)
     }
 
-    /// Hopper (sm_90a, 16-bit inputs): both gemms on the warpgroup MMA, 128 query rows over
-    /// two warpgroups, 128-key tiles, 2 stages.
+    /// Hopper (sm_90a, 16-bit inputs): tiles for the warpgroup MMA, 128 query rows over two
+    /// warpgroups, 128-key tiles, 2 stages.
     pub fn hopper() -> AttnConfig {
-        AttnConfig {
-            wgmma: true,
-            ..AttnConfig::tiles(128, 128, 2, 256)
-        }
+        AttnConfig::tiles(128, 128, 2, 256)
     }
 
     /// The Hopper tiles for this head dim and masking, measured on an H100 (runs 6c, 6g, 9a
@@ -57,10 +55,7 @@ impl AttnConfig {
                 bn: 64,
                 ..AttnConfig::hopper()
             },
-            (64, true) => AttnConfig {
-                wgmma: true,
-                ..AttnConfig::tiles(64, 64, 2, 128)
-            },
+            (64, true) => AttnConfig::tiles(64, 64, 2, 128),
             _ => AttnConfig::hopper(),
         }
     }
@@ -76,7 +71,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         bn,
         stages,
         threads,
-        wgmma,
+        instruction,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -104,11 +99,6 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 } else {
                     bx_launch.clone()
                 };
-                if wgmma {
-                    // Pairs of k steps per asm statement: a quarter less NVRTC time, and the same
-                    // speed on an H100 (run 6f).
-                    t.wgmma_batch(2);
-                }
                 let q_s = t.alloc_shared_named("Q_s", [bm, d], dtype);
                 let k_s = t.alloc_shared_named("K_s", [bn, d], dtype);
                 let v_s = t.alloc_shared_named("V_s", [bn, d], dtype);
@@ -160,8 +150,8 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     })
                     .else_(|t| t.clear(&scores));
                     let qk = t.gemm(&q_s, &k_s, &scores).transpose_b();
-                    if wgmma {
-                        qk.wgmma();
+                    if let Some(inst) = instruction {
+                        qk.instruction(inst);
                     }
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();
@@ -195,8 +185,8 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     t.copy(&scores, &probs);
                     t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
                     let pv = t.gemm(&probs, &v_s, &acc_o);
-                    if wgmma {
-                        pv.wgmma();
+                    if let Some(inst) = instruction {
+                        pv.instruction(inst);
                     }
                 });
                 // One division per row, then multiplies: a division per element is a call to

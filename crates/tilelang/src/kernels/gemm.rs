@@ -44,10 +44,11 @@ pub struct GemmConfig {
     /// the blocks resident at once share A and B tiles in L2 (`TileScope::use_swizzle`;
     /// 0 or 1: row-major order).
     pub panel: u32,
-    /// Use Hopper's warpgroup MMA (sm_90a; `bk` a multiple of 64, `bm` 64 per 128 threads).
-    pub wgmma: bool,
-    /// With `wgmma` and at least 3 stages: keep each k step's wgmma running into the next
-    /// (`GemmHandle::wgmma_overlap`).
+    /// The matrix instruction, overriding the compiler's choice (`None`: wgmma on sm_90a where
+    /// the tiles allow it, mma.sync elsewhere on NVIDIA, MFMA on AMD).
+    pub instruction: Option<GemmInstruction>,
+    /// On wgmma with at least 3 stages: keep each k step's wgmma running into the next
+    /// (`GemmHandle::overlap`).
     pub overlap: bool,
     /// A persistent kernel (`TileScope::persistent`) of this many blocks (0: one per
     /// multiprocessor), each looping over output tiles in the rasterization order.
@@ -66,7 +67,7 @@ impl GemmConfig {
             threads,
             min_blocks: 0,
             panel: 0,
-            wgmma: false,
+            instruction: None,
             overlap: false,
             persistent: None,
         }
@@ -77,13 +78,12 @@ impl GemmConfig {
         GemmConfig::tiles(128, 128, 32, 3, 128)
     }
 
-    /// Hopper (sm_90a) tiles on the warpgroup MMA, for the NT layout with 16-bit inputs:
-    /// 128x128x64, 3 stages, two warpgroups, panels of 8 block-rows. The tuned winner at 4096³
-    /// and 8192³ on an H100 (docs/performance.md, run 6).
+    /// Hopper (sm_90a) tiles, which the compiler runs on the warpgroup MMA, for the NT layout
+    /// with 16-bit inputs: 128x128x64, 3 stages, two warpgroups, panels of 8 block-rows. The
+    /// tuned winner at 4096³ and 8192³ on an H100 (docs/performance.md, run 6).
     pub fn hopper() -> GemmConfig {
         GemmConfig {
             panel: 8,
-            wgmma: true,
             ..GemmConfig::tiles(128, 128, 64, 3, 256)
         }
     }
@@ -110,7 +110,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         threads,
         min_blocks,
         panel,
-        wgmma,
+        instruction,
         overlap,
         persistent,
     } = cfg;
@@ -158,10 +158,11 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
                         _ => t.copy(b.tile([&ko * bk, &bx * bn]), &b_s),
                     }
                     let mut g = t.gemm(&a_s, &b_s, &acc);
-                    if wgmma && overlap {
-                        g = g.wgmma_overlap();
-                    } else if wgmma {
-                        g = g.wgmma();
+                    if let Some(inst) = instruction {
+                        g = g.instruction(inst);
+                    }
+                    if overlap {
+                        g = g.overlap();
                     }
                     match layout {
                         Layout::NT => {
