@@ -76,6 +76,66 @@ pub enum Intrinsic {
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
     FenceProxyAsync,
+    /// The index of the calling thread's wave (warp) in its block, `thread_idx / warp size`,
+    /// known to the compiler to be the same for the whole wave (AMD: kept in a scalar
+    /// register). i32.
+    WaveIdx,
+    /// AMD `v_mfma_f32_{m}x{n}x{k}_{ab}` for the calling wave (all 64 lanes issue it): D =
+    /// A·B + C. args: the addresses (in local buffers) of D (`m·n/64` f32), A (`m·k/64`
+    /// elements of `ab`), B (`n·k/64`), C (as D; may alias D). Lane `l`'s elements (`v` the
+    /// element index): 16×16×K: A[i][k] with i = l % 16, k = (K/4)·(l / 16) + v; B[k][j] with
+    /// j = l % 16, k likewise; D[i][j] with j = l % 16, i = 4·(l / 16) + v. 32×32×K: A: i =
+    /// l % 32, k = (K/2)·(l / 32) + v; B likewise; D: j = l % 32, i = 8·(v / 4) + 4·(l / 32)
+    /// + v % 4.
+    Mfma(MfmaOp),
+    /// AMD `buffer_load_{dword,dwordx2,dwordx4} … lds` for the calling wave (all 64 lanes issue
+    /// it): lane `l` reads `bytes` from `tensor + voffset + soffset` (byte offsets) and they land
+    /// in shared memory at `base + l·bytes`. args: `base` (the shared address of lane 0's slot,
+    /// the same in every lane), `tensor` (the address of a global tensor's first element),
+    /// `voffset` (i32, this lane's bytes), `soffset` (i32 bytes, the same in every lane), `pred`
+    /// (false: the lane's bytes land as zeros and nothing is read). A read past the tensor's
+    /// end also lands as zeros. Asynchronous: the bytes are only guaranteed in shared memory
+    /// after this thread's `WaitVmcnt` that retires the load; other threads see them after a
+    /// barrier that follows that wait.
+    BufferLoadLds { bytes: u32 },
+    /// AMD `s_waitcnt vmcnt(n)`: all but the newest `n` of this thread's buffer loads have
+    /// landed.
+    WaitVmcnt { n: u32 },
+    /// AMD `s_waitcnt lgkmcnt(0); s_barrier`: a block barrier for shared memory (LDS). It does
+    /// not wait for outstanding buffer loads (direct-to-LDS copies land at their `WaitVmcnt`)
+    /// and does not order global memory.
+    BarrierLds,
+    /// AMD `__builtin_amdgcn_sched_barrier(mask)`: the compiler's instruction scheduler moves
+    /// nothing across it (mask 0). No effect on what the program computes.
+    SchedBarrier { mask: u32 },
+    /// AMD `s_setprio prio`: the wave's issue priority. args: addresses of register arrays the
+    /// instruction is pinned to (the compiler moves no access of them across it). No effect on
+    /// what the program computes.
+    SetPrio { prio: u32 },
+}
+
+/// The variant of an AMD MFMA instruction: its shape and operand type (f32 accumulate).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct MfmaOp {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    pub ab: crate::dtype::DType,
+}
+
+impl MfmaOp {
+    /// `mfma_f32_{m}x{n}x{k}_{ab}`.
+    pub fn name(&self) -> String {
+        format!("mfma_f32_{}x{}x{}_{}", self.m, self.n, self.k, self.ab)
+    }
+    /// Operand elements per lane (A and B).
+    pub fn operand_elems(&self) -> u32 {
+        self.m * self.k / 64
+    }
+    /// Accumulator values per lane.
+    pub fn acc_elems(&self) -> u32 {
+        self.m * self.n / 64
+    }
 }
 
 /// The variant of a `wgmma.mma_async` the `Wgmma` intrinsic issues: its shape, operand type,
@@ -144,13 +204,20 @@ impl Intrinsic {
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
             Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),
             Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
+            Intrinsic::WaveIdx => "wave_idx".into(),
+            Intrinsic::Mfma(m) => m.name(),
+            Intrinsic::BufferLoadLds { bytes } => format!("buffer_load_lds<{bytes}>"),
+            Intrinsic::WaitVmcnt { n } => format!("wait_vmcnt<{n}>"),
+            Intrinsic::BarrierLds => "barrier_lds".into(),
+            Intrinsic::SchedBarrier { mask } => format!("sched_barrier<{mask}>"),
+            Intrinsic::SetPrio { prio } => format!("set_prio<{prio}>"),
         }
     }
 
     /// Free of side effects: may be reordered, duplicated or dropped.
     pub fn is_pure(&self) -> bool {
         match self {
-            Intrinsic::ThreadIdx | Intrinsic::AddressOf => true,
+            Intrinsic::ThreadIdx | Intrinsic::AddressOf | Intrinsic::WaveIdx => true,
             Intrinsic::Extern { pure, .. } => *pure,
             _ => false,
         }

@@ -58,6 +58,12 @@ pub struct KernelAttrs {
     /// Symbolic sizes the launch guarantees to be multiples of a constant (the runtime checks
     /// them and falls back to a general variant of the kernel when they are not).
     pub dim_multiples: Vec<(Var, i64)>,
+    /// Threads per warp (wave) the kernel was lowered for: 64 on AMD; `None` means 32.
+    pub warp_size: Option<u32>,
+    /// Remap block indices so that consecutive logical blocks run on the same one of this many
+    /// accelerator dies (AMD's XCDs, each with its own L2; the hardware deals workgroups out
+    /// to them round-robin). Applied before `swizzle_panel`.
+    pub xcd_remap: Option<u32>,
     /// Fragment layouts chosen by layout inference (GPU targets), one per fragment buffer.
     pub fragments: Vec<(Buffer, crate::fragment::Fragment)>,
     /// Shared buffers with a chosen layout (swizzled tensor-core operand tiles, annotations),

@@ -358,7 +358,11 @@ impl Printer {
                 let s = self.region(&c.src);
                 let d = self.region(&c.dst);
                 let a = if c.asynchronous { " async" } else { "" };
-                format!("copy {s} -> {d}{a}")
+                let g = match &c.guard {
+                    Some(g) => format!(" where {}", self.expr_string(g)),
+                    None => String::new(),
+                };
+                format!("copy {s} -> {d}{a}{g}")
             }
             TileOp::Gemm(g) => {
                 let a = self.region(&g.a);

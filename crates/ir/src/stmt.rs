@@ -122,6 +122,10 @@ pub struct CopyOp {
     /// Set by the pipeline pass on the copies it runs ahead: the copy is issued asynchronously
     /// (cp.async, buffer_load…lds) and lands at the pipeline's wait, which owns its ordering.
     pub asynchronous: bool,
+    /// Set by the pipeline pass where every thread must issue the same asynchronous copies (AMD
+    /// counts outstanding loads, not groups): the copy moves data only where `guard` holds,
+    /// and elsewhere its destination receives zeros.
+    pub guard: Option<Expr>,
 }
 
 impl CopyOp {
@@ -131,6 +135,7 @@ impl CopyOp {
             src,
             dst,
             asynchronous: false,
+            guard: None,
         }
     }
 }
@@ -357,6 +362,9 @@ impl Stmt {
                 if let TileOp::Fill(f) = op {
                     v.push(&f.value);
                 }
+                if let TileOp::Copy(c) = op {
+                    v.extend(c.guard.iter());
+                }
                 v
             }
             StmtKind::Eval(e) => vec![e],
@@ -419,6 +427,9 @@ impl Stmt {
                     }
                     if let TileOp::Fill(fl) = &mut op {
                         fl.value = f(&fl.value);
+                    }
+                    if let TileOp::Copy(c) = &mut op {
+                        c.guard = c.guard.as_ref().map(&mut *f);
                     }
                     StmtKind::Op(op)
                 }

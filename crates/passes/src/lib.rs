@@ -25,63 +25,32 @@ pub struct Pass {
 
 /// The stages for a target, in order.
 pub fn pipeline(target: &Target) -> Vec<Pass> {
+    let pass = |name, run| Pass { name, run };
     match target {
         Target::Cpu => vec![
-            Pass {
-                name: "simplify",
-                run: simplify::run,
-            },
-            Pass {
-                name: "lower_tile_ops_cpu",
-                run: cpu_lower::run,
-            },
-            Pass {
-                name: "simplify_lowered",
-                run: simplify::run,
-            },
+            pass("simplify", simplify::run),
+            pass("lower_tile_ops_cpu", cpu_lower::run),
+            pass("simplify_lowered", simplify::run),
         ],
-        _ => vec![
-            Pass {
-                name: "simplify",
-                run: simplify::run,
-            },
-            Pass {
-                name: "select_instructions",
-                run: gpu::isel::run,
-            },
-            Pass {
-                name: "infer_layouts",
-                run: gpu::infer::run,
-            },
-            Pass {
-                name: "pipeline",
-                run: gpu::pipeline::run,
-            },
-            Pass {
-                name: "insert_barriers",
-                run: gpu::barriers::run,
-            },
-            Pass {
-                name: "lower_tile_ops",
-                run: gpu::lower::run,
-            },
-            Pass {
-                name: "apply_smem_layouts",
-                run: gpu::lower::apply_smem_layouts,
-            },
-            Pass {
-                name: "simplify_lowered",
-                run: simplify::run,
-            },
-            Pass {
-                name: "persistent",
-                run: gpu::persistent::run,
-            },
-            Pass {
-                name: "strength_reduce",
-                run: strength::run,
-            },
-        ],
+        _ => {
+            let mut v = vec![
+                pass("simplify", simplify::run),
+                pass("select_instructions", gpu::isel::run),
+                pass("infer_layouts", gpu::infer::run),
+                pass("pipeline", gpu::pipeline::run),
+                pass("insert_barriers", gpu::barriers::run),
+                pass("lower_tile_ops", gpu::lower::run),
+                pass("apply_smem_layouts", gpu::lower::apply_smem_layouts),
+                pass("simplify_lowered", simplify::run),
+            ];
+            if target.is_hip() {
+                // vmcnt waits and LDS barriers (docs in gpu::waitcnt).
+                v.push(pass("insert_waits", gpu::waitcnt::run));
+            }
+            v.push(pass("persistent", gpu::persistent::run));
+            v.push(pass("strength_reduce", strength::run));
+            v
+        }
     }
 }
 

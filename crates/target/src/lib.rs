@@ -61,11 +61,30 @@ pub struct AmdArch {
     pub xcds: u32,
 }
 
-const MFMA_GFX942: &[Mfma] = &[Mfma { m: 16, n: 16, k: 16 }, Mfma { m: 32, n: 32, k: 8 }];
+const MFMA_GFX942: &[Mfma] = &[
+    Mfma {
+        m: 16,
+        n: 16,
+        k: 16,
+    },
+    Mfma { m: 32, n: 32, k: 8 },
+];
 const MFMA_GFX950: &[Mfma] = &[
-    Mfma { m: 16, n: 16, k: 32 },
-    Mfma { m: 32, n: 32, k: 16 },
-    Mfma { m: 16, n: 16, k: 16 },
+    Mfma {
+        m: 16,
+        n: 16,
+        k: 32,
+    },
+    Mfma {
+        m: 32,
+        n: 32,
+        k: 16,
+    },
+    Mfma {
+        m: 16,
+        n: 16,
+        k: 16,
+    },
     Mfma { m: 32, n: 32, k: 8 },
 ];
 
@@ -187,6 +206,11 @@ impl Target {
     pub fn has_cp_async(self) -> bool {
         matches!(self, Target::Cuda { sm } if sm >= 80)
     }
+    /// Asynchronous global→shared copies a software pipeline can run ahead: cp.async (sm_80+),
+    /// direct-to-LDS buffer loads (gfx942, gfx950).
+    pub fn has_async_copy(self) -> bool {
+        self.has_cp_async() || self.amd().is_some()
+    }
     /// Warp-level tensor cores (mma.sync m16n8k16).
     pub fn has_mma_sync(self) -> bool {
         matches!(self, Target::Cuda { sm } if sm >= 80)
@@ -215,7 +239,9 @@ mod tests {
         assert_eq!(a.waves_per_simd(128), 4);
         assert_eq!(a.waves_per_simd(512), 1);
         assert_eq!(a.waves_per_simd(24), 8);
-        assert!(a.has_mfma(16, 16, 32) && !Target::GFX942.amd().expect("gfx942").has_mfma(16, 16, 32));
+        assert!(
+            a.has_mfma(16, 16, 32) && !Target::GFX942.amd().expect("gfx942").has_mfma(16, 16, 32)
+        );
     }
 
     #[test]
@@ -224,7 +250,10 @@ mod tests {
         assert_eq!(Target::parse("cuda:sm_80"), Ok(Target::SM80));
         assert_eq!(Target::parse("gfx942"), Ok(Target::Hip { gfx: 942 }));
         assert_eq!(Target::parse("hip:gfx950"), Ok(Target::GFX950));
-        assert!(Target::parse("gfx90a").is_err(), "only CDNA3/CDNA4 are targets");
+        assert!(
+            Target::parse("gfx90a").is_err(),
+            "only CDNA3/CDNA4 are targets"
+        );
         assert_eq!(Target::GFX950.warp_size(), 64);
         assert_eq!(Target::GFX950.max_shared_bytes(), 160 * 1024);
         assert_eq!(Target::GFX942.max_shared_bytes(), 64 * 1024);

@@ -149,14 +149,20 @@ impl Kernel {
     /// The PTX the PTX printer makes for a CUDA target (the aligned-size variant, as
     /// [`emit`](Self::emit)); an `unsupported` error names what it does not cover.
     pub fn emit_ptx(&self, target: Target) -> Result<String, Error> {
-        let aligned = self.alignment_dims();
+        let low = self.lower_aligned(target)?;
+        Ok(tl_codegen::ptx::generate(&low, target)?.code)
+    }
+
+    /// The thread-level IR of the variant specialized for aligned sizes (what GPU launches
+    /// with such sizes run; [`lower`](Self::lower) gives the variant for any sizes).
+    pub fn lower_aligned(&self, target: Target) -> Result<tl_ir::Kernel, Diagnostics> {
         let mut special = self.clone();
-        special.ir.attrs.dim_multiples = aligned
+        special.ir.attrs.dim_multiples = self
+            .alignment_dims()
             .iter()
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
-        let low = special.lower(target)?;
-        Ok(tl_codegen::ptx::generate(&low, target)?.code)
+        special.lower(target)
     }
 
     /// The generated source of the variant that handles any sizes.

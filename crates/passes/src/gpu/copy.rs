@@ -37,7 +37,7 @@ impl Ctx<'_> {
 
     /// Can region `r` be accessed in vectors of `v` elements along its last dim? Returns the
     /// run-time condition still needed (None: always), or Err if never.
-    fn vector_ok(&self, r: &Region, v: i64) -> Result<Option<Expr>, ()> {
+    pub(crate) fn vector_ok(&self, r: &Region, v: i64) -> Result<Option<Expr>, ()> {
         if v <= 1 {
             return Ok(None);
         }
@@ -94,6 +94,23 @@ impl Ctx<'_> {
         span: Span,
         async_ok: bool,
     ) -> Result<Stmt, Diagnostic> {
+        self.lower_copy_guarded(src, dst, span, async_ok, None)
+    }
+
+    /// [`lower_copy`](Self::lower_copy) of a copy that moves data only where `guard` holds
+    /// (`CopyOp::guard`).
+    pub fn lower_copy_guarded(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        span: Span,
+        async_ok: bool,
+        guard: Option<&Expr>,
+    ) -> Result<Stmt, Diagnostic> {
+        if guard.is_some() && !(async_ok && self.target.is_hip()) {
+            let s = self.lower_copy(src, dst, span, async_ok)?;
+            return Ok(if_then(guard.cloned(), s, span));
+        }
         match (src.buffer.scope(), dst.buffer.scope()) {
             (Scope::Fragment, Scope::Fragment) => self.copy_frag_frag(src, dst, span),
             (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst) => {
@@ -104,6 +121,16 @@ impl Ctx<'_> {
             (Scope::Local | Scope::Var, _) | (_, Scope::Local | Scope::Var) => Err(self
                 .unsupported(span, "a tile copy to or from a per-thread local buffer")
                 .help("copy through a fragment or shared buffer instead")),
+            (Scope::Global, Scope::Shared) if async_ok && self.target.is_hip() => {
+                match self.copy_buffer_lds(src, dst, guard, span) {
+                    Some(s) => Ok(s),
+                    // Through registers, synchronously: the guard still decides who copies.
+                    None => {
+                        let s = self.copy_blocked(src, dst, span, false)?;
+                        Ok(if_then(guard.cloned(), s, span))
+                    }
+                }
+            }
             _ => self.copy_blocked(src, dst, span, async_ok),
         }
     }

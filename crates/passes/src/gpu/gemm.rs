@@ -96,9 +96,7 @@ impl Ctx<'_> {
             Some(GemmInstruction::Wgmma) => return self.lower_gemm_wgmma(g, span),
             Some(GemmInstruction::MmaSync) => return self.lower_gemm_mma(g, span),
             Some(GemmInstruction::Simt) => {}
-            Some(other @ GemmInstruction::Mfma(_)) => {
-                return Err(self.unsupported(span, &format!("the {} instruction", other.name())))
-            }
+            Some(GemmInstruction::Mfma(shape)) => return self.lower_gemm_mfma(g, shape, span),
             None => {
                 return Err(Diagnostic::internal(
                     "a gemm reached lowering without an instruction (instruction selection did not run)",

@@ -575,6 +575,35 @@ impl Infer {
                         ),
                     }
                 }
+                Some(GemmInstruction::Mfma(shape)) => {
+                    let policy = match g.policy {
+                        WarpPolicy::Auto
+                            if reduced.contains(&g.c.buffer.id())
+                                || feeds_a(&g.c.buffer)
+                                || row_coupled.contains(&g.c.buffer.id()) =>
+                        {
+                            WarpPolicy::FullRow
+                        }
+                        p => p,
+                    };
+                    match super::mfma::partition(m, n, warps, shape, policy) {
+                        Ok((wm, wn)) => {
+                            let f = super::mfma::c_layout(m, n, wm, wn, shape);
+                            self.assign(&g.c.buffer, f, span, "the MFMA gemm that accumulates into it".into());
+                            for r in [&g.a, &g.b] {
+                                if r.buffer.scope() == Scope::Shared {
+                                    if let Some(l) = super::mma::operand_smem_layout(r) {
+                                        self.smem.insert(r.buffer.id(), (r.buffer.clone(), l));
+                                    }
+                                }
+                            }
+                        }
+                        Err(msg) => self.errors.push(
+                            Diagnostic::new(DiagKind::InvalidArgument, span, msg)
+                                .help("change the block tile sizes or the threads per block, or pick another warp policy"),
+                        ),
+                    }
+                }
                 _ => {
                     let f = simt_accumulator_layout(m, n, self.threads);
                     self.assign(

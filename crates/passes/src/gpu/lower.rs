@@ -79,6 +79,8 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     extra.sort_by_key(|(b, _)| b.id());
     let mut out = k.with_body(Stmt::seq(stmts, span));
     out.attrs.smem_layouts.extend(extra);
+    let ws = target.warp_size();
+    out.attrs.warp_size = (ws != 32).then_some(ws);
     Ok(out)
 }
 
@@ -329,7 +331,9 @@ impl<'a> Ctx<'a> {
 
     pub fn lower_op(&mut self, op: &TileOp, span: Span) -> Result<Stmt, Diagnostic> {
         match op {
-            TileOp::Copy(c) => self.lower_copy(&c.src, &c.dst, span, c.asynchronous),
+            TileOp::Copy(c) => {
+                self.lower_copy_guarded(&c.src, &c.dst, span, c.asynchronous, c.guard.as_ref())
+            }
             TileOp::Fill(f) => self.lower_fill(f, span),
             TileOp::Gemm(g) => self.lower_gemm(g, span),
             TileOp::Reduce(r) => self.lower_reduce(r, span),

@@ -38,7 +38,21 @@ pub fn applicable(g: &GemmOp, target: &Target) -> bool {
 
 /// `(wm, wn)` warps along M and N for `policy`, or a message saying what would work.
 pub fn partition(m: i64, n: i64, warps: i64, policy: WarpPolicy) -> Result<(i64, i64), String> {
-    let ok = |wm: i64, wn: i64| wm * wn == warps && m % (16 * wm) == 0 && n % (8 * wn) == 0;
+    partition_atoms(m, n, warps, (16, 8), 32, policy)
+}
+
+/// `(wm, wn)` warps (of `warp_threads` threads) along M and N for `policy`, each warp owning a
+/// multiple of `atom = (rows, cols)`, or a message saying what would work.
+pub fn partition_atoms(
+    m: i64,
+    n: i64,
+    warps: i64,
+    atom: (i64, i64),
+    warp_threads: i64,
+    policy: WarpPolicy,
+) -> Result<(i64, i64), String> {
+    let (ar, ac) = atom;
+    let ok = |wm: i64, wn: i64| wm * wn == warps && m % (ar * wm) == 0 && n % (ac * wn) == 0;
     let mut cands: Vec<(i64, i64)> = (1..=warps)
         .filter(|wm| warps % wm == 0)
         .map(|wm| (wm, warps / wm))
@@ -47,7 +61,7 @@ pub fn partition(m: i64, n: i64, warps: i64, policy: WarpPolicy) -> Result<(i64,
         WarpPolicy::FullRow => cands.retain(|&(wm, _)| wm == warps),
         WarpPolicy::FullCol => cands.retain(|&(_, wn)| wn == warps),
         WarpPolicy::Square | WarpPolicy::Auto => {
-            // Warp tiles as square as possible (least ldmatrix traffic per mma).
+            // Warp tiles as square as possible (least operand traffic per multiply).
             cands.sort_by_key(|&(wm, wn)| ((m / wm) - (n / wn)).abs());
         }
     }
@@ -58,21 +72,23 @@ pub fn partition(m: i64, n: i64, warps: i64, policy: WarpPolicy) -> Result<(i64,
     for w in [1, 2, 4, 8, 16] {
         for wm in (1..=w).filter(|x| w % x == 0) {
             let wn = w / wm;
-            if m % (16 * wm) == 0 && n % (8 * wn) == 0 {
+            if m % (ar * wm) == 0 && n % (ac * wn) == 0 {
                 let fits = match policy {
                     WarpPolicy::FullRow => wn == 1,
                     WarpPolicy::FullCol => wm == 1,
                     _ => true,
                 };
                 if fits {
-                    works.push(format!("{} threads", 32 * w));
+                    works.push(format!("{} threads", warp_threads * w));
                     break;
                 }
             }
         }
     }
     Err(format!(
-        "a {m}x{n} accumulator cannot be split over {warps} warps with policy {policy:?} (each warp needs a multiple of 16 rows and 8 columns){}",
+        "a {m}x{n} accumulator cannot be split over {warps} {} with policy {policy:?} (each {} needs a multiple of {ar} rows and {ac} columns){}",
+        if warp_threads == 64 { "waves" } else { "warps" },
+        if warp_threads == 64 { "wave" } else { "warp" },
         if works.is_empty() {
             String::new()
         } else {

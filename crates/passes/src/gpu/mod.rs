@@ -5,15 +5,18 @@
 //! (`persistent`). See docs/design/thread-ir.md for what comes out.
 
 pub mod barriers;
+pub mod buffer_lds;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;
 pub mod infer;
 pub mod isel;
 pub mod lower;
+pub mod mfma;
 pub mod mma;
 pub mod persistent;
 pub mod pipeline;
 pub mod reduce;
 pub mod smem;
+pub mod waitcnt;
 pub mod wgmma;

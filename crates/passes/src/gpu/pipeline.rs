@@ -32,7 +32,42 @@ use tl_ir::{
 };
 use tl_target::Target;
 
-use crate::tile_util::{address_of, eval, for_loop, if_then, sync};
+use crate::tile_util::{address_of, eval, for_loop, sync};
+
+mod amd;
+mod nvidia;
+
+/// What differs between targets' asynchronous copies.
+trait Issue {
+    /// The copies for an iteration that may lie past the loop's end (`valid` says whether it
+    /// does not).
+    fn issue(&self, copies: Stmt, valid: Expr, span: Span) -> Stmt;
+    /// One steady-state iteration from its parts: the refill, the wait for this iteration's
+    /// tiles, the barriers, the computation.
+    fn steady(&self, it: Steady) -> Vec<Stmt>;
+}
+
+/// The parts of a steady-state iteration.
+struct Steady {
+    /// Waits until all but the newest `n` groups have landed.
+    wait: Box<dyn Fn(u32) -> Stmt>,
+    /// Groups issued ahead of the one consumed.
+    ahead_by: u32,
+    /// Fences the landed tiles for the async proxy (or nothing).
+    fence: Stmt,
+    barrier: Stmt,
+    /// Issues the copies of iteration `k + ahead_by` into the stage iteration `k - 1` read.
+    fetch: Stmt,
+    commit: Stmt,
+    consume: Stmt,
+}
+
+fn issuer(target: &Target) -> Box<dyn Issue> {
+    match target {
+        Target::Hip { .. } => Box::new(amd::BufferLds),
+        _ => Box::new(nvidia::CpAsync),
+    }
+}
 
 /// A pipelined loop the lowering will software-pipeline: its producers (indices into the
 /// flattened body) and the buffers they fill.
@@ -92,7 +127,7 @@ fn accessed_outside(root: &Stmt, var: &Var) -> HashSet<u64> {
 pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMap<u64, Buffer>) {
     let mut plans = HashMap::new();
     let mut versioned = HashMap::new();
-    if !target.has_cp_async() {
+    if !target.has_async_copy() {
         return (plans, versioned);
     }
     root.walk(&mut |s| {
@@ -250,7 +285,9 @@ impl Pipeliner {
                 None => s.clone(),
             },
             StmtKind::For(l) => match &l.kind {
-                ForKind::Pipelined { stages, .. } if *stages > 1 && self.target.has_cp_async() => {
+                ForKind::Pipelined { stages, .. }
+                    if *stages > 1 && self.target.has_async_copy() =>
+                {
                     match self.expand(l, *stages, span) {
                         Ok(x) => x,
                         Err(d) => {
@@ -304,6 +341,7 @@ impl Pipeliner {
         let n = l.extent.clone();
         let lo = l.min.clone();
         let commit = eval(Intrinsic::CpAsyncCommit, vec![], span);
+        let engine = issuer(&self.target);
         let issue = |it: Expr| -> Stmt {
             let mut map = HashMap::new();
             map.insert(l.var.id(), lo.clone() + it.clone());
@@ -333,7 +371,7 @@ impl Pipeliner {
             ForKind::Unrolled,
             Stmt::seq(
                 vec![
-                    if_then(Some(sv.expr().lt(n.clone())), issue(sv.expr()), span),
+                    engine.issue(issue(sv.expr()), sv.expr().lt(n.clone()), span),
                     commit.clone(),
                 ],
                 span,
@@ -389,20 +427,15 @@ impl Pipeliner {
             Stmt::empty()
         };
         let steady = Stmt::seq(
-            vec![
-                eval(
-                    Intrinsic::CpAsyncWait {
-                        n: (ahead_by - 1) as u32,
-                    },
-                    vec![],
-                    span,
-                ),
+            engine.steady(Steady {
+                wait: Box::new(move |n| eval(Intrinsic::CpAsyncWait { n }, vec![], span)),
+                ahead_by: ahead_by as u32,
                 fence,
-                sync(span),
-                if_then(Some(ahead.lt(n.clone())), fetch, span),
+                barrier: sync(span),
+                fetch: engine.issue(fetch, ahead.lt(n.clone()), span),
                 commit,
                 consume,
-            ],
+            }),
             span,
         );
         out.push(Stmt::new(

@@ -88,22 +88,23 @@ impl Ctx<'_> {
         out.push(for_loop(&u, n_kept, ForKind::Unrolled, per_u, span));
         // 2. Across lanes of a warp.
         // Digits that straddle a warp boundary split into a lane part and a warp part.
+        let ws = self.target.warp_size() as i64;
         let mut digits = vec![];
         for (ts, e) in f.thread_digits_along(dim) {
-            if ts < 32 && ts * e > 32 && 32 % ts == 0 && (ts * e) % 32 == 0 {
-                digits.push((ts, 32 / ts));
-                digits.push((32, ts * e / 32));
+            if ts < ws && ts * e > ws && ws % ts == 0 && (ts * e) % ws == 0 {
+                digits.push((ts, ws / ts));
+                digits.push((ws, ts * e / ws));
             } else {
                 digits.push((ts, e));
             }
         }
         let mut cross_warp = vec![];
         for (ts, e) in &digits {
-            if ts * e <= 32 && (e & (e - 1)) == 0 {
+            if ts * e <= ws && (e & (e - 1)) == 0 {
                 let mut mask = *ts;
                 while mask < ts * e {
                     let sh = Expr::call(
-                        Intrinsic::ShflXor { width: 32 },
+                        Intrinsic::ShflXor { width: ws as u32 },
                         vec![Expr::load(&tmp, vec![u.expr()]), Expr::int(mask)],
                         acc_t,
                     );
@@ -117,7 +118,7 @@ impl Ctx<'_> {
                     ));
                     mask *= 2;
                 }
-            } else if *ts >= 32 {
+            } else if *ts >= ws {
                 cross_warp.push((*ts, *e));
             } else {
                 return Err(self
@@ -148,7 +149,7 @@ impl Ctx<'_> {
             }
             let mut writer = f.replica_index(&self.tid).eq_(0);
             for (ts, e) in &digits {
-                if *ts < 32 {
+                if *ts < ws {
                     writer = writer.and(self.tid.floordiv(*ts).floormod(*e).eq_(0));
                 }
             }

@@ -42,19 +42,27 @@ pub fn layout_expr(l: &Layout, r: &Expr, c: &Expr) -> Expr {
 
 /// `Sw<B,M,S>(offset + layout(r, c))` as an expression.
 pub fn composed_expr(l: &ComposedLayout, r: &Expr, c: &Expr) -> Expr {
-    let base = layout_expr(&l.layout, r, c) + l.offset;
-    let sw = &l.swizzle;
+    swizzle_expr(&l.swizzle, layout_expr(&l.layout, r, c) + l.offset)
+}
+
+/// `Sw<B,M,S>(x)` as an expression.
+pub fn swizzle_expr(sw: &tl_layout::Swizzle, x: Expr) -> Expr {
     if sw.is_identity() {
-        return base;
+        return x;
     }
     let (b, m, s) = (sw.b() as i64, sw.m() as i64, sw.s() as i64);
     let yyy = ((1i64 << b) - 1) << (m + s.max(0));
     let moved = if s >= 0 {
-        (base.clone() & yyy) >> s
+        (x.clone() & yyy) >> s
     } else {
-        (base.clone() & yyy) << (-s)
+        (x.clone() & yyy) << (-s)
     };
-    base ^ moved
+    x ^ moved
+}
+
+/// A layout over one (1-d) coordinate, as an expression.
+pub fn layout_expr_1d(l: &Layout, x: &Expr) -> Expr {
+    mode_expr(x, l.shape(), l.stride())
 }
 
 /// Rewrite every access of the buffers in `layouts` (keyed by buffer id; the buffers may carry
@@ -73,6 +81,11 @@ pub fn apply(body: &Stmt, layouts: &HashMap<u64, (Buffer, ComposedLayout)>) -> S
         .collect();
     let index = |b: &Buffer, idx: &[Expr]| -> Option<Expr> {
         let (_, l) = layouts.get(&b.id())?;
+        // One index is already a physical element offset (a direct-to-LDS copy addresses the
+        // slots it fills in storage order).
+        if idx.len() == 1 {
+            return Some(idx[0].clone());
+        }
         let shape = b.const_shape()?;
         let rank = shape.len();
         if rank < 2 || idx.len() != rank {

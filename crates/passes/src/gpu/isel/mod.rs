@@ -6,6 +6,7 @@
 use tl_ir::{Diagnostic, Diagnostics, GemmOp, Kernel, Span, Stmt, StmtKind, TileOp};
 use tl_target::Target;
 
+pub mod amd;
 pub mod nvidia;
 
 /// What the selection of one target family decides.
@@ -22,6 +23,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let threads = k.threads as i64;
     match target {
         Target::Cuda { .. } => select(k, &nvidia::Nvidia::new(*target, threads)),
+        Target::Hip { .. } => select(k, &amd::Amd::new(*target, threads)),
         // Targets without a selector keep what the kernel asked for; lowering checks it.
         _ => Ok(k),
     }

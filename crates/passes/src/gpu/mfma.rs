@@ -1,0 +1,395 @@
+//! Gemm on AMD's matrix cores: `v_mfma_f32_{16x16|32x32}x{K}_{bf16|f16}` (gfx942, gfx950), f32
+//! accumulate, 64-lane waves.
+//!
+//! The block's waves tile the `M × N` accumulator (`wm` along M, `wn` along N, chosen by the
+//! warp policy); each wave owns `mi × ni` atoms. The instruction is issued *swapped*: the
+//! instruction's A operand is an atom of our B (N rows) and its B operand an atom of our A (M
+//! columns), so the instruction computes the transposed atom Cᵀ. In the accumulator that puts
+//! M on the lane (lane `l` holds row `l % 16`) and N on the values (4 consecutive columns per
+//! lane): rows spread over lanes exactly as the instruction's own operand layout wants them, so
+//! an accumulator (attention's scores) is, converted to 16 bits, the A operand of the next gemm
+//! over the same rows — no shuffle, no trip through LDS — and row reductions stay within lanes
+//! and a 4-lane butterfly.
+//!
+//! Operands in LDS are read per lane along K: with K the tile's contiguous dim, 16 consecutive
+//! elements per lane and atom are two `ds_read_b128` feeding `k_pack = 2` instructions (the sum
+//! over K does not care which lane holds which k, as long as A and B agree); with K strided
+//! (an `[K, M]` A, a `[K, N]` B, attention's V), each element is its own 2-byte read.
+
+use tl_ir::{
+    Buffer, DType, DiagKind, Diagnostic, Expr, ForKind, Fragment, GemmOp, Intrinsic, MfmaOp,
+    MfmaShape, Mode, Region, Scope, Span, Stmt, StmtKind, Var, WarpPolicy,
+};
+use tl_target::Target;
+
+use super::gemm::{extents2, index2};
+use super::lower::Ctx;
+use crate::tile_util::{address_of, for_loop, store};
+
+/// Lanes of an AMD wave.
+pub const WAVE: i64 = 64;
+
+/// The MFMA shape instruction selection picks for `g` on `target` with `threads` per block,
+/// or why none fits. `requested` is the kernel's own choice, checked instead of picking.
+pub fn choose(
+    g: &GemmOp,
+    target: &Target,
+    threads: i64,
+    requested: Option<MfmaShape>,
+) -> Result<MfmaShape, String> {
+    let Some(arch) = target.amd() else {
+        return Err(format!(
+            "MFMA needs gfx942 or gfx950; the target is {target}"
+        ));
+    };
+    let ab = g.a.buffer.dtype();
+    if ab != g.b.buffer.dtype() || !matches!(ab, DType::F16 | DType::BF16) {
+        return Err(format!(
+            "MFMA here takes f16 or bf16 operands of one type (A is {ab}, B is {})",
+            g.b.buffer.dtype()
+        ));
+    }
+    if g.c.buffer.dtype() != DType::F32 {
+        return Err("MFMA accumulates in f32".into());
+    }
+    if g.b.buffer.scope() != Scope::Shared {
+        return Err("B must be a shared-memory (LDS) tile".into());
+    }
+    let a_regs = match g.a.buffer.scope() {
+        Scope::Shared => false,
+        Scope::Fragment => true,
+        s => return Err(format!("A must be an LDS tile or a fragment, not {s:?}")),
+    };
+    if a_regs && g.trans_a {
+        return Err("an A fragment must be [M, K], not transposed".into());
+    }
+    if threads % WAVE != 0 {
+        return Err(format!(
+            "MFMA runs on whole 64-lane waves; the block has {threads} threads"
+        ));
+    }
+    let (Some((m, n)), Some((ar, ac))) = (extents2(&g.c), extents2(&g.a)) else {
+        return Err("MFMA needs constant 2-d tile shapes".into());
+    };
+    let k = if g.trans_a { ar } else { ac };
+    let fits = |s: &MfmaShape| {
+        let (sm, sn, sk) = (s.m as i64, s.n as i64, s.k as i64);
+        m % sm == 0
+            && n % sn == 0
+            && k % sk == 0
+            // A from registers holds 16-row atoms of an earlier 16x16 gemm.
+            && (!a_regs || sm == 16)
+    };
+    match requested {
+        Some(s) => {
+            if !arch.has_mfma(s.m, s.n, s.k) {
+                let have: Vec<String> = arch
+                    .mfma
+                    .iter()
+                    .map(|x| format!("{}x{}x{}", x.m, x.n, x.k))
+                    .collect();
+                return Err(format!(
+                    "{target} has no {}x{}x{} MFMA; it has {}",
+                    s.m,
+                    s.n,
+                    s.k,
+                    have.join(", ")
+                ));
+            }
+            if !fits(&s) {
+                return Err(format!(
+                    "the {}x{}x{} MFMA needs M a multiple of {}, N of {} and K of {} (M = {m}, N = {n}, K = {k}){}",
+                    s.m,
+                    s.n,
+                    s.k,
+                    s.m,
+                    s.n,
+                    s.k,
+                    if a_regs { "; an A fragment needs 16x16 atoms" } else { "" }
+                ));
+            }
+            Ok(s)
+        }
+        None => arch
+            .mfma
+            .iter()
+            // 16x16 atoms first (the finest split over waves, and the layout P·V can read
+            // from registers), the deepest K the tile allows.
+            .map(|x| MfmaShape {
+                m: x.m,
+                n: x.n,
+                k: x.k,
+            })
+            .filter(|s| s.m == 16)
+            .find(fits)
+            .ok_or_else(|| {
+                format!(
+                    "MFMA needs M and N multiples of 16 and K of 16 (M = {m}, N = {n}, K = {k})"
+                )
+            }),
+    }
+}
+
+/// The accumulator layout of an MFMA gemm with `wm × wn` waves (swapped issue, see the module
+/// doc): lane `l` holds row `l % am` and, per atom, columns `4·(l / am) + …`; then the wave's
+/// N atoms, then its M atoms — atom `(mi, ni)` holds values `acc·(ni + NI·mi) ..` with `acc`
+/// values per atom.
+pub fn c_layout(m: i64, n: i64, wm: i64, wn: i64, shape: MfmaShape) -> Fragment {
+    let (am, an) = (shape.m as i64, shape.n as i64);
+    let (mi, ni) = (m / wm / am, n / wn / an);
+    let groups = WAVE / am;
+    let mut value_modes = vec![Mode::along(4, 1, 1)];
+    if am == 32 {
+        // 32x32: rows 8·(v / 4) + 4·(l / 32) + v % 4 of the instruction's D, our columns.
+        value_modes.push(Mode::along(4, 1, 8));
+    }
+    value_modes.push(Mode::along(ni, 1, an));
+    value_modes.push(Mode::along(mi, 0, am));
+    Fragment {
+        shape: vec![m, n],
+        thread_modes: vec![
+            Mode::along(am, 0, 1),
+            Mode::along(groups, 1, 4),
+            Mode::along(wm, 0, m / wm),
+            Mode::along(wn, 1, n / wn),
+        ],
+        value_modes,
+    }
+}
+
+/// `(wm, wn)` waves along M and N for `policy` with `am × an` atoms, or a message saying what
+/// would work.
+pub fn partition(
+    m: i64,
+    n: i64,
+    waves: i64,
+    shape: MfmaShape,
+    policy: WarpPolicy,
+) -> Result<(i64, i64), String> {
+    super::mma::partition_atoms(m, n, waves, (shape.m as i64, shape.n as i64), WAVE, policy)
+}
+
+impl Ctx<'_> {
+    pub fn lower_gemm_mfma(
+        &mut self,
+        g: &GemmOp,
+        shape: MfmaShape,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        choose(g, &self.target, self.threads, Some(shape))
+            .map_err(|why| Diagnostic::new(DiagKind::Unsupported, span, why))?;
+        let f = self.fragment_of(&g.c.buffer, span)?;
+        let acc = self.local_of(&g.c.buffer, span)?;
+        let (m, n) = extents2(&g.c).ok_or_else(|| Diagnostic::internal("mfma on a non-2-d C"))?;
+        let (ar, ac) = extents2(&g.a).ok_or_else(|| Diagnostic::internal("mfma on a non-2-d A"))?;
+        let k = if g.trans_a { ar } else { ac };
+        // The wave partition is read back from the accumulator's layout.
+        let wm = f.thread_modes.get(2).map_or(1, |x| x.extent);
+        let wn = f.thread_modes.get(3).map_or(1, |x| x.extent);
+        if !f.equivalent(&c_layout(m, n, wm, wn, shape)) {
+            return Err(Diagnostic::internal(format!(
+                "accumulator `{}` does not have an MFMA layout ({})",
+                g.c.buffer.name(),
+                f.to_cute()
+            )));
+        }
+        let (am, an, sk) = (shape.m as i64, shape.n as i64, shape.k as i64);
+        let (mi_n, ni_n) = (m / wm / am, n / wn / an);
+        let ab = g.a.buffer.dtype();
+        let op = MfmaOp {
+            m: shape.m,
+            n: shape.n,
+            k: shape.k,
+            ab,
+        };
+        let e = op.operand_elems() as i64;
+        let acc_per_atom = op.acc_elems() as i64;
+        let lane = self.tid.floormod(WAVE);
+        let wave = Expr::call(Intrinsic::WaveIdx, vec![], DType::I32);
+        let row0 = wave.floormod(wm) * (m / wm);
+        let col0 = wave.floordiv(wm).floormod(wn) * (n / wn);
+        let lr = lane.floormod(am);
+        let lg = lane.floordiv(am);
+        let mut out = vec![];
+        if g.clear_accum {
+            let v = Var::new("v", DType::I32);
+            out.push(for_loop(
+                &v,
+                f.local_size(),
+                ForKind::Unrolled,
+                store(&acc, vec![v.expr()], Expr::int_of(0, DType::F32), span),
+                span,
+            ));
+        }
+        // A from registers: the accumulator layout of an earlier 16x16 gemm over the same
+        // rows (attention's P), converted to this gemm's operand type.
+        let a_regs = if g.a.buffer.scope() == Scope::Fragment {
+            let fa = self.fragment_of(&g.a.buffer, span)?;
+            let want = c_layout(m, k, wm, 1, shape);
+            if g.a.buffer.dtype() != ab || wn != 1 || !fa.equivalent(&want) {
+                return Err(Diagnostic::new(
+                    DiagKind::LayoutConflict,
+                    span,
+                    format!(
+                        "gemm reads A from fragment `{}` ({}), which is not laid out as an MFMA operand for these waves ({})",
+                        g.a.buffer.name(),
+                        fa.to_cute(),
+                        want.to_cute()
+                    ),
+                )
+                .help("produce A with a gemm over the same rows (warp policy FullRow), or copy it to shared memory"));
+            }
+            Some(self.local_of(&g.a.buffer, span)?)
+        } else {
+            None
+        };
+        let kpack = if a_regs.is_none() && k % (2 * sk) == 0 {
+            2
+        } else {
+            1
+        };
+        let kc = sk * kpack;
+        let per_lane = e * kpack;
+        let chunks = k / kc;
+        // The logical k of slot `slot` of this lane in chunk `s`.
+        let kmap = |s: &Expr, slot: i64| -> Expr {
+            match a_regs {
+                // Contiguous per lane: slots (j, v) of the k_pack instructions in a row.
+                None => s.clone() * kc + lg.clone() * per_lane + slot,
+                // As P holds it: 4 consecutive keys per 16-key atom, atoms side by side.
+                Some(_) => s.clone() * kc + 16 * (slot / 4) + lg.clone() * 4 + slot % 4,
+            }
+        };
+        let a_frag = Buffer::new(
+            "a_frag",
+            vec![Expr::int(mi_n * per_lane)],
+            ab,
+            Scope::Local,
+            span,
+        );
+        let b_frag = Buffer::new(
+            "b_frag",
+            vec![Expr::int(ni_n * per_lane)],
+            ab,
+            Scope::Local,
+            span,
+        );
+        if a_regs.is_none() {
+            out.push(Stmt::new(StmtKind::Alloc(a_frag.clone()), span));
+        }
+        out.push(Stmt::new(StmtKind::Alloc(b_frag.clone()), span));
+        let contiguous = a_regs.is_none();
+        let step = |s: &Expr| -> Stmt {
+            let mut body = vec![];
+            if a_regs.is_none() {
+                for mi in 0..mi_n {
+                    let row = row0.clone() + am * mi + lr.clone();
+                    body.extend(read_operand(
+                        &g.a,
+                        !g.trans_a && contiguous,
+                        g.trans_a,
+                        &row,
+                        &|slot| kmap(s, slot),
+                        &a_frag,
+                        mi * per_lane,
+                        per_lane,
+                        span,
+                    ));
+                }
+            }
+            for ni in 0..ni_n {
+                let row = col0.clone() + an * ni + lr.clone();
+                body.extend(read_operand(
+                    &g.b,
+                    g.trans_b && contiguous,
+                    !g.trans_b,
+                    &row,
+                    &|slot| kmap(s, slot),
+                    &b_frag,
+                    ni * per_lane,
+                    per_lane,
+                    span,
+                ));
+            }
+            for ni in 0..ni_n {
+                for mi in 0..mi_n {
+                    let d = address_of(&acc, vec![Expr::int(acc_per_atom * (ni + ni_n * mi))]);
+                    for j in 0..kpack {
+                        let src_a = address_of(&b_frag, vec![Expr::int(ni * per_lane + j * e)]);
+                        let src_b = match &a_regs {
+                            None => address_of(&a_frag, vec![Expr::int(mi * per_lane + j * e)]),
+                            // Atoms of P's 16 keys: chunk s starts at atom (K/16)·s of row mi.
+                            Some(regs) => {
+                                address_of(regs, vec![(s.clone() * (sk / 16) + (k / 16) * mi) * 4])
+                            }
+                        };
+                        body.push(Stmt::new(
+                            StmtKind::Eval(Expr::call(
+                                Intrinsic::Mfma(op),
+                                vec![d.clone(), src_a, src_b, d.clone()],
+                                DType::Bool,
+                            )),
+                            span,
+                        ));
+                    }
+                }
+            }
+            Stmt::seq(body, span)
+        };
+        if chunks <= 8 {
+            for s in 0..chunks {
+                out.push(step(&Expr::int(s)));
+            }
+        } else {
+            let s = Var::new("kc", DType::I32);
+            out.push(for_loop(&s, chunks, ForKind::Serial, step(&s.expr()), span));
+        }
+        Ok(Stmt::seq(out, span))
+    }
+}
+
+/// Read one operand atom's slots for this lane into `dst[off .. off + n]`: `row` is the lane's
+/// M (or N) index, `k_of(slot)` its K index. With K the tile's contiguous dim (`k_last`), runs
+/// of up to 8 slots are one 16-byte read; otherwise (`k_first`: the tile is `[K, rows]`) each
+/// slot is a 2-byte read.
+#[allow(clippy::too_many_arguments)]
+fn read_operand(
+    r: &Region,
+    k_last: bool,
+    k_first: bool,
+    row: &Expr,
+    k_of: &dyn Fn(i64) -> Expr,
+    dst: &Buffer,
+    off: i64,
+    n: i64,
+    span: Span,
+) -> Vec<Stmt> {
+    let idx = |slot: i64| {
+        if k_first {
+            index2(r, k_of(slot), row.clone())
+        } else {
+            index2(r, row.clone(), k_of(slot))
+        }
+    };
+    let copy = |lanes: i64, slot: i64| {
+        Stmt::new(
+            StmtKind::Eval(Expr::call(
+                Intrinsic::VecCopy {
+                    lanes: lanes as u32,
+                },
+                vec![
+                    address_of(dst, vec![Expr::int(off + slot)]),
+                    address_of(&r.buffer, idx(slot)),
+                ],
+                DType::Bool,
+            )),
+            span,
+        )
+    };
+    if k_last {
+        let run = n.min(8);
+        (0..n / run).map(|i| copy(run, i * run)).collect()
+    } else {
+        (0..n).map(|slot| copy(1, slot)).collect()
+    }
+}
