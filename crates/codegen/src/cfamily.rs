@@ -119,6 +119,9 @@ pub struct Printer<'a> {
     /// The `wgmma` shapes a CUDA kernel uses: (N, operand type name); their device functions
     /// are emitted ahead of the kernel.
     pub wgmma_shapes: std::collections::BTreeSet<tl_ir::WgmmaOp>,
+    /// HIP: the buffer resource descriptor of each tensor that direct-to-LDS loads read (by
+    /// buffer id), built once at kernel entry.
+    pub srds: HashMap<u64, String>,
 }
 
 impl<'a> Printer<'a> {
@@ -131,6 +134,7 @@ impl<'a> Printer<'a> {
             errors: vec![],
             smem_offsets: HashMap::new(),
             wgmma_shapes: std::collections::BTreeSet::new(),
+            srds: HashMap::new(),
         }
     }
 
@@ -404,6 +408,7 @@ impl<'a> Printer<'a> {
                 format!("tl_atomic_add_{}({a}, {v})", target_dt.name())
             }
             other if self.dialect == Dialect::Cuda => self.cuda_call(other, args, dt),
+            other if self.dialect == Dialect::Hip => self.hip_call(other, args, dt),
             other => {
                 let _ = dt;
                 self.unsupported(format!("the intrinsic {}", other.name()))
@@ -584,6 +589,9 @@ impl<'a> Printer<'a> {
     pub fn alloc(&mut self, b: &Buffer) {
         if self.dialect == Dialect::Cuda {
             return self.cuda_alloc(b);
+        }
+        if self.dialect == Dialect::Hip {
+            return self.hip_alloc(b);
         }
         let name = self.names.buf(b);
         let ty = if b.scope() == Scope::Var {

@@ -242,7 +242,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
 }
 
 /// How a scalar parameter is passed: its compute type, bools as `int32_t`.
-fn scalar_param_type(dt: DType) -> &'static str {
+pub(crate) fn scalar_param_type(dt: DType) -> &'static str {
     match dt {
         DType::Bool => "int32_t",
         d => compute_type(d),
@@ -539,7 +539,7 @@ pub(crate) fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic
 }
 
 /// The buffer and indices of an `AddressOf(Load(buf, idx))` argument.
-fn address_target(e: &Expr) -> Option<(&Buffer, &[Expr])> {
+pub(crate) fn address_target(e: &Expr) -> Option<(&Buffer, &[Expr])> {
     match e.kind() {
         ExprKind::Call(Intrinsic::AddressOf, a) => match a.first().map(|l| l.kind()) {
             Some(ExprKind::Load(b, idx)) => Some((b, idx.as_slice())),
@@ -552,6 +552,8 @@ fn address_target(e: &Expr) -> Option<(&Buffer, &[Expr])> {
 /// Argument positions of intrinsics that only read through the address they are given.
 fn reads_only(op: &Intrinsic, i: usize) -> bool {
     match op {
+        Intrinsic::Mfma(_) => i == 1 || i == 2,
+        Intrinsic::BufferLoadLds { .. } => i == 1,
         Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
         Intrinsic::Ldmatrix { .. } => i == 0,
         Intrinsic::MmaSync { .. } => i >= 1,
@@ -602,7 +604,7 @@ pub(crate) fn sanitize(s: &str) -> String {
 
 /// The CUDA-only parts of the shared printer.
 impl Printer<'_> {
-    fn cuda_error(&mut self, kind: DiagKind, message: String, help: &str) -> String {
+    pub(crate) fn cuda_error(&mut self, kind: DiagKind, message: String, help: &str) -> String {
         self.errors
             .push(Diagnostic::new(kind, Span::UNKNOWN, message).help(help));
         "0".into()
@@ -610,7 +612,7 @@ impl Printer<'_> {
 
     /// Print an address argument, checking it is `address_of(load)` of a buffer in one of
     /// `scopes` (and, when given, with elements of `bytes` bytes).
-    fn cuda_addr(
+    pub(crate) fn cuda_addr(
         &mut self,
         op: &Intrinsic,
         arg: Option<&Expr>,
@@ -659,7 +661,7 @@ impl Printer<'_> {
         Some((format!("(&{lv})"), buf.clone()))
     }
 
-    fn cuda_nargs(&mut self, op: &Intrinsic, args: &[Expr], n: usize) -> bool {
+    pub(crate) fn cuda_nargs(&mut self, op: &Intrinsic, args: &[Expr], n: usize) -> bool {
         if args.len() == n {
             return true;
         }

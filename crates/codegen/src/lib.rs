@@ -5,9 +5,11 @@ pub mod abi;
 pub mod c;
 pub mod cfamily;
 pub mod cuda;
+pub mod hip;
 pub mod names;
 pub mod pack;
 pub mod ptx;
 
 pub use abi::{Abi, IntSlot};
 pub use cuda::{CudaSource, Language};
+pub use hip::HipSource;

@@ -171,14 +171,7 @@ impl Kernel {
         match target {
             Target::Cpu => Ok(tl_codegen::c::generate(&low)?.code),
             Target::Cuda { .. } => Ok(tl_codegen::cuda::generate(&low, target)?.code),
-            other => Err(Error::Compile(Diagnostics::from(
-                Diagnostic::new(
-                    DiagKind::Unsupported,
-                    Span::UNKNOWN,
-                    format!("code generation for {other} is not available in this build"),
-                )
-                .help("use the CPU or a CUDA target"),
-            ))),
+            Target::Hip { .. } => Ok(tl_codegen::hip::generate(&low, target)?.code),
         }
     }
 
