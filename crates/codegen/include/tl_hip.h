@@ -179,7 +179,9 @@ TL_DEVICE void tl_buffer_load_lds_##BYTES(void* lds, tl_rsrc r, uint32_t voff, u
                                              soff, 0, 0);                                      \
 }
 TL_DEFINE_BUFFER_LOAD_LDS(4)
+#if defined(__gfx950__)
 TL_DEFINE_BUFFER_LOAD_LDS(16)
+#endif
 
 /* ---- synchronous vector copies (both addresses aligned to the size) ---- */
 TL_DEVICE void tl_vec_copy_16(void* d, const void* s) { *(tl_u32x4*)d = *(const tl_u32x4*)s; }

@@ -353,7 +353,14 @@ impl<'a> Printer<'a> {
             }
             ExprKind::And(a, b) => {
                 let (x, y) = (self.expr(a), self.expr(b));
-                format!("({x} && {y})")
+                // HIP: without a load on the right to guard, both sides are evaluated and
+                // combined (a mask AND), not branched around — `&&` would split the wave's
+                // code into exec-masked regions.
+                if self.dialect == Dialect::Hip && !reads_memory(b) {
+                    format!("({x} & {y})")
+                } else {
+                    format!("({x} && {y})")
+                }
             }
             ExprKind::Or(a, b) => {
                 let (x, y) = (self.expr(a), self.expr(b));
@@ -611,6 +618,15 @@ impl<'a> Printer<'a> {
             _ => self.line(&format!("{ty} {name}[{n}];")),
         }
     }
+}
+
+/// Whether evaluating `e` may read memory or call a function with side effects.
+fn reads_memory(e: &Expr) -> bool {
+    e.any(&mut |x| match x.kind() {
+        ExprKind::Load(b, _) => b.scope() != Scope::Var,
+        ExprKind::Call(op, _) => !op.is_pure(),
+        _ => false,
+    })
 }
 
 /// The row-major element offset of `buf[idx]`, unsimplified: each index times its stride,

@@ -167,7 +167,10 @@ pub fn generate(k: &Kernel, target: Target) -> Result<HipSource, Diagnostics> {
         params.push(format!("const int32_t {n}"));
     }
 
+    names.reserve("tl_wave");
     let mut p = Printer::new(&mut names, Dialect::Hip);
+    // The wave's index once, in a scalar register.
+    p.line("const int32_t tl_wave = tl_wave_idx();");
     resource_descriptors(&mut p, k);
     block_indices(&mut p, k);
     p.stmt(&k.body);
@@ -333,7 +336,9 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
         p.line("{");
         p.indent += 1;
         p.line("const uint32_t tl_n = tl_gx * tl_gy;");
-        p.line(&format!("const uint32_t tl_per = (tl_n + {x}u - 1u) / {x}u;"));
+        p.line(&format!(
+            "const uint32_t tl_per = (tl_n + {x}u - 1u) / {x}u;"
+        ));
         p.line(&format!(
             "const uint32_t tl_tall = tl_n % {x}u == 0u ? {x}u : tl_n % {x}u;"
         ));
@@ -364,8 +369,14 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
             ));
         }
         None => {
-            p.line(&format!("const int32_t {} = (int32_t)(tl_lin % tl_gx);", vars[0]));
-            p.line(&format!("const int32_t {} = (int32_t)(tl_lin / tl_gx);", vars[1]));
+            p.line(&format!(
+                "const int32_t {} = (int32_t)(tl_lin % tl_gx);",
+                vars[0]
+            ));
+            p.line(&format!(
+                "const int32_t {} = (int32_t)(tl_lin / tl_gx);",
+                vars[1]
+            ));
         }
     }
 }
@@ -379,7 +390,7 @@ impl Printer<'_> {
         const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
         match op {
             Intrinsic::ThreadIdx => "tl_thread_idx()".into(),
-            Intrinsic::WaveIdx => "tl_wave_idx()".into(),
+            Intrinsic::WaveIdx => "tl_wave".into(),
             Intrinsic::SyncThreads => "tl_syncthreads()".into(),
             Intrinsic::BarrierLds => "tl_barrier_lds()".into(),
             Intrinsic::SyncWarp => "__builtin_amdgcn_wave_barrier()".into(),

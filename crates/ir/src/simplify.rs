@@ -362,6 +362,16 @@ impl Analyzer {
                         };
                         Interval::new(0, hi)
                     }
+                    // Of non-negative operands: non-negative, and below the next power of two
+                    // above both (no bit past the highest either has).
+                    BinOp::BitXor | BinOp::BitOr if x.lo >= 0 && y.lo >= 0 => {
+                        let top = x.hi.max(y.hi);
+                        if inf(top) || top >= (1 << 62) {
+                            Interval::new(0, top)
+                        } else {
+                            Interval::new(0, ((top + 1) as u64).next_power_of_two() as i64 - 1)
+                        }
+                    }
                     BinOp::Shr if x.lo >= 0 => match y.is_point() {
                         Some(c) if (0..63).contains(&c) => {
                             Interval::new(x.lo >> c, if inf(x.hi) { x.hi } else { x.hi >> c })

@@ -18,7 +18,7 @@ use tl_layout::ComposedLayout;
 use super::lower::Ctx;
 use super::mfma::WAVE;
 use super::smem::{layout_expr_1d, swizzle_expr};
-use crate::tile_util::{address_of, and_opt, eval, if_then, in_bounds, nonunit_dims, region_index};
+use crate::tile_util::{address_of, eval, if_then, nonunit_dims, region_index};
 
 /// Physical element offset → logical `(row, col)` of a `rows × cols` tile under a layout.
 struct Unlayout {
@@ -154,6 +154,7 @@ impl Ctx<'_> {
             .zip(&strides)
             .fold(Expr::int(0), |acc, (o, s)| acc + o.clone() * s.clone())
             * eb;
+
         let tensor = address_of(sb, vec![Expr::int(0); sb.rank()]);
         let wave = Expr::call(Intrinsic::WaveIdx, vec![], DType::I32);
         let threads = self.threads;
@@ -163,7 +164,16 @@ impl Ctx<'_> {
             let slot = Expr::int(it * threads) + self.tid.clone();
             let (r, c) = un.coords(&(slot * v));
             let sidx = region_index(src, &[r.clone(), c.clone()]);
-            let pred = and_opt(in_bounds(sb, &sidx), guard.cloned()).unwrap_or(Expr::bool(true));
+            // The tensor's first dim needs no check: with the others in range, an index past
+            // either end of it is an offset past the buffer's range, which loads zeros.
+            let pred = sidx
+                .iter()
+                .zip(sb.shape())
+                .skip(1)
+                .map(|(i, n)| i.ge(0).and(i.lt(n.clone())))
+                .chain(guard.cloned())
+                .reduce(|a, b| a.and(b))
+                .unwrap_or(Expr::bool(true));
             let voffset = (r * strides[sdims[0]].clone() + c * strides[sdims[1]].clone()) * eb;
             let wave_slot = Expr::int(it * threads) + wave.clone() * WAVE;
             let base = address_of(db, vec![stage_base.clone() + wave_slot.clone() * v]);

@@ -32,7 +32,7 @@ use tl_ir::{
 };
 use tl_target::Target;
 
-use crate::tile_util::{address_of, eval, for_loop, sync};
+use crate::tile_util::{address_of, eval, for_loop, if_then, sync};
 
 mod amd;
 mod nvidia;
@@ -45,6 +45,10 @@ trait Issue {
     /// One steady-state iteration from its parts: the refill, the wait for this iteration's
     /// tiles, the barriers, the computation.
     fn steady(&self, it: Steady) -> Vec<Stmt>;
+    /// A buffer per stage and the loop unrolled by the stage count (see [`Staged::Split`]).
+    fn split_stages(&self) -> bool {
+        false
+    }
 }
 
 /// The parts of a steady-state iteration.
@@ -123,8 +127,30 @@ fn accessed_outside(root: &Stmt, var: &Var) -> HashSet<u64> {
     out
 }
 
-/// Find the loops to pipeline and the buffers that need stages.
-pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMap<u64, Buffer>) {
+/// How the stages of a pipelined buffer are stored.
+#[derive(Clone, Debug)]
+pub enum Staged {
+    /// One buffer with a leading stage dimension, indexed by the (run-time) version.
+    Indexed(Buffer),
+    /// A buffer per stage, each version known at compile time (the loop is unrolled by the
+    /// stage count): separate objects, so a compiler tracking asynchronous writes per object
+    /// (LLVM's LDS DMA waits) tells the stage being refilled from the one being read.
+    Split(Vec<Buffer>),
+}
+
+/// Which version of the staged buffers an access means.
+#[derive(Clone, Debug)]
+enum Ver {
+    Dynamic(Expr),
+    Static(usize),
+}
+
+/// Find the loops to pipeline and the buffers that need stages (`split`: a buffer per stage).
+pub fn plan(
+    root: &Stmt,
+    target: &Target,
+    split: bool,
+) -> (HashMap<u64, PipelinePlan>, HashMap<u64, Staged>) {
     let mut plans = HashMap::new();
     let mut versioned = HashMap::new();
     if !target.has_async_copy() {
@@ -158,9 +184,24 @@ pub fn plan(root: &Stmt, target: &Target) -> (HashMap<u64, PipelinePlan>, HashMa
                     && !versioned.contains_key(&b.id())
                     && !c.src.offsets.iter().any(uses_shared)
                 {
-                    let mut shape = vec![Expr::int(stages as i64)];
-                    shape.extend(b.shape().iter().cloned());
-                    versioned.insert(b.id(), b.derive(b.name(), shape, Scope::Shared));
+                    let staged = if split {
+                        Staged::Split(
+                            (0..stages)
+                                .map(|s| {
+                                    b.derive(
+                                        format!("{}_{s}", b.name()),
+                                        b.shape().to_vec(),
+                                        Scope::Shared,
+                                    )
+                                })
+                                .collect(),
+                        )
+                    } else {
+                        let mut shape = vec![Expr::int(stages as i64)];
+                        shape.extend(b.shape().iter().cloned());
+                        Staged::Indexed(b.derive(b.name(), shape, Scope::Shared))
+                    };
+                    versioned.insert(b.id(), staged);
                     producers.push(i);
                 }
             }
@@ -176,15 +217,27 @@ fn uses_shared(e: &Expr) -> bool {
     e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() != Scope::Global))
 }
 
-/// Point every access of a versioned buffer at version `ver`.
-fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Buffer>, ver: &Expr) -> Stmt {
-    fn ex(e: &Expr, m: &HashMap<u64, Buffer>, ver: &Expr) -> Expr {
+/// The buffer and leading indices an access of a staged buffer becomes at version `ver`.
+fn staged_at(st: &Staged, ver: &Ver) -> (Buffer, Option<Expr>) {
+    match (st, ver) {
+        (Staged::Indexed(nb), Ver::Dynamic(e)) => (nb.clone(), Some(e.clone())),
+        (Staged::Indexed(nb), Ver::Static(i)) => (nb.clone(), Some(Expr::int(*i as i64))),
+        (Staged::Split(bufs), Ver::Static(i)) => (bufs[*i % bufs.len()].clone(), None),
+        // A split pipeline only ever asks for static versions (its loop is unrolled by the
+        // stage count); stage 0 keeps the program well-formed should that change.
+        (Staged::Split(bufs), Ver::Dynamic(_)) => (bufs[0].clone(), None),
+    }
+}
+
+/// Point every access of a staged buffer at version `ver`.
+fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Staged>, ver: &Ver) -> Stmt {
+    fn ex(e: &Expr, m: &HashMap<u64, Staged>, ver: &Ver) -> Expr {
         let e2 = e.map_children(&mut |c| ex(c, m, ver));
         if let ExprKind::Load(b, idx) = e2.kind() {
-            if let Some(nb) = m.get(&b.id()) {
-                let mut i = vec![ver.clone()];
-                i.extend(idx.iter().cloned());
-                return Expr::load(nb, i);
+            if let Some(st) = m.get(&b.id()) {
+                let (nb, lead) = staged_at(st, ver);
+                let i: Vec<Expr> = lead.into_iter().chain(idx.iter().cloned()).collect();
+                return Expr::load(&nb, i);
             }
         }
         e2
@@ -197,12 +250,11 @@ fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Buffer>, ver: &Expr) -> Stmt 
                 indices,
                 value,
             } => match versioned.get(&buffer.id()) {
-                Some(nb) => {
-                    let mut i = vec![ver.clone()];
-                    i.extend(indices);
+                Some(sb) => {
+                    let (nb, lead) = staged_at(sb, ver);
                     StmtKind::Store {
-                        buffer: nb.clone(),
-                        indices: i,
+                        buffer: nb,
+                        indices: lead.into_iter().chain(indices).collect(),
                         value,
                     }
                 }
@@ -214,8 +266,9 @@ fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Buffer>, ver: &Expr) -> Stmt 
             },
             StmtKind::Op(mut op) => {
                 for r in op.regions_mut() {
-                    if let Some(nb) = versioned.get(&r.buffer.id()) {
-                        *r = versioned_region(r, nb, ver);
+                    if let Some(sb) = versioned.get(&r.buffer.id()) {
+                        let (nb, lead) = staged_at(sb, ver);
+                        *r = versioned_region(r, &nb, lead);
                     }
                 }
                 StmtKind::Op(op)
@@ -226,8 +279,11 @@ fn version_stmt(s: &Stmt, versioned: &HashMap<u64, Buffer>, ver: &Expr) -> Stmt 
     })
 }
 
-fn versioned_region(r: &Region, nb: &Buffer, ver: &Expr) -> Region {
-    let mut offsets = vec![ver.clone()];
+fn versioned_region(r: &Region, nb: &Buffer, lead: Option<Expr>) -> Region {
+    let Some(ver) = lead else {
+        return Region::new(nb, r.offsets.clone(), r.extents.clone());
+    };
+    let mut offsets = vec![ver];
     offsets.extend(r.offsets.iter().cloned());
     let mut extents = vec![Expr::int(1)];
     extents.extend(r.extents.iter().cloned());
@@ -236,7 +292,7 @@ fn versioned_region(r: &Region, nb: &Buffer, ver: &Expr) -> Region {
 
 /// The `pipeline` stage.
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
-    let (plans, versioned) = plan(&k.body, target);
+    let (plans, versioned) = plan(&k.body, target, issuer(target).split_stages());
     let mut px = Pipeliner {
         target: *target,
         plans,
@@ -253,7 +309,14 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         .attrs
         .smem_layouts
         .iter()
-        .filter_map(|(b, l)| px.versioned.get(&b.id()).map(|v| (v.clone(), l.clone())))
+        .filter_map(|(b, l)| px.versioned.get(&b.id()).map(|v| (v, l)))
+        .flat_map(|(v, l)| {
+            let bufs = match v {
+                Staged::Indexed(b) => vec![b.clone()],
+                Staged::Split(bs) => bs.clone(),
+            };
+            bufs.into_iter().map(move |b| (b, l.clone()))
+        })
         .collect();
     out.attrs.smem_layouts.extend(staged);
     Ok(out)
@@ -262,8 +325,8 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
 struct Pipeliner {
     target: Target,
     plans: HashMap<u64, PipelinePlan>,
-    /// Shared buffers given pipeline stages: original id → multi-versioned buffer.
-    versioned: HashMap<u64, Buffer>,
+    /// Shared buffers given pipeline stages: original id → its stages.
+    versioned: HashMap<u64, Staged>,
     errors: Vec<Diagnostic>,
 }
 
@@ -271,7 +334,23 @@ impl Pipeliner {
     fn rewrite(&mut self, s: &Stmt) -> Stmt {
         let span = s.span;
         match &s.kind {
-            StmtKind::Seq(v) => Stmt::seq(v.iter().map(|x| self.rewrite(x)).collect(), span),
+            StmtKind::Seq(v) => {
+                let mut out = Vec::with_capacity(v.len());
+                for x in v {
+                    match &x.kind {
+                        // A buffer per stage: all allocated in the scope the buffer was.
+                        StmtKind::Alloc(b) => match self.versioned.get(&b.id()) {
+                            Some(Staged::Split(bufs)) => out.extend(
+                                bufs.iter()
+                                    .map(|b| Stmt::new(StmtKind::Alloc(b.clone()), x.span)),
+                            ),
+                            _ => out.push(self.rewrite(x)),
+                        },
+                        _ => out.push(self.rewrite(x)),
+                    }
+                }
+                Stmt::seq(out, span)
+            }
             StmtKind::If { cond, then_, else_ } => Stmt::new(
                 StmtKind::If {
                     cond: cond.clone(),
@@ -281,7 +360,13 @@ impl Pipeliner {
                 span,
             ),
             StmtKind::Alloc(b) if b.scope() == Scope::Shared => match self.versioned.get(&b.id()) {
-                Some(mv) => Stmt::new(StmtKind::Alloc(mv.clone()), span),
+                Some(Staged::Indexed(mv)) => Stmt::new(StmtKind::Alloc(mv.clone()), span),
+                Some(Staged::Split(bufs)) => Stmt::seq(
+                    bufs.iter()
+                        .map(|b| Stmt::new(StmtKind::Alloc(b.clone()), span))
+                        .collect(),
+                    span,
+                ),
                 None => s.clone(),
             },
             StmtKind::For(l) => match &l.kind {
@@ -342,15 +427,16 @@ impl Pipeliner {
         let lo = l.min.clone();
         let commit = eval(Intrinsic::CpAsyncCommit, vec![], span);
         let engine = issuer(&self.target);
-        let issue = |it: Expr| -> Stmt {
+        let split = engine.split_stages();
+        let versioned = self.versioned.clone();
+        let issue = |it: Expr, ver: Ver| -> Stmt {
             let mut map = HashMap::new();
             map.insert(l.var.id(), lo.clone() + it.clone());
-            let ver = it.floormod(s);
             let copies = plan
                 .producers
                 .iter()
                 .map(|&i| {
-                    let st = version_stmt(&body[i].substitute(&map), &self.versioned, &ver);
+                    let st = version_stmt(&body[i].substitute(&map), &versioned, &ver);
                     st.map_post(&mut |x| match x.kind {
                         StmtKind::Op(TileOp::Copy(mut c)) => {
                             c.asynchronous = true;
@@ -364,90 +450,143 @@ impl Pipeliner {
         };
         let mut out = vec![];
         // Prologue.
-        let sv = Var::new("stage", DType::I32);
-        out.push(for_loop(
-            &sv,
-            ahead_by,
-            ForKind::Unrolled,
-            Stmt::seq(
-                vec![
-                    engine.issue(issue(sv.expr()), sv.expr().lt(n.clone()), span),
-                    commit.clone(),
-                ],
+        if split {
+            for st in 0..ahead_by {
+                let valid = Expr::int(st).lt(n.clone());
+                out.push(engine.issue(issue(Expr::int(st), Ver::Static(st as usize)), valid, span));
+                out.push(commit.clone());
+            }
+        } else {
+            let sv = Var::new("stage", DType::I32);
+            out.push(for_loop(
+                &sv,
+                ahead_by,
+                ForKind::Unrolled,
+                Stmt::seq(
+                    vec![
+                        engine.issue(
+                            issue(sv.expr(), Ver::Dynamic(sv.expr().floormod(s))),
+                            sv.expr().lt(n.clone()),
+                            span,
+                        ),
+                        commit.clone(),
+                    ],
+                    span,
+                ),
                 span,
-            ),
-            span,
-        ));
-        // Steady state.
-        let k = Var::new(l.var.name(), DType::I32);
-        let ahead = k.expr() + ahead_by;
-        let fetch = issue(ahead.clone());
+            ));
+        }
         let consumers: Vec<Stmt> = body
             .iter()
             .enumerate()
             .filter(|(i, _)| !plan.producers.contains(i))
             .map(|(_, st)| (*st).clone())
             .collect();
-        let mut map = HashMap::new();
-        map.insert(l.var.id(), lo.clone() + k.expr());
-        let consume = version_stmt(
-            &Stmt::seq(consumers, span).substitute(&map),
-            &self.versioned,
-            &k.expr().floormod(s),
-        );
-        // The fence below covers every shared buffer the consumers do not write themselves.
-        let written = written_shared(&consume);
-        let mut wgmma = false;
         let mut drain = vec![];
-        let consume = consume.map_post(&mut |x| match x.kind {
-            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
-                wgmma = true;
-                let a_regs = g.a.buffer.scope() == Scope::Fragment;
-                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
-                    && (a_regs || !written.contains(&g.a.buffer.id()));
-                if depth > 0 {
-                    g.schedule.in_flight = depth as u32;
-                    // The registers the groups left in flight use, waited for after the loop.
-                    drain.push(first_element(&g.c.buffer));
-                    if a_regs {
-                        drain.push(first_element(&g.a.buffer));
+        // One steady-state iteration `k` (consuming version `cur`, refilling `next`).
+        let mut iteration = |px: &mut Pipeliner, k: Expr, cur: Ver, next: Ver| -> Stmt {
+            let ahead = k.clone() + ahead_by;
+            let fetch = issue(ahead.clone(), next);
+            let mut map = HashMap::new();
+            map.insert(l.var.id(), lo.clone() + k);
+            let consume = version_stmt(
+                &Stmt::seq(consumers.clone(), span).substitute(&map),
+                &versioned,
+                &cur,
+            );
+            // The fence below covers every shared buffer the consumers do not write themselves.
+            let written = written_shared(&consume);
+            let mut wgmma = false;
+            let consume = consume.map_post(&mut |x| match x.kind {
+                StmtKind::Op(TileOp::Gemm(mut g))
+                    if g.instruction == Some(GemmInstruction::Wgmma) =>
+                {
+                    wgmma = true;
+                    let a_regs = g.a.buffer.scope() == Scope::Fragment;
+                    g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
+                        && (a_regs || !written.contains(&g.a.buffer.id()));
+                    if depth > 0 {
+                        g.schedule.in_flight = depth as u32;
+                        // The registers the groups left in flight use, waited for after the
+                        // loop.
+                        if drain.is_empty() {
+                            drain.push(first_element(&g.c.buffer));
+                            if a_regs {
+                                drain.push(first_element(&g.a.buffer));
+                            }
+                        }
                     }
+                    Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
                 }
-                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
-            }
-            kind => Stmt::new(kind, x.span),
-        });
-        let consume = self.rewrite(&consume);
-        // wgmma reads shared memory through the async proxy: every thread fences its landed
-        // cp.async writes (and any earlier writes) before the barrier that hands them to the
-        // warpgroups.
-        let fence = if wgmma {
-            eval(Intrinsic::FenceProxyAsync, vec![], span)
-        } else {
-            Stmt::empty()
+                kind => Stmt::new(kind, x.span),
+            });
+            let consume = px.rewrite(&consume);
+            // wgmma reads shared memory through the async proxy: every thread fences its
+            // landed cp.async writes (and any earlier writes) before the barrier that hands
+            // them to the warpgroups.
+            let fence = if wgmma {
+                eval(Intrinsic::FenceProxyAsync, vec![], span)
+            } else {
+                Stmt::empty()
+            };
+            Stmt::seq(
+                engine.steady(Steady {
+                    wait: Box::new(move |n| eval(Intrinsic::CpAsyncWait { n }, vec![], span)),
+                    ahead_by: ahead_by as u32,
+                    fence,
+                    barrier: sync(span),
+                    fetch: engine.issue(fetch, ahead.lt(n.clone()), span),
+                    commit: commit.clone(),
+                    consume,
+                }),
+                span,
+            )
         };
-        let steady = Stmt::seq(
-            engine.steady(Steady {
-                wait: Box::new(move |n| eval(Intrinsic::CpAsyncWait { n }, vec![], span)),
-                ahead_by: ahead_by as u32,
-                fence,
-                barrier: sync(span),
-                fetch: engine.issue(fetch, ahead.lt(n.clone()), span),
-                commit,
-                consume,
-            }),
-            span,
-        );
-        out.push(Stmt::new(
-            StmtKind::For(Box::new(For {
-                var: k,
-                min: Expr::int(0),
-                extent: n,
-                kind: ForKind::Serial,
-                body: steady,
-            })),
-            span,
-        ));
+        if split {
+            // Unrolled by the stage count, so every version is known: copy `j` of the body
+            // runs iteration `s·k + j`.
+            let k = Var::new(l.var.name(), DType::I32);
+            let copies: Vec<Stmt> = (0..s)
+                .map(|j| {
+                    let kj = k.expr() * s + j;
+                    let it = iteration(
+                        self,
+                        kj.clone(),
+                        Ver::Static(j as usize),
+                        Ver::Static(((j + ahead_by) % s) as usize),
+                    );
+                    if_then(Some(kj.lt(n.clone())), it, span)
+                })
+                .collect();
+            out.push(Stmt::new(
+                StmtKind::For(Box::new(For {
+                    var: k,
+                    min: Expr::int(0),
+                    extent: (n.clone() + (s - 1)).floordiv(s),
+                    kind: ForKind::Serial,
+                    body: Stmt::seq(copies, span),
+                })),
+                span,
+            ));
+        } else {
+            let k = Var::new(l.var.name(), DType::I32);
+            let steady = iteration(
+                self,
+                k.expr(),
+                Ver::Dynamic(k.expr().floormod(s)),
+                Ver::Dynamic((k.expr() + ahead_by).floormod(s)),
+            );
+            out.push(Stmt::new(
+                StmtKind::For(Box::new(For {
+                    var: k,
+                    min: Expr::int(0),
+                    extent: n,
+                    kind: ForKind::Serial,
+                    body: steady,
+                })),
+                span,
+            ));
+        }
         if !drain.is_empty() {
             out.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
         }

@@ -29,6 +29,13 @@ impl Issue for BufferLds {
         })
     }
 
+    /// LLVM tracks a direct-to-LDS load per LDS object: with all stages in one array, a read
+    /// of the current stage waits for the load refilling the other (`vmcnt(0)` before the
+    /// first `ds_read`); with an array per stage, addressed statically, it does not.
+    fn split_stages(&self) -> bool {
+        true
+    }
+
     fn steady(&self, it: Steady) -> Vec<Stmt> {
         vec![
             it.barrier.clone(),
