@@ -49,6 +49,10 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
             }
             v.push(pass("persistent", gpu::persistent::run));
             v.push(pass("strength_reduce", strength::run));
+            if target.is_hip() {
+                // MFMA/LDS-read rounds (docs in gpu::schedule).
+                v.push(pass("schedule", gpu::schedule::run));
+            }
             v
         }
     }

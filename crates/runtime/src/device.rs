@@ -12,10 +12,11 @@ pub enum Device {
     Cpu,
     /// A CUDA GPU by ordinal.
     Cuda(usize),
-    /// The GPU simulator: kernels are lowered for sm_80 and their thread-level IR is executed
-    /// on the CPU, every thread of a block in lockstep, with race and missing-wait checks.
-    /// Tensors live in host memory. For small shapes: it is slow.
-    Sim,
+    /// The GPU simulator: kernels are lowered for a GPU target (sm_80 by default; `sim:gfx950`
+    /// and the like for others) and their thread-level IR is executed on the CPU, every thread
+    /// of a block in lockstep (32-lane warps or 64-lane waves), with race and missing-wait
+    /// checks. Tensors live in host memory. For small shapes: it is slow.
+    Sim(Target),
 }
 
 impl Device {
@@ -40,7 +41,7 @@ impl Device {
     /// Whether tensors can be made and kernels run here.
     pub fn is_available(&self) -> bool {
         match self {
-            Device::Cpu | Device::Sim => true,
+            Device::Cpu | Device::Sim(_) => true,
             Device::Cuda(i) => crate::cuda_probe::check(*i).is_ok(),
         }
     }
@@ -60,7 +61,7 @@ impl Device {
     pub fn name(&self) -> Result<String> {
         match self {
             Device::Cpu => Ok(crate::cpu::host_cpu_id()),
-            Device::Sim => Ok("tilelang-sim (sm_80)".into()),
+            Device::Sim(t) => Ok(format!("tilelang-sim ({t})")),
             Device::Cuda(i) => crate::cuda_probe::name(*i),
         }
     }
@@ -69,7 +70,7 @@ impl Device {
     /// device.
     pub fn cuda_props(&self) -> Result<crate::cuda::DeviceProps> {
         match self {
-            Device::Cpu | Device::Sim => Err(RuntimeError::DeviceUnavailable {
+            Device::Cpu | Device::Sim(_) => Err(RuntimeError::DeviceUnavailable {
                 device: self.to_string(),
                 reason: "only a CUDA device has CUDA properties".into(),
             }),
@@ -80,19 +81,36 @@ impl Device {
     /// Wait for all work queued on this device (a no-op on the CPU).
     pub fn synchronize(&self) -> Result<()> {
         match self {
-            Device::Cpu | Device::Sim => Ok(()),
+            Device::Cpu | Device::Sim(_) => Ok(()),
             Device::Cuda(i) => crate::cuda::device(*i)?.synchronize(),
         }
     }
 
-    /// Parse `cpu`, `cuda`, `cuda:N`, `sim`.
+    /// The simulator of sm_80 kernels.
+    pub const SIM: Device = Device::Sim(Target::SM80);
+
+    /// Parse `cpu`, `cuda`, `cuda:N`, `sim` (sm_80 kernels) and `sim:TARGET` (`sim:gfx950`,
+    /// `sim:sm_90a`, ...).
     pub fn parse(s: &str) -> Result<Device> {
         let t = s.trim().to_ascii_lowercase();
         if t == "cpu" {
             return Ok(Device::Cpu);
         }
         if t == "sim" {
-            return Ok(Device::Sim);
+            return Ok(Device::SIM);
+        }
+        if let Some(target) = t.strip_prefix("sim:") {
+            return match Target::parse(target) {
+                Ok(tg) if tg.is_gpu() => Ok(Device::Sim(tg)),
+                Ok(_) => Err(RuntimeError::DeviceUnavailable {
+                    device: s.to_string(),
+                    reason: "the simulator runs GPU kernels; use sim:sm_80, sim:sm_90a, sim:gfx942 or sim:gfx950".into(),
+                }),
+                Err(e) => Err(RuntimeError::DeviceUnavailable {
+                    device: s.to_string(),
+                    reason: e.to_string(),
+                }),
+            };
         }
         if t == "cuda" || t == "gpu" {
             return Ok(Device::Cuda(0));
@@ -104,7 +122,8 @@ impl Device {
         }
         Err(RuntimeError::DeviceUnavailable {
             device: s.to_string(),
-            reason: "unknown device name; use cpu, cuda, cuda:N or sim".into(),
+            reason: "unknown device name; use cpu, cuda, cuda:N, sim or sim:TARGET (sim:gfx950)"
+                .into(),
         })
     }
 
@@ -113,7 +132,7 @@ impl Device {
     pub fn target(&self) -> Result<Target> {
         match self {
             Device::Cpu => Ok(Target::Cpu),
-            Device::Sim => Ok(Target::SM80),
+            Device::Sim(t) => Ok(*t),
             Device::Cuda(i) => crate::cuda_probe::target_of(*i),
         }
     }
@@ -124,7 +143,7 @@ impl Device {
 
     /// Tensors of this device live in host memory (the CPU and the simulator).
     pub fn is_host(&self) -> bool {
-        matches!(self, Device::Cpu | Device::Sim)
+        matches!(self, Device::Cpu | Device::Sim(_))
     }
 
     pub fn is_cuda(&self) -> bool {
@@ -136,7 +155,8 @@ impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Device::Cpu => write!(f, "cpu"),
-            Device::Sim => write!(f, "sim"),
+            Device::Sim(t) if *t == Target::SM80 => write!(f, "sim"),
+            Device::Sim(t) => write!(f, "sim:{t}"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
         }
     }

@@ -70,10 +70,10 @@ pub fn precompile_cuda(
 
 /// Bind thread-level IR to the simulator: each launch runs it in `tl_sim` on the tensors'
 /// host memory (outputs are written back), reporting races and missing waits as errors.
-pub fn build_sim(sig: Signature, lowered: tl_ir::Kernel) -> Executable {
+pub fn build_sim(sig: Signature, lowered: tl_ir::Kernel, target: tl_target::Target) -> Executable {
     Executable::new(
         sig,
-        Device::Sim,
+        Device::Sim(target),
         exec::Module::Sim(Box::new(lowered)),
         CompileStats::default(),
         None,
@@ -120,7 +120,7 @@ pub fn build_cuda(
     let t0 = Instant::now();
     let ordinal = match device {
         Device::Cuda(i) => *i,
-        Device::Cpu | Device::Sim => {
+        Device::Cpu | Device::Sim(_) => {
             return Err(RuntimeError::DeviceUnavailable {
                 device: device.to_string(),
                 reason: "build_cuda needs a CUDA device; use build_cpu for the CPU".into(),

@@ -114,7 +114,7 @@ impl Tensor {
             .checked_mul(dtype.bytes())
             .ok_or_else(|| RuntimeError::Tensor(format!("shape {shape:?} overflows")))?;
         let storage = match device {
-            Device::Cpu | Device::Sim => Storage::Host(HostBuf::new(bytes)?),
+            Device::Cpu | Device::Sim(_) => Storage::Host(HostBuf::new(bytes)?),
             Device::Cuda(i) => Storage::Cuda(DeviceBuf::alloc(crate::cuda::device(*i)?, bytes)?),
         };
         Ok(Tensor {

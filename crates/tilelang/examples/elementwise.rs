@@ -32,7 +32,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     let dt = common::parse_dtype(&args.dtype)?;
     let kernel = add_relu(dt, args.block, 256);
-    if args.common.emit(&[&kernel])? {
+    if args.common.emit(&|_| vec![kernel.clone()])? {
         return Ok(ExitCode::SUCCESS);
     }
     let dev = args.common.device()?;

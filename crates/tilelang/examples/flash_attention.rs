@@ -48,33 +48,36 @@ fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     let dt = common::parse_dtype(&args.dtype)?;
     let dev = args.common.device()?;
-    let hopper = !dev.is_cpu()
-        && dev.target().is_ok_and(|t| t.has_wgmma())
-        && matches!(dt, BF16 | F16)
-        && args.dim % 64 == 0;
-    let wgmma = args.wgmma || (hopper && !args.no_wgmma);
-    let mut cfg = if dev.is_cpu() {
-        AttnConfig::cpu()
-    } else if wgmma {
-        AttnConfig::hopper_for(args.dim as i64, args.causal)
-    } else {
-        AttnConfig::gpu()
+    let config_for = |target: Target| {
+        let hopper = target.has_wgmma() && matches!(dt, BF16 | F16) && args.dim % 64 == 0;
+        let mut cfg = if target.is_cuda() && hopper && args.no_wgmma {
+            // the mma.sync tiles on sm_90a
+            AttnConfig::gpu()
+        } else {
+            AttnConfig::for_target(&target, args.dim as i64, args.causal, dt)
+        };
+        cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
+        cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
+        cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
+        cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
+        cfg.instruction = if args.wgmma {
+            Some(GemmInstruction::Wgmma)
+        } else if args.no_wgmma {
+            Some(GemmInstruction::MmaSync)
+        } else {
+            None
+        };
+        cfg
     };
-    cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
-    cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
-    cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
-    cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
-    cfg.instruction = if args.wgmma {
-        Some(GemmInstruction::Wgmma)
-    } else if args.no_wgmma && !dev.is_cpu() {
-        Some(GemmInstruction::MmaSync)
-    } else {
-        None
-    };
-    let kernel = flash_attention(dt, args.dim as i64, args.causal, cfg);
-    if args.common.emit(&[&kernel])? {
+    let kernel_for =
+        |target: Target| flash_attention(dt, args.dim as i64, args.causal, config_for(target));
+    if args.common.emit(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
+    let target = dev.target()?;
+    let wgmma = config_for(target).instruction == Some(GemmInstruction::Wgmma)
+        || (target.has_wgmma() && !args.no_wgmma);
+    let kernel = kernel_for(target);
     let (b, h, s, d) = (args.batch, args.heads, args.seq, args.dim);
     let shape = [b, h, s, d];
     let q = Tensor::randn(&shape, dt, args.common.seed, &dev)?;

@@ -143,39 +143,28 @@ fn run() -> anyhow::Result<ExitCode> {
         None => dt,
     };
     let dev = args.common.device()?;
-    let wgmma = match dev.target() {
-        Ok(t) if !dev.is_cpu() => {
-            args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&t, dt))
-        }
-        _ => args.wgmma,
+    let config_for = |target: Target| {
+        let mut cfg = if target.is_cuda()
+            && (args.no_wgmma || !GemmConfig::hopper_applies(&target, dt))
+            && !args.wgmma
+        {
+            // mma.sync tiles (also on sm_90a with --no-wgmma)
+            GemmConfig::gpu()
+        } else if args.wgmma && target.is_cuda() {
+            GemmConfig::hopper()
+        } else {
+            GemmConfig::for_target(&target, dt)
+        };
+        configure(&mut cfg, &args);
+        cfg
     };
-    let mut cfg = if dev.is_cpu() {
-        GemmConfig::cpu()
-    } else if wgmma {
-        GemmConfig::hopper()
-    } else {
-        GemmConfig::gpu()
-    };
-    cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
-    cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
-    cfg.bk = args.bk.unwrap_or(cfg.bk);
-    cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
-    cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
-    cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
-    cfg.panel = args.panel.unwrap_or(cfg.panel);
-    cfg.instruction = if args.wgmma {
-        Some(GemmInstruction::Wgmma)
-    } else if args.no_wgmma && !dev.is_cpu() {
-        Some(GemmInstruction::MmaSync)
-    } else {
-        None
-    };
-    cfg.overlap = args.overlap;
-    cfg.persistent = args.persistent;
-    let kernel = gemm(layout, dt, out_dt, cfg);
-    if args.common.emit(&[&kernel])? {
+    let kernel_for = |target: Target| gemm(layout, dt, out_dt, config_for(target));
+    if args.common.emit(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
+    let target = dev.target()?;
+    let kernel = kernel_for(target);
+    let wgmma = args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&target, dt));
     let (m, n, k) = (args.m, args.n, args.k);
     let a_shape = if layout == Layout::TN { [k, m] } else { [m, k] };
     let b_shape = if layout == Layout::NT { [n, k] } else { [k, n] };
@@ -251,4 +240,24 @@ fn run() -> anyhow::Result<ExitCode> {
             common::compile_note(&exe)
         ),
     ))
+}
+
+/// The command line's tile options over a target's defaults.
+fn configure(cfg: &mut GemmConfig, args: &Args) {
+    cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
+    cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
+    cfg.bk = args.bk.unwrap_or(cfg.bk);
+    cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
+    cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
+    cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
+    cfg.panel = args.panel.unwrap_or(cfg.panel);
+    cfg.instruction = if args.wgmma {
+        Some(GemmInstruction::Wgmma)
+    } else if args.no_wgmma {
+        Some(GemmInstruction::MmaSync)
+    } else {
+        None
+    };
+    cfg.overlap = args.overlap;
+    cfg.persistent = args.persistent;
 }

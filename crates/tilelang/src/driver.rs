@@ -27,6 +27,9 @@ pub enum Error {
     Compile(Diagnostics),
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
+    /// clang could not be found or failed on an AMD kernel.
+    #[error(transparent)]
+    Amd(#[from] tl_amdgpu::ToolchainError),
 }
 
 impl From<Diagnostics> for Error {
@@ -153,6 +156,24 @@ impl Kernel {
         Ok(tl_codegen::ptx::generate(&low, target)?.code)
     }
 
+    /// The kernel compiled for an AMD target by clang (the variant for aligned sizes, as
+    /// [`emit`](Self::emit)): the code object and the assembly it was made from, for the ISA
+    /// report. Needs clang (LLVM 20 or newer), not a GPU.
+    pub fn compile_amd(&self, target: Target) -> Result<tl_amdgpu::CodeObject, Error> {
+        if !target.is_hip() {
+            return Err(Error::Compile(Diagnostics::from(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    Span::UNKNOWN,
+                    format!("compile_amd needs an AMD target, not {target}"),
+                )
+                .help("use gfx942 or gfx950"),
+            )));
+        }
+        let src = self.emit(target)?;
+        Ok(tl_amdgpu::compile(&src, &target.arch())?)
+    }
+
     /// The thread-level IR of the variant specialized for aligned sizes (what GPU launches
     /// with such sizes run; [`lower`](Self::lower) gives the variant for any sizes).
     pub fn lower_aligned(&self, target: Target) -> Result<tl_ir::Kernel, Diagnostics> {
@@ -249,7 +270,7 @@ impl Kernel {
         let sig = Signature::of(&low);
         let lower_time = t.elapsed();
         let mut exe = match dev {
-            Device::Sim => tl_runtime::build_sim(sig, low),
+            Device::Sim(t) => tl_runtime::build_sim(sig, low, *t),
             Device::Cpu => {
                 let t = Instant::now();
                 let src = tl_codegen::c::generate(&low)?;

@@ -33,6 +33,7 @@ pub mod dsl;
 pub mod kernels;
 
 pub use driver::{nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel};
+pub use tl_amdgpu as amdgpu;
 pub use tl_ir as ir;
 pub use tl_runtime as runtime;
 pub use tl_target::Target;

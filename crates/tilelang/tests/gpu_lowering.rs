@@ -49,7 +49,7 @@ fn annotated_fragment_layouts_are_used() {
     let k = scaled("(64,4):(4,1)");
     let low = k.lower(Target::SM80).expect("lowers");
     assert!(low.to_string().contains("layout f = (64,4):(4,1)"), "{low}");
-    let dev = Device::Sim;
+    let dev = Device::SIM;
     let x = Tensor::randn(&[4, 64], F32, 1, &dev).expect("x");
     let y = Tensor::zeros(&[4, 64], F32, &dev).expect("y");
     k.compile(&dev)
@@ -150,7 +150,7 @@ fn shared_tiles_without_a_barrier_between_stay_apart() {
         "{a} {b}:\n{src}"
     );
     // And it still computes the right thing in the simulator.
-    let dev = Device::Sim;
+    let dev = Device::SIM;
     let xs = Tensor::randn(&[64, 64], F32, 3, &dev).expect("x");
     let ys = Tensor::zeros(&[64, 64], F32, &dev).expect("y");
     k.compile(&dev)
@@ -208,7 +208,7 @@ fn stage_annotation_chooses_what_runs_ahead() {
         "{text}"
     );
     // And the schedule still computes the product (simulator against the CPU backend).
-    let dev = Device::Sim;
+    let dev = Device::SIM;
     let kd = 100;
     let a = Tensor::randn(&[64, kd], BF16, 1, &dev).expect("a");
     let b = Tensor::randn(&[kd, 64], BF16, 2, &dev).expect("b");

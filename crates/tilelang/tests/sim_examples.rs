@@ -330,7 +330,7 @@ fn cumsum_and_atomic_add_in_sim() {
         .expect("cpu")
         .run(&[&x, &s_cpu, &c_cpu])
         .expect("cpu run");
-    let sim = Device::Sim;
+    let sim = Device::SIM;
     let xs = Tensor::from_f64(&shapes[0], F32, &x.to_f64_vec().expect("x"), &sim).expect("x");
     let (s_sim, c_sim) = (
         Tensor::zeros(&shapes[1], F32, &sim).expect("s"),

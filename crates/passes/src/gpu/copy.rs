@@ -452,7 +452,6 @@ impl Ctx<'_> {
         let shape = frag.buffer.const_shape().unwrap_or_default();
         let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
         let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
-        self.smem_bytes += stage.const_numel().unwrap_or(0) as usize * stage.dtype().bytes();
         let full = Region::full(&stage);
         if let Some(l) = super::mma::operand_smem_layout(&full) {
             self.extra_smem.insert(stage.id(), (stage.clone(), l));

@@ -150,6 +150,7 @@ impl<'a> Ctx<'a> {
         span: Span,
     ) -> Buffer {
         let b = Buffer::new(format!("{name}_scratch"), shape, dtype, Scope::Shared, span);
+        self.smem_bytes += b.const_numel().unwrap_or(0) as usize * b.dtype().bytes();
         self.scratch.push(b.clone());
         b
     }

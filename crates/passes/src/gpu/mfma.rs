@@ -311,8 +311,19 @@ impl Ctx<'_> {
                     span,
                 ));
             }
-            for ni in 0..ni_n {
-                for mi in 0..mi_n {
+            // The side with fewer atoms stays in registers for the whole step; the other is
+            // streamed atom by atom in the outer loop (the schedule stage's rounds).
+            let cells: Vec<(i64, i64)> = if mi_n <= ni_n {
+                (0..ni_n)
+                    .flat_map(|ni| (0..mi_n).map(move |mi| (mi, ni)))
+                    .collect()
+            } else {
+                (0..mi_n)
+                    .flat_map(|mi| (0..ni_n).map(move |ni| (mi, ni)))
+                    .collect()
+            };
+            for (mi, ni) in cells {
+                {
                     let d = address_of(&acc, vec![Expr::int(acc_per_atom * (ni + ni_n * mi))]);
                     for j in 0..kpack {
                         let src_a = address_of(&b_frag, vec![Expr::int(ni * per_lane + j * e)]);

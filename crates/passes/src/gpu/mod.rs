@@ -17,6 +17,7 @@ pub mod mma;
 pub mod persistent;
 pub mod pipeline;
 pub mod reduce;
+pub mod schedule;
 pub mod smem;
 pub mod waitcnt;
 pub mod wgmma;

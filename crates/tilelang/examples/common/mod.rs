@@ -13,6 +13,8 @@ const EMIT_TARGETS: &[(Target, &str)] = &[
     (Target::Cpu, "c"),
     (Target::SM80, "cu"),
     (Target::SM90, "cu"),
+    (Target::GFX942, "hip"),
+    (Target::GFX950, "hip"),
 ];
 
 #[derive(clap::Args, Debug, Clone)]
@@ -39,17 +41,18 @@ impl CommonArgs {
         }
     }
 
-    /// With `--emit DIR`, write each kernel's source for every target and return true. A
-    /// target that cannot take the kernel (too much shared memory for sm_80, say) does not stop
-    /// the others; its error is reported at the end.
-    pub fn emit(&self, kernels: &[&Kernel]) -> anyhow::Result<bool> {
+    /// With `--emit DIR`, write the source of the kernels `kernels` builds for each target
+    /// (the tiles that target gets by default, with the command line's overrides) and return
+    /// true. A target that cannot take a kernel (too much shared memory for sm_80, say) does
+    /// not stop the others; its error is reported at the end.
+    pub fn emit(&self, kernels: &dyn Fn(Target) -> Vec<Kernel>) -> anyhow::Result<bool> {
         let Some(dir) = &self.emit else {
             return Ok(false);
         };
         std::fs::create_dir_all(dir)?;
         let mut failed = vec![];
-        for k in kernels {
-            for &(target, ext) in EMIT_TARGETS {
+        for &(target, ext) in EMIT_TARGETS {
+            for k in &kernels(target) {
                 match k.emit(target) {
                     Ok(src) => {
                         let path = dir.join(format!("{}.{}.{ext}", k.name(), target));
@@ -63,6 +66,17 @@ impl CommonArgs {
                     let path = dir.join(format!("{}.{}.ptx", k.name(), target));
                     std::fs::write(&path, ptx)?;
                     println!("wrote {}", path.display());
+                }
+                // The AMD assembly beside the HIP, where clang is installed.
+                if target.is_hip() && tilelang::amdgpu::Clang::find().is_ok() {
+                    match k.compile_amd(target) {
+                        Ok(co) => {
+                            let path = dir.join(format!("{}.{}.s", k.name(), target));
+                            std::fs::write(&path, &co.asm)?;
+                            println!("wrote {}", path.display());
+                        }
+                        Err(e) => failed.push(format!("{} for {target} (clang): {e}", k.name())),
+                    }
                 }
             }
         }
@@ -81,12 +95,16 @@ impl CommonArgs {
         let one = t.elapsed();
         let reps = if self.reps > 0 {
             self.reps
-        } else if exe.device() == Device::Sim {
+        } else if matches!(exe.device(), Device::Sim(_)) {
             1
         } else {
             reps_for(one, Duration::from_millis(1500)).min(200)
         };
-        let warmup = if exe.device() == Device::Sim { 0 } else { 3 };
+        let warmup = if matches!(exe.device(), Device::Sim(_)) {
+            0
+        } else {
+            3
+        };
         Ok(bench(exe, args, warmup, reps)?.median_ms)
     }
 }
@@ -211,7 +229,7 @@ pub struct RowOp {
 /// Run a row-wise example: pick the kernel, check it against the reference, time it, and
 /// print the summary line with the achieved bandwidth (one read and one write per element).
 pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
-    use tilelang::kernels::softmax::{row_threads, RowConfig};
+    use tilelang::kernels::softmax::{row_threads_for, RowConfig};
     let dt = parse_dtype(&args.dtype)?;
     let mut cfg = RowConfig::cpu();
     cfg.cols = args.chunk.unwrap_or(cfg.cols);
@@ -219,14 +237,21 @@ pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
     let dev = args.common.device()?;
     // A row up to 16384 wide fits on chip (registers on a GPU): one read and one write per
     // element.
-    let kernel = if args.chunk.is_none() && args.cols <= 16384 {
-        (op.row)(dt, args.cols as i64, row_threads(args.cols as i64))
-    } else {
-        (op.chunked)(dt, cfg)
+    let kernel_for = |target: Target| {
+        if args.chunk.is_none() && args.cols <= 16384 {
+            (op.row)(
+                dt,
+                args.cols as i64,
+                row_threads_for(&target, args.cols as i64),
+            )
+        } else {
+            (op.chunked)(dt, cfg)
+        }
     };
-    if args.common.emit(&[&kernel])? {
+    if args.common.emit(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
+    let kernel = kernel_for(dev.target()?);
     let exe = compile(&kernel, &dev)?;
     let (r, c) = (args.rows, args.cols);
     let x = Tensor::randn(&[r, c], dt, args.common.seed, &dev)?;

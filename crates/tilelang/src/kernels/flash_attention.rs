@@ -60,6 +60,81 @@ impl AttnConfig {
         }
     }
 
+    /// AMD tiles (64-lane waves; on MFMA 16 query rows per wave): 128 query rows over 8 waves
+    /// with 64-key tiles where the LDS holds them (gfx950's 160 KiB), else 64 rows over 4
+    /// waves, then narrower key tiles and a single stage (gfx942's 64 KiB, wide heads, f32).
+    pub fn amd(target: &tl_target::Target, head_dim: i64, dtype: DType) -> AttnConfig {
+        AttnConfig::first_fitting(
+            target,
+            head_dim,
+            dtype,
+            &[
+                AttnConfig::tiles(128, 64, 2, 512),
+                AttnConfig::tiles(64, 64, 2, 256),
+                AttnConfig::tiles(64, 32, 2, 256),
+                AttnConfig::tiles(64, 32, 1, 256),
+                AttnConfig::tiles(32, 32, 1, 256),
+            ],
+        )
+    }
+
+    /// The first of `candidates` whose shared memory fits the target: Q, the stages of K and V,
+    /// and off the tensor cores P staged for the second gemm, the reductions' scratch and the
+    /// output's staging tile.
+    fn first_fitting(
+        target: &tl_target::Target,
+        head_dim: i64,
+        dtype: DType,
+        candidates: &[AttnConfig],
+    ) -> AttnConfig {
+        let limit = target.max_shared_bytes() as i64;
+        let e = dtype.bytes() as i64;
+        let tensor_cores = matches!(dtype, DType::F16 | DType::BF16);
+        let bytes = |c: &AttnConfig| {
+            let simt = if tensor_cores {
+                0
+            } else {
+                c.bm * c.bn * e + 4 * c.bm * 8 + c.bm * head_dim * e
+            };
+            (c.bm * head_dim + 2 * c.stages as i64 * c.bn * head_dim) * e + simt
+        };
+        candidates
+            .iter()
+            .copied()
+            .find(|c| bytes(c) <= limit)
+            .unwrap_or(AttnConfig::tiles(32, 16, 1, 128))
+    }
+
+    /// The default tiles for a target, head dim and masking.
+    pub fn for_target(
+        target: &tl_target::Target,
+        head_dim: i64,
+        causal: bool,
+        dtype: DType,
+    ) -> AttnConfig {
+        match target {
+            tl_target::Target::Cpu => AttnConfig::cpu(),
+            tl_target::Target::Hip { .. } => AttnConfig::amd(target, head_dim, dtype),
+            _ if target.has_wgmma()
+                && matches!(dtype, DType::F16 | DType::BF16)
+                && head_dim % 64 == 0 =>
+            {
+                AttnConfig::hopper_for(head_dim, causal)
+            }
+            _ => AttnConfig::first_fitting(
+                target,
+                head_dim,
+                dtype,
+                &[
+                    AttnConfig::gpu(),
+                    AttnConfig::tiles(64, 64, 2, 128),
+                    AttnConfig::tiles(64, 32, 1, 128),
+                    AttnConfig::tiles(32, 32, 1, 128),
+                ],
+            ),
+        }
+    }
+
     pub fn cpu() -> AttnConfig {
         AttnConfig::tiles(64, 64, 1, 128)
     }

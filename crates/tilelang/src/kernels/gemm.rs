@@ -94,6 +94,30 @@ impl GemmConfig {
         target.has_wgmma() && matches!(in_dtype, DType::F16 | DType::BF16)
     }
 
+    /// AMD tiles for 16-bit inputs on MFMA: on gfx950 (160 KiB of LDS) 256×256×64, 2 stages,
+    /// 8 waves (the tile of the seed notes: 64 MFMAs and 24 `ds_read_b128` per wave and k tile);
+    /// on gfx942 (64 KiB) 128×128×64, 2 stages, 4 waves. Other inputs run on FMAs in 64×64×32
+    /// tiles.
+    pub fn amd(target: &tl_target::Target, in_dtype: DType) -> GemmConfig {
+        match (target.amd().map(|a| a.lds_bytes), in_dtype) {
+            (Some(lds), DType::F16 | DType::BF16) if lds >= 160 * 1024 => {
+                GemmConfig::tiles(256, 256, 64, 2, 512)
+            }
+            (Some(_), DType::F16 | DType::BF16) => GemmConfig::tiles(128, 128, 64, 2, 256),
+            _ => GemmConfig::tiles(64, 64, 32, 2, 256),
+        }
+    }
+
+    /// The default tiles for a target and input type.
+    pub fn for_target(target: &tl_target::Target, in_dtype: DType) -> GemmConfig {
+        match target {
+            tl_target::Target::Cpu => GemmConfig::cpu(),
+            tl_target::Target::Hip { .. } => GemmConfig::amd(target, in_dtype),
+            _ if GemmConfig::hopper_applies(target, in_dtype) => GemmConfig::hopper(),
+            _ => GemmConfig::gpu(),
+        }
+    }
+
     /// Tiles that suit the CPU backend (big tiles amortize packing).
     pub fn cpu() -> GemmConfig {
         GemmConfig::tiles(128, 128, 64, 1, 128)

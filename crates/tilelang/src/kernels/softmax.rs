@@ -83,6 +83,12 @@ pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
 
 /// Threads for a block that holds one row of `cols` elements in registers: a power of two,
 /// about 16 elements per thread, between one warp and 256 threads.
+/// [`row_threads`] for a target: at least one whole wave on AMD (64 lanes).
+pub fn row_threads_for(target: &tl_target::Target, cols: i64) -> u32 {
+    let t = row_threads(cols);
+    t.max(target.warp_size())
+}
+
 pub fn row_threads(cols: i64) -> u32 {
     let mut t = 32;
     while t < 256 && t * 2 * 16 <= cols {

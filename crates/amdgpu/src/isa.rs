@@ -1,0 +1,1 @@
+//! Static report of AMDGPU assembly (in progress).
