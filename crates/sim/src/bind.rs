@@ -203,20 +203,54 @@ pub fn blocks(grid: [i64; 3], wanted: Option<&[[i64; 3]]>) -> Result<Vec<[i64; 3
     }
 }
 
-/// The values of `block_vars` for hardware block index `b`: `b` itself, or TileLang's panel
-/// rasterization when the kernel asks for a swizzle (thread-ir.md, "Block swizzle").
-pub fn block_var_values(b: [i64; 3], grid: [i64; 3], ndim: usize, panel: Option<u32>) -> [i64; 3] {
+/// The values of `block_vars` for hardware block index `b`: `b` itself, or, for a 2-d grid,
+/// the block AMD's XCD remap (`xcd`) and TileLang's panel rasterization (`panel`) make of it
+/// (thread-ir.md, "Block swizzle"), the remap first.
+pub fn block_var_values(
+    b: [i64; 3],
+    grid: [i64; 3],
+    ndim: usize,
+    panel: Option<u32>,
+    xcd: Option<u32>,
+) -> [i64; 3] {
+    let (gx, gy) = (grid[0], grid[1]);
+    let Some(n) = gx.checked_mul(gy).filter(|_| ndim == 2 && gx > 0 && gy > 0) else {
+        return b;
+    };
+    let mut l = b[1] * gx + b[0];
+    if let Some(x) = xcd.filter(|&x| x > 1) {
+        l = xcd_remap(l, n, x as i64);
+    }
     match panel {
-        Some(p) if ndim == 2 && p > 0 && grid[0] > 0 => {
-            let (gx, gy) = (grid[0], grid[1]);
+        Some(p) if p > 0 => {
             let p = p as i64;
-            let l = b[1] * gx + b[0];
-            let panel = l / (p * gx);
-            let r = l % (p * gx);
+            let span = p.saturating_mul(gx);
+            let panel = l / span;
+            let r = l % span;
             let rows = p.min(gy - panel * p).max(1);
             [r / rows, panel * p + r % rows, b[2]]
         }
-        _ => b,
+        _ => [l % gx, l / gx, b[2]],
+    }
+}
+
+/// AMD's XCD remap of linear block id `l` among `n` blocks dealt round-robin to `x` dies: the
+/// blocks die `l % x` receives take consecutive ids, dies `0 .. tall` holding `per` of them and
+/// the rest `per - 1`.
+pub fn xcd_remap(l: i64, n: i64, x: i64) -> i64 {
+    if x <= 1 || n <= 0 {
+        return l;
+    }
+    let per = (n + x - 1) / x;
+    let tall = match n % x {
+        0 => x,
+        t => t,
+    };
+    let (die, local) = (l % x, l / x);
+    if die < tall {
+        die * per + local
+    } else {
+        tall * per + (die - tall) * (per - 1) + local
     }
 }
 
@@ -228,7 +262,7 @@ mod tests {
     fn swizzle_walks_down_panels() {
         // 4 x 4 grid, panels of 2 rows: linear blocks 0,1,2,3 visit (0,0),(0,1),(1,0),(1,1).
         let g = [4, 4, 1];
-        let at = |x, y| block_var_values([x, y, 0], g, 2, Some(2));
+        let at = |x, y| block_var_values([x, y, 0], g, 2, Some(2), None);
         assert_eq!(at(0, 0), [0, 0, 0]);
         assert_eq!(at(1, 0), [0, 1, 0]);
         assert_eq!(at(2, 0), [1, 0, 0]);
@@ -246,10 +280,59 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for y in 0..3 {
             for x in 0..3 {
-                let v = block_var_values([x, y, 0], g, 2, Some(2));
+                let v = block_var_values([x, y, 0], g, 2, Some(2), None);
                 assert!(v[0] < 3 && v[1] < 3);
                 assert!(seen.insert(v));
             }
         }
+    }
+
+    #[test]
+    fn xcd_remap_is_a_bijection() {
+        for (gx, gy, x) in [
+            (4, 4, 8),
+            (3, 5, 8),
+            (7, 3, 8),
+            (2, 2, 8),
+            (1, 1, 8),
+            (5, 5, 4),
+            (6, 4, 8),
+            (9, 7, 3),
+            (3, 1, 2),
+        ] {
+            let n = gx * gy;
+            let mut seen = vec![false; n as usize];
+            for l in 0..n {
+                let r = xcd_remap(l, n, x);
+                assert!((0..n).contains(&r), "{gx}x{gy}/{x}: {l} -> {r}");
+                assert!(!seen[r as usize], "{gx}x{gy}/{x}: {r} twice");
+                seen[r as usize] = true;
+            }
+            // Through the block indices too, with and without a panel swizzle.
+            for panel in [None, Some(2)] {
+                let mut seen = std::collections::HashSet::new();
+                for y in 0..gy {
+                    for xx in 0..gx {
+                        let v = block_var_values([xx, y, 0], [gx, gy, 1], 2, panel, Some(x as u32));
+                        assert!(v[0] < gx && v[1] < gy, "{v:?}");
+                        assert!(seen.insert(v));
+                    }
+                }
+            }
+        }
+        // n < x: the identity.
+        assert!((0..6).all(|l| xcd_remap(l, 6, 8) == l));
+        // 16 blocks on 8 dies: die 0 gets blocks 0 and 8, which become 0 and 1.
+        assert_eq!(xcd_remap(0, 16, 8), 0);
+        assert_eq!(xcd_remap(8, 16, 8), 1);
+        assert_eq!(xcd_remap(1, 16, 8), 2);
+        // 10 blocks on 4 dies: dies 0, 1 get 3 blocks, dies 2, 3 get 2.
+        let got: Vec<i64> = (0..10).map(|l| xcd_remap(l, 10, 4)).collect();
+        assert_eq!(got, vec![0, 3, 6, 8, 1, 4, 7, 9, 2, 5]);
+        // Without a remap or swizzle the indices are the hardware's.
+        assert_eq!(
+            block_var_values([2, 1, 0], [3, 2, 1], 2, None, None),
+            [2, 1, 0]
+        );
     }
 }

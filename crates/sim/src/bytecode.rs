@@ -15,6 +15,8 @@ pub enum E {
     Const(Value),
     Reg(u32),
     ThreadIdx,
+    /// `thread_idx / warp_size`.
+    WaveIdx,
     /// `op` computed in `dt` (narrow floats compute in f32, see `compile::compute_dtype`).
     Bin(BinOp, DType, Box<(E, E)>),
     /// A comparison of operands of dtype `dt`.
@@ -99,8 +101,11 @@ pub enum Instr {
         test: u32,
     },
     SyncThreads,
+    /// AMD `s_barrier` for LDS: a block barrier that orders shared memory only (the block's
+    /// shared epoch advances, the global one does not).
+    BarrierLds,
     SyncWarp,
-    /// Warp collective: `regs[dst] = shfl(value, arg)` over the 32 lanes.
+    /// Warp collective: `regs[dst] = shfl(value, arg)` over the warp's lanes.
     Shfl {
         kind: ShflKind,
         width: u32,
@@ -136,6 +141,25 @@ pub enum Instr {
     },
     WgmmaCommit,
     WgmmaWait(u32),
+    /// Wave collective AMD `v_mfma_f32_{m}x{n}x{k}`, D = A·B + C over the 64 lanes.
+    Mfma {
+        op: tl_ir::MfmaOp,
+        d: MemRef,
+        a: MemRef,
+        b: MemRef,
+        c: MemRef,
+    },
+    /// Wave collective AMD `buffer_load … lds`: lane `l`'s `bytes` from `tensor` at byte
+    /// `voffset + soffset` land at `base + l·bytes`, each lane's load an asynchronous copy of
+    /// its own (one commit group each), retired by `WaitVmcnt` (a `CpWait`).
+    BufferLoadLds {
+        bytes: u32,
+        base: MemRef,
+        tensor: MemRef,
+        voffset: E,
+        soffset: E,
+        pred: E,
+    },
     /// `fence.proxy.async`: this thread's shared writes so far become visible to wgmma reads
     /// ordered after it by a barrier.
     FenceProxyAsync,
@@ -204,6 +228,8 @@ pub struct Program {
     pub block_regs: Vec<u32>,
     pub local_bytes: usize,
     pub shared_bytes: usize,
+    /// Threads per warp (wave): `KernelAttrs::warp_size`, 32 when unset.
+    pub warp_size: u32,
 }
 
 impl Program {

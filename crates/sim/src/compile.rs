@@ -72,9 +72,24 @@ struct Compiler<'a> {
     cond_depth: u32,
     local_bytes: usize,
     shared_bytes: usize,
+    /// Threads per warp (wave) the kernel was lowered for.
+    warp_size: u32,
+}
+
+/// The kernel's warp (wave) size: `KernelAttrs::warp_size`, 32 when unset; 32 and 64 are
+/// modelled.
+pub fn warp_size(k: &Kernel) -> Result<u32, SimError> {
+    match k.attrs.warp_size.unwrap_or(32) {
+        ws @ (32 | 64) => Ok(ws),
+        other => Err(SimError::Unsupported(format!(
+            "kernel `{}` is lowered for warps of {other} threads (32 or 64)",
+            k.name
+        ))),
+    }
 }
 
 pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
+    let warp_size = warp_size(k)?;
     let mut c = Compiler {
         code: vec![],
         sites: vec![],
@@ -87,6 +102,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         cond_depth: 0,
         local_bytes: 0,
         shared_bytes: 0,
+        warp_size,
     };
     let block_regs: Vec<u32> = k.block_vars.iter().map(|v| c.def_var(v)).collect();
     for (i, p) in k.params.iter().enumerate() {
@@ -110,6 +126,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         block_regs,
         local_bytes: c.local_bytes,
         shared_bytes: c.shared_bytes,
+        warp_size,
     })
 }
 
@@ -429,8 +446,81 @@ impl Compiler<'_> {
                 )))
             }
         };
+        // The warp size an instruction's lane layout is defined for.
+        let need_warp = |ws: u32| -> Result<(), SimError> {
+            if self.warp_size == ws {
+                Ok(())
+            } else {
+                Err(SimError::Unsupported(format!(
+                    "{name} at {} needs {ws}-lane warps, but the kernel is lowered for {}-lane warps (KernelAttrs::warp_size)",
+                    self.span, self.warp_size
+                )))
+            }
+        };
+        if matches!(
+            op,
+            Intrinsic::Ldmatrix { .. } | Intrinsic::MmaSync { .. } | Intrinsic::Wgmma(_)
+        ) {
+            need_warp(32)?;
+        }
+        if matches!(op, Intrinsic::Mfma(_) | Intrinsic::BufferLoadLds { .. }) {
+            need_warp(64)?;
+        }
         let instr = match op {
             Intrinsic::SyncThreads => Instr::SyncThreads,
+            Intrinsic::BarrierLds => Instr::BarrierLds,
+            // With one commit group per buffer load (see `BufferLoadLds`), retiring all but
+            // the newest `n` loads is retiring all but the newest `n` groups.
+            Intrinsic::WaitVmcnt { n } => Instr::CpWait(*n),
+            // Scheduling hints: no effect on what the program computes.
+            Intrinsic::SchedBarrier { .. } => return Ok(()),
+            Intrinsic::SetPrio { .. } => {
+                for a in args {
+                    self.address(Some(a), &name)?;
+                }
+                return Ok(());
+            }
+            Intrinsic::Mfma(m) => {
+                need(4)?;
+                let shape_ok = matches!((m.m, m.n, m.k), (16, 16, 16 | 32) | (32, 32, 8 | 16));
+                if !shape_ok || !matches!(m.ab, DType::F16 | DType::BF16) {
+                    return Err(SimError::Unsupported(format!(
+                        "{name} at {} (16x16x16, 16x16x32, 32x32x8 or 32x32x16 with f16 or bf16 operands)",
+                        self.span
+                    )));
+                }
+                let d = self.address(args.first(), &name)?;
+                let a = self.address(args.get(1), &name)?;
+                let b = self.address(args.get(2), &name)?;
+                let c = self.address(args.get(3), &name)?;
+                Instr::Mfma { op: *m, d, a, b, c }
+            }
+            Intrinsic::BufferLoadLds { bytes } => {
+                need(5)?;
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return Err(SimError::Unsupported(format!(
+                        "{name} of {bytes} bytes at {} (4, 8 or 16)",
+                        self.span
+                    )));
+                }
+                let base = self.address(args.first(), &name)?;
+                let tensor = self.address(args.get(1), &name)?;
+                let mut e = |i: usize| match args.get(i) {
+                    Some(x) => self.expr(x),
+                    None => Ok(E::Const(Value::Int(0))),
+                };
+                let voffset = e(2)?;
+                let soffset = e(3)?;
+                let pred = e(4)?;
+                Instr::BufferLoadLds {
+                    bytes: *bytes,
+                    base,
+                    tensor,
+                    voffset,
+                    soffset,
+                    pred,
+                }
+            }
             Intrinsic::SyncWarp => Instr::SyncWarp,
             Intrinsic::CpAsyncCommit => Instr::CpCommit,
             Intrinsic::CpAsyncWait { n } => Instr::CpWait(*n),
@@ -673,6 +763,7 @@ impl Compiler<'_> {
     fn call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> Result<E, SimError> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
+            Intrinsic::WaveIdx => return Ok(E::WaveIdx),
             Intrinsic::ShflXor { width } => (ShflKind::Xor, *width),
             Intrinsic::ShflDown { width } => (ShflKind::Down, *width),
             Intrinsic::ShflIdx { width } => (ShflKind::Idx, *width),
@@ -698,10 +789,10 @@ impl Compiler<'_> {
             }
         };
         let (kind, width) = shfl;
-        if !width.is_power_of_two() || width > 32 {
+        if !width.is_power_of_two() || width > self.warp_size {
             return Err(SimError::InvalidIr(format!(
-                "shuffle width {width} at {} (a power of two up to 32)",
-                self.span
+                "shuffle width {width} at {} (a power of two up to the warp size, {})",
+                self.span, self.warp_size
             )));
         }
         if self.cond_depth > 0 {

@@ -47,6 +47,12 @@ impl<T> AsyncGroups<T> {
         self.current.push(c);
     }
 
+    /// Issue `c` as a committed group of its own (an AMD buffer load: `vmcnt` counts loads one
+    /// by one). Operations issued earlier and not yet committed stay uncommitted.
+    pub fn issue_alone(&mut self, c: T) {
+        self.committed.push_back(vec![c]);
+    }
+
     pub fn commit(&mut self) {
         let g = std::mem::take(&mut self.current);
         self.committed.push_back(g);
@@ -110,5 +116,20 @@ mod tests {
         s.commit();
         assert_eq!(s.wait(0).len(), 1);
         assert_eq!(s.in_flight(), 0);
+    }
+
+    #[test]
+    fn loads_issued_alone_are_groups_of_their_own() {
+        let mut s = CpState::default();
+        s.issue(copy(1)); // uncommitted: not part of the loads' groups
+        for pc in 2..6 {
+            s.issue_alone(copy(pc));
+        }
+        let w: Vec<u32> = s.wait(2).iter().map(|c| c.pc).collect();
+        assert_eq!(w, vec![2, 3]);
+        assert_eq!(s.in_flight(), 3);
+        let w: Vec<u32> = s.wait(0).iter().map(|c| c.pc).collect();
+        assert_eq!(w, vec![4, 5]);
+        assert_eq!(s.in_flight(), 1);
     }
 }

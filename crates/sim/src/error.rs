@@ -50,6 +50,33 @@ impl fmt::Display for Access {
     }
 }
 
+/// The asynchronous copy a stale read raced with.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum AsyncCopy {
+    /// A `cp.async` (retired by `cp_async_wait`).
+    CpAsync,
+    /// An AMD `buffer_load … lds` of this many bytes per lane (retired by `wait_vmcnt`).
+    BufferLoad { bytes: u32 },
+}
+
+impl AsyncCopy {
+    fn what(self) -> String {
+        match self {
+            AsyncCopy::CpAsync => "cp.async".into(),
+            AsyncCopy::BufferLoad { bytes } => format!("buffer load (buffer_load_lds<{bytes}>)"),
+        }
+    }
+
+    fn fix(self) -> &'static str {
+        match self {
+            AsyncCopy::CpAsync => "wait for it (cp_async_wait) and sync_threads first",
+            AsyncCopy::BufferLoad { .. } => {
+                "wait for it (wait_vmcnt) and put a barrier (barrier_lds) after the wait first"
+            }
+        }
+    }
+}
+
 fn fmt_block(b: &[i64; 3]) -> String {
     format!("({}, {}, {})", b[0], b[1], b[2])
 }
@@ -79,9 +106,10 @@ pub enum SimError {
         span: Span,
     },
 
-    /// A read of shared bytes that an issued but not yet waited-for `cp.async` will overwrite:
-    /// the value read is whatever was there before (a missing or too-weak `cp_async_wait`).
-    #[error("thread {thread} of block {} reads shared `{buffer}` byte {offset} at {span} while thread {issuer}'s cp.async into it (issued at {issued_at}) is still in flight; wait for it (cp_async_wait) and sync_threads first", fmt_block(.block))]
+    /// A read of shared bytes that an issued but not yet waited-for `cp.async` (or AMD buffer
+    /// load) will overwrite: the value read is whatever was there before (a missing or too-weak
+    /// `cp_async_wait` / `wait_vmcnt`).
+    #[error("thread {thread} of block {} reads shared `{buffer}` byte {offset} at {span} while thread {issuer}'s {} into it (issued at {issued_at}) is still in flight; {}", fmt_block(.block), .copy.what(), .copy.fix())]
     StaleAsyncRead {
         buffer: String,
         offset: usize,
@@ -90,6 +118,8 @@ pub enum SimError {
         span: Span,
         issuer: u32,
         issued_at: Span,
+        /// The kind of copy.
+        copy: AsyncCopy,
     },
 
     /// A wgmma (which reads shared memory through the async proxy) reads a byte whose writer
@@ -154,7 +184,7 @@ pub enum SimError {
     },
 
     /// Not every lane of a warp reached a warp-collective operation (shuffle, ldmatrix, mma,
-    /// sync_warp) together.
+    /// mfma, buffer load, sync_warp) together.
     #[error("warp divergence in block {}, warp {warp}: lane {waiting} is at {op} ({span}), but lane {other} {other_state}", fmt_block(.block))]
     WarpDivergence {
         block: [i64; 3],
@@ -164,6 +194,22 @@ pub enum SimError {
         waiting: u32,
         other: u32,
         other_state: String,
+    },
+
+    /// An operand a wave-level instruction takes from a scalar register (AMD: a buffer load's
+    /// LDS base, its `soffset`) differs between lanes of the wave.
+    #[error("{op} at {span} in block {}, wave {wave}: {what} differs between lane {} ({}) and lane {} ({}); it must be the same in every lane of the wave", fmt_block(.block), .lanes[0], .values[0], .lanes[1], .values[1])]
+    NonUniformOperand {
+        block: [i64; 3],
+        wave: u32,
+        /// The instruction.
+        op: String,
+        span: Span,
+        /// Which operand.
+        what: &'static str,
+        /// Two lanes (in the wave) that pass different values, and the values.
+        lanes: [u32; 2],
+        values: Box<[String; 2]>,
     },
 
     #[error("division by zero in thread {thread} of block {} at {span}: {detail}", fmt_block(.block))]

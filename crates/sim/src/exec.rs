@@ -25,7 +25,7 @@ use crate::race::{Kind, Rec};
 pub enum State {
     /// Can run.
     Ready,
-    /// Waits at the `SyncThreads` at its pc.
+    /// Waits at the block barrier (`SyncThreads` or `BarrierLds`) at its pc.
     Barrier,
     /// Waits at the warp collective (or `SyncWarp`) at its pc, operands in its stash.
     Warp,
@@ -47,6 +47,18 @@ pub enum Stash {
     Addrs([Loc; 4]),
     /// A wgmma's D, A, B, its `scale_d` and B's block distance in bytes.
     Wgmma([Loc; 3], i64, i64),
+    /// A buffer load's operands (AMD `buffer_load … lds`).
+    BufLds(BufLds),
+}
+
+/// One lane's operands of an AMD `buffer_load … lds`.
+#[derive(Clone, Copy, Debug)]
+pub struct BufLds {
+    pub base: Loc,
+    pub tensor: Loc,
+    pub voffset: i64,
+    pub soffset: i64,
+    pub pred: bool,
 }
 
 /// Accumulator bytes a wgmma will write when its group is waited for.
@@ -142,6 +154,7 @@ impl Interp<'_, '_> {
             E::Const(v) => *v,
             E::Reg(r) => th.regs[*r as usize],
             E::ThreadIdx => Value::Int(th.tid as i64),
+            E::WaveIdx => Value::Int((th.tid / self.prog.warp_size) as i64),
             E::Bin(op, dt, ab) => {
                 let a = self.eval(th, &ab.0, pc)?;
                 let b = self.eval(th, &ab.1, pc)?;
@@ -330,7 +343,7 @@ impl Interp<'_, '_> {
                     th.regs[*var as usize] = Value::Int(wrap_int(v as i128 + 1, *dtype));
                     th.pc = *test;
                 }
-                Instr::SyncThreads => {
+                Instr::SyncThreads | Instr::BarrierLds => {
                     th.pc = pc;
                     th.state = State::Barrier;
                     return Ok(());
@@ -357,7 +370,7 @@ impl Interp<'_, '_> {
                     th.state = State::Warp;
                     return Ok(());
                 }
-                Instr::Mma { d, a, b, c, .. } => {
+                Instr::Mma { d, a, b, c, .. } | Instr::Mfma { d, a, b, c, .. } => {
                     let locs = [
                         self.addr(th, d, pc)?,
                         self.addr(th, a, pc)?,
@@ -375,6 +388,26 @@ impl Interp<'_, '_> {
                     src,
                     pred,
                 } => self.cp_async(th, *bytes as usize, dst, src, pred, pc)?,
+                Instr::BufferLoadLds {
+                    base,
+                    tensor,
+                    voffset,
+                    soffset,
+                    pred,
+                    ..
+                } => {
+                    let ops = BufLds {
+                        base: self.addr(th, base, pc)?,
+                        tensor: self.addr(th, tensor, pc)?,
+                        voffset: self.eval(th, voffset, pc)?.as_i64(),
+                        soffset: self.eval(th, soffset, pc)?.as_i64(),
+                        pred: self.eval(th, pred, pc)?.truthy(),
+                    };
+                    th.pc = pc;
+                    th.stash = Stash::BufLds(ops);
+                    th.state = State::Warp;
+                    return Ok(());
+                }
                 Instr::Wgmma {
                     d,
                     a,

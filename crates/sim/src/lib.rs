@@ -5,14 +5,19 @@
 //! It models what the contract specifies exactly — per-thread registers and local memory, one
 //! shared memory per block laid out as codegen lays it out, warp shuffles with their widths,
 //! `ldmatrix` and `mma.sync.m16n8k16` with PTX's fragment layouts, `cp.async` copies that land
-//! only at their group's wait — and checks what a GPU does not:
+//! only at their group's wait; and for AMD kernels (64-lane waves, `KernelAttrs::warp_size`)
+//! MFMA with its lane layouts, direct-to-LDS buffer loads that land at their `vmcnt` wait, LDS
+//! barriers that do not order global memory, and the XCD block remap — and checks what a GPU
+//! does not:
 //!
 //! * shared-memory data races between barriers ([`SimError::DataRace`], naming both threads,
 //!   both operations and both source lines), and global bytes two threads of a block write (or
 //!   one reads after another wrote) without a barrier between,
 //! * reads of shared memory nothing wrote ([`SimError::UninitializedSharedRead`]),
-//! * reads of shared bytes an in-flight `cp.async` will overwrite
+//! * reads of shared bytes an in-flight `cp.async` or buffer load will overwrite
 //!   ([`SimError::StaleAsyncRead`]: a missing or too-weak wait),
+//! * wave-uniform operands (a buffer load's LDS base, its `soffset`) that differ between lanes
+//!   ([`SimError::NonUniformOperand`]),
 //! * out-of-bounds and misaligned accesses, barriers or warp collectives not reached by every
 //!   thread, division by zero, runaway loops.
 //!
@@ -26,8 +31,8 @@
 //! let c: Vec<f64> = args[1].to_f64(DType::F32);
 //! ```
 //!
-//! [`tensor_core`] also exposes the PTX fragment layouts and a reference `mma`, for tests
-//! elsewhere that need them.
+//! [`tensor_core`] also exposes the PTX fragment layouts and a reference `mma`, and the MFMA
+//! lane layouts and a reference `mfma`, for tests elsewhere that need them.
 //!
 //! Blocks run one after another (no races across blocks are looked for).
 
@@ -44,7 +49,7 @@ mod sched;
 pub mod tensor_core;
 mod warp;
 
-pub use error::{Access, AccessKind, SimError};
+pub use error::{Access, AccessKind, AsyncCopy, SimError};
 
 use tl_ir::verify::{verify_level, Level};
 use tl_ir::{DType, Kernel};
@@ -146,9 +151,9 @@ pub struct SimReport {
     pub barriers: u64,
     /// `sync_warp`s passed (per warp).
     pub warp_syncs: u64,
-    /// Shuffles, ldmatrix and mma executed (per warp).
+    /// Shuffles, ldmatrix, mma, mfma and buffer loads executed (per warp).
     pub warp_collectives: u64,
-    /// `cp.async` copies issued (per thread).
+    /// `cp.async` copies issued (per thread), and AMD buffer loads (per lane).
     pub cp_async_copies: u64,
     /// `cp.async` copies still in flight when their thread exited (issued but never waited
     /// for: harmless only if nothing was meant to read them).
@@ -189,9 +194,10 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             globals,
             shared: vec![],
             shadow: Shadow::new(0, false, false),
-            global_writes: GlobalWrites::new(opts.check_races),
+            global_writes: GlobalWrites::new(opts.check_races).warp_size(prog.warp_size),
             block: [0; 3],
             epoch: 1,
+            global_epoch: 1,
             warp_epochs: vec![],
             proxy_fences: vec![],
             wgmma_reads: Default::default(),
@@ -200,8 +206,13 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
         max_steps: opts.max_steps,
     };
     for &b in &blocks {
-        let vars =
-            bind::block_var_values(b, bound.grid, kernel.grid.len(), kernel.attrs.swizzle_panel);
+        let vars = bind::block_var_values(
+            b,
+            bound.grid,
+            kernel.grid.len(),
+            kernel.attrs.swizzle_panel,
+            kernel.attrs.xcd_remap,
+        );
         sched::run_block(
             &mut it,
             kernel.threads,

@@ -3,8 +3,8 @@
 //! alignment checks; and the translation of checker findings into errors that name buffers,
 //! threads and source lines.
 
-use crate::bytecode::{BufInfo, Program};
-use crate::error::{Access, SimError};
+use crate::bytecode::{BufInfo, Instr, Program};
+use crate::error::{Access, AsyncCopy, SimError};
 use crate::race::{Conflict, GlobalWrites, Kind, Rec, Shadow, When};
 use tl_ir::Scope;
 
@@ -21,8 +21,12 @@ pub struct Mem<'p, 'g> {
     pub shadow: Shadow,
     pub global_writes: GlobalWrites,
     pub block: [i64; 3],
-    /// Block barriers passed so far in this block, plus one.
+    /// Block barriers (`sync_threads` and LDS barriers) passed so far in this block, plus one:
+    /// what orders shared memory.
     pub epoch: u32,
+    /// `sync_threads` passed so far in this block, plus one: what orders global memory (an
+    /// AMD LDS barrier does not).
+    pub global_epoch: u32,
     /// `sync_warp`s passed per warp.
     pub warp_epochs: Vec<u32>,
     /// Per thread, the block epoch of each `fence.proxy.async` it executed.
@@ -41,9 +45,10 @@ impl<'p, 'g> Mem<'p, 'g> {
     pub fn when(&self, tid: u32) -> When {
         When {
             epoch: self.epoch,
+            global_epoch: self.global_epoch,
             warp_epoch: self
                 .warp_epochs
-                .get(tid as usize / 32)
+                .get((tid / self.prog.warp_size) as usize)
                 .copied()
                 .unwrap_or(0),
             fences: self
@@ -131,6 +136,12 @@ impl<'p, 'g> Mem<'p, 'g> {
                 span: self.prog.span(who.pc as usize),
                 issuer: issuer.tid as u32,
                 issued_at: self.prog.span(issuer.pc as usize),
+                copy: match self.prog.code.get(issuer.pc as usize) {
+                    Some(Instr::BufferLoadLds { bytes, .. }) => {
+                        AsyncCopy::BufferLoad { bytes: *bytes }
+                    }
+                    _ => AsyncCopy::CpAsync,
+                },
             },
         }
     }

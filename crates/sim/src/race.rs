@@ -3,7 +3,8 @@
 //!
 //! Every shared byte has a shadow cell. Two accesses are ordered when a block barrier lies
 //! between them (their block epochs differ), when one thread made both, or when both threads are
-//! lanes of one warp and a `sync_warp` lies between them (their warp epochs differ). The
+//! lanes of one warp (32 threads, or an AMD wave's 64: [`Shadow::warp_size`]) and a `sync_warp`
+//! lies between them (their warp epochs differ). The
 //! simulator runs threads one at a time between synchronization points, so an earlier access in
 //! simulation order is never in a later epoch than a later one, and it is enough to remember,
 //! per byte and epoch, the last write and a summary of the reads:
@@ -124,7 +125,10 @@ pub enum Conflict {
 /// The synchronization state an access happens in.
 #[derive(Clone, Copy, Debug)]
 pub struct When {
+    /// Block barriers passed (what orders shared memory).
     pub epoch: u32,
+    /// `sync_threads` passed (what orders global memory: an AMD LDS barrier does not).
+    pub global_epoch: u32,
     pub warp_epoch: u32,
     /// `fence.proxy.async`s the accessing thread has executed.
     pub fences: u32,
@@ -137,14 +141,26 @@ pub struct Shadow {
     pending_by: Vec<Rec>,
     races: bool,
     uninit: bool,
+    /// log2 of the threads per warp.
+    warp_shift: u32,
     /// The first read of a byte nothing had written. Reported at the next barrier (or the end
     /// of the block) unless a write by another thread in the same epoch turns out to race
     /// with it first: then the race is the better explanation.
     deferred: Option<(usize, Rec)>,
 }
 
-fn warp(tid: u16) -> u32 {
-    (tid as u32) / 32
+/// log2 of a warp size (32 or 64; anything else is taken as 32).
+fn warp_shift(ws: u32) -> u32 {
+    if ws.is_power_of_two() && ws > 1 {
+        ws.trailing_zeros()
+    } else {
+        5
+    }
+}
+
+/// The warp of thread `tid` with warps of `1 << shift` threads.
+fn warp(tid: u16, shift: u32) -> u32 {
+    (tid as u32) >> shift
 }
 
 impl Shadow {
@@ -164,8 +180,15 @@ impl Shadow {
             },
             races,
             uninit,
+            warp_shift: 5,
             deferred: None,
         }
+    }
+
+    /// The same checker for warps (waves) of `ws` threads (32 unless set).
+    pub fn warp_size(mut self, ws: u32) -> Shadow {
+        self.warp_shift = warp_shift(ws);
+        self
     }
 
     /// The uninitialized read waiting to be reported, if any (see `deferred`).
@@ -179,9 +202,10 @@ impl Shadow {
         self.races || self.uninit
     }
 
-    /// Is this earlier write/read by `a` ordered before an access by `b` now?
-    fn ordered(a: Rec, a_epoch: u32, a_wep: u32, b: u16, now: When) -> bool {
-        a_epoch != now.epoch || a.tid == b || (warp(a.tid) == warp(b) && a_wep < now.warp_epoch)
+    /// Is this earlier write/read by `a` (in barrier epoch `a_epoch`, warp epoch `a_wep`)
+    /// ordered before an access by `b` in barrier epoch `epoch`, warp epoch `wep`?
+    fn ordered(a: Rec, a_epoch: u32, a_wep: u32, b: u16, epoch: u32, wep: u32, shift: u32) -> bool {
+        a_epoch != epoch || a.tid == b || (warp(a.tid, shift) == warp(b, shift) && a_wep < wep)
     }
 
     /// A read of `len` bytes at `start` (absolute shared offsets).
@@ -189,7 +213,8 @@ impl Shadow {
         if !self.enabled() {
             return Ok(());
         }
-        let w = 1u32 << (warp(who.tid) % 32);
+        let shift = self.warp_shift;
+        let w = 1u32 << (warp(who.tid, shift) % 32);
         for byte in start..start + len {
             if self.races && self.pending.get(byte).is_some_and(|&p| p > 0) {
                 return Err(Conflict::Stale {
@@ -206,7 +231,17 @@ impl Shadow {
             if !self.races {
                 continue;
             }
-            if c.w.tid != NOBODY && !Self::ordered(c.w, c.w_epoch, c.w_wep, who.tid, now) {
+            if c.w.tid != NOBODY
+                && !Self::ordered(
+                    c.w,
+                    c.w_epoch,
+                    c.w_wep,
+                    who.tid,
+                    now.epoch,
+                    now.warp_epoch,
+                    shift,
+                )
+            {
                 return Err(Conflict::Race { byte, first: c.w });
             }
             if c.r_epoch != now.epoch {
@@ -242,6 +277,7 @@ impl Shadow {
         record: bool,
     ) -> Result<(), Conflict> {
         let races = self.races;
+        let shift = self.warp_shift;
         let Some(c) = self.cells.get_mut(byte) else {
             return Ok(());
         };
@@ -249,12 +285,20 @@ impl Shadow {
             let both_atomic = who.kind == Kind::Atomic && c.w.kind == Kind::Atomic;
             if c.w.tid != NOBODY
                 && !both_atomic
-                && !Self::ordered(c.w, c.w_epoch, c.w_wep, who.tid, now)
+                && !Self::ordered(
+                    c.w,
+                    c.w_epoch,
+                    c.w_wep,
+                    who.tid,
+                    now.epoch,
+                    now.warp_epoch,
+                    shift,
+                )
             {
                 return Err(Conflict::Race { byte, first: c.w });
             }
             if c.r_epoch == now.epoch {
-                let mine = 1u32 << (warp(who.tid) % 32);
+                let mine = 1u32 << (warp(who.tid, shift) % 32);
                 let other_warp = c.r_warps & !mine != 0;
                 let same_warp_now =
                     c.r_max_wep >= now.warp_epoch && c.r_at_max != who.tid && c.r_at_max != NOBODY;
@@ -388,13 +432,16 @@ impl Shadow {
 
 /// Global-memory writes of the current block, for a lighter check than shared memory gets:
 /// a write or read of a byte another thread of the block wrote, unordered with that write, is a
-/// race (two threads storing one output element: a wrong thread index). Reads are not
-/// recorded (most global bytes are inputs nobody writes), so a read that precedes the racing
-/// write in simulation order goes unreported. Blocks run one at a time; races across blocks
-/// are not looked for.
+/// race (two threads storing one output element: a wrong thread index). Only `sync_threads`
+/// (the global epoch) and `sync_warp` order global accesses; an AMD LDS barrier does not.
+/// Reads are not recorded (most global bytes are inputs nobody writes), so a read that precedes
+/// the racing write in simulation order goes unreported. Blocks run one at a time; races across
+/// blocks are not looked for.
 #[derive(Default)]
 pub struct GlobalWrites {
     on: bool,
+    /// log2 of the threads per warp.
+    warp_shift: u32,
     map: HashMap<(usize, usize), (u32, u32, Rec)>,
 }
 
@@ -402,8 +449,15 @@ impl GlobalWrites {
     pub fn new(on: bool) -> GlobalWrites {
         GlobalWrites {
             on,
+            warp_shift: 5,
             map: HashMap::new(),
         }
+    }
+
+    /// The same checker for warps (waves) of `ws` threads (32 unless set).
+    pub fn warp_size(mut self, ws: u32) -> GlobalWrites {
+        self.warp_shift = warp_shift(ws);
+        self
     }
 
     /// Forget the previous block's writes.
@@ -414,7 +468,17 @@ impl GlobalWrites {
     fn check(&self, tensor: usize, byte: usize, who: Rec, now: When) -> Result<(), Conflict> {
         if let Some(&(epoch, wep, w)) = self.map.get(&(tensor, byte)) {
             let both_atomic = who.kind == Kind::Atomic && w.kind == Kind::Atomic;
-            if !both_atomic && !Shadow::ordered(w, epoch, wep, who.tid, now) {
+            if !both_atomic
+                && !Shadow::ordered(
+                    w,
+                    epoch,
+                    wep,
+                    who.tid,
+                    now.global_epoch,
+                    now.warp_epoch,
+                    self.warp_shift,
+                )
+            {
                 return Err(Conflict::Race { byte, first: w });
             }
         }
@@ -449,7 +513,7 @@ impl GlobalWrites {
         for b in start..start + len {
             self.check(tensor, b, who, now)?;
             self.map
-                .insert((tensor, b), (now.epoch, now.warp_epoch, who));
+                .insert((tensor, b), (now.global_epoch, now.warp_epoch, who));
         }
         Ok(())
     }
@@ -464,11 +528,13 @@ mod tests {
     }
     const E1: When = When {
         epoch: 1,
+        global_epoch: 1,
         warp_epoch: 0,
         fences: 0,
     };
     const E2: When = When {
         epoch: 2,
+        global_epoch: 2,
         warp_epoch: 0,
         fences: 0,
     };
@@ -510,23 +576,20 @@ mod tests {
     #[test]
     fn sync_warp_orders_lanes_of_one_warp_only() {
         let w0 = When {
-            epoch: 1,
             warp_epoch: 0,
-            fences: 0,
+            ..E1
         };
         let w1 = When {
-            epoch: 1,
             warp_epoch: 1,
-            fences: 0,
+            ..E1
         };
         let mut s = Shadow::new(8, true, true);
         s.write(0, 4, rec(0, Kind::Write), w0).unwrap();
         s.read(0, 4, rec(5, Kind::Load), w1).unwrap();
         // Lane 5 reads at warp epoch 1; lane 0 writes again after another sync_warp: fine.
         let w2 = When {
-            epoch: 1,
             warp_epoch: 2,
-            fences: 0,
+            ..E1
         };
         s.write(0, 4, rec(0, Kind::Write), w2).unwrap();
         // But thread 33 (another warp) is not ordered by warp 0's sync_warp.
@@ -556,6 +619,38 @@ mod tests {
         g.write(0, 8, 4, rec(4, Kind::Atomic), E1).unwrap();
         g.clear();
         g.write(0, 0, 4, rec(5, Kind::Write), E1).unwrap();
+    }
+
+    #[test]
+    fn an_lds_barrier_orders_shared_but_not_global_memory() {
+        // After an LDS barrier the block epoch has moved on, the global one has not.
+        let lds = When { epoch: 2, ..E1 };
+        let mut s = Shadow::new(4, true, true);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        s.read(0, 4, rec(100, Kind::Load), lds).unwrap();
+        let mut g = GlobalWrites::new(true);
+        g.write(0, 0, 4, rec(0, Kind::Write), E1).unwrap();
+        assert!(matches!(
+            g.read(0, 0, 4, rec(100, Kind::Load), lds),
+            Err(Conflict::Race { byte: 0, first }) if first.tid == 0
+        ));
+        g.read(0, 0, 4, rec(100, Kind::Load), E2).unwrap();
+    }
+
+    #[test]
+    fn sync_warp_orders_the_lanes_of_a_64_lane_wave() {
+        let w1 = When {
+            warp_epoch: 1,
+            ..E1
+        };
+        let mut s = Shadow::new(8, true, true).warp_size(64);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        // Thread 40 is in wave 0 with thread 0 (it would be in another 32-lane warp).
+        s.read(0, 4, rec(40, Kind::Load), w1).unwrap();
+        assert!(s.read(0, 4, rec(64, Kind::Load), w1).is_err());
+        let mut s = Shadow::new(8, true, true);
+        s.write(0, 4, rec(0, Kind::Write), E1).unwrap();
+        assert!(s.read(0, 4, rec(40, Kind::Load), w1).is_err());
     }
 
     #[test]

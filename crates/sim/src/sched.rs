@@ -1,8 +1,9 @@
 //! The block scheduler: runs every thread of a block until it stops at a synchronization
-//! point, then releases what can be released — a warp whose 32 lanes all wait at the same
-//! collective runs it, a block whose threads all wait at the same barrier passes it — and
-//! repeats. When nothing can be released and not every thread has finished, the block is stuck
-//! (a deadlock or undefined behaviour on a GPU) and the scheduler says who waits where.
+//! point, then releases what can be released — a warp whose lanes (32, or 64 in an AMD wave:
+//! `Program::warp_size`) all wait at the same collective runs it, a block whose threads all
+//! wait at the same barrier passes it — and repeats. When nothing can be released and not
+//! every thread has finished, the block is stuck (a deadlock or undefined behaviour on a GPU)
+//! and the scheduler says who waits where.
 //!
 //! Running threads one at a time between synchronization points is equivalent to lockstep
 //! execution for every program without races, and the race checker reports the others.
@@ -11,8 +12,9 @@ use tl_ir::eval::Value;
 use tl_ir::{DType, Scope};
 
 use crate::bytecode::{Instr, ShflKind};
+use crate::cp_async::Copy;
 use crate::error::SimError;
-use crate::exec::{Interp, Loc, Stash, State, Thread};
+use crate::exec::{BufLds, Interp, Loc, Stash, State, Thread};
 use crate::memory::POISON;
 use crate::race::{Kind, Rec, Shadow};
 use crate::{elem, tensor_core, warp};
@@ -29,10 +31,11 @@ pub fn run_block(
     let prog = it.prog;
     it.mem.block = hw;
     it.mem.shared = vec![POISON; prog.shared_bytes];
-    it.mem.shadow = Shadow::new(prog.shared_bytes, checks.0, checks.1);
+    it.mem.shadow = Shadow::new(prog.shared_bytes, checks.0, checks.1).warp_size(prog.warp_size);
     it.mem.global_writes.clear();
     it.mem.epoch = 1;
-    it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(32)];
+    it.mem.global_epoch = 1;
+    it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(prog.warp_size as usize)];
     it.mem.proxy_fences = vec![vec![]; threads as usize];
     it.mem.wgmma_reads.clear();
     let mut ths: Vec<Thread> = (0..threads)
@@ -67,6 +70,7 @@ pub fn run_block(
 }
 
 fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
+    let ws = it.prog.warp_size as usize;
     loop {
         for th in ths.iter_mut() {
             if th.state == State::Ready {
@@ -74,7 +78,7 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
             }
         }
         let mut progressed = false;
-        for (w, lanes) in ths.chunks_mut(32).enumerate() {
+        for (w, lanes) in ths.chunks_mut(ws).enumerate() {
             let pc = lanes[0].pc;
             if lanes.iter().all(|t| t.state == State::Warp && t.pc == pc) {
                 collective(it, lanes, w)?;
@@ -95,6 +99,10 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
                 return Err(e);
             }
             it.mem.epoch += 1;
+            // An LDS barrier orders shared memory only; `sync_threads` orders global memory too.
+            if !matches!(it.prog.code.get(pc as usize), Some(Instr::BarrierLds)) {
+                it.mem.global_epoch += 1;
+            }
             it.stats.barriers += 1;
             for t in ths.iter_mut() {
                 t.pc += 1;
@@ -118,7 +126,7 @@ fn describe(it: &Interp, t: &Thread) -> String {
 
 /// Explain why no thread can go on.
 fn stuck(it: &Interp, ths: &[Thread]) -> SimError {
-    for (w, lanes) in ths.chunks(32).enumerate() {
+    for (w, lanes) in ths.chunks(it.prog.warp_size as usize).enumerate() {
         if let Some(a) = lanes.iter().find(|t| t.state == State::Warp) {
             if let Some(b) = lanes
                 .iter()
@@ -165,9 +173,10 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
     let prog = it.prog;
     let pc = lanes[0].pc;
     let ins = prog.code.get(pc as usize).ok_or_else(|| no_stash(it, pc))?;
-    if lanes.len() < 32 && !matches!(ins, Instr::SyncWarp) {
+    let ws = prog.warp_size as usize;
+    if lanes.len() < ws && !matches!(ins, Instr::SyncWarp) {
         return Err(SimError::Unsupported(format!(
-            "{} in warp {w}, which has only {} threads (the block's thread count is not a multiple of 32), at {}",
+            "{} in warp {w}, which has only {} threads (the block's thread count is not a multiple of {ws}), at {}",
             prog.name(pc as usize),
             lanes.len(),
             prog.span(pc as usize)
@@ -186,6 +195,8 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
         Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
         Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
         Instr::Wgmma { op, .. } => wgmma(it, lanes, *op, pc)?,
+        Instr::Mfma { op, .. } => mfma(it, lanes, *op, pc)?,
+        Instr::BufferLoadLds { bytes, .. } => buffer_load_lds(it, lanes, *bytes as usize, w, pc)?,
         _ => return Err(no_stash(it, pc)),
     }
     if !matches!(ins, Instr::SyncWarp) {
@@ -207,8 +218,9 @@ fn shuffle(
     dst: usize,
     pc: u32,
 ) -> Result<(), SimError> {
-    let mut vals = [Value::Int(0); 32];
-    let mut args = [0i64; 32];
+    let mut vals = [Value::Int(0); 64];
+    let mut args = [0i64; 64];
+    let ws = it.prog.warp_size;
     for (i, l) in lanes.iter().enumerate() {
         match l.stash {
             Stash::Shfl(v, a) => {
@@ -219,7 +231,7 @@ fn shuffle(
         }
     }
     for (i, l) in lanes.iter_mut().enumerate() {
-        let src = warp::source_lane(kind, width, i as u32, args[i]) as usize;
+        let src = warp::source_lane(ws, kind, width, i as u32, args[i]) as usize;
         l.regs[dst] = vals[src];
     }
     Ok(())
@@ -369,6 +381,200 @@ fn mma(it: &mut Interp, lanes: &mut [Thread], ab: DType, pc: u32) -> Result<(), 
             pc,
         };
         it.mem.write(&mut l.local, ld.buf, off, &bytes, who)?;
+    }
+    Ok(())
+}
+
+/// Read `need.len` bytes of a local operand (checked as `operand` does).
+fn read_local(
+    it: &mut Interp,
+    l: &Thread,
+    loc: Loc,
+    n: Need,
+    pc: u32,
+) -> Result<Vec<u8>, SimError> {
+    let len = n.len;
+    let off = operand(it, l, loc, n, pc)?;
+    let who = Rec {
+        tid: l.tid as u16,
+        kind: Kind::IntrinsicRead,
+        pc,
+    };
+    let mut out = Vec::with_capacity(len);
+    for start in (0..len).step_by(16) {
+        let c = (len - start).min(16);
+        let b = it.mem.read(&l.local, loc.buf, off + start, c, who)?;
+        out.extend_from_slice(&b[..c]);
+    }
+    Ok(out)
+}
+
+/// AMD `v_mfma_f32_{m}x{n}x{k}` over a 64-lane wave: every lane's A, B and C registers are read
+/// (C may alias D), then every lane's D is written.
+fn mfma(it: &mut Interp, lanes: &mut [Thread], op: tl_ir::MfmaOp, pc: u32) -> Result<(), SimError> {
+    let (m, n, k) = (op.m as usize, op.n as usize, op.k as usize);
+    let (na, nb, nd) = (m * k / 64, n * k / 64, m * n / 64);
+    let mut a = [[0f32; 8]; 64];
+    let mut b = [[0f32; 8]; 64];
+    let mut c = [[0f32; 16]; 64];
+    for (i, l) in lanes.iter().enumerate() {
+        let [_, la, lb, lc] = addrs(it, l, pc)?;
+        let ba = read_local(it, l, la, need(2 * na, Scope::Local, Some(2), "A"), pc)?;
+        let bb = read_local(it, l, lb, need(2 * nb, Scope::Local, Some(2), "B"), pc)?;
+        let bc = read_local(it, l, lc, need(4 * nd, Scope::Local, Some(4), "C"), pc)?;
+        for (v, x) in a[i].iter_mut().enumerate().take(na) {
+            *x = elem::decode(&ba[2 * v..], op.ab).as_f64() as f32;
+        }
+        for (v, x) in b[i].iter_mut().enumerate().take(nb) {
+            *x = elem::decode(&bb[2 * v..], op.ab).as_f64() as f32;
+        }
+        for (v, x) in c[i].iter_mut().enumerate().take(nd) {
+            *x = elem::decode(&bc[4 * v..], DType::F32).as_f64() as f32;
+        }
+    }
+    let d = tensor_core::mfma(m, n, k, &a, &b, &c);
+    for (i, l) in lanes.iter_mut().enumerate() {
+        let [ld, ..] = addrs(it, l, pc)?;
+        let off = operand(it, l, ld, need(4 * nd, Scope::Local, Some(4), "D"), pc)?;
+        let bytes: Vec<u8> = d[i].iter().take(nd).flat_map(|x| x.to_le_bytes()).collect();
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::Write,
+            pc,
+        };
+        it.mem.write(&mut l.local, ld.buf, off, &bytes, who)?;
+    }
+    Ok(())
+}
+
+/// AMD `buffer_load_{dword,dwordx2,dwordx4} … lds` over a 64-lane wave: lane `l` reads `bytes`
+/// at byte `voffset + soffset` of the tensor (now, as a `cp.async` does) and they land at
+/// `base + l·bytes` in shared memory when the lane's thread retires the load (`WaitVmcnt`):
+/// each lane's load is a `cp.async` of its thread committed as a group of its own. A false
+/// predicate or a range not wholly inside the tensor (the hardware's range check, with both
+/// offsets unsigned 32-bit values: a negative one is out of range) lands zeros and reads
+/// nothing. The LDS base and `soffset` must be the same in every lane (scalar registers).
+fn buffer_load_lds(
+    it: &mut Interp,
+    lanes: &mut [Thread],
+    bytes: usize,
+    wave: usize,
+    pc: u32,
+) -> Result<(), SimError> {
+    let prog = it.prog;
+    let name = prog.name(pc as usize);
+    let span = prog.span(pc as usize);
+    let mut ops: Vec<BufLds> = Vec::with_capacity(lanes.len());
+    for l in lanes.iter() {
+        match l.stash {
+            Stash::BufLds(o) => ops.push(o),
+            _ => return Err(no_stash(it, pc)),
+        }
+    }
+    let Some(&first) = ops.first() else {
+        return Err(no_stash(it, pc));
+    };
+    // The LDS base (M0) and soffset are scalar registers: one value for the wave.
+    let non_uniform =
+        |what: &'static str, lane: usize, a: String, b: String| SimError::NonUniformOperand {
+            block: it.mem.block,
+            wave: wave as u32,
+            op: name.to_string(),
+            span,
+            what,
+            lanes: [0, lane as u32],
+            values: Box::new([a, b]),
+        };
+    let (di, ti) = (it.mem.info(first.base.buf), it.mem.info(first.tensor.buf));
+    let show = |loc: Loc| format!("`{}`[{}]", it.mem.info(loc.buf).name, loc.elem);
+    for (lane, o) in ops.iter().enumerate() {
+        if o.base.buf != first.base.buf || o.base.elem != first.base.elem {
+            return Err(non_uniform(
+                "the LDS base address",
+                lane,
+                show(first.base),
+                show(o.base),
+            ));
+        }
+        if o.soffset != first.soffset {
+            return Err(non_uniform(
+                "soffset",
+                lane,
+                first.soffset.to_string(),
+                o.soffset.to_string(),
+            ));
+        }
+        if o.tensor.elem != 0 {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {span}: lane {lane} of wave {wave} passes {} as the tensor, not the address of its first element",
+                show(o.tensor)
+            )));
+        }
+    }
+    if di.scope != Scope::Shared || ti.scope != Scope::Global {
+        return Err(SimError::InvalidIr(format!(
+            "{name} at {span}: loads from a global tensor into shared memory, not from {} `{}` into {} `{}`",
+            ti.scope, ti.name, di.scope, di.name
+        )));
+    }
+    let base_off = it
+        .mem
+        .range(first.base.buf, first.base.elem, bytes, lanes[0].tid, pc)?;
+    // The range the buffer resource allows (codegen caps its record count at 2^31 - 1).
+    let tensor_bytes = (ti.bytes() as u64).min(0x7fff_ffff);
+    for (lane, (l, o)) in lanes.iter_mut().zip(&ops).enumerate() {
+        let doff = base_off + lane * bytes;
+        if doff + bytes > di.bytes() {
+            let esize = di.dtype.bytes().max(1);
+            return Err(it.mem.oob(
+                first.base.buf,
+                vec![(doff / esize) as i64],
+                vec![di.numel],
+                l.tid,
+                pc,
+            ));
+        }
+        it.mem
+            .aligned(first.base.buf, doff, bytes, name, l.tid, pc)?;
+        // Both offsets are 32-bit unsigned registers, added without wrapping: a negative one
+        // is past any tensor's end.
+        let at = u64::from(o.voffset as u32) + u64::from(o.soffset as u32);
+        let mut data = [0u8; 16];
+        if o.pred {
+            if at < tensor_bytes {
+                it.mem
+                    .aligned(first.tensor.buf, at as usize, bytes, name, l.tid, pc)?;
+            }
+            if at + bytes as u64 <= tensor_bytes {
+                let who = Rec {
+                    tid: l.tid as u16,
+                    kind: Kind::IntrinsicRead,
+                    pc,
+                };
+                data = it
+                    .mem
+                    .read(&l.local, first.tensor.buf, at as usize, bytes, who)?;
+            }
+        }
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::AsyncWrite,
+            pc,
+        };
+        let when = it.mem.when(l.tid);
+        it.mem.check_wgmma_reads(first.base.buf, doff, bytes, who)?;
+        it.mem
+            .shadow
+            .async_issue(di.base + doff, bytes, who, when)
+            .map_err(|c| it.mem.conflict(c, first.base.buf, who))?;
+        l.cp.issue_alone(Copy {
+            buf: first.base.buf,
+            off: doff,
+            len: bytes,
+            data,
+            pc,
+        });
+        it.stats.cp_async += 1;
     }
     Ok(())
 }

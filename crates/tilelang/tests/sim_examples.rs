@@ -11,6 +11,20 @@ use tl_sim::{SimArg, SimOptions};
 /// Run `k` on the CPU backend and in the simulator (lowered for `target`) with the same
 /// random inputs; return the largest relative difference over the outputs.
 fn sim_vs_cpu(k: &Kernel, target: Target, shapes: &[Vec<usize>], seed: u64) -> f64 {
+    let lowered = k
+        .lower(target)
+        .unwrap_or_else(|d| panic!("{} for {target}: {d}", k.name()));
+    sim_lowered_vs_cpu(k, &lowered, target, shapes, seed)
+}
+
+/// As [`sim_vs_cpu`], for `lowered`, a variant of `k` lowered for `target`.
+fn sim_lowered_vs_cpu(
+    k: &Kernel,
+    lowered: &tilelang::ir::Kernel,
+    target: Target,
+    shapes: &[Vec<usize>],
+    seed: u64,
+) -> f64 {
     let ir = k.ir();
     let dev = Device::Cpu;
     let tensors: Vec<Tensor> = ir
@@ -24,9 +38,6 @@ fn sim_vs_cpu(k: &Kernel, target: Target, shapes: &[Vec<usize>], seed: u64) -> f
         .unwrap_or_else(|e| panic!("{}: {e}", k.name()));
     let refs: Vec<&Tensor> = tensors.iter().collect();
     exe.run(&refs).expect("cpu run");
-    let lowered = k
-        .lower(target)
-        .unwrap_or_else(|d| panic!("{} for {target}: {d}", k.name()));
     let mut args: Vec<SimArg> = ir
         .tensors()
         .zip(shapes)
@@ -41,7 +52,7 @@ fn sim_vs_cpu(k: &Kernel, target: Target, shapes: &[Vec<usize>], seed: u64) -> f
             SimArg::tensor(b.dtype(), s, &v)
         })
         .collect();
-    let report = tl_sim::run(&lowered, &mut args, &SimOptions::default())
+    let report = tl_sim::run(lowered, &mut args, &SimOptions::default())
         .unwrap_or_else(|e| panic!("{} in the simulator ({target}): {e}\n{lowered}", k.name()));
     assert!(report.blocks > 0);
     let mut worst: f64 = 0.0;
@@ -545,6 +556,253 @@ fn persistent_gemm_in_sim() {
         assert!(
             e < 1e-5,
             "persistent wgmma gemm ({blocks} blocks, panel {panel}): {e}"
+        );
+    }
+}
+
+// ----- AMD (gfx950, gfx942): 64-lane waves, MFMA, direct-to-LDS buffer loads, vmcnt waits -----
+
+const AMD: [Target; 2] = [Target::GFX950, Target::GFX942];
+
+/// `sim_vs_cpu` for the variant specialized for aligned sizes (`lower_aligned`: on AMD the one
+/// that copies global tiles to LDS with buffer loads).
+fn sim_aligned_vs_cpu(k: &Kernel, target: Target, shapes: &[Vec<usize>], seed: u64) -> f64 {
+    let lowered = k
+        .lower_aligned(target)
+        .unwrap_or_else(|d| panic!("{} (aligned) for {target}: {d}", k.name()));
+    sim_lowered_vs_cpu(k, &lowered, target, shapes, seed)
+}
+
+fn gemm_shapes(layout: gemm::Layout, m: usize, n: usize, kk: usize) -> Vec<Vec<usize>> {
+    let a = if layout == gemm::Layout::TN {
+        vec![kk, m]
+    } else {
+        vec![m, kk]
+    };
+    let b = if layout == gemm::Layout::NT {
+        vec![n, kk]
+    } else {
+        vec![kk, n]
+    };
+    vec![a, b, vec![m, n]]
+}
+
+#[test]
+fn amd_elementwise_in_sim() {
+    for target in AMD {
+        let k = elementwise::add_relu(BF16, 256, 256);
+        let low = k.lower(target).expect("lowers");
+        assert_eq!(low.attrs.warp_size, Some(64));
+        let e = sim_vs_cpu(&k, target, &[vec![1000], vec![1000], vec![1000]], 1);
+        assert!(e < 1e-6, "{target}: {e}");
+        let e = sim_aligned_vs_cpu(&k, target, &[vec![1000], vec![1000], vec![1000]], 1);
+        assert!(e < 1e-6, "{target} aligned: {e}");
+    }
+}
+
+#[test]
+fn amd_softmax_and_rmsnorm_in_sim() {
+    for target in AMD {
+        for threads in [128, 256] {
+            let cfg = softmax::RowConfig {
+                rows: 2,
+                cols: 256,
+                threads,
+            };
+            for k in [
+                softmax::softmax(F32, cfg),
+                rmsnorm::rmsnorm(F32, cfg),
+                softmax::softmax(BF16, cfg),
+            ] {
+                let shapes = [vec![5, 600], vec![5, 600]];
+                let e = sim_vs_cpu(&k, target, &shapes, 2);
+                assert!(e < 1e-5, "{} {target} {threads} threads: {e}", k.name());
+                let e = sim_aligned_vs_cpu(&k, target, &shapes, 2);
+                assert!(
+                    e < 1e-5,
+                    "{} {target} {threads} threads aligned: {e}",
+                    k.name()
+                );
+            }
+        }
+        // Whole rows in registers: reductions across 4 waves through LDS and LDS barriers.
+        for (k, cols) in [
+            (softmax::softmax_row(F32, 2000, 256), 2000),
+            (rmsnorm::rmsnorm_row(BF16, 1000, 256), 1000),
+        ] {
+            let shapes = [vec![3, cols], vec![3, cols]];
+            let text = k.lower(target).expect("lowers").to_string();
+            assert!(text.contains("barrier_lds"), "{text}");
+            let e = sim_vs_cpu(&k, target, &shapes, 2);
+            assert!(e < 1e-5, "{} {target}: {e}", k.name());
+            let e = sim_aligned_vs_cpu(&k, target, &shapes, 2);
+            assert!(e < 1e-5, "{} {target} aligned: {e}", k.name());
+        }
+    }
+}
+
+#[test]
+fn amd_gemm_in_sim() {
+    for target in AMD {
+        for (bm, bn) in [(64, 64), (128, 128)] {
+            let cfg = gemm::GemmConfig::tiles(bm, bn, 64, 2, 256);
+            for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
+                for out in [F32, BF16] {
+                    let k = gemm::gemm(layout, BF16, out, cfg);
+                    let tol = if out == F32 { 1e-5 } else { 1e-2 };
+                    let what = format!("{} {target} {bm}x{bn} -> {out}", layout.name());
+                    let e = sim_vs_cpu(&k, target, &gemm_shapes(layout, 70, 90, 200), 5);
+                    assert!(e < tol, "{what}: {e}");
+                    // The aligned variant: K and N (and, for TN, M) multiples of 8.
+                    let m = if layout == gemm::Layout::TN { 72 } else { 70 };
+                    let low = k.lower_aligned(target).expect("lowers");
+                    let text = low.to_string();
+                    assert!(text.contains("mfma_f32_"), "{what}:\n{text}");
+                    let e = sim_aligned_vs_cpu(&k, target, &gemm_shapes(layout, m, 88, 200), 5);
+                    assert!(e < tol, "{what} aligned: {e}");
+                }
+            }
+        }
+    }
+    // The 32x32 MFMAs (their accumulator layout interleaves rows by 4 and 8).
+    for (target, k) in [(Target::GFX950, 16), (Target::GFX942, 8)] {
+        let shape = MfmaShape { m: 32, n: 32, k };
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Mfma(shape)),
+            ..gemm::GemmConfig::tiles(64, 64, 64, 2, 256)
+        };
+        for layout in [gemm::Layout::NT, gemm::Layout::NN] {
+            let kern = gemm::gemm(layout, BF16, F32, cfg);
+            let text = kern.lower(target).expect("lowers").to_string();
+            assert!(text.contains(&format!("mfma_f32_32x32x{k}_bf16")), "{text}");
+            let e = sim_vs_cpu(&kern, target, &gemm_shapes(layout, 70, 90, 200), 5);
+            assert!(e < 1e-5, "{} {target} 32x32x{k}: {e}", layout.name());
+            let e = sim_aligned_vs_cpu(&kern, target, &gemm_shapes(layout, 70, 88, 200), 5);
+            assert!(
+                e < 1e-5,
+                "{} {target} 32x32x{k} aligned: {e}",
+                layout.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn amd_rasterized_gemm_in_sim() {
+    // 6 x 5 blocks: the XCD remap over 8 dies (30 blocks, so dies get 4 or 3 of them), alone
+    // and before a panel swizzle of 2 block-rows.
+    for target in AMD {
+        for panel in [0, 2] {
+            let cfg = gemm::GemmConfig {
+                panel,
+                ..gemm::GemmConfig::tiles(64, 64, 64, 2, 256)
+            };
+            let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+            let low = k.lower_aligned(target).expect("lowers");
+            assert_eq!(low.attrs.xcd_remap, Some(8));
+            assert_eq!(low.attrs.swizzle_panel, (panel > 0).then_some(panel));
+            let shapes = gemm_shapes(gemm::Layout::NT, 330, 376, 64);
+            let e = sim_aligned_vs_cpu(&k, target, &shapes, 8);
+            assert!(e < 1e-5, "{target} panel {panel}: {e}");
+        }
+    }
+}
+
+#[test]
+fn amd_flash_attention_in_sim() {
+    let cfg = flash_attention::AttnConfig::tiles(64, 64, 2, 256);
+    for target in AMD {
+        for causal in [false, true] {
+            let k = flash_attention::flash_attention(BF16, 64, causal, cfg);
+            let s = vec![1, 1, 70, 64];
+            let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 1, 70]];
+            let e = sim_vs_cpu(&k, target, &shapes, 6);
+            assert!(e < 1e-2, "{target} causal={causal}: {e}");
+            let s = vec![1, 1, 84, 64];
+            let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 1, 84]];
+            let e = sim_aligned_vs_cpu(&k, target, &shapes, 6);
+            assert!(e < 1e-2, "{target} causal={causal} aligned: {e}");
+        }
+    }
+}
+
+#[test]
+fn amd_planted_bugs_are_caught() {
+    let cfg = gemm::GemmConfig::tiles(64, 64, 64, 2, 256);
+    let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+    let shapes = gemm_shapes(gemm::Layout::NT, 64, 64, 256);
+    let is_wait = |op: &Intrinsic| matches!(op, Intrinsic::WaitVmcnt { .. });
+    for target in AMD {
+        let low = k.lower_aligned(target).expect("lowers");
+        let text = low.to_string();
+        assert!(
+            text.contains("buffer_load_lds") && text.contains("wait_vmcnt"),
+            "{text}"
+        );
+        assert!(run_broken(&k, &low, &shapes).expect("correct kernel runs") < 1e-5);
+        // No vmcnt waits: the MFMA operands are read from tiles still in flight.
+        let no_wait = low.with_body(remove(&low.body, &|s| is_call(s, &is_wait)));
+        let e = run_broken(&k, &no_wait, &shapes).expect_err("a dropped wait must be reported");
+        assert!(
+            e.contains("buffer load") && e.contains("wait_vmcnt"),
+            "{target}: {e}"
+        );
+        // Waits that leave one more k step in flight than the pipeline allows.
+        let loose = low.with_body(low.body.map_post(&mut |st| match &st.kind {
+            StmtKind::Eval(e) => match e.kind() {
+                ExprKind::Call(Intrinsic::WaitVmcnt { n }, args) if *n > 0 => Stmt::new(
+                    StmtKind::Eval(Expr::call(
+                        Intrinsic::WaitVmcnt { n: 2 * n },
+                        args.clone(),
+                        e.dtype(),
+                    )),
+                    st.span,
+                ),
+                _ => st,
+            },
+            _ => st,
+        }));
+        let e = run_broken(&k, &loose, &shapes).expect_err("a weak wait must be reported");
+        assert!(e.contains("buffer load"), "{target}: {e}");
+        // No LDS barrier before the refill: it overwrites the stage other waves still read.
+        let no_refill_barrier = low.with_body(low.body.map_post(&mut |st| match st.kind {
+            StmtKind::For(mut l) => {
+                if let StmtKind::Seq(v) = &l.body.kind {
+                    if v.first()
+                        .is_some_and(|x| is_call(x, &|op| *op == Intrinsic::BarrierLds))
+                    {
+                        l.body = Stmt::seq(v[1..].to_vec(), l.body.span);
+                    }
+                }
+                Stmt::new(StmtKind::For(l), st.span)
+            }
+            kind => Stmt::new(kind, st.span),
+        }));
+        let e = run_broken(&k, &no_refill_barrier, &shapes)
+            .expect_err("a missing LDS barrier must be reported");
+        assert!(
+            e.contains("race") && e.contains("buffer_load_lds"),
+            "{target}: {e}"
+        );
+        // The MFMA's A and B exchanged: the wrong product.
+        let swapped = low.with_body(low.body.map_post(&mut |st| match &st.kind {
+            StmtKind::Eval(e) => match e.kind() {
+                ExprKind::Call(op @ Intrinsic::Mfma(_), a) if a.len() == 4 => Stmt::new(
+                    StmtKind::Eval(Expr::call(
+                        op.clone(),
+                        vec![a[0].clone(), a[2].clone(), a[1].clone(), a[3].clone()],
+                        e.dtype(),
+                    )),
+                    st.span,
+                ),
+                _ => st,
+            },
+            _ => st,
+        }));
+        let err = run_broken(&k, &swapped, &shapes).expect("runs");
+        assert!(
+            err > 0.1,
+            "{target}: exchanged MFMA operands went unnoticed ({err})"
         );
     }
 }

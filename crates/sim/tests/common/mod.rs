@@ -13,6 +13,11 @@ pub fn tid() -> Expr {
     Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32)
 }
 
+/// `wave_idx()`: the calling thread's warp (wave) in the block.
+pub fn wave_idx() -> Expr {
+    Expr::call(Intrinsic::WaveIdx, vec![], DType::I32)
+}
+
 pub fn addr(buf: &Buffer, idx: impl Into<Expr>) -> Expr {
     Expr::call(
         Intrinsic::AddressOf,
@@ -251,6 +256,41 @@ impl B {
     pub fn atomic_add(&mut self, dst: Expr, value: impl Into<Expr>) {
         self.call(Intrinsic::AtomicAdd, vec![dst, value.into()]);
     }
+    /// AMD `v_mfma_f32_{m}x{n}x{k}_{ab}` (D, A, B, C addresses).
+    #[track_caller]
+    pub fn mfma(&mut self, op: tl_ir::MfmaOp, d: Expr, a: Expr, b: Expr, c: Expr) {
+        self.call(Intrinsic::Mfma(op), vec![d, a, b, c]);
+    }
+    /// AMD `buffer_load … lds` of `bytes` per lane.
+    #[track_caller]
+    pub fn buffer_load_lds(
+        &mut self,
+        bytes: u32,
+        base: Expr,
+        tensor: Expr,
+        voffset: impl Into<Expr>,
+        soffset: impl Into<Expr>,
+        pred: impl Into<Expr>,
+    ) {
+        self.call(
+            Intrinsic::BufferLoadLds { bytes },
+            vec![base, tensor, voffset.into(), soffset.into(), pred.into()],
+        );
+    }
+    #[track_caller]
+    pub fn wait_vmcnt(&mut self, n: u32) {
+        self.call(Intrinsic::WaitVmcnt { n }, vec![]);
+    }
+    #[track_caller]
+    pub fn barrier_lds(&mut self) {
+        self.call(Intrinsic::BarrierLds, vec![]);
+    }
+}
+
+/// The kernel lowered for 64-lane AMD waves.
+pub fn wave64(mut k: Kernel) -> Kernel {
+    k.attrs.warp_size = Some(64);
+    k
 }
 
 /// A kernel with the given parameters, grid and threads; `f` builds the body from the block
