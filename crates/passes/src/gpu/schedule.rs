@@ -175,6 +175,22 @@ fn schedule_seq(v: Vec<Stmt>, opts: Options) -> Vec<Stmt> {
     };
     for s in v {
         match classify(&s) {
+            // A read that refills registers an earlier read of this run wrote starts the next
+            // step (the k chunks of one gemm reuse their operand registers): nothing moves
+            // across that boundary.
+            Some(Item::Read { buf, lo, hi })
+                if run.iter().any(|(_, it)| match it {
+                    Item::Read {
+                        buf: b2,
+                        lo: l2,
+                        hi: h2,
+                    } => overlaps((buf, lo, hi), (*b2, *l2, *h2)),
+                    Item::Mfma { .. } => false,
+                }) =>
+            {
+                flush(&mut run, &mut out);
+                run.push((s, Item::Read { buf, lo, hi }));
+            }
             Some(item) => run.push((s, item)),
             None => {
                 flush(&mut run, &mut out);
