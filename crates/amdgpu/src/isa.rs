@@ -167,6 +167,11 @@ pub struct LoopReport {
     /// consecutive vector-memory loads of the region: how spread out the global→LDS/VGPR
     /// traffic is (not in the peers' script). `None` with fewer than two loads.
     pub max_gap_between_buffer_loads: Option<u32>,
+    /// The same within clusters of loads: the longest run between two consecutive vector-memory
+    /// loads with no MFMA or LDS read between them (HipKittens keeps ~3 instructions there; a
+    /// schedule that spreads a tile's loads between MFMA rounds is measured by the cluster, not
+    /// by the compute between clusters). `None` when no two loads are adjacent that way.
+    pub max_gap_in_load_clusters: Option<u32>,
 }
 
 /// The report on the first kernel of an assembly file.
@@ -490,6 +495,25 @@ fn back_edges(body: &[Item]) -> Vec<(usize, usize)> {
         .collect()
 }
 
+/// The longest run of other instructions between consecutive loads that no MFMA or LDS read
+/// separates.
+fn max_gap_in_clusters(mnemonics: &[&str]) -> Option<u32> {
+    let mut best = None;
+    let mut last_load: Option<usize> = None;
+    for (i, m) in mnemonics.iter().enumerate() {
+        if is_vmem_load(m) {
+            if let Some(j) = last_load {
+                let gap = count_u32(i - j - 1);
+                best = Some(best.map_or(gap, |b: u32| b.max(gap)));
+            }
+            last_load = Some(i);
+        } else if is_mfma(m) || m.starts_with("ds_read") || m.starts_with("ds_load") {
+            last_load = None;
+        }
+    }
+    best
+}
+
 /// Longest run of instructions failing `pred` between two consecutive ones passing it.
 fn max_gap(mnemonics: &[&str], pred: impl Fn(&str) -> bool) -> Option<u32> {
     let at: Vec<usize> = (0..mnemonics.len())
@@ -568,6 +592,7 @@ fn loop_report(region: &[Item]) -> LoopReport {
     }
     r.max_gap_between_mfma = max_gap(&mnemonics, is_mfma);
     r.max_gap_between_buffer_loads = max_gap(&mnemonics, is_vmem_load);
+    r.max_gap_in_load_clusters = max_gap_in_clusters(&mnemonics);
     let first = mnemonics.iter().position(|m| is_mfma(m));
     let last = mnemonics.iter().rposition(|m| is_mfma(m));
     if let (Some(f), Some(l)) = (first, last) {
@@ -961,6 +986,10 @@ impl LoopReport {
                     "max_gap_between_buffer_loads",
                     json_opt(self.max_gap_between_buffer_loads),
                 ),
+                (
+                    "max_gap_in_load_clusters",
+                    json_opt(self.max_gap_in_load_clusters),
+                ),
             ],
             depth,
         )
@@ -1032,10 +1061,11 @@ impl IsaReport {
         );
         let _ = writeln!(
             s,
-            "  VMEM        {} loads ({} direct to LDS; longest run between loads {}), {} stores, {} scratch",
+            "  VMEM        {} loads ({} direct to LDS; longest run between loads {}, within a cluster {}), {} stores, {} scratch",
             l.vmem_loads,
             l.vmem_loads_lds,
             opt(l.max_gap_between_buffer_loads),
+            opt(l.max_gap_in_load_clusters),
             l.vmem_stores,
             l.scratch
         );
@@ -1221,6 +1251,7 @@ amdhsa.target:   amdgcn-amd-amdhsa--gfx950
             wraparound_gap_mfma: Some(12 + 6),
             // loads at 0, 3, 4 (the s_nop between counts)
             max_gap_between_buffer_loads: Some(2),
+            max_gap_in_load_clusters: Some(2),
         };
         assert_eq!(l, expected);
     }

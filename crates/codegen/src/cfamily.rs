@@ -506,6 +506,12 @@ impl<'a> Printer<'a> {
                             self.line("#pragma unroll");
                         }
                     }
+                    // HIP: a serial loop stays a loop. LLVM's AMDGPU unroller unrolls short
+                    // constant loops on its own and hoists every copy's addresses out of the
+                    // loop around them, which spills a mainloop that holds the accumulators.
+                    ForKind::Serial if self.dialect == Dialect::Hip => {
+                        self.line("#pragma clang loop unroll(disable)");
+                    }
                     _ => {}
                 }
                 let end = if l.min.as_int() == Some(0) {

@@ -124,10 +124,15 @@ impl Ctx<'_> {
             (Scope::Global, Scope::Shared) if async_ok && self.target.is_hip() => {
                 match self.copy_buffer_lds(src, dst, guard, span) {
                     Some(s) => Ok(s),
-                    // Through registers, synchronously: the guard still decides who copies.
+                    // Through registers, synchronously (the guard still decides who copies),
+                    // one vector at a time: this runs inside a mainloop that already holds
+                    // the accumulators, where unrolled copies would keep their data in
+                    // registers across the computation and spill.
                     None => {
-                        let s = self.copy_blocked(src, dst, span, false)?;
-                        Ok(if_then(guard.cloned(), s, span))
+                        let outer = std::mem::replace(&mut self.rolled_copies, true);
+                        let s = self.copy_blocked(src, dst, span, false);
+                        self.rolled_copies = outer;
+                        Ok(if_then(guard.cloned(), s?, span))
                     }
                 }
             }
@@ -189,7 +194,7 @@ impl Ctx<'_> {
         };
         // The scalar path is the fallback for misaligned sizes: keep it rolled, so it costs
         // little code (it touches no register arrays, so it needs no constant indices).
-        let kind = if v > 1 || iters <= 4 {
+        let kind = if (v > 1 && !self.rolled_copies) || iters <= 1 || (iters <= 4 && !self.rolled_copies) {
             ForKind::Unrolled
         } else {
             ForKind::Serial

@@ -32,6 +32,8 @@ pub struct Ctx<'a> {
     pub extra_smem: HashMap<u64, (Buffer, tl_layout::ComposedLayout)>,
     /// k16 steps per wgmma intrinsic (`KernelAttrs::wgmma_batch`, default 1).
     pub wgmma_batch: u32,
+    /// Emit block-wide copies as rolled loops (one vector in flight per thread).
+    pub rolled_copies: bool,
 }
 
 /// The `lower_tile_ops` stage.
@@ -51,6 +53,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         smem_bytes: 0,
         extra_smem: HashMap::new(),
         wgmma_batch: k.attrs.wgmma_batch.unwrap_or(1),
+        rolled_copies: false,
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {

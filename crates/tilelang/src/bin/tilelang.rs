@@ -40,6 +40,23 @@ enum Cmd {
         #[arg(long)]
         allow_spills: bool,
     },
+    /// Static report of an AMDGPU assembly file (clang's `-S` output, or `--emit`'s `.s`):
+    /// registers, spills, LDS, occupancy, and the main loop's instruction mix (MFMAs, LDS reads,
+    /// direct-to-LDS loads, waits, barriers, priorities, the longest runs between MFMAs and
+    /// between loads)
+    IsaReport {
+        file: std::path::PathBuf,
+        /// Print JSON instead of the table
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compile a HIP source file with clang for gfx942/gfx950 and print its ISA report (no GPU
+    /// needed)
+    CheckHip {
+        file: std::path::PathBuf,
+        #[arg(long, default_value = "gfx950")]
+        arch: String,
+    },
     /// The kernel cache: print its directory, or clear it
     Cache {
         #[arg(value_parser = ["path", "clear"], default_value = "path")]
@@ -76,6 +93,58 @@ fn main() -> ExitCode {
                 Err(e) => println!("C compiler: missing ({e})"),
             }
             ExitCode::SUCCESS
+        }
+        Cmd::IsaReport { file, json } => {
+            let text = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: cannot read {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match tilelang::amdgpu::isa::report(&text) {
+                Ok(r) if json => {
+                    println!("{}", r.json());
+                    ExitCode::SUCCESS
+                }
+                Ok(r) => {
+                    print!("{}", r.table());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {}: {e}", file.display());
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::CheckHip { file, arch } => {
+            let src = match std::fs::read_to_string(&file) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("error: cannot read {}: {e}", file.display());
+                    return ExitCode::from(2);
+                }
+            };
+            match tilelang::amdgpu::compile(&src, &arch) {
+                Ok(co) => {
+                    println!(
+                        "{}: {} byte code object, clang {:.0} ms, assemble+link {:.0} ms",
+                        file.display(),
+                        co.elf.len(),
+                        co.compile_time.as_secs_f64() * 1e3,
+                        co.link_time.as_secs_f64() * 1e3
+                    );
+                    match tilelang::amdgpu::isa::report(&co.asm) {
+                        Ok(r) => print!("{}", r.table()),
+                        Err(e) => eprintln!("no ISA report: {e}"),
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Cmd::CheckCuda {
             file,
