@@ -57,6 +57,9 @@ impl Ctx<'_> {
         if !self.multiple_of(&r.offsets[rank - 1], v) {
             return Err(());
         }
+        if !self.smem_keeps_runs(b, v) {
+            return Err(());
+        }
         // With the last dim a multiple of the vector, every vector is wholly inside the
         // tensor or wholly outside, so one predicate per vector is exact.
         let last = &b.shape()[rank - 1];
@@ -65,6 +68,31 @@ impl Ctx<'_> {
             Some(_) => Err(()),
             None => Ok(Some(last.floormod(v).eq_(0))),
         }
+    }
+
+    /// Does shared buffer `b`'s layout (if it has one) store every aligned run of `v`
+    /// elements along the tile's last dim as `v` consecutive elements? A swizzle on 16-byte
+    /// chunks does; a K-interleaved operand tile (`mfma::k_interleaved_layout`) does not, and
+    /// a vector access would then read or write the wrong elements.
+    fn smem_keeps_runs(&self, b: &Buffer, v: i64) -> bool {
+        let Some((_, l)) = self
+            .layouts
+            .smem
+            .get(&b.id())
+            .or_else(|| self.extra_smem.get(&b.id()))
+        else {
+            return true;
+        };
+        let shape = b.const_shape().unwrap_or_default();
+        let rank = shape.len();
+        if rank < 2 {
+            return true;
+        }
+        *self
+            .run_cache
+            .borrow_mut()
+            .entry((b.id(), v))
+            .or_insert_with(|| super::smem::keeps_runs(l, shape[rank - 2], shape[rank - 1], v))
     }
 
     /// The widest vector (elements) both regions allow, with the run-time condition.
@@ -107,6 +135,9 @@ impl Ctx<'_> {
         async_ok: bool,
         guard: Option<&Expr>,
     ) -> Result<Stmt, Diagnostic> {
+        if let Some(s) = self.copy_k_interleaved(src, dst, guard, span) {
+            return Ok(s);
+        }
         if guard.is_some() && !(async_ok && self.target.is_hip()) {
             let s = self.lower_copy(src, dst, span, async_ok)?;
             return Ok(if_then(guard.cloned(), s, span));
@@ -194,7 +225,10 @@ impl Ctx<'_> {
         };
         // The scalar path is the fallback for misaligned sizes: keep it rolled, so it costs
         // little code (it touches no register arrays, so it needs no constant indices).
-        let kind = if (v > 1 && !self.rolled_copies) || iters <= 1 || (iters <= 4 && !self.rolled_copies) {
+        let kind = if (v > 1 && !self.rolled_copies)
+            || iters <= 1
+            || (iters <= 4 && !self.rolled_copies)
+        {
             ForKind::Unrolled
         } else {
             ForKind::Serial

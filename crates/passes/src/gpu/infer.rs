@@ -590,9 +590,15 @@ impl Infer {
                         Ok((wm, wn)) => {
                             let f = super::mfma::c_layout(m, n, wm, wn, shape);
                             self.assign(&g.c.buffer, f, span, "the MFMA gemm that accumulates into it".into());
-                            for r in [&g.a, &g.b] {
+                            for (r, k_first) in [(&g.a, g.trans_a), (&g.b, !g.trans_b)] {
                                 if r.buffer.scope() == Scope::Shared {
-                                    if let Some(l) = super::mma::operand_smem_layout(r) {
+                                    // A tile stored [K, rows] is kept K-interleaved, so each
+                                    // lane reads its k run in one 16-byte read instead of
+                                    // element by element.
+                                    let kl = k_first
+                                        .then(|| super::mfma::k_interleaved_operand_layout(r))
+                                        .flatten();
+                                    if let Some(l) = kl.or_else(|| super::mma::operand_smem_layout(r)) {
                                         self.smem.insert(r.buffer.id(), (r.buffer.clone(), l));
                                     }
                                 }

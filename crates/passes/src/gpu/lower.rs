@@ -34,6 +34,8 @@ pub struct Ctx<'a> {
     pub wgmma_batch: u32,
     /// Emit block-wide copies as rolled loops (one vector in flight per thread).
     pub rolled_copies: bool,
+    /// `smem_keeps_runs` answers by (buffer id, vector), as they take a walk over the tile.
+    pub run_cache: std::cell::RefCell<HashMap<(u64, i64), bool>>,
 }
 
 /// The `lower_tile_ops` stage.
@@ -54,6 +56,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         extra_smem: HashMap::new(),
         wgmma_batch: k.attrs.wgmma_batch.unwrap_or(1),
         rolled_copies: false,
+        run_cache: Default::default(),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {

@@ -166,7 +166,21 @@ pub fn partition(
     shape: MfmaShape,
     policy: WarpPolicy,
 ) -> Result<(i64, i64), String> {
-    super::mma::partition_atoms(m, n, waves, (shape.m as i64, shape.n as i64), WAVE, policy)
+    let (am, an) = (shape.m as i64, shape.n as i64);
+    if matches!(policy, WarpPolicy::Auto | WarpPolicy::Square) {
+        // Wave tiles as square as possible; between equally square ones, more waves along M
+        // (fewer M atoms per wave: the operand a step keeps in registers is the smaller).
+        let mut cands: Vec<(i64, i64)> = (1..=waves)
+            .filter(|wm| waves % wm == 0)
+            .map(|wm| (wm, waves / wm))
+            .filter(|&(wm, wn)| m % (am * wm) == 0 && n % (an * wn) == 0)
+            .collect();
+        cands.sort_by_key(|&(wm, wn)| ((m / wm - n / wn).abs(), std::cmp::Reverse(wm)));
+        if let Some(&best) = cands.first() {
+            return Ok(best);
+        }
+    }
+    super::mma::partition_atoms(m, n, waves, (am, an), WAVE, policy)
 }
 
 impl Ctx<'_> {
@@ -251,15 +265,27 @@ impl Ctx<'_> {
         let kc = sk * kpack;
         let per_lane = e * kpack;
         let chunks = k / kc;
-        // The logical k of slot `slot` of this lane in chunk `s`.
-        let kmap = |s: &Expr, slot: i64| -> Expr {
+        // The logical k of slot `slot` of this lane in chunk `s`: a base for the lane and the
+        // chunk, plus an offset per slot.
+        let kbase = |s: &Expr| -> Expr {
             match a_regs {
                 // Contiguous per lane: slots (j, v) of the k_pack instructions in a row.
-                None => s.clone() * kc + lg.clone() * per_lane + slot,
+                None => s.clone() * kc + lg.clone() * per_lane,
                 // As P holds it: 4 consecutive keys per 16-key atom, atoms side by side.
-                Some(_) => s.clone() * kc + 16 * (slot / 4) + lg.clone() * 4 + slot % 4,
+                Some(_) => s.clone() * kc + lg.clone() * 4,
             }
         };
+        let koffs: Vec<i64> = (0..per_lane)
+            .map(|slot| match a_regs {
+                None => slot,
+                Some(_) => 16 * (slot / 4) + slot % 4,
+            })
+            .collect();
+        // The longest run of consecutive k each operand's tile stores contiguously (and
+        // aligned): the whole row with K the tile's last dim, 8 under a K-interleaved layout
+        // (a [K, rows] tile transposed on its way in), 1 otherwise.
+        let run_a = self.k_run(&g.a, g.trans_a);
+        let run_b = self.k_run(&g.b, !g.trans_b);
         let a_frag = Buffer::new(
             "a_frag",
             vec![Expr::int(mi_n * per_lane)],
@@ -278,7 +304,6 @@ impl Ctx<'_> {
             out.push(Stmt::new(StmtKind::Alloc(a_frag.clone()), span));
         }
         out.push(Stmt::new(StmtKind::Alloc(b_frag.clone()), span));
-        let contiguous = a_regs.is_none();
         let step = |s: &Expr| -> Stmt {
             let mut body = vec![];
             if a_regs.is_none() {
@@ -286,13 +311,13 @@ impl Ctx<'_> {
                     let row = row0.clone() + am * mi + lr.clone();
                     body.extend(read_operand(
                         &g.a,
-                        !g.trans_a && contiguous,
                         g.trans_a,
                         &row,
-                        &|slot| kmap(s, slot),
+                        &kbase(s),
+                        &koffs,
+                        run_a,
                         &a_frag,
                         mi * per_lane,
-                        per_lane,
                         span,
                     ));
                 }
@@ -301,19 +326,28 @@ impl Ctx<'_> {
                 let row = col0.clone() + an * ni + lr.clone();
                 body.extend(read_operand(
                     &g.b,
-                    g.trans_b && contiguous,
                     !g.trans_b,
                     &row,
-                    &|slot| kmap(s, slot),
+                    &kbase(s),
+                    &koffs,
+                    run_b,
                     &b_frag,
                     ni * per_lane,
-                    per_lane,
                     span,
                 ));
             }
-            // The side with fewer atoms stays in registers for the whole step; the other is
-            // streamed atom by atom in the outer loop (the schedule stage's rounds).
-            let cells: Vec<(i64, i64)> = if mi_n <= ni_n {
+            // One side stays in registers for the whole step, the other is streamed atom by
+            // atom in the outer loop (the schedule stage's rounds): a side read element by
+            // element (K strided in its tile) is streamed, else the side with fewer atoms
+            // stays.
+            let a_gathered = a_regs.is_none() && run_a < 4;
+            let b_gathered = run_b < 4;
+            let m_resident = match (a_gathered, b_gathered) {
+                (true, false) => false,
+                (false, true) => true,
+                _ => mi_n <= ni_n,
+            };
+            let cells: Vec<(i64, i64)> = if m_resident {
                 (0..ni_n)
                     .flat_map(|ni| (0..mi_n).map(move |mi| (mi, ni)))
                     .collect()
@@ -359,48 +393,126 @@ impl Ctx<'_> {
     }
 }
 
-/// Read one operand atom's slots for this lane into `dst[off .. off + n]`: `row` is the lane's
-/// M (or N) index, `k_of(slot)` its K index. With K the tile's contiguous dim (`k_last`), runs
-/// of up to 8 slots are one 16-byte read; otherwise (`k_first`: the tile is `[K, rows]`) each
-/// slot is a 2-byte read.
+/// Read one operand atom's slots for this lane into `dst[off ..]`: `row` is the lane's M (or
+/// N) index, slot `i`'s K index `kbase + koffs[i]`. Slots whose K indices run on consecutively
+/// (up to `run`, the tile's contiguous K run, and 8 elements: 16 bytes) are one read.
 #[allow(clippy::too_many_arguments)]
 fn read_operand(
     r: &Region,
-    k_last: bool,
     k_first: bool,
     row: &Expr,
-    k_of: &dyn Fn(i64) -> Expr,
+    kbase: &Expr,
+    koffs: &[i64],
+    run: i64,
     dst: &Buffer,
     off: i64,
-    n: i64,
     span: Span,
 ) -> Vec<Stmt> {
-    let idx = |slot: i64| {
+    let idx = |k: Expr| {
         if k_first {
-            index2(r, k_of(slot), row.clone())
+            index2(r, k, row.clone())
         } else {
-            index2(r, row.clone(), k_of(slot))
+            index2(r, row.clone(), k)
         }
     };
-    let copy = |lanes: i64, slot: i64| {
-        Stmt::new(
+    let mut out = vec![];
+    let mut i = 0;
+    while i < koffs.len() {
+        // The widest power-of-two run from slot i that stays consecutive and aligned.
+        let mut len = 1;
+        for w in [8usize, 4, 2] {
+            let w64 = w as i64;
+            if w64 <= run
+                && i + w <= koffs.len()
+                && koffs[i] % w64 == 0
+                && (1..w).all(|j| koffs[i + j] == koffs[i] + j as i64)
+            {
+                len = w;
+                break;
+            }
+        }
+        out.push(Stmt::new(
             StmtKind::Eval(Expr::call(
-                Intrinsic::VecCopy {
-                    lanes: lanes as u32,
-                },
+                Intrinsic::VecCopy { lanes: len as u32 },
                 vec![
-                    address_of(dst, vec![Expr::int(off + slot)]),
-                    address_of(&r.buffer, idx(slot)),
+                    address_of(dst, vec![Expr::int(off + i as i64)]),
+                    address_of(&r.buffer, idx(kbase.clone() + koffs[i])),
                 ],
                 DType::Bool,
             )),
             span,
-        )
-    };
-    if k_last {
-        let run = n.min(8);
-        (0..n / run).map(|i| copy(run, i * run)).collect()
+        ));
+        i += len;
+    }
+    out
+}
+
+/// The K-interleaved layout of a `[K, rows]` operand tile: groups of 8 consecutive k of one
+/// row are 16 contiguous bytes (what a lane reads for an MFMA), groups of rows one after
+/// another: `(k, x) ↦ k % 8 + 8·x + 8·rows·(k / 8)`. Such a tile is filled by a copy that
+/// transposes in registers (`kcopy`). On top, the 16-byte chunks are XOR-swizzled by the
+/// chunk index's next three bits (`Sw<3,3,3>`, when the tile is a multiple of 512
+/// elements), so that the transposing copy's 8-byte writes, whose lanes step 8 rows apart,
+/// fall in different banks; a lane's 16 bytes stay together.
+pub fn k_interleaved_layout(k: i64, rows: i64) -> Option<tl_layout::ComposedLayout> {
+    if k % K_GROUP != 0 || k <= 0 || rows <= 0 {
+        return None;
+    }
+    let l = tl_layout::parse_layout(&format!(
+        "(({K_GROUP},{}),{rows}):((1,{}),{K_GROUP})",
+        k / K_GROUP,
+        K_GROUP * rows
+    ))
+    .ok()?;
+    let sw = if (k * rows) % 512 == 0 {
+        tl_layout::Swizzle::new(3, 3, 3).ok()?
     } else {
-        (0..n).map(|slot| copy(1, slot)).collect()
+        tl_layout::Swizzle::new(0, 0, 0).ok()?
+    };
+    Some(tl_layout::ComposedLayout::new(sw, 0, l))
+}
+
+/// The K-interleaved layout for a shared operand tile stored `[K, rows]`, when it applies:
+/// 16-bit elements (8 of them are one 16-byte read) and K a multiple of 8.
+pub fn k_interleaved_operand_layout(r: &Region) -> Option<tl_layout::ComposedLayout> {
+    if r.buffer.dtype().bytes() != 2 {
+        return None;
+    }
+    let shape = r.buffer.const_shape()?;
+    let rank = shape.len();
+    if rank < 2 {
+        return None;
+    }
+    k_interleaved_layout(shape[rank - 2], shape[rank - 1])
+}
+
+/// The k elements a K-interleaved tile keeps together.
+pub const K_GROUP: i64 = 8;
+
+/// Whether a shared tile's layout is [`k_interleaved_layout`]: the contiguous k run it keeps.
+pub fn k_interleaved_run(l: &tl_layout::ComposedLayout, shape: &[i64]) -> Option<i64> {
+    let rank = shape.len();
+    if rank < 2 {
+        return None;
+    }
+    let want = k_interleaved_layout(shape[rank - 2], shape[rank - 1])?;
+    (*l == want).then_some(K_GROUP)
+}
+
+impl Ctx<'_> {
+    /// The contiguous k run of a gemm operand tile (`k_first`: stored `[K, rows]`).
+    fn k_run(&self, r: &Region, k_first: bool) -> i64 {
+        if r.buffer.scope() != Scope::Shared {
+            return 1;
+        }
+        if !k_first {
+            return 8;
+        }
+        let shape = r.buffer.const_shape().unwrap_or_default();
+        self.layouts
+            .smem
+            .get(&r.buffer.id())
+            .and_then(|(_, l)| k_interleaved_run(l, &shape))
+            .unwrap_or(1)
     }
 }

@@ -11,6 +11,7 @@ pub mod elementwise;
 pub mod gemm;
 pub mod infer;
 pub mod isel;
+pub mod kcopy;
 pub mod lower;
 pub mod mfma;
 pub mod mma;

@@ -60,6 +60,24 @@ pub fn swizzle_expr(sw: &tl_layout::Swizzle, x: Expr) -> Expr {
     x ^ moved
 }
 
+/// Does `l` (over a `rows × cols` tile) store each run of `v` elements of a row that starts at
+/// a multiple of `v` as `v` consecutive offsets? Checked on every run: tiles are small.
+pub fn keeps_runs(l: &ComposedLayout, rows: i64, cols: i64, v: i64) -> bool {
+    if v <= 1 {
+        return true;
+    }
+    if cols % v != 0 {
+        return false;
+    }
+    (0..rows).all(|r| {
+        (0..cols / v).all(|c| {
+            let at = |c: i64| l.call(r + rows * c);
+            let first = at(c * v);
+            first % v == 0 && (1..v).all(|j| at(c * v + j) == first + j)
+        })
+    })
+}
+
 /// A layout over one (1-d) coordinate, as an expression.
 pub fn layout_expr_1d(l: &Layout, x: &Expr) -> Expr {
     mode_expr(x, l.shape(), l.stride())
