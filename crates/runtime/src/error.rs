@@ -38,6 +38,19 @@ pub enum RuntimeError {
     /// A CUDA driver call failed; `what` names the call and, for launches, the kernel.
     #[error("CUDA error in {what}: {error}")]
     Cuda { what: String, error: String },
+    /// A HIP runtime call failed; `what` names the call and, for launches, the kernel. The
+    /// message notes that the HIP backend is untested on AMD hardware.
+    #[error("HIP error in {what}: {error}")]
+    Hip { what: String, error: String },
+    /// A HIP kernel was given a tensor too large for the 32-bit offsets and buffer range of
+    /// AMD buffer loads; launching it would read zeros past the range.
+    #[error("kernel `{kernel}`: tensor `{tensor}` is {bytes} bytes, but AMD buffer loads address at most {limit} bytes (2 GiB - 1: 32-bit offsets and buffer range); launch on tensors under 2 GiB, e.g. split the work along the outermost dimension")]
+    BufferRange {
+        kernel: String,
+        tensor: String,
+        bytes: usize,
+        limit: usize,
+    },
     /// NVRTC could not be used: not installed (the message says where it looked and how to
     /// install it), an architecture it cannot compile for, or a failed call.
     #[error(transparent)]

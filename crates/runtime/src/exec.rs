@@ -61,7 +61,7 @@ pub struct CompileStats {
     pub lower: Duration,
     /// Source generation.
     pub codegen: Duration,
-    /// The native compiler (C compiler, NVRTC).
+    /// The native compiler (C compiler, NVRTC, clang for HIP).
     pub compile: Duration,
     /// Loading the artifact.
     pub load: Duration,
@@ -77,6 +77,8 @@ pub(crate) enum Module {
     Cuda(CudaKernel),
     /// Thread-level IR run by the simulator.
     Sim(Box<tl_ir::Kernel>),
+    /// A code object loaded on an AMD GPU through HIP.
+    Hip(crate::hip::HipKernel),
 }
 
 pub struct Executable {
@@ -338,11 +340,12 @@ impl Executable {
         self.source.as_deref()
     }
 
-    /// Registers, local memory (spills), shared memory and the NVRTC log of a GPU kernel;
-    /// `None` on the CPU.
+    /// Registers, local memory (spills), shared memory and the NVRTC log of a CUDA kernel;
+    /// `None` on the CPU, the simulator and HIP (for AMD kernels, `tl_amdgpu::isa` reports
+    /// registers and spills from the assembly).
     pub fn resource_usage(&self) -> Option<&ResourceUsage> {
         match &self.module {
-            Module::Cpu(_) | Module::Sim(_) => None,
+            Module::Cpu(_) | Module::Sim(_) | Module::Hip(_) => None,
             Module::Cuda(k) => Some(k.usage()),
         }
     }
@@ -358,6 +361,7 @@ impl Executable {
         match &self.module {
             Module::Cpu(_) | Module::Sim(_) => Ok(()),
             Module::Cuda(k) => k.device().synchronize(),
+            Module::Hip(k) => k.device().synchronize(),
         }
     }
 
@@ -384,6 +388,11 @@ impl Executable {
         match &self.module {
             Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),
             Module::Cuda(k) => {
+                let mut p = pack_gpu_params(&self.sig, &b)?;
+                k.launch(&mut p, b.grid, self.sig.threads)?;
+            }
+            Module::Hip(k) => {
+                crate::hip::check_buffer_ranges(&self.sig, args)?;
                 let mut p = pack_gpu_params(&self.sig, &b)?;
                 k.launch(&mut p, b.grid, self.sig.threads)?;
             }

@@ -9,6 +9,7 @@ pub mod device;
 pub mod dtype_io;
 pub mod error;
 pub mod exec;
+pub mod hip;
 pub mod nvrtc;
 pub mod profile;
 pub mod rng;
@@ -20,6 +21,7 @@ pub use cuda::{DeviceProps, ResourceUsage};
 pub use device::Device;
 pub use error::{Result, RuntimeError};
 pub use exec::{Arg, CompileStats, Executable, Signature};
+pub use hip::HipProps;
 pub use profile::Timing;
 pub use tensor::{rel_err, Tensor};
 
@@ -120,10 +122,10 @@ pub fn build_cuda(
     let t0 = Instant::now();
     let ordinal = match device {
         Device::Cuda(i) => *i,
-        Device::Cpu | Device::Sim(_) => {
+        Device::Cpu | Device::Sim(_) | Device::Hip(_) => {
             return Err(RuntimeError::DeviceUnavailable {
                 device: device.to_string(),
-                reason: "build_cuda needs a CUDA device; use build_cpu for the CPU".into(),
+                reason: "build_cuda needs a CUDA device; use build_cpu for the CPU and build_hip for an AMD GPU".into(),
             })
         }
     };
@@ -170,4 +172,94 @@ pub fn build_cuda(
         stats,
         Some(source),
     ))
+}
+
+/// Compile generated HIP source for the AMD GPU `device` (or take the code object from the
+/// cache) and load it. **Untested on hardware** (see [`hip`]).
+///
+/// `compile` turns the source into a code object (an AMDGPU ELF; the driver passes
+/// `tl_amdgpu::compile`, i.e. clang) and runs only on a cache miss, so a hit costs no clang
+/// run; its error type is the caller's (anything a [`RuntimeError`] converts into), so clang's
+/// diagnostics reach the caller unchanged. The code object is stored as `<key>.hsaco`. `key`
+/// is the caller's: it must cover the source, the arch, the compiler and the crate version.
+/// `entry` is the `extern "C" __global__` function. A cached code object that fails to load is
+/// recompiled once. Launches use the signature's grid, blocks of `(sig.threads, 1, 1)` and no
+/// dynamic LDS (generated kernels declare all LDS statically), and refuse tensors of 2 GiB or
+/// more ([`hip::check_buffer_ranges`]).
+pub fn build_hip<E: From<RuntimeError>>(
+    device: &Device,
+    sig: Signature,
+    cache: &Cache,
+    key: &str,
+    source: String,
+    entry: &str,
+    compile: impl FnOnce(&str) -> std::result::Result<Vec<u8>, E>,
+) -> std::result::Result<Executable, E> {
+    let t0 = Instant::now();
+    let ordinal = match device {
+        Device::Hip(i) => *i,
+        Device::Cpu | Device::Sim(_) | Device::Cuda(_) => {
+            return Err(RuntimeError::DeviceUnavailable {
+                device: device.to_string(),
+                reason: "build_hip needs a HIP (AMD) device; use build_cuda for NVIDIA GPUs and build_cpu for the CPU".into(),
+            }
+            .into())
+        }
+    };
+    // The device first: without ROCm there is no point in running clang.
+    let dev = hip::device(ordinal)?;
+    let mut compile = Some(compile);
+    let mut compile_once = |src: &str| match compile.take() {
+        Some(f) => f(src),
+        None => Err(RuntimeError::Launch(format!(
+            "kernel `{}`: the HIP compile callback was needed twice",
+            sig.name
+        ))
+        .into()),
+    };
+    let mut art = hip::compile_cached(cache, key, &source, &mut compile_once)?;
+    let t_load = Instant::now();
+    let kernel = match hip::HipKernel::load(dev, &art.code, entry, &sig.name) {
+        Ok(k) => k,
+        Err(_) if art.cache_hit => {
+            // A stale or damaged cache entry: compile afresh and overwrite it.
+            let _ = std::fs::remove_file(cache.path(key, "hsaco"));
+            art = hip::compile_cached(cache, key, &source, &mut compile_once)?;
+            hip::HipKernel::load(dev, &art.code, entry, &sig.name)?
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let stats = CompileStats {
+        cache_hit: art.cache_hit,
+        compile: art.compile_time,
+        load: t_load.elapsed(),
+        total: t0.elapsed(),
+        ..Default::default()
+    };
+    Ok(Executable::new(
+        sig,
+        *device,
+        exec::Module::Hip(kernel),
+        stats,
+        Some(source),
+    ))
+}
+
+/// Compile HIP source into the disk cache (`<key>.hsaco`) without loading it, so an autotuner
+/// can run clang for many candidates on many threads; `compile` runs only on a miss. Needs no
+/// GPU. Returns whether the code object was already cached.
+pub fn precompile_hip<E: From<RuntimeError>>(
+    cache: &Cache,
+    key: &str,
+    source: &str,
+    compile: impl FnOnce(&str) -> std::result::Result<Vec<u8>, E>,
+) -> std::result::Result<bool, E> {
+    let mut compile = Some(compile);
+    let mut compile_once = |src: &str| match compile.take() {
+        Some(f) => f(src),
+        None => {
+            Err(RuntimeError::Launch("the HIP compile callback was needed twice".into()).into())
+        }
+    };
+    Ok(hip::compile_cached(cache, key, source, &mut compile_once)?.cache_hit)
 }

@@ -35,7 +35,7 @@ pub struct Timing {
     pub reps: usize,
     /// Whether L2 was flushed before each timed launch.
     pub l2_flushed: bool,
-    /// `cuda:0` or `cpu`: what measured it (CUDA events, or the host clock).
+    /// `cuda:0`, `hip:0` or `cpu`: what measured it (CUDA or HIP events, or the host clock).
     pub device: String,
 }
 
@@ -120,7 +120,9 @@ pub struct BenchConfig {
     /// Timed runs; the median is reported.
     pub reps: usize,
     /// On a GPU, write a buffer of twice the L2 size before each timed run (outside the timed
-    /// region), so every run reads its inputs from device memory as a cold call would.
+    /// region), so every run reads its inputs from device memory as a cold call would. On an
+    /// AMD GPU the buffer is twice the larger of L2 and the Infinity Cache (256 MiB on MI300X
+    /// and MI355X, which the runtime's L2 size leaves out): see `hip::flush_bytes`.
     pub flush_l2: bool,
 }
 
@@ -134,9 +136,9 @@ impl Default for BenchConfig {
     }
 }
 
-/// Time `exe` on `args`: on a GPU with CUDA events around each launch (after `warmup` untimed
-/// launches, with an L2 flush before each timed one); on the CPU with the host clock. The
-/// arguments are checked once, as `run_args` would.
+/// Time `exe` on `args`: on a GPU with CUDA or HIP events around each launch (after `warmup`
+/// untimed launches, with a cache flush before each timed one); on the CPU with the host clock.
+/// The arguments are checked once, as `run_args` would.
 pub fn bench(
     exe: &crate::Executable,
     args: &[crate::Arg],
@@ -164,6 +166,23 @@ pub fn bench_with(
     let b = exe.bind(args)?;
     match exe.module() {
         crate::exec::Module::Cuda(k) => {
+            let mut p = crate::exec::pack_gpu_params(exe.signature(), &b)?;
+            let samples = k.bench(
+                &mut p,
+                b.grid,
+                exe.signature().threads,
+                cfg.warmup,
+                cfg.reps,
+                cfg.flush_l2,
+            )?;
+            Ok(Timing::from_samples(
+                &samples,
+                cfg.flush_l2,
+                exe.device().to_string(),
+            ))
+        }
+        crate::exec::Module::Hip(k) => {
+            crate::hip::check_buffer_ranges(exe.signature(), args)?;
             let mut p = crate::exec::pack_gpu_params(exe.signature(), &b)?;
             let samples = k.bench(
                 &mut p,

@@ -13,6 +13,7 @@ use crate::cuda::DeviceBuf;
 use crate::device::Device;
 use crate::dtype_io;
 use crate::error::{Result, RuntimeError};
+use crate::hip::HipBuf;
 use crate::rng::Dist;
 
 /// Host memory aligned for wide vector loads. Kernels write it through shared references
@@ -76,6 +77,9 @@ pub(crate) enum Storage {
     /// Device memory of a CUDA GPU. Reads download (after the work queued before them);
     /// writes upload or run on the device's stream.
     Cuda(DeviceBuf),
+    /// Device memory of an AMD GPU (HIP). Reads download after the work queued before them;
+    /// writes are copies or memsets on the device's null stream.
+    Hip(HipBuf),
 }
 
 pub struct Tensor {
@@ -98,8 +102,10 @@ impl Tensor {
     /// A zero-filled tensor.
     pub fn zeros(shape: &[usize], dtype: DType, device: &Device) -> Result<Tensor> {
         let t = Tensor::uninit(shape, dtype, device)?;
-        if let Storage::Cuda(b) = &t.storage {
-            b.fill_pattern(&[0])?;
+        match &t.storage {
+            Storage::Cuda(b) => b.fill_pattern(&[0])?,
+            Storage::Hip(b) => b.fill_pattern(&[0])?,
+            Storage::Host(_) => {}
         }
         Ok(t)
     }
@@ -116,6 +122,7 @@ impl Tensor {
         let storage = match device {
             Device::Cpu | Device::Sim(_) => Storage::Host(HostBuf::new(bytes)?),
             Device::Cuda(i) => Storage::Cuda(DeviceBuf::alloc(crate::cuda::device(*i)?, bytes)?),
+            Device::Hip(i) => Storage::Hip(HipBuf::alloc(crate::hip::device(*i)?, bytes)?),
         };
         Ok(Tensor {
             shape: shape.to_vec(),
@@ -159,17 +166,20 @@ impl Tensor {
     /// every run. CPU tensors use ChaCha8 with Box-Muller; CUDA tensors use the counter-based
     /// generator of [`crate::rng`], filled on the GPU (so the values differ from the CPU
     /// tensor of the same seed — copy with [`to_device`](Self::to_device) for identical inputs).
+    /// HIP tensors use the same counter-based values as CUDA ones, generated on the host.
     pub fn randn(shape: &[usize], dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
+        let dist = Dist::Normal {
+            mean: 0.0,
+            std: 1.0,
+        };
+        if device.is_hip() {
+            let t = Tensor::uninit(shape, dtype, device)?;
+            t.hip_buf()?.fill_random(dtype, seed, dist)?;
+            return Ok(t);
+        }
         if device.is_cuda() {
             let t = Tensor::uninit(shape, dtype, device)?;
-            t.cuda_buf()?.fill_random(
-                dtype,
-                seed,
-                Dist::Normal {
-                    mean: 0.0,
-                    std: 1.0,
-                },
-            )?;
+            t.cuda_buf()?.fill_random(dtype, seed, dist)?;
             return Ok(t);
         }
         let t = Tensor::zeros(shape, dtype, device)?;
@@ -204,6 +214,12 @@ impl Tensor {
         if device.is_cuda() {
             let t = Tensor::uninit(shape, dtype, device)?;
             t.cuda_buf()?
+                .fill_random(dtype, seed, Dist::Uniform { lo, hi })?;
+            return Ok(t);
+        }
+        if device.is_hip() {
+            let t = Tensor::uninit(shape, dtype, device)?;
+            t.hip_buf()?
                 .fill_random(dtype, seed, Dist::Uniform { lo, hi })?;
             return Ok(t);
         }
@@ -246,7 +262,7 @@ impl Tensor {
         };
         match &self.storage {
             Storage::Host(h) => Ok(read(h.as_slice())),
-            Storage::Cuda(_) => Ok(read(&self.to_bytes()?)),
+            Storage::Cuda(_) | Storage::Hip(_) => Ok(read(&self.to_bytes()?)),
         }
     }
 
@@ -259,6 +275,11 @@ impl Tensor {
                 b.download(&mut host)?;
                 Ok(host)
             }
+            Storage::Hip(b) => {
+                let mut host = vec![0u8; self.nbytes()];
+                b.download(&mut host)?;
+                Ok(host)
+            }
         }
     }
 
@@ -267,6 +288,11 @@ impl Tensor {
         let t = Tensor::uninit(&self.shape, self.dtype, device)?;
         match (&self.storage, &t.storage) {
             (Storage::Cuda(src), Storage::Cuda(dst))
+                if src.device().ordinal() == dst.device().ordinal() =>
+            {
+                dst.copy_from(src)?
+            }
+            (Storage::Hip(src), Storage::Hip(dst))
                 if src.device().ordinal() == dst.device().ordinal() =>
             {
                 dst.copy_from(src)?
@@ -288,6 +314,7 @@ impl Tensor {
         match &self.storage {
             Storage::Host(h) => h.as_mut_slice().copy_from_slice(bytes),
             Storage::Cuda(b) => b.upload(bytes)?,
+            Storage::Hip(b) => b.upload(bytes)?,
         }
         Ok(())
     }
@@ -298,7 +325,7 @@ impl Tensor {
     pub(crate) fn host_bytes(&self) -> &[u8] {
         match &self.storage {
             Storage::Host(h) => h.as_slice(),
-            Storage::Cuda(_) => &[],
+            Storage::Cuda(_) | Storage::Hip(_) => &[],
         }
     }
 
@@ -307,22 +334,41 @@ impl Tensor {
     pub(crate) fn host_bytes_mut(&self) -> &mut [u8] {
         match &self.storage {
             Storage::Host(h) => h.as_mut_slice(),
-            Storage::Cuda(_) => &mut [],
+            Storage::Cuda(_) | Storage::Hip(_) => &mut [],
         }
     }
 
     pub fn cuda_ptr(&self) -> Option<u64> {
         match &self.storage {
             Storage::Cuda(b) => Some(b.ptr()),
-            Storage::Host(_) => None,
+            Storage::Host(_) | Storage::Hip(_) => None,
+        }
+    }
+
+    /// The device address of a tensor on an AMD GPU (for interop with other HIP libraries,
+    /// which must order their work with the runtime's null stream); `None` elsewhere.
+    pub fn hip_ptr(&self) -> Option<u64> {
+        match &self.storage {
+            Storage::Hip(b) => Some(b.ptr()),
+            Storage::Host(_) | Storage::Cuda(_) => None,
         }
     }
 
     fn cuda_buf(&self) -> Result<&DeviceBuf> {
         match &self.storage {
             Storage::Cuda(b) => Ok(b),
-            Storage::Host(_) => Err(RuntimeError::Tensor(format!(
-                "tensor on {} is not on a GPU",
+            Storage::Host(_) | Storage::Hip(_) => Err(RuntimeError::Tensor(format!(
+                "tensor on {} is not on a CUDA GPU",
+                self.device
+            ))),
+        }
+    }
+
+    fn hip_buf(&self) -> Result<&HipBuf> {
+        match &self.storage {
+            Storage::Hip(b) => Ok(b),
+            Storage::Host(_) | Storage::Cuda(_) => Err(RuntimeError::Tensor(format!(
+                "tensor on {} is not on an AMD GPU",
                 self.device
             ))),
         }
@@ -348,12 +394,12 @@ impl Tensor {
                     dtype_io::write(b, self.dtype, i, v);
                 }
             }
-            Storage::Cuda(d) => {
+            Storage::Cuda(_) | Storage::Hip(_) => {
                 let mut b = vec![0u8; self.nbytes()];
                 for (i, &v) in data.iter().enumerate() {
                     dtype_io::write(&mut b, self.dtype, i, v);
                 }
-                d.upload(&b)?;
+                self.write_bytes(&b)?;
             }
         }
         Ok(())
@@ -365,6 +411,11 @@ impl Tensor {
         match &self.storage {
             Storage::Host(_) => self.write_f64(&vec![v; self.numel()]),
             Storage::Cuda(b) => {
+                let mut elem = vec![0u8; self.dtype.bytes()];
+                dtype_io::write(&mut elem, self.dtype, 0, v);
+                b.fill_pattern(&elem)
+            }
+            Storage::Hip(b) => {
                 let mut elem = vec![0u8; self.dtype.bytes()];
                 dtype_io::write(&mut elem, self.dtype, 0, v);
                 b.fill_pattern(&elem)
@@ -400,6 +451,7 @@ impl Tensor {
         match &self.storage {
             Storage::Host(h) => h.ptr() as *mut c_void,
             Storage::Cuda(b) => b.ptr() as usize as *mut c_void,
+            Storage::Hip(b) => b.ptr() as usize as *mut c_void,
         }
     }
 }

@@ -323,6 +323,32 @@ impl Kernel {
                 exe.stats_mut().fallback = fallback;
                 exe
             }
+            Device::Hip(_) => {
+                // The HIP backend is untested on AMD hardware (see `tl_runtime::hip`).
+                let t = Instant::now();
+                let src = tl_codegen::hip::generate(&low, target)?;
+                let codegen_time = t.elapsed();
+                if let Some(dir) = &dump {
+                    let _ = std::fs::write(
+                        dir.join(format!("{}.{}.hip", self.ir.name, src.arch)),
+                        &src.code,
+                    );
+                }
+                // clang runs only on a cache miss; the key still names its version.
+                let key = hip_key(&src)?;
+                let arch = src.arch.clone();
+                let mut exe = tl_runtime::build_hip(
+                    dev,
+                    sig,
+                    &cache,
+                    &key,
+                    src.code,
+                    &src.entry,
+                    |code: &str| Ok::<_, Error>(tl_amdgpu::compile(code, &arch)?.elf),
+                )?;
+                exe.stats_mut().codegen = codegen_time;
+                exe
+            }
         };
         let st = exe.stats_mut();
         st.lower = lower_time;
@@ -346,21 +372,39 @@ fn with_persistent_blocks<E>(
 }
 
 /// Blocks of a persistent kernel that asked for one per multiprocessor: the device's count on
-/// a GPU; three in the simulator, so that blocks take several rounds even on small tests.
+/// a GPU (compute units on an AMD GPU); three in the simulator, so that blocks take several
+/// rounds even on small tests.
 fn persistent_blocks_for(dev: &Device) -> Result<u32, Error> {
     Ok(match dev {
         Device::Cuda(_) => dev.cuda_props()?.multiprocessors,
+        Device::Hip(_) => dev.hip_props()?.compute_units,
         _ => 3,
     })
 }
 
 /// Multiprocessors assumed when source is emitted with no device at hand: an H100 SXM's 132
-/// for sm_90, an A100's 108 for other CUDA targets (the CPU ignores persistence).
+/// for sm_90, an A100's 108 for other CUDA targets, the flagship AMD part's compute units for
+/// an AMD target (MI300X: 304 for gfx942, MI355X: 256 for gfx950; the CPU ignores
+/// persistence).
 fn typical_multiprocessors(target: Target) -> u32 {
     match target {
         Target::Cuda { sm } if sm >= 90 => 132,
+        Target::Hip { .. } => target.amd().map_or(304, |a| a.compute_units),
         _ => 108,
     }
+}
+
+/// The cache key of generated HIP source: the source, the arch, clang's version (`clang
+/// --version`'s first line; finding clang does not compile anything) and our version.
+fn hip_key(src: &tl_codegen::hip::HipSource) -> Result<String, Error> {
+    let clang = tl_amdgpu::Clang::find()?;
+    Ok(Cache::key(&[
+        "hip",
+        &src.code,
+        &src.arch,
+        &clang.version,
+        env!("CARGO_PKG_VERSION"),
+    ]))
 }
 
 /// How NVIDIA device code is made, from `TILELANG_BACKEND`.
@@ -461,11 +505,12 @@ fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
 
 impl Kernel {
     /// Do the expensive, thread-safe part of compiling for `dev` — lowering, code generation
-    /// and (for CUDA) NVRTC into the disk cache — without loading anything, so candidates can
-    /// be prepared on many threads; a later [`compile`](Self::compile) is then a cache hit.
+    /// and NVRTC (CUDA) or clang (HIP) into the disk cache — without loading anything, so
+    /// candidates can be prepared on many threads; a later [`compile`](Self::compile) is then a
+    /// cache hit. A no-op on the CPU and the simulator.
     pub fn precompile(&self, dev: &Device, opts: &CompileOptions) -> Result<(), Error> {
         self.verify()?;
-        if !dev.is_cuda() {
+        if !dev.is_cuda() && !dev.is_hip() {
             return Ok(());
         }
         let target = dev.target()?;
@@ -479,6 +524,18 @@ impl Kernel {
             .iter()
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
+        if dev.is_hip() {
+            // As `compile_variant` lowers it, so that the key matches.
+            let ir = with_persistent_blocks(&ir, || persistent_blocks_for(dev))?;
+            let low = tl_passes::run_pipeline(&ir, &target, None)?;
+            let src = tl_codegen::hip::generate(&low, target)?;
+            let key = hip_key(&src)?;
+            let arch = src.arch.clone();
+            tl_runtime::precompile_hip(&cache, &key, &src.code, |code: &str| {
+                Ok::<_, Error>(tl_amdgpu::compile(code, &arch)?.elf)
+            })?;
+            return Ok(());
+        }
         let low = tl_passes::run_pipeline(&ir, &target, None)?;
         let src = nvidia_source(&low, target)?;
         let key = cuda_key(&src)?;

@@ -87,6 +87,13 @@ fn main() -> ExitCode {
                 Ok(t) => println!("target: {t}"),
                 Err(e) => println!("target: unavailable ({e})"),
             }
+            match tilelang::runtime::hip::runtime_info() {
+                Ok((path, version)) => println!(
+                    "HIP: {} AMD device(s), runtime {version} from {path} (tilelang's HIP backend is untested on hardware)",
+                    Device::hip_count()
+                ),
+                Err(e) => println!("HIP: unavailable ({e})"),
+            }
             println!("kernel cache: {}", Cache::from_env().dir().display());
             match tilelang::runtime::cpu::compiler_version() {
                 Ok(v) => println!("C compiler: {} ({v})", tilelang::runtime::cpu::c_compiler()),
