@@ -183,6 +183,18 @@ TL_DEFINE_BUFFER_LOAD_LDS(4)
 TL_DEFINE_BUFFER_LOAD_LDS(16)
 #endif
 
+/* Buffer loads into registers: the same range check (a predicate-false lane's offset is past
+ * any tensor), no branch around the load, and one 32-bit offset per lane instead of a 64-bit
+ * address. */
+#define TL_DEFINE_BUFFER_LOAD(BYTES, T, LOAD)                                                  \
+TL_DEVICE void tl_buffer_load_##BYTES(void* d, tl_rsrc r, uint32_t voff, uint32_t soff,       \
+                                      bool p) {                                                \
+    *(T*)d = LOAD(r, p ? voff : 0x80000000u, soff, 0);                                         \
+}
+TL_DEFINE_BUFFER_LOAD(4, uint32_t, __builtin_amdgcn_raw_buffer_load_b32)
+TL_DEFINE_BUFFER_LOAD(8, tl_u32x2, __builtin_amdgcn_raw_buffer_load_b64)
+TL_DEFINE_BUFFER_LOAD(16, tl_u32x4, __builtin_amdgcn_raw_buffer_load_b128)
+
 /* ---- synchronous vector copies (both addresses aligned to the size) ---- */
 TL_DEVICE void tl_vec_copy_16(void* d, const void* s) { *(tl_u32x4*)d = *(const tl_u32x4*)s; }
 TL_DEVICE void tl_vec_copy_8(void* d, const void* s) { *(tl_u32x2*)d = *(const tl_u32x2*)s; }

@@ -464,6 +464,19 @@ impl<'a> Printer<'a> {
                 value,
             } => {
                 let lv = self.lvalue(buffer, indices);
+                // A narrow float moved from one buffer to another unchanged is a bit copy, not
+                // a widening and a rounding (a register transpose costs no arithmetic).
+                if let ExprKind::Load(src, idx) = value.kind() {
+                    if buffer.scope() != Scope::Var
+                        && src.scope() != Scope::Var
+                        && src.dtype() == buffer.dtype()
+                        && narrow_name(buffer.dtype()).is_some()
+                    {
+                        let rv = self.lvalue(src, idx);
+                        self.line(&format!("{lv} = {rv};"));
+                        return;
+                    }
+                }
                 // Storing a narrow float rounds it: an explicit cast to the same type just
                 // before the store would round twice.
                 let value = match value.kind() {

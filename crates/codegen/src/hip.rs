@@ -275,12 +275,16 @@ fn lds_align(bytes: u64) -> u64 {
     }
 }
 
-/// `tl_rsrc A_srd = tl_make_rsrc(A, bytes)` for every tensor a direct-to-LDS load reads.
+/// `tl_rsrc A_srd = tl_make_rsrc(A, bytes)` for every tensor a buffer load reads.
 fn resource_descriptors(p: &mut Printer, k: &Kernel) {
     let mut tensors: Vec<Buffer> = vec![];
     k.body.walk(&mut |s| {
         if let StmtKind::Eval(e) = &s.kind {
-            if let ExprKind::Call(Intrinsic::BufferLoadLds { .. }, args) = e.kind() {
+            if let ExprKind::Call(
+                Intrinsic::BufferLoadLds { .. } | Intrinsic::BufferLoad { .. },
+                args,
+            ) = e.kind()
+            {
                 if let Some((b, _)) = args.get(1).and_then(address_target) {
                     if !tensors.iter().any(|t| t.id() == b.id()) {
                         tensors.push(b.clone());
@@ -569,6 +573,39 @@ impl Printer<'_> {
                 let pred = self.expr(&args[4]);
                 format!(
                     "tl_buffer_load_lds_{bytes}({lds}, {srd}, (uint32_t)({voff}), (uint32_t)({soff}), {pred})"
+                )
+            }
+            Intrinsic::BufferLoad { bytes } => {
+                if !self.cuda_nargs(op, args, 5) {
+                    return "0".into();
+                }
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return self.cuda_error(
+                        DiagKind::Internal,
+                        format!("{op}: buffer loads move 4, 8 or 16 bytes per lane here"),
+                        "this is a compiler bug in the copy lowering",
+                    );
+                }
+                let Some((dst, _)) = self.cuda_addr(op, args.first(), "destination", LOCAL, None)
+                else {
+                    return "0".into();
+                };
+                let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", GLOBAL, None)
+                else {
+                    return "0".into();
+                };
+                let Some(srd) = self.srds.get(&tensor.id()).cloned() else {
+                    return self.cuda_error(
+                        DiagKind::Internal,
+                        format!("{op}: no resource descriptor for `{}`", tensor.name()),
+                        "this is a compiler bug in HIP code generation",
+                    );
+                };
+                let voff = self.expr(&args[2]);
+                let soff = self.expr(&args[3]);
+                let pred = self.expr(&args[4]);
+                format!(
+                    "tl_buffer_load_{bytes}({dst}, {srd}, (uint32_t)({voff}), (uint32_t)({soff}), {pred})"
                 )
             }
             other => self.cuda_error(

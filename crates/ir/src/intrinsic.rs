@@ -98,6 +98,15 @@ pub enum Intrinsic {
     /// after this thread's `WaitVmcnt` that retires the load; other threads see them after a
     /// barrier that follows that wait.
     BufferLoadLds { bytes: u32 },
+    /// AMD `buffer_load_{dword,dwordx2,dwordx4}` into this thread's registers: `bytes` from
+    /// `tensor + voffset + soffset` (byte offsets) into the local array at `dst`. args: `dst`
+    /// (a local address), `tensor` (the address of a global tensor's first element),
+    /// `voffset` (i32, this thread's bytes), `soffset` (i32 bytes, the same across the wave),
+    /// `pred` (false: zeros, nothing read). Each dword past the tensor's end also reads as
+    /// zero, so a predicate need not test what the range check covers — and no branch is
+    /// needed around the load. Synchronous for the program (the compiler waits before the
+    /// registers are used).
+    BufferLoad { bytes: u32 },
     /// AMD `s_waitcnt vmcnt(n)`: all but the newest `n` of this thread's buffer loads have
     /// landed.
     WaitVmcnt { n: u32 },
@@ -207,6 +216,7 @@ impl Intrinsic {
             Intrinsic::WaveIdx => "wave_idx".into(),
             Intrinsic::Mfma(m) => m.name(),
             Intrinsic::BufferLoadLds { bytes } => format!("buffer_load_lds<{bytes}>"),
+            Intrinsic::BufferLoad { bytes } => format!("buffer_load<{bytes}>"),
             Intrinsic::WaitVmcnt { n } => format!("wait_vmcnt<{n}>"),
             Intrinsic::BarrierLds => "barrier_lds".into(),
             Intrinsic::SchedBarrier { mask } => format!("sched_barrier<{mask}>"),

@@ -160,6 +160,17 @@ pub enum Instr {
         soffset: E,
         pred: E,
     },
+    /// AMD `buffer_load` into this thread's registers: `bytes` from `tensor` at byte offset
+    /// `voffset + soffset` into `dst`, zeros where `pred` is false and for each dword past
+    /// the tensor's end.
+    BufferLoad {
+        bytes: u32,
+        dst: MemRef,
+        tensor: MemRef,
+        voffset: E,
+        soffset: E,
+        pred: E,
+    },
     /// `fence.proxy.async`: this thread's shared writes so far become visible to wgmma reads
     /// ordered after it by a barrier.
     FenceProxyAsync,

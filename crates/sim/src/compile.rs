@@ -463,7 +463,10 @@ impl Compiler<'_> {
         ) {
             need_warp(32)?;
         }
-        if matches!(op, Intrinsic::Mfma(_) | Intrinsic::BufferLoadLds { .. }) {
+        if matches!(
+            op,
+            Intrinsic::Mfma(_) | Intrinsic::BufferLoadLds { .. } | Intrinsic::BufferLoad { .. }
+        ) {
             need_warp(64)?;
         }
         let instr = match op {
@@ -515,6 +518,32 @@ impl Compiler<'_> {
                 Instr::BufferLoadLds {
                     bytes: *bytes,
                     base,
+                    tensor,
+                    voffset,
+                    soffset,
+                    pred,
+                }
+            }
+            Intrinsic::BufferLoad { bytes } => {
+                need(5)?;
+                if !matches!(bytes, 4 | 8 | 16) {
+                    return Err(SimError::Unsupported(format!(
+                        "{name} of {bytes} bytes at {} (4, 8 or 16)",
+                        self.span
+                    )));
+                }
+                let dst = self.address(args.first(), &name)?;
+                let tensor = self.address(args.get(1), &name)?;
+                let mut e = |i: usize| match args.get(i) {
+                    Some(x) => self.expr(x),
+                    None => Ok(E::Const(Value::Int(0))),
+                };
+                let voffset = e(2)?;
+                let soffset = e(3)?;
+                let pred = e(4)?;
+                Instr::BufferLoad {
+                    bytes: *bytes,
+                    dst,
                     tensor,
                     voffset,
                     soffset,

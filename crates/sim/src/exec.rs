@@ -61,6 +61,16 @@ pub struct BufLds {
     pub pred: bool,
 }
 
+/// A thread's operands of an AMD `buffer_load` into registers.
+#[derive(Clone, Copy, Debug)]
+pub struct BufLoad {
+    pub dst: Loc,
+    pub tensor: Loc,
+    pub voffset: i64,
+    pub soffset: i64,
+    pub pred: bool,
+}
+
 /// Accumulator bytes a wgmma will write when its group is waited for.
 #[derive(Clone, Debug)]
 pub struct PendingWrite {
@@ -458,6 +468,23 @@ impl Interp<'_, '_> {
                     src,
                     pred,
                 } => self.vec_copy(th, *lanes, dst, src, pred.as_ref(), pc)?,
+                Instr::BufferLoad {
+                    bytes,
+                    dst,
+                    tensor,
+                    voffset,
+                    soffset,
+                    pred,
+                } => {
+                    let op = BufLoad {
+                        dst: self.addr(th, dst, pc)?,
+                        tensor: self.addr(th, tensor, pc)?,
+                        voffset: self.eval(th, voffset, pc)?.as_i64(),
+                        soffset: self.eval(th, soffset, pc)?.as_i64(),
+                        pred: self.eval(th, pred, pc)?.truthy(),
+                    };
+                    self.buffer_load(th, *bytes as usize, op, pc)?
+                }
                 Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
                 Instr::Exit => {
                     th.pc = pc;
@@ -587,6 +614,66 @@ impl Interp<'_, '_> {
         self.mem.write(
             &mut th.local,
             d.buf,
+            doff,
+            &data[..bytes],
+            rec(th.tid, Kind::Write, pc),
+        )
+    }
+
+    /// A buffer load into registers: the range check is per dword (`dwordx2`/`x4` loads that
+    /// straddle the tensor's end read their in-range dwords), as on CDNA hardware.
+    fn buffer_load(
+        &mut self,
+        th: &mut Thread,
+        bytes: usize,
+        op: BufLoad,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let span = self.prog.span(pc as usize);
+        let (di, ti) = (self.mem.info(op.dst.buf), self.mem.info(op.tensor.buf));
+        if di.scope != Scope::Local || ti.scope != Scope::Global {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {span}: loads from a global tensor into registers, not from {} `{}` into {} `{}`",
+                ti.scope, ti.name, di.scope, di.name
+            )));
+        }
+        if op.tensor.elem != 0 {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {span}: passes `{}`[{}] as the tensor, not the address of its first element",
+                ti.name, op.tensor.elem
+            )));
+        }
+        let doff = self.mem.range(op.dst.buf, op.dst.elem, bytes, th.tid, pc)?;
+        self.mem
+            .aligned(op.dst.buf, doff, bytes, name, th.tid, pc)?;
+        // The range the buffer resource allows (codegen caps its record count at 2^31 - 1);
+        // both offsets are 32-bit unsigned registers: a negative one is past any tensor's end.
+        let tensor_bytes = (ti.bytes() as u64).min(0x7fff_ffff);
+        let at = u64::from(op.voffset as u32) + u64::from(op.soffset as u32);
+        let mut data = [0u8; 16];
+        if op.pred {
+            if at < tensor_bytes {
+                self.mem
+                    .aligned(op.tensor.buf, at as usize, bytes, name, th.tid, pc)?;
+            }
+            for dw in 0..bytes / 4 {
+                let a = at + 4 * dw as u64;
+                if a + 4 <= tensor_bytes {
+                    let d = self.mem.read(
+                        &th.local,
+                        op.tensor.buf,
+                        a as usize,
+                        4,
+                        rec(th.tid, Kind::IntrinsicRead, pc),
+                    )?;
+                    data[4 * dw..4 * dw + 4].copy_from_slice(&d[..4]);
+                }
+            }
+        }
+        self.mem.write(
+            &mut th.local,
+            op.dst.buf,
             doff,
             &data[..bytes],
             rec(th.tid, Kind::Write, pc),

@@ -545,15 +545,21 @@ fn buffer_load_lds(
                 it.mem
                     .aligned(first.tensor.buf, at as usize, bytes, name, l.tid, pc)?;
             }
-            if at + bytes as u64 <= tensor_bytes {
-                let who = Rec {
-                    tid: l.tid as u16,
-                    kind: Kind::IntrinsicRead,
-                    pc,
-                };
-                data = it
-                    .mem
-                    .read(&l.local, first.tensor.buf, at as usize, bytes, who)?;
+            // The range check is per dword: a multi-dword load that straddles the end
+            // reads its in-range dwords.
+            for dw in 0..bytes.div_ceil(4) {
+                let (a, len) = (at + 4 * dw as u64, bytes.min(4));
+                if a + len as u64 <= tensor_bytes {
+                    let who = Rec {
+                        tid: l.tid as u16,
+                        kind: Kind::IntrinsicRead,
+                        pc,
+                    };
+                    let d = it
+                        .mem
+                        .read(&l.local, first.tensor.buf, a as usize, len, who)?;
+                    data[4 * dw..4 * dw + len].copy_from_slice(&d[..len]);
+                }
             }
         }
         let who = Rec {

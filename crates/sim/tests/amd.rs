@@ -190,11 +190,11 @@ fn buffer_loads_land_zeros_for_predicated_and_out_of_range_lanes() {
         let out = args[1].to_f64(DType::F32);
         for t in 0..64i64 {
             let lane = (t + 7) % 64;
-            // The hardware's range check: the whole 16 bytes inside the tensor, with the
-            // offsets unsigned 32-bit registers (so a negative soffset is past the end).
+            // The hardware's range check: per dword inside the tensor, with the offsets
+            // unsigned 32-bit registers (so a negative soffset is past the end).
             let at = 16 * lane + soffset;
-            let inside = soffset >= 0 && at + 16 <= 4 * n;
             for j in 0..4 {
+                let inside = soffset >= 0 && at + 4 * j + 4 <= 4 * n;
                 let want = if lane != 5 && inside {
                     (at / 4 + j) as f64 + 1.0
                 } else {
@@ -208,6 +208,74 @@ fn buffer_loads_land_zeros_for_predicated_and_out_of_range_lanes() {
             }
         }
     }
+}
+
+/// Each thread of one wave loads `bytes` of `x` into registers with a buffer load (at byte
+/// `bytes·t + soffset`, predicated off for thread 5) and stores them to `out`.
+fn load_to_registers(n: i64, bytes: u32, soffset: i64, tensor_elem: i64) -> Kernel {
+    let x = global("x", vec![Expr::int(n)], DType::F32);
+    let per = bytes as i64 / 4;
+    let out = global("out", vec![Expr::int(64 * per)], DType::F32);
+    wave64(kernel(
+        "load_to_registers",
+        vec![],
+        vec![input(&x), output(&out)],
+        vec![Expr::int(1)],
+        64,
+        |b, _| {
+            let r = b.local("r", &[per], DType::F32);
+            b.buffer_load(
+                bytes,
+                addr(&r, 0),
+                addr(&x, tensor_elem),
+                tid() * bytes as i64,
+                soffset,
+                tid().ne_(5),
+            );
+            b.for_("j", per, |b, j| {
+                b.store(&out, tid() * per + j.clone(), r.at([j]));
+            });
+        },
+    ))
+}
+
+#[test]
+fn buffer_loads_into_registers_check_the_range_per_dword() {
+    for bytes in [4u32, 8, 16] {
+        let per = bytes as i64 / 4;
+        for (n, soffset) in [(64 * per, 0i64), (103, 0), (200, 48), (256, -32)] {
+            let xs: Vec<f64> = (0..n).map(|i| i as f64 + 1.0).collect();
+            let mut args = vec![
+                SimArg::tensor(DType::F32, &[n as usize], &xs),
+                SimArg::zeros(DType::F32, &[(64 * per) as usize]),
+            ];
+            run(&load_to_registers(n, bytes, soffset, 0), &mut args, &opts()).expect("runs");
+            let out = args[1].to_f64(DType::F32);
+            for t in 0..64i64 {
+                for j in 0..per {
+                    let at = bytes as i64 * t + soffset + 4 * j;
+                    let inside = soffset >= 0 && at + 4 <= 4 * n;
+                    let want = if t != 5 && inside {
+                        (at / 4) as f64 + 1.0
+                    } else {
+                        0.0
+                    };
+                    assert_eq!(
+                        out[(t * per + j) as usize],
+                        want,
+                        "{bytes} bytes, n {n} soffset {soffset}: thread {t} dword {j}"
+                    );
+                }
+            }
+        }
+    }
+    // The tensor operand is the address of the tensor's first element.
+    let mut args = vec![
+        SimArg::tensor(DType::F32, &[256], &[0.0; 256]),
+        SimArg::zeros(DType::F32, &[256]),
+    ];
+    let e = run(&load_to_registers(256, 16, 0, 4), &mut args, &opts()).expect_err("offset tensor");
+    assert!(e.to_string().contains("first element"), "{e}");
 }
 
 #[test]

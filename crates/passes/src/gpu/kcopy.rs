@@ -7,14 +7,19 @@
 //! (four 16-byte global loads, coalesced along X across the block's threads), transposes
 //! the 4 × 8 block in registers, and writes 8 runs of 4 k (8-byte LDS writes). The direct
 //! `buffer_load … lds` path cannot do this (it fills LDS in storage order from one run of the
-//! tensor per lane), so these copies go through registers and are synchronous.
+//! tensor per lane), so these copies go through registers and are synchronous. On AMD the
+//! global loads are buffer loads (`Intrinsic::BufferLoad`): the range check zero-fills rows
+//! past the tensor's end and a false predicate, so no branch separates the loads and the
+//! compiler can issue them together; each costs a 32-bit offset register, not a 64-bit
+//! address.
 
 use tl_ir::{Buffer, DType, Expr, ForKind, Intrinsic, Region, Scope, Span, Stmt, StmtKind, Var};
 
 use super::lower::Ctx;
 use super::mfma::k_interleaved_run;
 use crate::tile_util::{
-    address_of, and_opt, for_loop, if_else, if_then, in_bounds, nonunit_dims, region_index, store,
+    address_of, and_opt, eval, for_loop, if_else, if_then, in_bounds, nonunit_dims, region_index,
+    store,
 };
 
 /// k rows per thread's unit.
@@ -112,7 +117,11 @@ impl Ctx<'_> {
         ];
         // rows[i·8 + j] = src[k0 + i, x0 + j], zero past the tensor's edges.
         for i in 0..UNIT_K {
-            if vector {
+            if vector && self.target.amd().is_some() {
+                let dst = address_of(&rows, vec![Expr::int(i * UNIT_X)]);
+                let coords = [k0.clone() + i, x0.clone()];
+                body.push(buffer_load(dst, src, &coords, guard, UNIT_X, span));
+            } else if vector {
                 let sidx = region_index(src, &[k0.clone() + i, x0.clone()]);
                 let mut args = vec![
                     address_of(&rows, vec![Expr::int(i * UNIT_X)]),
@@ -172,4 +181,51 @@ impl Ctx<'_> {
         };
         for_loop(&it, iters, kind, body, span)
     }
+}
+
+/// `dst[0 .. v] = src[coords ..+ v]` as an AMD buffer load: the tile's position (block indices,
+/// loop counters: the same across the wave) is the scalar offset, the thread's place in the
+/// tile the vector offset. The tensor's first dim needs no check: with the others in range,
+/// an index past either end of it is an offset past the buffer's range, which reads zeros.
+fn buffer_load(
+    dst: Expr,
+    src: &Region,
+    coords: &[Expr],
+    guard: Option<&Expr>,
+    v: i64,
+    span: Span,
+) -> Stmt {
+    let sb = &src.buffer;
+    let eb = sb.dtype().bytes() as i64;
+    let strides = sb.row_major_strides();
+    let soffset = src
+        .offsets
+        .iter()
+        .zip(&strides)
+        .fold(Expr::int(0), |acc, (o, s)| acc + o.clone() * s.clone())
+        * eb;
+    let voffset = nonunit_dims(src)
+        .iter()
+        .zip(coords)
+        .fold(Expr::int(0), |acc, (&d, c)| {
+            acc + c.clone() * strides[d].clone()
+        })
+        * eb;
+    let sidx = region_index(src, coords);
+    let pred = sidx
+        .iter()
+        .zip(sb.shape())
+        .skip(1)
+        .map(|(i, n)| i.ge(0).and(i.lt(n.clone())))
+        .chain(guard.cloned())
+        .reduce(|a, b| a.and(b))
+        .unwrap_or(Expr::bool(true));
+    let tensor = address_of(sb, vec![Expr::int(0); sb.rank()]);
+    eval(
+        Intrinsic::BufferLoad {
+            bytes: (v * eb) as u32,
+        },
+        vec![dst, tensor, voffset, soffset, pred],
+        span,
+    )
 }

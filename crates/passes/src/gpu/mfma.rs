@@ -516,3 +516,68 @@ impl Ctx<'_> {
             .unwrap_or(1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The K-interleaved layout is a bijection onto the tile's offsets, keeps each lane's 8 k
+    /// of one row in one aligned 16-byte run (what a `ds_read_b128` needs), keeps the copy's
+    /// runs of 4 k aligned (8-byte writes), and does not keep runs along the row dim (so
+    /// no vector access may go that way: `smem::keeps_runs` says so).
+    #[test]
+    fn k_interleaved_layout_keeps_k_runs_and_is_a_bijection() {
+        for (k, rows) in [(64, 256), (32, 128), (64, 64), (16, 16), (8, 24)] {
+            let l = k_interleaved_layout(k, rows).expect("layout");
+            let n = k * rows;
+            let mut seen = vec![false; n as usize];
+            for x in 0..rows {
+                for kk in 0..k {
+                    let o = l.call(kk + k * x);
+                    assert!((0..n).contains(&o), "{k}x{rows}: ({kk}, {x}) -> {o}");
+                    assert!(!seen[o as usize], "{k}x{rows}: offset {o} twice");
+                    seen[o as usize] = true;
+                }
+                for g in 0..k / K_GROUP {
+                    let first = l.call(g * K_GROUP + k * x);
+                    assert_eq!(first % K_GROUP, 0, "{k}x{rows}: group {g} of row {x}");
+                    for j in 1..K_GROUP {
+                        assert_eq!(l.call(g * K_GROUP + j + k * x), first + j);
+                    }
+                }
+            }
+            // Viewed as a [K, rows] tile: runs along rows are not contiguous.
+            assert!(!crate::gpu::smem::keeps_runs(&l, k, rows, 2));
+            assert!(crate::gpu::smem::keeps_runs(&l, k, rows, 1));
+            // Swizzled exactly when the tile is a whole number of 512-element blocks.
+            assert_eq!(!l.swizzle.is_identity(), n % 512 == 0, "{k}x{rows}");
+        }
+        assert!(
+            k_interleaved_layout(12, 64).is_none(),
+            "K not a multiple of 8"
+        );
+    }
+
+    /// The swizzle spreads the transposing copy's 8-byte writes: for one register column
+    /// `j`, 8 threads with consecutive row groups (rows `8·g + j`) write 16-byte chunks at 8
+    /// distinct positions modulo 128 bytes (without it, all at the same one).
+    #[test]
+    fn k_interleaved_swizzle_spreads_row_group_writes() {
+        let (k, rows) = (64, 256);
+        let l = k_interleaved_layout(k, rows).expect("layout");
+        for j in 0..8 {
+            let chunks: std::collections::BTreeSet<i64> = (0..8)
+                .map(|xg| (l.call(k * (8 * xg + j)) * 2 / 16) % 8)
+                .collect();
+            assert_eq!(chunks.len(), 8, "column {j}: {chunks:?}");
+        }
+    }
+
+    #[test]
+    fn nvidia_swizzled_operand_tiles_keep_16_byte_runs() {
+        for (rows, cols) in [(64, 64), (128, 32), (256, 64)] {
+            let l = tl_layout::smem_swizzle_layout(rows, cols, 2).expect("layout");
+            assert!(crate::gpu::smem::keeps_runs(&l.layout, rows, cols, 8));
+        }
+    }
+}

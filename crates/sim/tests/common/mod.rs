@@ -278,6 +278,21 @@ impl B {
         );
     }
     #[track_caller]
+    pub fn buffer_load(
+        &mut self,
+        bytes: u32,
+        dst: Expr,
+        tensor: Expr,
+        voffset: impl Into<Expr>,
+        soffset: impl Into<Expr>,
+        pred: impl Into<Expr>,
+    ) {
+        self.call(
+            Intrinsic::BufferLoad { bytes },
+            vec![dst, tensor, voffset.into(), soffset.into(), pred.into()],
+        );
+    }
+    #[track_caller]
     pub fn wait_vmcnt(&mut self, n: u32) {
         self.call(Intrinsic::WaitVmcnt { n }, vec![]);
     }
