@@ -51,3 +51,26 @@ fn info_and_cache() {
     assert_eq!(rc, 0);
     assert!(!out.trim().is_empty());
 }
+
+/// Output into a pipe nobody reads (`tilelang … | head` after head exits) ends the program
+/// by SIGPIPE, as for other Unix tools, not with a panic about a failed print.
+#[cfg(unix)]
+#[test]
+fn a_closed_output_pipe_is_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_tilelang"))
+        .args(["layout", "coalesce", "(2,(1,6)):(1,(6,2))"])
+        .stdout(writer)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(
+        out.status.signal(),
+        Some(13),
+        "killed by SIGPIPE: {:?}",
+        out.status
+    );
+}

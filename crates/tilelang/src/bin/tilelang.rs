@@ -65,6 +65,13 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and closed early ends the program quietly, as for other Unix
+    // tools, instead of panicking on the failed write.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Layout { args } => match tl_layout::cli::run(&args) {
