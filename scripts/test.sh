@@ -3,7 +3,9 @@
 #   bash scripts/test.sh
 # It installs what the tests need (the CUDA compiler libraries from PyPI wheels, unpacked under
 # target/, so generated CUDA is compiled even without a GPU), then runs formatting, lints and
-# every test. Nothing is installed system-wide.
+# every test. Nothing is installed system-wide, except clang and lld for the AMD tests
+# (scripts/install-amd-tools.sh: `apt-get install clang-22 lld-22` when run as root and no
+# clang >= 20 with the AMDGPU target is found).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,12 @@ if [ -x scripts/install-cuda-tools.sh ] || [ -f scripts/install-cuda-tools.sh ];
   # Prints `export VAR=...` lines for the unpacked toolchain.
   eval "$(bash scripts/install-cuda-tools.sh)"
 fi
+
+# clang >= 20 with the amdgcn target and ld.lld for the AMD compile tests (installed with
+# apt-get as root when missing); prints TILELANG_CLANG and TILELANG_REQUIRE_CLANG=1 when there
+# is one, so those tests fail instead of skipping. Without one it says why, and they skip.
+amd_env="$(bash scripts/install-amd-tools.sh)"
+eval "$amd_env"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

@@ -260,13 +260,29 @@ fn scratch_dir() -> Result<PathBuf, ToolchainError> {
     Ok(d)
 }
 
+/// The variable that makes tests needing clang fail instead of skipping when it is missing
+/// (`scripts/install-amd-tools.sh` prints it, and `scripts/test.sh` exports it, whenever it
+/// finds or installs a suitable clang).
+pub const REQUIRE_ENV: &str = "TILELANG_REQUIRE_CLANG";
+
+/// Whether a value of [`REQUIRE_ENV`] asks for clang: set, and neither empty nor `0`.
+pub fn require_value(v: Option<&std::ffi::OsStr>) -> bool {
+    v.is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Whether `TILELANG_REQUIRE_CLANG` asks for clang ([`require_value`]).
+pub fn clang_required() -> bool {
+    require_value(std::env::var_os(REQUIRE_ENV).as_deref())
+}
+
 /// For tests that need clang: the toolchain, or `None` with a note that the test is skipped —
-/// unless `TILELANG_REQUIRE_CLANG` is set (CI sets it), when a missing toolchain is a failure.
+/// unless `TILELANG_REQUIRE_CLANG` is set (to anything but `0`; CI sets it to 1), when a
+/// missing toolchain is a failure.
 pub fn clang_or_skip(test: &str) -> Option<Clang> {
     match Clang::find() {
         Ok(c) => Some(c),
-        Err(e) if std::env::var_os("TILELANG_REQUIRE_CLANG").is_some() => {
-            panic!("{test}: TILELANG_REQUIRE_CLANG is set but: {e}")
+        Err(e) if clang_required() => {
+            panic!("{test}: {REQUIRE_ENV} is set but: {e}")
         }
         Err(e) => {
             eprintln!("SKIPPED {test}: {e}");
@@ -287,6 +303,16 @@ mod tests {
         assert!(line.starts_with("Debian clang version 22"));
         assert_eq!(parse_version("clang version 19.1.0").map(|x| x.0), Some(19));
         assert!(parse_version("gcc (Debian 12.2.0) 12.2.0").is_none());
+    }
+
+    #[test]
+    fn require_variable_values() {
+        use std::ffi::OsStr;
+        assert!(require_value(Some(OsStr::new("1"))));
+        assert!(require_value(Some(OsStr::new("yes"))));
+        assert!(!require_value(Some(OsStr::new("0"))));
+        assert!(!require_value(Some(OsStr::new(""))));
+        assert!(!require_value(None));
     }
 
     #[test]

@@ -477,34 +477,51 @@ impl Drop for DeviceBuf {
 }
 
 /// What the compiler and the driver report about a compiled kernel: the numbers to look at
-/// for register pressure, spills and occupancy.
-#[derive(Clone, Debug, Default)]
+/// for register pressure, spills and occupancy. For an AMD (HIP) kernel they come from clang's
+/// assembly (`tl_amdgpu::isa`, computed by the driver when it compiles and kept in the disk
+/// cache beside the code object), as the field docs say.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResourceUsage {
-    /// Registers per thread.
+    /// Registers per thread (AMD: vector registers allocated per lane, architectural and
+    /// accumulation VGPRs together).
     pub registers: u32,
-    /// Local memory per thread in bytes (stack frame and spills).
+    /// Local memory per thread in bytes (stack frame and spills; AMD: scratch per lane).
     pub local_bytes: u32,
-    /// Statically declared shared memory in bytes.
+    /// Statically declared shared memory in bytes (AMD: LDS per workgroup).
     pub static_smem_bytes: u32,
     /// Dynamic shared memory the kernel is launched with.
     pub dynamic_smem_bytes: u32,
     pub const_bytes: u32,
-    /// The most threads a block may have with this register use.
+    /// The most threads a block may have with this register use (AMD: the workgroup size the
+    /// kernel was compiled for).
     pub max_threads_per_block: u32,
-    /// SASS version (90 for sm_90).
+    /// SASS version (90 for sm_90); AMD: the gfx number (950 for gfx950).
     pub binary_version: u32,
-    /// From ptxas's report in the NVRTC log, when the log has one.
+    /// From ptxas's report in the NVRTC log, when the log has one (`None` on AMD).
     pub spill_stores: Option<u32>,
     pub spill_loads: Option<u32>,
     pub stack_frame: Option<u32>,
-    /// The NVRTC log (kept in the disk cache next to the cubin, so also on a cache hit).
+    /// AMD: vector and scalar registers clang spilled (its `.vgpr_spill_count` and
+    /// `.sgpr_spill_count`); `None` on NVIDIA.
+    pub vgpr_spills: Option<u32>,
+    pub sgpr_spills: Option<u32>,
+    /// The NVRTC log (kept in the disk cache next to the cubin, so also on a cache hit); for an
+    /// AMD kernel, its ISA report.
     pub log: String,
 }
 
 impl ResourceUsage {
-    /// Whether the compiler spilled registers to local memory.
+    /// Whether the compiler spilled registers (to local memory on NVIDIA; on AMD, VGPRs to
+    /// scratch or SGPRs to VGPR lanes or scratch).
     pub fn spills(&self) -> bool {
-        self.spill_stores.unwrap_or(0) > 0 || self.spill_loads.unwrap_or(0) > 0
+        [
+            self.spill_stores,
+            self.spill_loads,
+            self.vgpr_spills,
+            self.sgpr_spills,
+        ]
+        .iter()
+        .any(|n| n.unwrap_or(0) > 0)
     }
 }
 
@@ -639,6 +656,8 @@ impl CudaKernel {
                 spill_stores: report.map(|r| r.1),
                 spill_loads: report.map(|r| r.2),
                 stack_frame: report.map(|r| r.0),
+                vgpr_spills: None,
+                sgpr_spills: None,
                 log: log.clone(),
             })
         })();

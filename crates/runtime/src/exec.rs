@@ -341,16 +341,19 @@ impl Executable {
     }
 
     /// Registers, local memory (spills), shared memory and the NVRTC log of a CUDA kernel;
-    /// `None` on the CPU, the simulator and HIP (for AMD kernels, `tl_amdgpu::isa` reports
-    /// registers and spills from the assembly).
+    /// for a HIP kernel, registers, spills, scratch, LDS and the ISA report from clang's
+    /// assembly, when the compile callback reported them (the driver's does, also on a cache
+    /// hit); `None` on the CPU and the simulator.
     pub fn resource_usage(&self) -> Option<&ResourceUsage> {
         match &self.module {
-            Module::Cpu(_) | Module::Sim(_) | Module::Hip(_) => None,
+            Module::Cpu(_) | Module::Sim(_) => None,
             Module::Cuda(k) => Some(k.usage()),
+            Module::Hip(k) => k.usage(),
         }
     }
 
-    /// The compiler's log (NVRTC, with ptxas's resource report), when there is one.
+    /// The compiler's log (NVRTC, with ptxas's resource report; for HIP, the ISA report), when
+    /// there is one.
     pub fn compile_log(&self) -> Option<&str> {
         self.resource_usage().map(|u| u.log.as_str())
     }

@@ -14,8 +14,10 @@
 //! Ordering: everything goes to the null stream of the device, so copies, memsets and launches
 //! on one device run in the order they were issued; the host waits where it reads results
 //! (downloads, timing). HIP's current device is per host thread, so every call sets it first.
-//! Code objects come from clang (`tl_amdgpu::compile`), cached on disk as `<key>.hsaco`; all
-//! LDS is static, so launches pass no dynamic shared memory.
+//! Code objects come from clang (`tl_amdgpu::compile`), cached on disk as `<key>.hsaco`, with
+//! what the compiler reported about the kernel's resources (registers, spills, scratch, LDS:
+//! [`HipCode::usage`]) beside it as `<key>.usage`, so [`crate::Executable::resource_usage`]
+//! answers on a cache hit too; all LDS is static, so launches pass no dynamic shared memory.
 
 mod ffi;
 mod memory;
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 use tl_target::Target;
 
 use crate::cache::Cache;
+use crate::cuda::ResourceUsage;
 use crate::error::{Result, RuntimeError};
 use crate::exec::{Arg, Signature};
 
@@ -361,34 +364,134 @@ pub fn check_buffer_range(kernel: &str, tensor: &str, bytes: usize) -> Result<()
     Ok(())
 }
 
+/// What compiling HIP source gives: the code object, and what the compiler reported about the
+/// kernel's resources when it reported anything (the driver reads clang's assembly with
+/// `tl_amdgpu::isa`). A plain code object converts into one without usage.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HipCode {
+    /// The AMDGPU ELF (`hipModuleLoadData`'s input).
+    pub code: Vec<u8>,
+    /// Registers, spills, scratch and LDS (see [`ResourceUsage`]'s AMD notes).
+    pub usage: Option<ResourceUsage>,
+}
+
+impl From<Vec<u8>> for HipCode {
+    fn from(code: Vec<u8>) -> HipCode {
+        HipCode { code, usage: None }
+    }
+}
+
 /// A code object from the cache or a fresh compile.
 pub(crate) struct Artifact {
     pub code: Vec<u8>,
+    pub usage: Option<ResourceUsage>,
     pub cache_hit: bool,
     pub compile_time: Duration,
 }
 
-/// Take `<key>.hsaco` from the cache, or compile `source` with `compile` (clang, in the
-/// driver) and store the result atomically. `compile` runs only on a miss.
+/// The first line of a `<key>.usage` file (a new format gets a new version).
+const USAGE_MAGIC: &str = "tilelang-hip-usage 1";
+
+/// `<key>.usage`: the magic line, then `none`, or `name value` lines for the numbers and a
+/// `log` line after which the rest of the file is the log (the ISA report).
+pub fn usage_to_text(usage: Option<&ResourceUsage>) -> String {
+    let Some(u) = usage else {
+        return format!("{USAGE_MAGIC}\nnone\n");
+    };
+    let opt = |v: Option<u32>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    format!(
+        "{USAGE_MAGIC}\nregisters {}\nlocal_bytes {}\nstatic_smem_bytes {}\ndynamic_smem_bytes {}\nconst_bytes {}\nmax_threads_per_block {}\nbinary_version {}\nspill_stores {}\nspill_loads {}\nstack_frame {}\nvgpr_spills {}\nsgpr_spills {}\nlog\n{}",
+        u.registers,
+        u.local_bytes,
+        u.static_smem_bytes,
+        u.dynamic_smem_bytes,
+        u.const_bytes,
+        u.max_threads_per_block,
+        u.binary_version,
+        opt(u.spill_stores),
+        opt(u.spill_loads),
+        opt(u.stack_frame),
+        opt(u.vgpr_spills),
+        opt(u.sgpr_spills),
+        u.log
+    )
+}
+
+/// Read what [`usage_to_text`] wrote: `Some(None)` for `none`, `None` when the text is not a
+/// usage file of this version (a damaged or older entry).
+pub fn usage_from_text(text: &str) -> Option<Option<ResourceUsage>> {
+    let rest = text.strip_prefix(USAGE_MAGIC)?.strip_prefix('\n')?;
+    if rest.trim_end() == "none" {
+        return Some(None);
+    }
+    let (numbers, log) = match rest.split_once("\nlog\n") {
+        Some((n, l)) => (n, l),
+        None => (rest.strip_suffix("\nlog")?, ""),
+    };
+    let mut u = ResourceUsage {
+        log: log.to_string(),
+        ..Default::default()
+    };
+    let mut seen = 0;
+    for line in numbers.lines() {
+        let (name, value) = line.split_once(' ')?;
+        let opt = || -> Option<Option<u32>> {
+            match value {
+                "-" => Some(None),
+                v => v.parse().ok().map(Some),
+            }
+        };
+        let num = || value.parse::<u32>().ok();
+        match name {
+            "registers" => u.registers = num()?,
+            "local_bytes" => u.local_bytes = num()?,
+            "static_smem_bytes" => u.static_smem_bytes = num()?,
+            "dynamic_smem_bytes" => u.dynamic_smem_bytes = num()?,
+            "const_bytes" => u.const_bytes = num()?,
+            "max_threads_per_block" => u.max_threads_per_block = num()?,
+            "binary_version" => u.binary_version = num()?,
+            "spill_stores" => u.spill_stores = opt()?,
+            "spill_loads" => u.spill_loads = opt()?,
+            "stack_frame" => u.stack_frame = opt()?,
+            "vgpr_spills" => u.vgpr_spills = opt()?,
+            "sgpr_spills" => u.sgpr_spills = opt()?,
+            _ => return None,
+        }
+        seen += 1;
+    }
+    (seen == 12).then_some(Some(u))
+}
+
+/// The cached code object and its usage for `key`, when both are there and readable.
+fn cached(cache: &Cache, key: &str) -> Option<(Vec<u8>, Option<ResourceUsage>)> {
+    let code = std::fs::read(cache.get(key, "hsaco")?).ok()?;
+    if code.is_empty() {
+        return None;
+    }
+    let usage = usage_from_text(&std::fs::read_to_string(cache.get(key, "usage")?).ok()?)?;
+    Some((code, usage))
+}
+
+/// Take `<key>.hsaco` and `<key>.usage` from the cache, or compile `source` with `compile`
+/// (clang, in the driver) and store both atomically, the usage first: a code object without
+/// a readable usage file beside it (an entry of an older version, or a damaged one) is
+/// compiled again. `compile` runs only on a miss.
 pub(crate) fn compile_cached<E: From<RuntimeError>>(
     cache: &Cache,
     key: &str,
     source: &str,
-    compile: &mut dyn FnMut(&str) -> std::result::Result<Vec<u8>, E>,
+    compile: &mut dyn FnMut(&str) -> std::result::Result<HipCode, E>,
 ) -> std::result::Result<Artifact, E> {
-    if let Some(p) = cache.get(key, "hsaco") {
-        if let Ok(code) = std::fs::read(&p) {
-            if !code.is_empty() {
-                return Ok(Artifact {
-                    code,
-                    cache_hit: true,
-                    compile_time: Duration::ZERO,
-                });
-            }
-        }
+    if let Some((code, usage)) = cached(cache, key) {
+        return Ok(Artifact {
+            code,
+            usage,
+            cache_hit: true,
+            compile_time: Duration::ZERO,
+        });
     }
     let t = Instant::now();
-    let code = compile(source)?;
+    let HipCode { code, usage } = compile(source)?;
     let compile_time = t.elapsed();
     if code.is_empty() {
         return Err(RuntimeError::Load {
@@ -397,14 +500,19 @@ pub(crate) fn compile_cached<E: From<RuntimeError>>(
         }
         .into());
     }
-    cache.put(key, "hsaco", |tmp| {
-        std::fs::write(tmp, &code).map_err(|e| RuntimeError::Cache {
-            path: tmp.to_path_buf(),
-            reason: e.to_string(),
+    let write = |ext: &str, bytes: &[u8]| {
+        cache.put(key, ext, |tmp| {
+            std::fs::write(tmp, bytes).map_err(|e| RuntimeError::Cache {
+                path: tmp.to_path_buf(),
+                reason: e.to_string(),
+            })
         })
-    })?;
+    };
+    write("usage", usage_to_text(usage.as_ref()).as_bytes())?;
+    write("hsaco", &code)?;
     Ok(Artifact {
         code,
+        usage,
         cache_hit: false,
         compile_time,
     })
@@ -425,6 +533,44 @@ mod tests {
             "{e}"
         );
         assert!(parse_arch("").is_err());
+    }
+
+    #[test]
+    fn usage_round_trips_through_its_cache_file() {
+        let u = ResourceUsage {
+            registers: 208,
+            local_bytes: 16,
+            static_smem_bytes: 131072,
+            max_threads_per_block: 512,
+            binary_version: 950,
+            vgpr_spills: Some(3),
+            sgpr_spills: Some(0),
+            log: "kernel k (gfx950)\n  registers 208\nlog\n".into(),
+            ..Default::default()
+        };
+        let text = usage_to_text(Some(&u));
+        assert_eq!(usage_from_text(&text), Some(Some(u.clone())));
+        assert!(u.spills());
+        let empty_log = ResourceUsage {
+            log: String::new(),
+            ..u
+        };
+        assert_eq!(
+            usage_from_text(&usage_to_text(Some(&empty_log))),
+            Some(Some(empty_log))
+        );
+        assert_eq!(usage_from_text(&usage_to_text(None)), Some(None));
+        // Anything else is not a usage file: the entry is compiled again.
+        for bad in [
+            "",
+            "tilelang-hip-usage 0\nnone\n",
+            "tilelang-hip-usage 1\nregisters x\nlog\n",
+            "tilelang-hip-usage 1\nregisters 1\nlog\n",
+            &text.replace("vgpr_spills 3", "vgpr_spills"),
+            &text.replace("registers", "regs"),
+        ] {
+            assert_eq!(usage_from_text(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

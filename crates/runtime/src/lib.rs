@@ -21,7 +21,7 @@ pub use cuda::{DeviceProps, ResourceUsage};
 pub use device::Device;
 pub use error::{Result, RuntimeError};
 pub use exec::{Arg, CompileStats, Executable, Signature};
-pub use hip::HipProps;
+pub use hip::{HipCode, HipProps};
 pub use profile::Timing;
 pub use tensor::{rel_err, Tensor};
 
@@ -178,22 +178,25 @@ pub fn build_cuda(
 /// cache) and load it. **Untested on hardware** (see [`hip`]).
 ///
 /// `compile` turns the source into a code object (an AMDGPU ELF; the driver passes
-/// `tl_amdgpu::compile`, i.e. clang) and runs only on a cache miss, so a hit costs no clang
-/// run; its error type is the caller's (anything a [`RuntimeError`] converts into), so clang's
-/// diagnostics reach the caller unchanged. The code object is stored as `<key>.hsaco`. `key`
-/// is the caller's: it must cover the source, the arch, the compiler and the crate version.
+/// `tl_amdgpu::compile`, i.e. clang), with what the compiler reported about its resources
+/// ([`HipCode`]; a plain `Vec<u8>` code object has none), and runs only on a cache miss, so a
+/// hit costs no clang run; its error type is the caller's (anything a [`RuntimeError`]
+/// converts into), so clang's diagnostics reach the caller unchanged. The code object is
+/// stored as `<key>.hsaco` and the usage as `<key>.usage`, which
+/// [`Executable::resource_usage`] returns, on a hit too. `key` is the caller's: it must cover
+/// the source, the arch, the compiler and the crate version.
 /// `entry` is the `extern "C" __global__` function. A cached code object that fails to load is
 /// recompiled once. Launches use the signature's grid, blocks of `(sig.threads, 1, 1)` and no
 /// dynamic LDS (generated kernels declare all LDS statically), and refuse tensors of 2 GiB or
 /// more ([`hip::check_buffer_ranges`]).
-pub fn build_hip<E: From<RuntimeError>>(
+pub fn build_hip<E: From<RuntimeError>, C: Into<HipCode>>(
     device: &Device,
     sig: Signature,
     cache: &Cache,
     key: &str,
     source: String,
     entry: &str,
-    compile: impl FnOnce(&str) -> std::result::Result<Vec<u8>, E>,
+    compile: impl FnOnce(&str) -> std::result::Result<C, E>,
 ) -> std::result::Result<Executable, E> {
     let t0 = Instant::now();
     let ordinal = match device {
@@ -210,7 +213,7 @@ pub fn build_hip<E: From<RuntimeError>>(
     let dev = hip::device(ordinal)?;
     let mut compile = Some(compile);
     let mut compile_once = |src: &str| match compile.take() {
-        Some(f) => f(src),
+        Some(f) => f(src).map(Into::into),
         None => Err(RuntimeError::Launch(format!(
             "kernel `{}`: the HIP compile callback was needed twice",
             sig.name
@@ -228,7 +231,8 @@ pub fn build_hip<E: From<RuntimeError>>(
             hip::HipKernel::load(dev, &art.code, entry, &sig.name)?
         }
         Err(e) => return Err(e.into()),
-    };
+    }
+    .with_usage(art.usage.take());
     let stats = CompileStats {
         cache_hit: art.cache_hit,
         compile: art.compile_time,
@@ -245,21 +249,33 @@ pub fn build_hip<E: From<RuntimeError>>(
     ))
 }
 
-/// Compile HIP source into the disk cache (`<key>.hsaco`) without loading it, so an autotuner
-/// can run clang for many candidates on many threads; `compile` runs only on a miss. Needs no
-/// GPU. Returns whether the code object was already cached.
-pub fn precompile_hip<E: From<RuntimeError>>(
+/// Compile HIP source into the disk cache (`<key>.hsaco` and `<key>.usage`) without loading
+/// it, so an autotuner can run clang for many candidates on many threads; `compile` runs only
+/// on a miss. Needs no GPU. Returns whether the code object was already cached.
+pub fn precompile_hip<E: From<RuntimeError>, C: Into<HipCode>>(
     cache: &Cache,
     key: &str,
     source: &str,
-    compile: impl FnOnce(&str) -> std::result::Result<Vec<u8>, E>,
+    compile: impl FnOnce(&str) -> std::result::Result<C, E>,
 ) -> std::result::Result<bool, E> {
+    Ok(lookup_or_compile_hip(cache, key, source, compile)?.0)
+}
+
+/// [`precompile_hip`], also returning the usage stored with (or compiled into) the entry:
+/// `(cache hit, usage, time in compile)`.
+pub fn lookup_or_compile_hip<E: From<RuntimeError>, C: Into<HipCode>>(
+    cache: &Cache,
+    key: &str,
+    source: &str,
+    compile: impl FnOnce(&str) -> std::result::Result<C, E>,
+) -> std::result::Result<(bool, Option<ResourceUsage>, std::time::Duration), E> {
     let mut compile = Some(compile);
     let mut compile_once = |src: &str| match compile.take() {
-        Some(f) => f(src),
+        Some(f) => f(src).map(Into::into),
         None => {
             Err(RuntimeError::Launch("the HIP compile callback was needed twice".into()).into())
         }
     };
-    Ok(hip::compile_cached(cache, key, source, &mut compile_once)?.cache_hit)
+    let art = hip::compile_cached(cache, key, source, &mut compile_once)?;
+    Ok((art.cache_hit, art.usage, art.compile_time))
 }

@@ -464,6 +464,11 @@ fn mock_child() {
         std::fs::write(tmp, b"not a code object").map_err(|e| RuntimeError::Launch(e.to_string()))
     })
     .unwrap();
+    c2.put(&key, "usage", |tmp| {
+        std::fs::write(tmp, tl_runtime::hip::usage_to_text(None))
+            .map_err(|e| RuntimeError::Launch(e.to_string()))
+    })
+    .unwrap();
     let before = calls.get();
     let stale = build(&c2, &key, "tl_kernel_axpy").unwrap();
     assert!(!stale.compile_stats().cache_hit);
@@ -499,6 +504,68 @@ fn mock_child() {
         assert_eq!(hit, want_hit);
     }
     assert_eq!(compiled.get(), 1);
+
+    // What the compile callback reports about the kernel's resources (the driver: registers
+    // and spills from clang's assembly) is cached as `<key>.usage` beside the code object, so
+    // the executable has it on a miss and on a hit; an entry without it (made by an older
+    // version) is compiled again.
+    let ukey = Cache::key(&["hip-mock-test", "usage"]);
+    let usage = tl_runtime::ResourceUsage {
+        registers: 96,
+        local_bytes: 24,
+        static_smem_bytes: 8192,
+        max_threads_per_block: 256,
+        binary_version: 950,
+        vgpr_spills: Some(2),
+        sgpr_spills: Some(0),
+        log: "kernel tl_kernel_axpy (gfx950)\n  spills      2 VGPR".into(),
+        ..Default::default()
+    };
+    let ucalls = Cell::new(0);
+    let with_usage = |src: &str| {
+        ucalls.set(ucalls.get() + 1);
+        assert_eq!(src, "// the HIP source");
+        Ok::<_, RuntimeError>(tl_runtime::HipCode {
+            code: code.clone(),
+            usage: Some(usage.clone()),
+        })
+    };
+    let build_u = |cache: &Cache| {
+        tl_runtime::build_hip(
+            &dev,
+            sig.clone(),
+            cache,
+            &ukey,
+            "// the HIP source".into(),
+            "tl_kernel_axpy",
+            with_usage,
+        )
+        .unwrap()
+    };
+    for want_hit in [false, true] {
+        let exe = build_u(&cache);
+        assert_eq!(exe.compile_stats().cache_hit, want_hit);
+        assert_eq!(exe.resource_usage(), Some(&usage), "hit: {want_hit}");
+        assert!(exe.resource_usage().is_some_and(|u| u.spills()));
+        assert_eq!(exe.compile_log(), Some(usage.log.as_str()));
+    }
+    assert_eq!(ucalls.get(), 1, "a cache hit must not compile");
+    let usage_file = cache.get(&ukey, "usage").expect("<key>.usage");
+    std::fs::remove_file(&usage_file).unwrap();
+    let again = build_u(&cache);
+    assert!(
+        !again.compile_stats().cache_hit,
+        "no usage file: compiled again"
+    );
+    assert_eq!(ucalls.get(), 2);
+    assert!(usage_file.is_file() && again.resource_usage() == Some(&usage));
+    let (hit, got, _) = tl_runtime::lookup_or_compile_hip(&cache, &ukey, "src", |_| {
+        Err::<Vec<u8>, _>(RuntimeError::Launch("a hit must not compile".into()))
+    })
+    .unwrap();
+    assert!(hit && got == Some(usage.clone()));
+    drop(again);
+
     let wrong = tl_runtime::build_hip(
         &Device::Cpu,
         sig.clone(),

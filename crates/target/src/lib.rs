@@ -14,8 +14,23 @@ pub enum Target {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown target `{0}`: use cpu, sm_80, sm_86, sm_89, sm_90a, gfx942 (MI300X) or gfx950 (MI355X)")]
+#[error("{}", parse_error_message(.0))]
 pub struct ParseTargetError(pub String);
+
+/// What [`ParseTargetError`] says: every target name, and for an AMD architecture tilelang does
+/// not compile for (`gfx90a`, `gfx1100`, ...) that it is one, with the AMD targets first.
+fn parse_error_message(name: &str) -> String {
+    let all = "use cpu, sm_80, sm_86, sm_89, sm_90a, gfx942 (MI300X) or gfx950 (MI355X)";
+    let t = name.trim().to_ascii_lowercase();
+    let t = t.strip_prefix("hip:").unwrap_or(&t);
+    if t.starts_with("gfx") {
+        format!(
+            "`{name}` is an AMD architecture tilelang does not compile for: its AMD targets are gfx942 (MI300X/MI325X) and gfx950 (MI350X/MI355X); {all}"
+        )
+    } else {
+        format!("unknown target `{name}`: {all}")
+    }
+}
 
 /// An MFMA instruction an AMD GPU has: `v_mfma_f32_{m}x{n}x{k}_{f16|bf16}` (f32 accumulate).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -253,6 +268,20 @@ mod tests {
         assert!(
             Target::parse("gfx90a").is_err(),
             "only CDNA3/CDNA4 are targets"
+        );
+        for name in ["gfx90a", "GFX1100", "hip:gfx908"] {
+            let e = Target::parse(name).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("`{name}` is an AMD architecture"))
+                    && e.contains("gfx942")
+                    && e.contains("gfx950"),
+                "{e}"
+            );
+        }
+        let e = Target::parse("sm_5").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown target `sm_5`") && e.contains("sm_90a") && e.contains("gfx950"),
+            "{e}"
         );
         assert_eq!(Target::GFX950.warp_size(), 64);
         assert_eq!(Target::GFX950.max_shared_bytes(), 160 * 1024);

@@ -1,6 +1,11 @@
 //! Fused element-wise kernel: C = relu(A + B).
 //!
 //!     cargo run --release --example elementwise -- --n 1000003
+//!
+//! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
+//! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:
+//!
+//!     cargo run --release --example elementwise -- --dtype bf16 --isa gfx950
 
 mod common;
 
@@ -32,7 +37,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     let dt = common::parse_dtype(&args.dtype)?;
     let kernel = add_relu(dt, args.block, 256);
-    if args.common.emit(&|_| vec![kernel.clone()])? {
+    if args.common.emit_only(&|_| vec![kernel.clone()])? {
         return Ok(ExitCode::SUCCESS);
     }
     let dev = args.common.device()?;

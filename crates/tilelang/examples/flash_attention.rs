@@ -2,6 +2,11 @@
 //! log-sum-exp saved.
 //!
 //!     cargo run --release --example flash_attention -- --batch 1 --heads 2 --seq 200 --dim 64 --causal
+//!
+//! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
+//! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:
+//!
+//!     cargo run --release --example flash_attention -- --dim 128 --dtype bf16 --isa gfx942
 
 mod common;
 
@@ -71,7 +76,7 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let kernel_for =
         |target: Target| flash_attention(dt, args.dim as i64, args.causal, config_for(target));
-    if args.common.emit(&|t| vec![kernel_for(t)])? {
+    if args.common.emit_only(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
     let target = dev.target()?;

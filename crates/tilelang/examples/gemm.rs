@@ -1,6 +1,11 @@
 //! GEMM on tiles: C[M,N] = A · B with f32 accumulation, checked against an f64 reference.
 //!
 //!     cargo run --release --example gemm -- --m 1000 --n 1000 --k 1000 --layout nt --dtype bf16
+//!
+//! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
+//! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:
+//!
+//!     cargo run --release --example gemm -- --layout nt --dtype bf16 --isa gfx950
 
 mod common;
 
@@ -159,7 +164,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg
     };
     let kernel_for = |target: Target| gemm(layout, dt, out_dt, config_for(target));
-    if args.common.emit(&|t| vec![kernel_for(t)])? {
+    if args.common.emit_only(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
     let target = dev.target()?;

@@ -1,6 +1,11 @@
 //! Row-wise softmax with an online max.
 //!
 //!     cargo run --release --example softmax -- --rows 1000 --cols 3000
+//!
+//! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
+//! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:
+//!
+//!     cargo run --release --example softmax -- --cols 4096 --dtype bf16 --isa gfx950
 
 mod common;
 

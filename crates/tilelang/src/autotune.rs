@@ -31,18 +31,35 @@ impl tl_tune::Candidate for KernelCandidate {
             .compile_with(&self.dev, &self.opts)
             .map_err(|e| e.to_string())
     }
-    /// A kernel that spills registers never wins: local-memory traffic makes its speed depend
-    /// on what else is in the caches, and the project's kernels promise none.
+    /// A kernel that spills registers never wins: local-memory (AMD: scratch) traffic makes
+    /// its speed depend on what else is in the caches, and the project's kernels promise none.
     fn accept(&self, exe: &tl_runtime::Executable) -> Result<(), String> {
-        match exe.resource_usage() {
-            Some(u) if u.spills() => Err(format!(
-                "spills registers ({} bytes stored, {} loaded, {} registers)",
-                u.spill_stores.unwrap_or(0),
-                u.spill_loads.unwrap_or(0),
+        spill_check(exe.resource_usage())
+    }
+}
+
+/// Why a candidate with this resource usage is rejected (it spills registers), or Ok: NVIDIA
+/// usage says how many bytes ptxas's spills store and load, AMD usage how many VGPRs and SGPRs
+/// clang spilled (from the assembly, `tilelang::amd_usage`). No usage (the CPU, the simulator)
+/// is accepted.
+pub fn spill_check(usage: Option<&tl_runtime::ResourceUsage>) -> Result<(), String> {
+    match usage {
+        Some(u) if u.spills() && (u.vgpr_spills.is_some() || u.sgpr_spills.is_some()) => {
+            Err(format!(
+                "spills registers ({} VGPRs and {} SGPRs spilled, {} bytes of scratch per lane, {} VGPRs allocated)",
+                u.vgpr_spills.unwrap_or(0),
+                u.sgpr_spills.unwrap_or(0),
+                u.local_bytes,
                 u.registers
-            )),
-            _ => Ok(()),
+            ))
         }
+        Some(u) if u.spills() => Err(format!(
+            "spills registers ({} bytes stored, {} loaded, {} registers)",
+            u.spill_stores.unwrap_or(0),
+            u.spill_loads.unwrap_or(0),
+            u.registers
+        )),
+        _ => Ok(()),
     }
 }
 

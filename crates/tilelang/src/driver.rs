@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use tl_ir::{DiagKind, Diagnostic, Diagnostics, Span};
-use tl_runtime::{Cache, Device, Executable, RuntimeError, Signature};
+use tl_runtime::{Cache, CompileStats, Device, Executable, ResourceUsage, RuntimeError, Signature};
 use tl_target::Target;
 
 use crate::dsl::KernelBuilder;
@@ -334,7 +334,9 @@ impl Kernel {
                         &src.code,
                     );
                 }
-                // clang runs only on a cache miss; the key still names its version.
+                // clang runs only on a cache miss; the key still names its version. The
+                // registers and spills clang's assembly reports are cached beside the code
+                // object, so `resource_usage` has them on a hit too.
                 let key = hip_key(&src)?;
                 let arch = src.arch.clone();
                 let mut exe = tl_runtime::build_hip(
@@ -344,7 +346,7 @@ impl Kernel {
                     &key,
                     src.code,
                     &src.entry,
-                    |code: &str| Ok::<_, Error>(tl_amdgpu::compile(code, &arch)?.elf),
+                    |code: &str| clang_hip(code, &arch),
                 )?;
                 exe.stats_mut().codegen = codegen_time;
                 exe
@@ -392,6 +394,38 @@ fn typical_multiprocessors(target: Target) -> u32 {
         Target::Hip { .. } => target.amd().map_or(304, |a| a.compute_units),
         _ => 108,
     }
+}
+
+/// Compile HIP source with clang for `arch`: the code object, and the registers, spills,
+/// scratch and LDS its assembly reports ([`amd_usage`]).
+fn clang_hip(code: &str, arch: &str) -> Result<tl_runtime::HipCode, Error> {
+    let co = tl_amdgpu::compile(code, arch)?;
+    Ok(tl_runtime::HipCode {
+        usage: amd_usage(&co.asm),
+        code: co.elf,
+    })
+}
+
+/// What clang's assembly of an AMD kernel says about its resources, as a [`ResourceUsage`]:
+/// VGPRs allocated per lane (architectural and accumulation together) as `registers`, scratch
+/// per lane as `local_bytes`, LDS as `static_smem_bytes`, the workgroup size, the gfx number
+/// as `binary_version`, the spilled VGPRs and SGPRs, and the ISA report as the log. `None`
+/// when the assembly cannot be reported on (`tl_amdgpu::isa::report` fails), which clang's
+/// output for our kernels never is.
+pub fn amd_usage(asm: &str) -> Option<ResourceUsage> {
+    let r = tl_amdgpu::isa::report(asm).ok()?;
+    let k = &r.kernel;
+    Some(ResourceUsage {
+        registers: k.alloc_vgprs,
+        local_bytes: k.scratch_bytes,
+        static_smem_bytes: k.lds_bytes,
+        max_threads_per_block: k.workgroup_size,
+        binary_version: k.arch.trim_start_matches("gfx").parse().unwrap_or(0),
+        vgpr_spills: Some(k.vgpr_spills),
+        sgpr_spills: Some(k.sgpr_spills),
+        log: r.table(),
+        ..Default::default()
+    })
 }
 
 /// The cache key of generated HIP source: the source, the arch, clang's version (`clang
@@ -503,6 +537,25 @@ fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
     ]))
 }
 
+/// What [`Kernel::precompile_for`] did: the disk-cache entry of the kernel for a GPU target
+/// and whether it was already there.
+#[derive(Clone, Debug)]
+pub struct Precompiled {
+    pub target: Target,
+    /// The cache key: the one [`Kernel::compile`] looks up on a device of this architecture.
+    pub key: String,
+    /// The binary came from the disk cache (no NVRTC or clang ran).
+    pub cache_hit: bool,
+    /// AMD: registers, spills, scratch and LDS from clang's assembly (from the cache on a hit),
+    /// what [`Executable::resource_usage`] gives the loaded kernel. `None` for CUDA, whose
+    /// numbers come from the driver when the cubin is loaded.
+    pub usage: Option<ResourceUsage>,
+    /// Where the time went: `lower` (verification and passes), `codegen` (source and cache
+    /// key), `compile` (NVRTC or clang on a miss, else zero), `load` (the cache lookup on a
+    /// hit: reading the binary and the usage), `total`.
+    pub stats: CompileStats,
+}
+
 impl Kernel {
     /// Do the expensive, thread-safe part of compiling for `dev` — lowering, code generation
     /// and NVRTC (CUDA) or clang (HIP) into the disk cache — without loading anything, so
@@ -514,6 +567,52 @@ impl Kernel {
             return Ok(());
         }
         let target = dev.target()?;
+        self.precompile_target(target, || persistent_blocks_for(dev), opts)?;
+        Ok(())
+    }
+
+    /// [`precompile`](Self::precompile) by target rather than device: lower, generate the
+    /// source of the variant for aligned sizes (what [`compile`](Self::compile) builds first),
+    /// compute its cache key and look it up in the disk cache, running NVRTC (CUDA) or clang
+    /// (AMD) only on a miss. No GPU is needed, only the target's compiler. A later `compile`
+    /// on a device of this architecture finds the entry; for a persistent kernel of one block
+    /// per multiprocessor, only when the device has the multiprocessor count assumed for the
+    /// target without one (the flagship part's: 304 CUs for gfx942, 256 for gfx950; 132 SMs
+    /// for sm_90a, 108 for other CUDA targets). The CPU is not a target here (its compile loads
+    /// the library it builds).
+    pub fn precompile_for(
+        &self,
+        target: Target,
+        opts: &CompileOptions,
+    ) -> Result<Precompiled, Error> {
+        self.verify()?;
+        if !target.is_gpu() {
+            return Err(Error::Compile(Diagnostics::from(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    Span::UNKNOWN,
+                    format!("precompile_for compiles GPU code, and {target} is not a GPU target"),
+                )
+                .help("use an NVIDIA (sm_80, sm_90a) or AMD (gfx942, gfx950) target; on the CPU, Kernel::compile builds and caches the library"),
+            )));
+        }
+        self.precompile_target(
+            target,
+            || Ok::<_, Error>(typical_multiprocessors(target)),
+            opts,
+        )
+    }
+
+    /// Lower the aligned-size variant for `target` (a persistent kernel of one block per
+    /// multiprocessor gets `blocks()`, as `compile_variant` does, so that the key matches),
+    /// generate its source and key, and look it up or compile it into the cache.
+    fn precompile_target(
+        &self,
+        target: Target,
+        blocks: impl FnOnce() -> Result<u32, Error>,
+        opts: &CompileOptions,
+    ) -> Result<Precompiled, Error> {
+        let t0 = Instant::now();
         let cache = match &opts.cache_dir {
             Some(d) => Cache::at(d),
             None => Cache::from_env(),
@@ -524,23 +623,50 @@ impl Kernel {
             .iter()
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
-        if dev.is_hip() {
-            // As `compile_variant` lowers it, so that the key matches.
-            let ir = with_persistent_blocks(&ir, || persistent_blocks_for(dev))?;
-            let low = tl_passes::run_pipeline(&ir, &target, None)?;
+        let ir = with_persistent_blocks(&ir, blocks)?;
+        let low = tl_passes::run_pipeline(&ir, &target, None)?;
+        let mut stats = CompileStats {
+            lower: t0.elapsed(),
+            ..Default::default()
+        };
+        let t = Instant::now();
+        let (key, cache_hit, usage, compile) = if target.is_hip() {
             let src = tl_codegen::hip::generate(&low, target)?;
             let key = hip_key(&src)?;
+            stats.codegen = t.elapsed();
             let arch = src.arch.clone();
-            tl_runtime::precompile_hip(&cache, &key, &src.code, |code: &str| {
-                Ok::<_, Error>(tl_amdgpu::compile(code, &arch)?.elf)
-            })?;
-            return Ok(());
+            let (hit, usage, compile) =
+                tl_runtime::lookup_or_compile_hip(&cache, &key, &src.code, |code: &str| {
+                    clang_hip(code, &arch)
+                })?;
+            (key, hit, usage, compile)
+        } else {
+            let src = nvidia_source(&low, target)?;
+            let key = cuda_key(&src)?;
+            stats.codegen = t.elapsed();
+            let t = Instant::now();
+            let hit =
+                tl_runtime::precompile_cuda(&cache, &key, &self.ir.name, &src.code, &src.arch)?;
+            (
+                key,
+                hit,
+                None,
+                if hit { Default::default() } else { t.elapsed() },
+            )
+        };
+        stats.cache_hit = cache_hit;
+        stats.compile = compile;
+        stats.total = t0.elapsed();
+        if cache_hit {
+            stats.load = stats.total.saturating_sub(stats.lower + stats.codegen);
         }
-        let low = tl_passes::run_pipeline(&ir, &target, None)?;
-        let src = nvidia_source(&low, target)?;
-        let key = cuda_key(&src)?;
-        tl_runtime::precompile_cuda(&cache, &key, &self.ir.name, &src.code, &src.arch)?;
-        Ok(())
+        Ok(Precompiled {
+            target,
+            key,
+            cache_hit,
+            usage,
+            stats,
+        })
     }
 }
 

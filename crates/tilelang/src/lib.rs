@@ -32,7 +32,10 @@ mod driver;
 pub mod dsl;
 pub mod kernels;
 
-pub use driver::{nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel};
+pub use driver::{
+    amd_usage, nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel,
+    Precompiled,
+};
 pub use tl_amdgpu as amdgpu;
 pub use tl_ir as ir;
 pub use tl_runtime as runtime;

@@ -120,7 +120,11 @@ fn gfx950_gemm_mainloop_has_the_intended_instruction_mix() {
     let r = compile_report(&k, t, false).expect("compiles");
     println!("{}", r.table());
     let kr = &r.kernel;
-    assert_eq!(kr.vgpr_spills + kr.sgpr_spills + kr.scratch_bytes, 0, "no spills");
+    assert_eq!(
+        kr.vgpr_spills + kr.sgpr_spills + kr.scratch_bytes,
+        0,
+        "no spills"
+    );
     assert!(
         kr.alloc_vgprs <= 256,
         "at most 256 VGPRs (2 waves per SIMD): {}",
@@ -131,15 +135,22 @@ fn gfx950_gemm_mainloop_has_the_intended_instruction_mix() {
     // The loop runs two k steps per trip (a buffer per pipeline stage, unrolled by the stage
     // count): per k step 64 MFMAs and 24 16-byte LDS reads.
     let steps = l.mfma / 64;
-    assert!(steps >= 1 && l.mfma % 64 == 0, "{} MFMAs", l.mfma);
+    assert!(steps >= 1 && l.mfma.is_multiple_of(64), "{} MFMAs", l.mfma);
     assert_eq!(l.mfma_variants.get("16x16x32_bf16"), Some(&l.mfma));
     assert_eq!(l.ds_read, 24 * steps, "24 ds_read_b128 per k step");
     assert_eq!(l.ds_read_widths.get("b128"), Some(&l.ds_read));
     // Every global→LDS copy goes direct to LDS: 4 loads of A and 4 of B per thread and step.
     assert_eq!(l.vmem_loads, 8 * steps);
-    assert_eq!(l.vmem_loads_lds, l.vmem_loads, "every load is buffer_load … lds");
+    assert_eq!(
+        l.vmem_loads_lds, l.vmem_loads,
+        "every load is buffer_load … lds"
+    );
     assert_eq!(l.vmcnt_zero, 0, "no vmcnt(0) inside the mainloop");
-    assert!(l.setprio >= 2 * steps, "s_setprio around the rounds: {}", l.setprio);
+    assert!(
+        l.setprio >= 2 * steps,
+        "s_setprio around the rounds: {}",
+        l.setprio
+    );
     assert!(l.sched_barrier > 0, "rounds fenced with sched_barrier");
     let cluster = l.max_gap_in_load_clusters.expect("loads in clusters");
     assert!(

@@ -139,3 +139,98 @@ fn bad_arguments_fail_cleanly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown layout"));
 }
+
+/// `--isa ARCH`: the kernel compiled for an AMD architecture by clang and its ISA report, with
+/// no AMD GPU; for each example. Without clang only the argument errors are checked.
+#[test]
+fn isa_prints_the_amd_report_without_a_gpu() {
+    let isa = |name: &str, args: &[&str]| {
+        Command::new(example(name))
+            .args(args)
+            .env_remove("TILELANG_DEVICE")
+            .output()
+            .expect("runs")
+    };
+    // Not an AMD target: exit code 2 and what to pass instead, before clang is needed.
+    for (args, words) in [
+        (
+            &["--isa", "sm_90a"][..],
+            &["target is sm_90a", "--isa gfx950"][..],
+        ),
+        (
+            &["--isa", "--device", "cpu"],
+            &["target is cpu", "--isa gfx942"],
+        ),
+        (&["--isa", "gfx90a"], &["gfx90a", "gfx942", "gfx950"]),
+    ] {
+        let out = isa("gemm", args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in words {
+            assert!(err.contains(w), "{args:?}: `{w}` missing from: {err}");
+        }
+    }
+    if tilelang::amdgpu::toolchain::clang_or_skip("isa_prints_the_amd_report_without_a_gpu")
+        .is_none()
+    {
+        return;
+    }
+    for (name, args, kernel) in [
+        (
+            "gemm",
+            &["--layout", "nt", "--dtype", "bf16", "--isa", "gfx950"][..],
+            "tl_kernel_gemm_nt (gfx950)",
+        ),
+        (
+            "flash_attention",
+            &["--dim", "64", "--dtype", "bf16", "--isa", "gfx942"],
+            "tl_kernel_flash_attn_fwd (gfx942)",
+        ),
+        (
+            "softmax",
+            &["--cols", "4096", "--dtype", "bf16", "--isa", "gfx950"],
+            "tl_kernel_softmax_row (gfx950)",
+        ),
+        (
+            "rmsnorm",
+            &["--isa", "gfx942"],
+            "tl_kernel_rmsnorm_row (gfx942)",
+        ),
+        (
+            "elementwise",
+            &["--dtype", "bf16", "--isa", "gfx950"],
+            "tl_kernel_add_relu (gfx950)",
+        ),
+        // Without an architecture: the simulator device's.
+        (
+            "gemm",
+            &["--dtype", "bf16", "--device", "sim:gfx942", "--isa"],
+            "tl_kernel_gemm_nn (gfx942)",
+        ),
+    ] {
+        let out = isa(name, args);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name} {args:?}: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for w in [
+            &format!("kernel {kernel}") as &str,
+            "registers",
+            "spills      0 VGPR, 0 SGPR; scratch 0 B",
+            "occupancy",
+            "clang version",
+        ] {
+            assert!(
+                text.contains(w),
+                "{name} {args:?}: `{w}` missing from:\n{text}"
+            );
+        }
+        // Nothing ran: no summary line.
+        assert!(!text.contains(" err="), "{name} {args:?} ran:\n{text}");
+        if name == "gemm" {
+            assert!(text.contains("MFMA"), "{name} {args:?}:\n{text}");
+        }
+    }
+}

@@ -283,7 +283,7 @@ unsafe fn symbol<F: Copy>(lib: &Library, name: &str, path: &str) -> Result<F, St
     match unsafe { lib.get::<F>(name.as_bytes()) } {
         Ok(s) => Ok(*s),
         Err(_) => Err(format!(
-            "{path} lacks {}; ROCm 6.0 or newer is needed (its HIP runtime exports it)",
+            "{path} lacks {}: it is not ROCm's HIP runtime (libamdhip64.so) of ROCm 6.0 or newer, which exports it; point {LIB_ENV} at that library or unset it",
             name.trim_end_matches('\0')
         )),
     }

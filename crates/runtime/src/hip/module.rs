@@ -4,6 +4,7 @@ use std::ffi::CString;
 
 use super::ffi::{EventHandle, FunctionHandle, ModuleHandle};
 use super::HipDevice;
+use crate::cuda::ResourceUsage;
 use crate::error::{Result, RuntimeError};
 use crate::exec::ParamBlock;
 
@@ -13,6 +14,8 @@ pub struct HipKernel {
     module: ModuleHandle,
     func: FunctionHandle,
     name: String,
+    /// What the compiler reported (registers, spills, scratch, LDS), when it reported it.
+    usage: Option<ResourceUsage>,
 }
 
 impl Drop for HipKernel {
@@ -64,7 +67,20 @@ impl HipKernel {
             module,
             func,
             name: kernel.to_string(),
+            usage: None,
         })
+    }
+
+    /// The kernel with the compiler's resource report attached.
+    pub(crate) fn with_usage(mut self, usage: Option<ResourceUsage>) -> HipKernel {
+        self.usage = usage;
+        self
+    }
+
+    /// Registers, spills, scratch and LDS as the compiler reported them (from clang's
+    /// assembly, kept in the disk cache beside the code object), when it reported them.
+    pub fn usage(&self) -> Option<&ResourceUsage> {
+        self.usage.as_ref()
     }
 
     pub fn device(&self) -> &'static HipDevice {

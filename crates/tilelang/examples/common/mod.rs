@@ -1,4 +1,4 @@
-//! What every example shares: device selection, `--emit`, timing, and the summary line.
+//! What every example shares: device selection, `--emit`, `--isa`, timing, and the summary line.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -17,14 +17,26 @@ const EMIT_TARGETS: &[(Target, &str)] = &[
     (Target::GFX950, "hip"),
 ];
 
+/// `--isa` given without an architecture: take the device's.
+const ISA_FROM_DEVICE: &str = "device";
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Where to run: cpu, cuda[:N], sim (default: the best available)
+    /// Where to run: cpu, cuda[:N], hip[:N], sim, sim:gfx942, sim:gfx950 (default: the best
+    /// available)
     #[arg(long)]
     pub device: Option<String>,
     /// Write the generated source for every target into DIR and exit without running
     #[arg(long, value_name = "DIR")]
     pub emit: Option<PathBuf>,
+    /// Compile the kernel for the AMD architecture ARCH (gfx942 or gfx950) with clang and print
+    /// its ISA report (registers, spills, LDS, occupancy, the main loop's instruction mix), then
+    /// exit without running: no AMD GPU needed, only clang 20 or newer. Without ARCH, the
+    /// architecture of --device (hip[:N] on an AMD GPU, or sim:gfx942 / sim:gfx950). The kernel
+    /// is the one a run would use: the tiles ARCH gets by default, with this command line's
+    /// overrides (--tune is not run)
+    #[arg(long, value_name = "ARCH", num_args = 0..=1, default_missing_value = ISA_FROM_DEVICE)]
+    pub isa: Option<String>,
     /// Seed for the random inputs
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -84,6 +96,64 @@ impl CommonArgs {
             anyhow::bail!("{}", failed.join("\n"));
         }
         Ok(true)
+    }
+
+    /// The AMD target `--isa` asks for, or `None` without `--isa`.
+    pub fn isa_target(&self) -> anyhow::Result<Option<Target>> {
+        let Some(arch) = &self.isa else {
+            return Ok(None);
+        };
+        let target = if arch == ISA_FROM_DEVICE {
+            let dev = self.device()?;
+            dev.target().map_err(|e| {
+                anyhow::anyhow!(
+                    "--isa without an architecture takes the device's, but {e}; name one: --isa gfx950"
+                )
+            })?
+        } else {
+            Target::parse(arch)?
+        };
+        if !target.is_hip() {
+            anyhow::bail!(
+                "--isa reports on AMD code, but the target is {target}; use --isa gfx942 or --isa gfx950 (or --device hip, sim:gfx942, sim:gfx950)"
+            );
+        }
+        Ok(Some(target))
+    }
+
+    /// With `--isa [ARCH]`, compile the kernels `kernels` builds for that AMD target with clang,
+    /// print each one's ISA report and return true. Needs clang (LLVM 20 or newer), not a GPU.
+    pub fn isa(&self, kernels: &dyn Fn(Target) -> Vec<Kernel>) -> anyhow::Result<bool> {
+        let Some(target) = self.isa_target()? else {
+            return Ok(false);
+        };
+        let clang = tilelang::amdgpu::Clang::find()?;
+        for k in &kernels(target) {
+            let co = k
+                .compile_amd(target)
+                .map_err(|e| anyhow::anyhow!("{} for {target}: {e}", k.name()))?;
+            let report = tilelang::amdgpu::isa::report(&co.asm)
+                .map_err(|e| anyhow::anyhow!("{} for {target}: {e}", k.name()))?;
+            println!(
+                "{} for {target} (the variant for aligned sizes; {}, compiled in {:.0} ms, linked in {:.0} ms, code object {} bytes)",
+                k.name(),
+                clang.version,
+                co.compile_time.as_secs_f64() * 1e3,
+                co.link_time.as_secs_f64() * 1e3,
+                co.elf.len()
+            );
+            println!("{}", report.table());
+        }
+        Ok(true)
+    }
+
+    /// The modes that write or print compiled code and exit without running: `--emit DIR`
+    /// ([`emit`](Self::emit)) and `--isa [ARCH]` ([`isa`](Self::isa)), both when both are
+    /// given. True when one ran.
+    pub fn emit_only(&self, kernels: &dyn Fn(Target) -> Vec<Kernel>) -> anyhow::Result<bool> {
+        let emitted = self.emit(kernels)?;
+        let reported = self.isa(kernels)?;
+        Ok(emitted || reported)
     }
 
     /// Median time of a launch in milliseconds: CUDA events with an L2 flush on a GPU, the host
@@ -180,15 +250,17 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
-/// `compile_ms=<total> cached=<hit> code=<ptx|cuda|c>`: what building the executable cost,
-/// and what the device code was generated as (`cuda` for CUDA C++).
+/// `compile_ms=<total> cached=<hit> code=<ptx|cuda|c|hip|thread-ir>`: what building the
+/// executable cost, and what the device code was generated as (`cuda` for CUDA C++, `hip` for
+/// HIP C++ compiled by clang to an AMD code object, `thread-ir` for the simulator).
 pub fn compile_note(exe: &Executable) -> String {
     let st = exe.compile_stats();
     let code = match (exe.device(), exe.source()) {
         (Device::Cuda(_), Some(src)) if tl_nvrtc::is_ptx(src) => "ptx",
         (Device::Cuda(_), _) => "cuda",
         (Device::Cpu, _) => "c",
-        _ => "thread-ir",
+        (Device::Hip(_), _) => "hip",
+        (Device::Sim(_), _) => "thread-ir",
     };
     format!(
         "compile_ms={:.1} cached={} code={code}",
@@ -248,7 +320,7 @@ pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
             (op.chunked)(dt, cfg)
         }
     };
-    if args.common.emit(&|t| vec![kernel_for(t)])? {
+    if args.common.emit_only(&|t| vec![kernel_for(t)])? {
         return Ok(ExitCode::SUCCESS);
     }
     let kernel = kernel_for(dev.target()?);
