@@ -17,8 +17,8 @@
 use std::collections::HashSet;
 
 use tl_ir::{
-    Buffer, DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Param,
-    Role, Scope, Span, Stmt, StmtKind, UnOp,
+    BinOp, Buffer, DType, DiagKind, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel,
+    Param, Role, Scope, Span, Stmt, StmtKind, UnOp,
 };
 use tl_target::Target;
 
@@ -207,25 +207,33 @@ fn f64_math(body: &Stmt, target: Target) -> Vec<Diagnostic> {
     body.walk(&mut |s| {
         for e in s.exprs() {
             e.visit(&mut |x| {
-                if let ExprKind::Unary(op, a) = x.kind() {
-                    let plain = matches!(
-                        op,
-                        UnOp::Neg | UnOp::Not | UnOp::Abs | UnOp::Floor | UnOp::Ceil | UnOp::Sqrt
-                    );
-                    if a.dtype() == DType::F64 && !plain && out.is_empty() {
-                        out.push(
-                            Diagnostic::new(
-                                DiagKind::Unsupported,
-                                s.span,
-                                format!(
-                                    "`{}` on f64 on {target}: AMD GPUs have no double-precision {} instruction and kernels here link no device math library",
-                                    op.name(),
-                                    op.name()
-                                ),
-                            )
-                            .help("compute it in f32 (cast the operand), or run the kernel on another target"),
+                let name = match x.kind() {
+                    ExprKind::Unary(op, a) if a.dtype() == DType::F64 => {
+                        let plain = matches!(
+                            op,
+                            UnOp::Neg
+                                | UnOp::Not
+                                | UnOp::Abs
+                                | UnOp::Floor
+                                | UnOp::Ceil
+                                | UnOp::Sqrt
                         );
+                        (!plain).then(|| op.name())
                     }
+                    ExprKind::Bin(BinOp::Pow, a, _) if a.dtype() == DType::F64 => Some("pow"),
+                    _ => None,
+                };
+                if let (Some(name), true) = (name, out.is_empty()) {
+                    out.push(
+                        Diagnostic::new(
+                            DiagKind::Unsupported,
+                            s.span,
+                            format!(
+                                "`{name}` on f64 on {target}: AMD GPUs have no double-precision {name} instruction and kernels here link no device math library"
+                            ),
+                        )
+                        .help("compute it in f32 (cast the operand), or run the kernel on another target"),
+                    );
                 }
             });
         }

@@ -71,6 +71,27 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         cx.locals.insert(b.id(), local);
     }
     let body = cx.block(&k.body);
+    // Checked here too (codegen checks the laid-out size), so that the simulator refuses what
+    // the GPU would.
+    let limit = target.max_shared_bytes();
+    if cx.errors.is_empty() && cx.smem_bytes > limit {
+        let (what, per) = if target.is_hip() {
+            ("LDS", "workgroup")
+        } else {
+            ("shared memory", "block")
+        };
+        cx.errors.push(
+            Diagnostic::new(
+                DiagKind::OutOfRange,
+                k.body.span,
+                format!(
+                    "kernel `{}` needs {} bytes of {what}; {target} allows {limit} bytes per {per}",
+                    k.name, cx.smem_bytes
+                ),
+            )
+            .help("use smaller tiles or fewer pipeline stages"),
+        );
+    }
     if !cx.errors.is_empty() {
         return Err(Diagnostics(cx.errors));
     }
