@@ -183,6 +183,15 @@ TL_DEFINE_BUFFER_LOAD_LDS(4)
 TL_DEFINE_BUFFER_LOAD_LDS(16)
 #endif
 
+/* gfx950's transposing LDS read: a 16-lane group reads a 4 x 16 block of 16-bit elements (each
+ * lane names 8 bytes) and lane l receives element l % 4 of lanes (l / 4) % 4 + 4n, n = 0..3. */
+#if defined(__gfx950__)
+TL_DEVICE void tl_ds_read_tr16_b64(void* d, const void* s) {
+    *(tl_i16x4*)d = __builtin_amdgcn_ds_read_tr16_b64_v4i16(
+        (__attribute__((address_space(3))) tl_i16x4*)(s));
+}
+#endif
+
 /* Buffer loads into registers: the same range check (a predicate-false lane's offset is past
  * any tensor), no branch around the load, and one 32-bit offset per lane instead of a 64-bit
  * address. */

@@ -553,6 +553,7 @@ pub(crate) fn address_target(e: &Expr) -> Option<(&Buffer, &[Expr])> {
 fn reads_only(op: &Intrinsic, i: usize) -> bool {
     match op {
         Intrinsic::Mfma(_) => i == 1 || i == 2,
+        Intrinsic::LdsReadTr16 => i == 1,
         Intrinsic::BufferLoadLds { .. } | Intrinsic::BufferLoad { .. } => i == 1,
         Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
         Intrinsic::Ldmatrix { .. } => i == 0,

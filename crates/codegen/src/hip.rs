@@ -550,6 +550,17 @@ impl Printer<'_> {
                     m.name()
                 )
             }
+            Intrinsic::LdsReadTr16 => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let d = self.cuda_addr(op, args.first(), "destination", LOCAL, Some(2));
+                let s = self.cuda_addr(op, args.get(1), "source", SHARED, Some(2));
+                let (Some((d, _)), Some((s, _))) = (d, s) else {
+                    return "0".into();
+                };
+                format!("tl_ds_read_tr16_b64({d}, {s})")
+            }
             Intrinsic::BufferLoadLds { bytes } => {
                 if !self.cuda_nargs(op, args, 5) {
                     return "0".into();

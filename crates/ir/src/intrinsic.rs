@@ -107,6 +107,12 @@ pub enum Intrinsic {
     /// needed around the load. Synchronous for the program (the compiler waits before the
     /// registers are used).
     BufferLoad { bytes: u32 },
+    /// AMD `ds_read_b64_tr_b16` (gfx950) for the calling wave (all 64 lanes issue it): each
+    /// lane names 8 bytes of shared memory (four 16-bit elements, 8-byte aligned), and within
+    /// each group of 16 lanes `g·16 ..` the block is transposed: lane `l`'s element `n` is
+    /// element `l % 4` of the 8 bytes lane `g·16 + (l / 4) % 4 + 4·n` names. args: `dst` (a
+    /// local address, 4 elements of a 16-bit type), `src` (this lane's shared address).
+    LdsReadTr16,
     /// AMD `s_waitcnt vmcnt(n)`: all but the newest `n` of this thread's buffer loads have
     /// landed.
     WaitVmcnt { n: u32 },
@@ -217,6 +223,7 @@ impl Intrinsic {
             Intrinsic::Mfma(m) => m.name(),
             Intrinsic::BufferLoadLds { bytes } => format!("buffer_load_lds<{bytes}>"),
             Intrinsic::BufferLoad { bytes } => format!("buffer_load<{bytes}>"),
+            Intrinsic::LdsReadTr16 => "ds_read_tr16_b64".into(),
             Intrinsic::WaitVmcnt { n } => format!("wait_vmcnt<{n}>"),
             Intrinsic::BarrierLds => "barrier_lds".into(),
             Intrinsic::SchedBarrier { mask } => format!("sched_barrier<{mask}>"),

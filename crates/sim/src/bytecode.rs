@@ -120,6 +120,12 @@ pub enum Instr {
         src: MemRef,
         dst: MemRef,
     },
+    /// Wave collective AMD `ds_read_b64_tr_b16`: `src` is this lane's 8 shared bytes, `dst`
+    /// receives 4 elements of the 16-lane group's transposed 4 × 16 block.
+    LdsReadTr16 {
+        src: MemRef,
+        dst: MemRef,
+    },
     /// Warp collective `mma.sync.m16n8k16`, D = A·B + C.
     Mma {
         ab: DType,

@@ -465,7 +465,10 @@ impl Compiler<'_> {
         }
         if matches!(
             op,
-            Intrinsic::Mfma(_) | Intrinsic::BufferLoadLds { .. } | Intrinsic::BufferLoad { .. }
+            Intrinsic::Mfma(_)
+                | Intrinsic::BufferLoadLds { .. }
+                | Intrinsic::BufferLoad { .. }
+                | Intrinsic::LdsReadTr16
         ) {
             need_warp(64)?;
         }
@@ -616,6 +619,12 @@ impl Compiler<'_> {
                     src,
                     dst,
                 }
+            }
+            Intrinsic::LdsReadTr16 => {
+                need(2)?;
+                let dst = self.address(args.first(), &name)?;
+                let src = self.address(args.get(1), &name)?;
+                Instr::LdsReadTr16 { src, dst }
             }
             Intrinsic::MmaSync { ab } => {
                 need(4)?;

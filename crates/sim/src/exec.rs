@@ -372,7 +372,7 @@ impl Interp<'_, '_> {
                     th.state = State::Warp;
                     return Ok(());
                 }
-                Instr::Ldmatrix { src, dst, .. } => {
+                Instr::Ldmatrix { src, dst, .. } | Instr::LdsReadTr16 { src, dst } => {
                     let s = self.addr(th, src, pc)?;
                     let d = self.addr(th, dst, pc)?;
                     th.pc = pc;

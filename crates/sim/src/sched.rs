@@ -193,6 +193,7 @@ fn collective(it: &mut Interp, lanes: &mut [Thread], w: usize) -> Result<(), Sim
             kind, width, dst, ..
         } => shuffle(it, lanes, *kind, *width, *dst as usize, pc)?,
         Instr::Ldmatrix { num, trans, .. } => ldmatrix(it, lanes, *num as usize, *trans, pc)?,
+        Instr::LdsReadTr16 { .. } => lds_read_tr16(it, lanes, pc)?,
         Instr::Mma { ab, .. } => mma(it, lanes, *ab, pc)?,
         Instr::Wgmma { op, .. } => wgmma(it, lanes, *op, pc)?,
         Instr::Mfma { op, .. } => mfma(it, lanes, *op, pc)?,
@@ -329,6 +330,58 @@ fn ldmatrix(
         };
         it.mem
             .write(&mut l.local, d.buf, off, &bytes[..4 * num], who)?;
+    }
+    Ok(())
+}
+
+/// AMD `ds_read_b64_tr_b16` over a 64-lane wave: every lane reads the 8 bytes (four 16-bit
+/// elements, 8-byte aligned) its source address names; within each group of 16 lanes, lane
+/// `l`'s element `n` is then element `l % 4` of lane `(l / 4) % 4 + 4·n`'s bytes (the CDNA4
+/// ISA's 4 × 16 transpose, as Triton's linear layouts and ROCm's simulator describe it).
+fn lds_read_tr16(it: &mut Interp, lanes: &mut [Thread], pc: u32) -> Result<(), SimError> {
+    let name = it.prog.name(pc as usize);
+    let mut read = [[0u16; 4]; 64];
+    for (i, l) in lanes.iter().enumerate() {
+        let [s, ..] = addrs(it, l, pc)?;
+        let off = operand(
+            it,
+            l,
+            s,
+            need(8, Scope::Shared, Some(2), "the source address"),
+            pc,
+        )?;
+        it.mem.aligned(s.buf, off, 8, name, l.tid, pc)?;
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::IntrinsicRead,
+            pc,
+        };
+        let b = it.mem.read(&l.local, s.buf, off, 8, who)?;
+        for (c, x) in read[i].iter_mut().enumerate() {
+            *x = u16::from_le_bytes([b[2 * c], b[2 * c + 1]]);
+        }
+    }
+    for (i, l) in lanes.iter_mut().enumerate() {
+        let group = i & !15;
+        let mut bytes = [0u8; 8];
+        for n in 0..4 {
+            let src = group + ((i >> 2) & 3) + 4 * n;
+            bytes[2 * n..2 * n + 2].copy_from_slice(&read[src][i & 3].to_le_bytes());
+        }
+        let [_, d, ..] = addrs(it, l, pc)?;
+        let off = operand(
+            it,
+            l,
+            d,
+            need(8, Scope::Local, Some(2), "the destination"),
+            pc,
+        )?;
+        let who = Rec {
+            tid: l.tid as u16,
+            kind: Kind::Write,
+            pc,
+        };
+        it.mem.write(&mut l.local, d.buf, off, &bytes, who)?;
     }
     Ok(())
 }

@@ -615,3 +615,50 @@ fn xcd_remap_gives_each_die_consecutive_blocks() {
         assert_eq!(flat, (0..n).collect::<Vec<_>>(), "{gx}x{gy}/{xcd}");
     }
 }
+
+/// `ds_read_b64_tr_b16` used as lowering uses it: a `[4·4, 16]` row-major f16 block in shared
+/// memory per 16-lane group (here the same block for every group, shifted by the group's
+/// index), each lane naming the 8 bytes at row `l % 16 / 4`, columns `4·(l % 4) ..`; every lane
+/// must receive column `l % 16` of the group's 4 rows. The expectation is written from the
+/// transposed read's purpose, independently of the simulator's formula.
+#[test]
+fn lds_transpose_read_gives_each_lane_a_column() {
+    let out = global("out", vec![Expr::int(64), Expr::int(4)], DType::F32);
+    let k = wave64(kernel(
+        "lds_tr",
+        vec![],
+        vec![output(&out)],
+        vec![Expr::int(1)],
+        64,
+        |b, _| {
+            // s[g][r][c] = 100·g + 16·r + c for 4 groups g, rows r < 4, columns c < 16.
+            let s = b.shared("s", &[4, 4, 16], DType::F16);
+            b.for_("e", 4, |b, e| {
+                let flat = tid() * 4 + e.clone();
+                let (g, r, c) = (flat.clone() / 64, flat.clone() / 16 % 4, flat.clone() % 16);
+                b.store_nd(
+                    &s,
+                    vec![g.clone(), r.clone(), c.clone()],
+                    (g * 100 + r * 16 + c).cast(DType::F16),
+                );
+            });
+            b.barrier_lds();
+            let d = b.local("d", &[4], DType::F16);
+            let l16 = b.let_("l16", tid() % 16);
+            let src = addr_nd(&s, vec![tid() / 16, l16.clone() / 4, l16.clone() % 4 * 4]);
+            b.call(Intrinsic::LdsReadTr16, vec![addr(&d, 0), src]);
+            b.for_("n", 4, |b, n| {
+                b.store_nd(&out, vec![tid(), n.clone()], d.at([n]).cast(DType::F32));
+            });
+        },
+    ));
+    let mut args = vec![SimArg::zeros(DType::F32, &[64, 4])];
+    run(&k, &mut args, &opts()).expect("runs");
+    let got = args[0].to_f64(DType::F32);
+    for l in 0..64usize {
+        for n in 0..4usize {
+            let want = (100 * (l / 16) + 16 * n + l % 16) as f64;
+            assert_eq!(got[4 * l + n], want, "lane {l} element {n}");
+        }
+    }
+}

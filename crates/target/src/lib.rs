@@ -62,6 +62,9 @@ pub struct AmdArch {
     /// The widest `buffer_load … lds` (direct to LDS) per lane, bytes: dwordx4 on gfx950,
     /// dword on gfx942.
     pub buffer_lds_bytes: u32,
+    /// `ds_read_b64_tr_b16` (gfx950): a 16-lane group reads a 4 × 16 block of 16-bit elements
+    /// transposed, so an MFMA operand stored K-strided in LDS is read 8 bytes per lane.
+    pub lds_transpose_reads: bool,
     /// Unified vector registers (arch VGPRs + AGPRs) per lane of a SIMD, shared by its waves.
     pub vgprs_per_simd: u32,
     /// Registers are allocated in granules of this many.
@@ -165,6 +168,7 @@ impl Target {
             lds_bytes: 64 * 1024,
             mfma: MFMA_GFX942,
             buffer_lds_bytes: 4,
+            lds_transpose_reads: false,
             vgprs_per_simd: 512,
             vgpr_granule: 8,
             max_waves_per_simd: 8,
@@ -179,6 +183,7 @@ impl Target {
                 lds_bytes: 160 * 1024,
                 mfma: MFMA_GFX950,
                 buffer_lds_bytes: 16,
+                lds_transpose_reads: true,
                 compute_units: 256,
                 ..base
             }),

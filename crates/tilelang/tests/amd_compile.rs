@@ -179,3 +179,42 @@ fn gfx942_gemm_uses_dword_direct_to_lds_loads() {
     assert!(l.vmem_loads > 0 && l.vmem_loads_lds == l.vmem_loads);
     assert_eq!(l.vmcnt_zero, 0);
 }
+
+/// NN and TN on gfx950: the K-strided operands (NN's B, TN's A and B) are loaded direct to LDS
+/// like NT's and read with `ds_read_b64_tr_b16` (4 k of a row per lane), so the loop has no
+/// LDS writes, every global load is `buffer_load … lds`, and no `vmcnt(0)`.
+#[test]
+fn gfx950_nn_and_tn_gemms_load_direct_to_lds_and_read_transposed() {
+    if clang_or_skip("gfx950_nn_and_tn_gemms_load_direct_to_lds_and_read_transposed").is_none() {
+        return;
+    }
+    let t = Target::GFX950;
+    for layout in [gemm::Layout::NN, gemm::Layout::TN] {
+        let k = gemm::gemm(layout, BF16, BF16, gemm::GemmConfig::for_target(&t, BF16));
+        let r = compile_report(&k, t, false).expect("compiles");
+        println!("{}", r.table());
+        let what = layout.name();
+        let kr = &r.kernel;
+        assert_eq!(kr.vgpr_spills + kr.scratch_bytes, 0, "{what}: no spills");
+        assert!(kr.occupancy >= 2, "{what}: 2 waves per SIMD");
+        let l = r.main_loop.as_ref().expect("a main loop");
+        let steps = l.mfma / 64;
+        assert!(
+            steps >= 1 && l.mfma.is_multiple_of(64),
+            "{what}: {} MFMAs",
+            l.mfma
+        );
+        assert_eq!(l.vmem_loads, 8 * steps, "{what}: 8 loads per k step");
+        assert_eq!(l.vmem_loads_lds, l.vmem_loads, "{what}: all direct to LDS");
+        assert_eq!(l.ds_write, 0, "{what}: no LDS writes in the loop");
+        assert_eq!(l.vmcnt_zero, 0, "{what}: no vmcnt(0)");
+        let tr = l.ds_read_widths.get("b64_tr_b16").copied().unwrap_or(0);
+        let wide = l.ds_read_widths.get("b128").copied().unwrap_or(0);
+        assert!(tr > 0, "{what}: transposed LDS reads");
+        assert_eq!(
+            tr + wide,
+            l.ds_read,
+            "{what}: only b128 and b64_tr_b16 reads"
+        );
+    }
+}

@@ -658,6 +658,16 @@ fn amd_gemm_in_sim() {
                     let low = k.lower_aligned(target).expect("lowers");
                     let text = low.to_string();
                     assert!(text.contains("mfma_f32_"), "{what}:\n{text}");
+                    // K-strided operands: read transposed from LDS on gfx950, stored
+                    // K-interleaved by a transposing copy on gfx942.
+                    if layout != gemm::Layout::NT {
+                        let want = if target == Target::GFX950 {
+                            "ds_read_tr16_b64"
+                        } else {
+                            "kt_rows"
+                        };
+                        assert!(text.contains(want), "{what}: no {want}");
+                    }
                     let e = sim_aligned_vs_cpu(&k, target, &gemm_shapes(layout, m, 88, 200), 5);
                     assert!(e < tol, "{what} aligned: {e}");
                 }

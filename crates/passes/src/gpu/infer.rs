@@ -594,8 +594,12 @@ impl Infer {
                                 if r.buffer.scope() == Scope::Shared {
                                     // A tile stored [K, rows] is kept K-interleaved, so each
                                     // lane reads its k run in one 16-byte read instead of
-                                    // element by element.
-                                    let kl = k_first
+                                    // element by element — unless the arch reads it
+                                    // transposed (gfx950), when it stays as it is in memory
+                                    // and is loaded direct to LDS.
+                                    let tr = self.target.amd().is_some_and(|a| a.lds_transpose_reads)
+                                        && r.buffer.dtype().bytes() == 2;
+                                    let kl = (k_first && !tr)
                                         .then(|| super::mfma::k_interleaved_operand_layout(r))
                                         .flatten();
                                     if let Some(l) = kl.or_else(|| super::mma::operand_smem_layout(r)) {

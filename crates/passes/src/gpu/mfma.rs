@@ -284,8 +284,8 @@ impl Ctx<'_> {
         // The longest run of consecutive k each operand's tile stores contiguously (and
         // aligned): the whole row with K the tile's last dim, 8 under a K-interleaved layout
         // (a [K, rows] tile transposed on its way in), 1 otherwise.
-        let run_a = self.k_run(&g.a, g.trans_a);
-        let run_b = self.k_run(&g.b, !g.trans_b);
+        let read_a = self.operand_read(&g.a, g.trans_a, am);
+        let read_b = self.operand_read(&g.b, !g.trans_b, an);
         let a_frag = Buffer::new(
             "a_frag",
             vec![Expr::int(mi_n * per_lane)],
@@ -315,7 +315,8 @@ impl Ctx<'_> {
                         &row,
                         &kbase(s),
                         &koffs,
-                        run_a,
+                        read_a,
+                        &lane,
                         &a_frag,
                         mi * per_lane,
                         span,
@@ -330,7 +331,8 @@ impl Ctx<'_> {
                     &row,
                     &kbase(s),
                     &koffs,
-                    run_b,
+                    read_b,
+                    &lane,
                     &b_frag,
                     ni * per_lane,
                     span,
@@ -340,8 +342,8 @@ impl Ctx<'_> {
             // atom in the outer loop (the schedule stage's rounds): a side read element by
             // element (K strided in its tile) is streamed, else the side with fewer atoms
             // stays.
-            let a_gathered = a_regs.is_none() && run_a < 4;
-            let b_gathered = run_b < 4;
+            let a_gathered = a_regs.is_none() && read_a.gathered();
+            let b_gathered = read_b.gathered();
             let m_resident = match (a_gathered, b_gathered) {
                 (true, false) => false,
                 (false, true) => true,
@@ -393,9 +395,30 @@ impl Ctx<'_> {
     }
 }
 
+/// How an MFMA operand's k elements are read from its shared tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OperandRead {
+    /// Runs of up to this many consecutive k are contiguous in the tile (the whole row when K
+    /// is the tile's last dim, 8 under a K-interleaved layout, 1 otherwise: element by
+    /// element).
+    Runs(i64),
+    /// K strided in the tile, read 4 k at a time with gfx950's transposing LDS read.
+    Transposed,
+}
+
+impl OperandRead {
+    /// Read in narrow pieces (so better streamed than kept for a whole step).
+    fn gathered(self) -> bool {
+        matches!(self, OperandRead::Runs(r) if r < 4)
+    }
+}
+
 /// Read one operand atom's slots for this lane into `dst[off ..]`: `row` is the lane's M (or
-/// N) index, slot `i`'s K index `kbase + koffs[i]`. Slots whose K indices run on consecutively
-/// (up to `run`, the tile's contiguous K run, and 8 elements: 16 bytes) are one read.
+/// N) index, slot `i`'s K index `kbase + koffs[i]`. With `Runs(run)`, slots whose K indices run
+/// on consecutively (up to `run` and 8 elements: 16 bytes) are one read. `Transposed` reads 4
+/// consecutive k per `ds_read_b64_tr_b16`: in each 16-lane group (16 consecutive rows, one k
+/// range) lane `l` names the 8 bytes at k `kq + (l % 16) / 4`, rows `4·(l % 4) ..` of the
+/// group, and receives its own row's 4 k.
 #[allow(clippy::too_many_arguments)]
 fn read_operand(
     r: &Region,
@@ -403,40 +426,60 @@ fn read_operand(
     row: &Expr,
     kbase: &Expr,
     koffs: &[i64],
-    run: i64,
+    how: OperandRead,
+    lane: &Expr,
     dst: &Buffer,
     off: i64,
     span: Span,
 ) -> Vec<Stmt> {
-    let idx = |k: Expr| {
+    let idx = |k: Expr, row: Expr| {
         if k_first {
-            index2(r, k, row.clone())
+            index2(r, k, row)
         } else {
-            index2(r, row.clone(), k)
+            index2(r, row, k)
         }
     };
     let mut out = vec![];
+    let run = match how {
+        OperandRead::Runs(run) => run,
+        OperandRead::Transposed => 1,
+    };
     let mut i = 0;
     while i < koffs.len() {
-        // The widest power-of-two run from slot i that stays consecutive and aligned.
-        let mut len = 1;
-        for w in [8usize, 4, 2] {
-            let w64 = w as i64;
-            if w64 <= run
-                && i + w <= koffs.len()
-                && koffs[i] % w64 == 0
+        let consecutive = |w: usize| {
+            i + w <= koffs.len()
+                && koffs[i] % w as i64 == 0
                 && (1..w).all(|j| koffs[i + j] == koffs[i] + j as i64)
-            {
-                len = w;
-                break;
-            }
+        };
+        if how == OperandRead::Transposed && consecutive(4) {
+            let l16 = lane.floormod(16);
+            let group_row = row.clone() - l16.clone() + l16.floormod(4) * 4;
+            let k = kbase.clone() + koffs[i] + l16.floordiv(4);
+            out.push(Stmt::new(
+                StmtKind::Eval(Expr::call(
+                    Intrinsic::LdsReadTr16,
+                    vec![
+                        address_of(dst, vec![Expr::int(off + i as i64)]),
+                        address_of(&r.buffer, idx(k, group_row)),
+                    ],
+                    DType::Bool,
+                )),
+                span,
+            ));
+            i += 4;
+            continue;
         }
+        // The widest power-of-two run from slot i that stays consecutive and aligned.
+        let len = [8usize, 4, 2]
+            .into_iter()
+            .find(|&w| w as i64 <= run && consecutive(w))
+            .unwrap_or(1);
         out.push(Stmt::new(
             StmtKind::Eval(Expr::call(
                 Intrinsic::VecCopy { lanes: len as u32 },
                 vec![
                     address_of(dst, vec![Expr::int(off + i as i64)]),
-                    address_of(&r.buffer, idx(kbase.clone() + koffs[i])),
+                    address_of(&r.buffer, idx(kbase.clone() + koffs[i], row.clone())),
                 ],
                 DType::Bool,
             )),
@@ -500,20 +543,34 @@ pub fn k_interleaved_run(l: &tl_layout::ComposedLayout, shape: &[i64]) -> Option
 }
 
 impl Ctx<'_> {
-    /// The contiguous k run of a gemm operand tile (`k_first`: stored `[K, rows]`).
-    fn k_run(&self, r: &Region, k_first: bool) -> i64 {
+    /// How a gemm operand tile's k elements are read (`k_first`: stored `[K, rows]`;
+    /// `atom_rows`: the MFMA atom's rows of this operand).
+    fn operand_read(&self, r: &Region, k_first: bool, atom_rows: i64) -> OperandRead {
         if r.buffer.scope() != Scope::Shared {
-            return 1;
+            return OperandRead::Runs(1);
         }
         if !k_first {
-            return 8;
+            return OperandRead::Runs(8);
         }
         let shape = r.buffer.const_shape().unwrap_or_default();
-        self.layouts
-            .smem
-            .get(&r.buffer.id())
-            .and_then(|(_, l)| k_interleaved_run(l, &shape))
-            .unwrap_or(1)
+        let layout = self.layouts.smem.get(&r.buffer.id()).map(|(_, l)| l);
+        if let Some(run) = layout.and_then(|l| k_interleaved_run(l, &shape)) {
+            return OperandRead::Runs(run);
+        }
+        // gfx950 reads a K-strided tile transposed, 4 k of one row per lane: 16-bit elements,
+        // rows in groups of 16 lanes, and 4 consecutive rows contiguous and 8-byte aligned.
+        let rank = shape.len();
+        let rows_ok = rank >= 2 && shape[rank - 1] % 4 == 0;
+        let keeps = match layout {
+            Some(l) if rank >= 2 => super::smem::keeps_runs(l, shape[rank - 2], shape[rank - 1], 4),
+            _ => true,
+        };
+        let tr = self.target.amd().is_some_and(|a| a.lds_transpose_reads);
+        if tr && r.buffer.dtype().bytes() == 2 && atom_rows % 16 == 0 && rows_ok && keeps {
+            OperandRead::Transposed
+        } else {
+            OperandRead::Runs(1)
+        }
     }
 }
 

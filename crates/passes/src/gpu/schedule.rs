@@ -140,6 +140,14 @@ fn classify(s: &Stmt) -> Option<Item> {
                     hi: off + *lanes as i64,
                 })
             }
+            ExprKind::Call(Intrinsic::LdsReadTr16, args) if args.len() == 2 => {
+                let (dst, off) = local_addr(&args[0])?;
+                Some(Item::Read {
+                    buf: dst.id(),
+                    lo: off,
+                    hi: off + 4,
+                })
+            }
             ExprKind::Call(Intrinsic::Mfma(m), args) if args.len() == 4 => {
                 let (d, doff) = local_addr(&args[0])?;
                 let (a, aoff) = local_addr(&args[1])?;

@@ -26,6 +26,12 @@ pub fn addr(buf: &Buffer, idx: impl Into<Expr>) -> Expr {
     )
 }
 
+/// The address of a multi-dimensional element.
+#[allow(dead_code)]
+pub fn addr_nd(buf: &Buffer, idx: Vec<Expr>) -> Expr {
+    Expr::call(Intrinsic::AddressOf, vec![buf.load(idx)], buf.dtype())
+}
+
 pub fn shfl_xor(v: impl Into<Expr>, mask: impl Into<Expr>, width: u32) -> Expr {
     let v = v.into();
     let dt = v.dtype();
