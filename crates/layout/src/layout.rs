@@ -244,6 +244,41 @@ impl Layout {
                 _ => {} // unreachable: shape and stride are congruent by construction
             }
         }
+        // 64-bit first (128-bit division is a library call, and tiles are enumerated
+        // element by element); the 128-bit walk only where 64 bits could overflow.
+        fn walk64(
+            s: &IntTuple,
+            d: &IntTuple,
+            last: bool,
+            rest: &mut i64,
+            acc: &mut i64,
+        ) -> Option<()> {
+            match (s, d) {
+                (IntTuple::Int(s), IntTuple::Int(d)) => {
+                    let c = if last {
+                        *rest
+                    } else {
+                        let c = rest.checked_rem(*s)?;
+                        *rest = rest.checked_div(*s)?;
+                        c
+                    };
+                    *acc = acc.checked_add(c.checked_mul(*d)?)?;
+                    Some(())
+                }
+                (IntTuple::Tuple(ss), IntTuple::Tuple(ds)) => {
+                    let n = ss.len();
+                    for (k, (s, d)) in ss.iter().zip(ds).enumerate() {
+                        walk64(s, d, last && k + 1 == n, rest, acc)?;
+                    }
+                    Some(())
+                }
+                _ => Some(()),
+            }
+        }
+        let (mut rest64, mut acc64) = (i, 0i64);
+        if walk64(&self.shape, &self.stride, true, &mut rest64, &mut acc64).is_some() {
+            return acc64;
+        }
         let mut rest = i128::from(i);
         let mut acc: i128 = 0;
         walk(&self.shape, &self.stride, true, &mut rest, &mut acc);

@@ -10,6 +10,7 @@ use tl_runtime::{Cache, CompileStats, Device, Executable, ResourceUsage, Runtime
 use tl_target::Target;
 
 use crate::dsl::KernelBuilder;
+use crate::link::{link_key, Link};
 
 /// A kernel built with the DSL: its tile IR and any problems found while tracing it.
 #[derive(Clone)]
@@ -263,6 +264,14 @@ impl Kernel {
         };
         let target = dev.target()?;
         let ir = with_persistent_blocks(ir, || persistent_blocks_for(dev))?;
+        // A link from this tile IR to its compiled code skips lowering and codegen on a hit.
+        let pre = link_key_for(&ir, dev, target, dump.is_some())?;
+        if let Some(pre) = &pre {
+            if let Some(mut exe) = from_link(&cache, pre, &ir, dev) {
+                exe.stats_mut().total = t0.elapsed();
+                return Ok(exe);
+            }
+        }
         let t = Instant::now();
         let low = tl_passes::run_pipeline(&ir, &target, dump.as_deref())?;
         // The lowered kernel's grid: a persistent kernel launches fewer blocks than its
@@ -309,6 +318,18 @@ impl Kernel {
                     );
                 }
                 let key = cuda_key(&src)?;
+                let link = pre.as_ref().map(|_| Link {
+                    key: key.clone(),
+                    entry: src.entry.clone(),
+                    arch: src.arch.clone(),
+                    dynamic_smem_bytes: src.dynamic_smem_bytes,
+                    language: match src.language {
+                        tl_codegen::Language::Ptx => "ptx".into(),
+                        tl_codegen::Language::CudaCpp => "cuda".into(),
+                    },
+                    fallback: fallback.clone(),
+                    source: src.code.clone(),
+                });
                 let mut exe = tl_runtime::build_cuda(
                     dev,
                     sig,
@@ -319,6 +340,9 @@ impl Kernel {
                     &src.arch,
                     src.dynamic_smem_bytes,
                 )?;
+                if let (Some(pre), Some(link)) = (&pre, link) {
+                    link.write(&cache, pre);
+                }
                 exe.stats_mut().codegen = codegen_time;
                 exe.stats_mut().fallback = fallback;
                 exe
@@ -339,6 +363,15 @@ impl Kernel {
                 // object, so `resource_usage` has them on a hit too.
                 let key = hip_key(&src)?;
                 let arch = src.arch.clone();
+                let link = pre.as_ref().map(|_| Link {
+                    key: key.clone(),
+                    entry: src.entry.clone(),
+                    arch: arch.clone(),
+                    dynamic_smem_bytes: 0,
+                    language: "hip".into(),
+                    fallback: None,
+                    source: src.code.clone(),
+                });
                 let mut exe = tl_runtime::build_hip(
                     dev,
                     sig,
@@ -348,6 +381,9 @@ impl Kernel {
                     &src.entry,
                     |code: &str| clang_hip(code, &arch),
                 )?;
+                if let (Some(pre), Some(link)) = (&pre, link) {
+                    link.write(&cache, pre);
+                }
                 exe.stats_mut().codegen = codegen_time;
                 exe
             }
@@ -356,6 +392,85 @@ impl Kernel {
         st.lower = lower_time;
         st.total = t0.elapsed();
         Ok(exe)
+    }
+}
+
+/// The link key of a kernel about to be compiled for `dev` (see [`crate::link`]), or `None`
+/// where there is no link: the CPU and the simulator (their builds are cheap or in memory),
+/// persistent kernels (lowering rewrites their grid), and IR dumps (which want the lowering).
+fn link_key_for(
+    ir: &tl_ir::Kernel,
+    dev: &Device,
+    target: Target,
+    dumping: bool,
+) -> Result<Option<String>, Error> {
+    if !matches!(dev, Device::Cuda(_) | Device::Hip(_)) {
+        return Ok(None);
+    }
+    link_key_for_target(ir, target, dumping)
+}
+
+/// [`link_key_for`] by target (GPU targets only).
+fn link_key_for_target(
+    ir: &tl_ir::Kernel,
+    target: Target,
+    dumping: bool,
+) -> Result<Option<String>, Error> {
+    if dumping || ir.attrs.persistent_blocks.is_some() {
+        return Ok(None);
+    }
+    let arch = target.arch();
+    let toolchain = match target {
+        Target::Cuda { .. } => {
+            // The PTX path falls back to CUDA C++ when nvJitLink is missing: its absence is
+            // part of the identity too.
+            let ptx = match Backend::from_env()? {
+                Backend::Ptx => tl_runtime::ptx_toolchain_id(&arch).unwrap_or_default(),
+                Backend::CudaCpp => String::new(),
+            };
+            format!("{}|{ptx}", tl_runtime::cuda_toolchain_id(&arch)?)
+        }
+        Target::Hip { .. } => tl_amdgpu::Clang::find()?.version,
+        Target::Cpu => return Ok(None),
+    };
+    Ok(Some(link_key(ir, &arch, &toolchain)))
+}
+
+/// The executable a link leads to, loaded without lowering (`None` when there is no usable
+/// link: the caller then compiles the full way, which also repairs the link).
+fn from_link(cache: &Cache, pre: &str, ir: &tl_ir::Kernel, dev: &Device) -> Option<Executable> {
+    let link = Link::read(cache, pre)?;
+    let sig = Signature::of(ir);
+    match (dev, link.language.as_str()) {
+        (Device::Cuda(_), "ptx" | "cuda") => {
+            let mut exe = tl_runtime::build_cuda(
+                dev,
+                sig,
+                cache,
+                &link.key,
+                link.source,
+                &link.entry,
+                &link.arch,
+                link.dynamic_smem_bytes,
+            )
+            .ok()?;
+            exe.stats_mut().fallback = link.fallback;
+            Some(exe)
+        }
+        (Device::Hip(_), "hip") => {
+            let arch = link.arch.clone();
+            tl_runtime::build_hip(
+                dev,
+                sig,
+                cache,
+                &link.key,
+                link.source,
+                &link.entry,
+                |code: &str| clang_hip(code, &arch),
+            )
+            .ok()
+        }
+        _ => None,
     }
 }
 
@@ -624,6 +739,43 @@ impl Kernel {
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
         let ir = with_persistent_blocks(&ir, blocks)?;
+        let pre = link_key_for_target(&ir, target, false)?;
+        if let Some(link) = pre.as_ref().and_then(|p| Link::read(&cache, p)) {
+            let mut stats = CompileStats::default();
+            let (hit, usage, compile) = if target.is_hip() {
+                let arch = link.arch.clone();
+                tl_runtime::lookup_or_compile_hip(&cache, &link.key, &link.source, |code: &str| {
+                    clang_hip(code, &arch)
+                })?
+            } else {
+                let t = Instant::now();
+                let hit = tl_runtime::precompile_cuda(
+                    &cache,
+                    &link.key,
+                    &self.ir.name,
+                    &link.source,
+                    &link.arch,
+                )?;
+                (
+                    hit,
+                    None,
+                    if hit { Default::default() } else { t.elapsed() },
+                )
+            };
+            stats.cache_hit = hit;
+            stats.compile = compile;
+            stats.total = t0.elapsed();
+            if hit {
+                stats.load = stats.total;
+            }
+            return Ok(Precompiled {
+                target,
+                key: link.key,
+                cache_hit: hit,
+                usage,
+                stats,
+            });
+        }
         let low = tl_passes::run_pipeline(&ir, &target, None)?;
         let mut stats = CompileStats {
             lower: t0.elapsed(),
@@ -639,14 +791,41 @@ impl Kernel {
                 tl_runtime::lookup_or_compile_hip(&cache, &key, &src.code, |code: &str| {
                     clang_hip(code, &arch)
                 })?;
+            if let Some(pre) = &pre {
+                Link {
+                    key: key.clone(),
+                    entry: src.entry.clone(),
+                    arch,
+                    dynamic_smem_bytes: 0,
+                    language: "hip".into(),
+                    fallback: None,
+                    source: src.code.clone(),
+                }
+                .write(&cache, pre);
+            }
             (key, hit, usage, compile)
         } else {
-            let src = nvidia_source(&low, target)?;
+            let (src, fallback) = nvidia_source_explained(&low, target)?;
             let key = cuda_key(&src)?;
             stats.codegen = t.elapsed();
             let t = Instant::now();
             let hit =
                 tl_runtime::precompile_cuda(&cache, &key, &self.ir.name, &src.code, &src.arch)?;
+            if let Some(pre) = &pre {
+                Link {
+                    key: key.clone(),
+                    entry: src.entry.clone(),
+                    arch: src.arch.clone(),
+                    dynamic_smem_bytes: src.dynamic_smem_bytes,
+                    language: match src.language {
+                        tl_codegen::Language::Ptx => "ptx".into(),
+                        tl_codegen::Language::CudaCpp => "cuda".into(),
+                    },
+                    fallback,
+                    source: src.code.clone(),
+                }
+                .write(&cache, pre);
+            }
             (
                 key,
                 hit,

@@ -31,6 +31,7 @@ pub mod autotune;
 mod driver;
 pub mod dsl;
 pub mod kernels;
+mod link;
 
 pub use driver::{
     amd_usage, nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel,

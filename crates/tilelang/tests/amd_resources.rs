@@ -132,6 +132,22 @@ fn precompile_for_the_cpu_is_an_error() {
 
 const CHILD_ENV: &str = "TILELANG_AMD_RES_CHILD";
 
+/// Every file under `dir`.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 fn build_mock(dir: &Path) -> Result<PathBuf, String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runtime/tests/mock_hip/mock_hip.c");
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
@@ -233,6 +249,31 @@ fn mock_child() {
     let hit = k.compile_with(&dev, &opts).expect("a cache hit");
     assert!(hit.compile_stats().cache_hit);
     assert_eq!(hit.resource_usage(), Some(&u));
+    // The hit followed the link from the tile IR: no lowering, the same source.
+    assert!(
+        hit.compile_stats().lower.is_zero(),
+        "{:?}",
+        hit.compile_stats()
+    );
+    assert_eq!(hit.source(), cold.source());
+    // With the code object gone, the link's stored source is compiled again (still without
+    // lowering), and the result is the same.
+    let cache = tilelang::runtime::Cache::at(dir.join("kernels"));
+    let mut removed = 0;
+    for e in walk(&dir.join("kernels")) {
+        if e.extension().is_some_and(|x| x == "hsaco") {
+            std::fs::remove_file(&e).expect("remove the code object");
+            removed += 1;
+        }
+    }
+    assert!(
+        removed > 0,
+        "code objects in {}",
+        cache.path("x", "hsaco").display()
+    );
+    let rebuilt = k.compile_with(&dev, &opts).expect("rebuilt from the link");
+    assert!(!rebuilt.compile_stats().cache_hit && rebuilt.compile_stats().lower.is_zero());
+    assert_eq!(rebuilt.resource_usage(), Some(&u));
     // `precompile_for` by target finds what `compile` on the gfx950 device stored.
     let pre = k.precompile_for(Target::GFX950, &opts).expect("by target");
     assert!(pre.cache_hit && pre.usage.as_ref() == Some(&u));

@@ -51,19 +51,16 @@ impl Unlayout {
         }
         // colex index (r + rows·c) of physical offset p
         let colex = |p: i64| inverse.call(l.swizzle.apply(p));
-        for p in 0..n {
-            if l.call(colex(p)) != p {
-                return None;
-            }
-        }
-        for slot in 0..n / v {
-            let first = colex(slot * v);
-            if (first / rows) % v != 0 {
-                return None;
-            }
-            if (1..v).any(|j| colex(slot * v + j) != first + rows * j) {
-                return None;
-            }
+        let valid = super::smem::memo_layout_check(&l, (rows, cols, v, 1), || {
+            (0..n).all(|p| l.call(colex(p)) == p)
+                && (0..n / v).all(|slot| {
+                    let first = colex(slot * v);
+                    (first / rows) % v == 0
+                        && (1..v).all(|j| colex(slot * v + j) == first + rows * j)
+                })
+        });
+        if !valid {
+            return None;
         }
         Some(Unlayout {
             rows,

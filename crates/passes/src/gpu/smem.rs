@@ -66,6 +66,30 @@ pub fn keeps_runs(l: &ComposedLayout, rows: i64, cols: i64, v: i64) -> bool {
     if v <= 1 {
         return true;
     }
+    memo_layout_check(l, (rows, cols, v, 0), || walk_runs(l, rows, cols, v))
+}
+
+/// A per-thread memo of whole-tile layout checks (they evaluate the layout at every element,
+/// and the same few layouts are checked for every copy and every kernel lowered).
+pub fn memo_layout_check(
+    l: &ComposedLayout,
+    key: (i64, i64, i64, i64),
+    check: impl FnOnce() -> bool,
+) -> bool {
+    use std::cell::RefCell;
+    type Memo = HashMap<(ComposedLayout, (i64, i64, i64, i64)), bool>;
+    thread_local! {
+        static MEMO: RefCell<Memo> = RefCell::new(HashMap::new());
+    }
+    if let Some(v) = MEMO.with(|m| m.borrow().get(&(l.clone(), key)).copied()) {
+        return v;
+    }
+    let v = check();
+    MEMO.with(|m| m.borrow_mut().insert((l.clone(), key), v));
+    v
+}
+
+fn walk_runs(l: &ComposedLayout, rows: i64, cols: i64, v: i64) -> bool {
     if cols % v != 0 {
         return false;
     }

@@ -1,0 +1,137 @@
+//! Links from tile IR to compiled code (crates/tilelang/src/link.rs): a cache hit through a
+//! link skips lowering and code generation, for NVIDIA (NVRTC or nvJitLink) and AMD (clang)
+//! targets alike. Such a hit launches with the signature of the kernel's tile IR instead of
+//! the lowered kernel's; that is sound only if lowering keeps the signature — the same name,
+//! parameters, dims and threads, and a grid of the same value for every size — checked here
+//! for every example kernel (persistent ones are never linked) on every GPU target, in both
+//! variants.
+
+use std::collections::HashMap;
+
+use tilelang::kernels::{elementwise, flash_attention, gemm, rmsnorm, softmax};
+use tilelang::prelude::*;
+use tilelang::Target;
+use tl_ir::eval::{eval_int, Value};
+
+fn kernels(t: Target) -> Vec<Kernel> {
+    let row = softmax::RowConfig {
+        rows: 2,
+        cols: 1024,
+        threads: 256,
+    };
+    let mut v = vec![
+        elementwise::add_relu(BF16, 1024, 256),
+        softmax::softmax(BF16, row),
+        rmsnorm::rmsnorm(BF16, row),
+        softmax::softmax_row(BF16, 4096, softmax::row_threads_for(&t, 4096)),
+    ];
+    for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
+        v.push(gemm::gemm(
+            layout,
+            BF16,
+            BF16,
+            gemm::GemmConfig::for_target(&t, BF16),
+        ));
+    }
+    for d in [64, 128] {
+        for causal in [false, true] {
+            let cfg = flash_attention::AttnConfig::for_target(&t, d, causal, BF16);
+            v.push(flash_attention::flash_attention(BF16, d, causal, cfg));
+        }
+    }
+    v
+}
+
+#[test]
+fn lowering_keeps_the_launch_signature_of_linked_kernels() {
+    let sizes = [1i64, 7, 64, 1000, 4099];
+    for t in [
+        Target::Cuda { sm: 80 },
+        Target::Cuda { sm: 90 },
+        Target::GFX942,
+        Target::GFX950,
+    ] {
+        for k in kernels(t) {
+            let ir = k.ir();
+            assert!(
+                ir.attrs.persistent_blocks.is_none(),
+                "{} is persistent",
+                ir.name
+            );
+            for aligned in [false, true] {
+                let low = if aligned {
+                    k.lower_aligned(t)
+                } else {
+                    k.lower(t)
+                }
+                .unwrap_or_else(|e| panic!("{} on {t}: {e}", ir.name));
+                let what = format!("{} on {t} (aligned {aligned})", ir.name);
+                assert_eq!(low.name, ir.name, "{what}");
+                assert_eq!(low.params, ir.params, "{what}: params");
+                assert_eq!(low.dims, ir.dims, "{what}: dims");
+                assert_eq!(low.threads, ir.threads, "{what}: threads");
+                assert_eq!(low.grid.len(), ir.grid.len(), "{what}: grid rank");
+                for s in sizes {
+                    let env: HashMap<u64, Value> =
+                        ir.dims.iter().map(|d| (d.id(), Value::Int(s))).collect();
+                    for (a, b) in ir.grid.iter().zip(&low.grid) {
+                        let va = eval_int(a, &env).unwrap_or_else(|e| panic!("{what}: {a}: {e}"));
+                        let vb = eval_int(b, &env).unwrap_or_else(|e| panic!("{what}: {b}: {e}"));
+                        assert_eq!(va, vb, "{what}: grid {a} vs {b} at {s}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `precompile_for` by target: the first run lowers and compiles (or finds the binary) and
+/// writes a link; the second follows it without lowering and finds the same binary; a
+/// different tile IR or target is a different link.
+#[test]
+fn a_second_precompile_follows_the_link_without_lowering() {
+    let dir = std::env::temp_dir().join(format!("tl-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = CompileOptions {
+        cache_dir: Some(dir.clone()),
+        ..Default::default()
+    };
+    let mut targets = vec![];
+    if tilelang::amdgpu::toolchain::clang_or_skip("links: gfx950").is_some() {
+        targets.push(Target::GFX950);
+    }
+    if tl_nvrtc::testing::nvrtc_or_skip("links: sm_90a").is_some() {
+        targets.push(Target::Cuda { sm: 90 });
+    }
+    for t in targets {
+        let k = gemm::gemm(
+            gemm::Layout::NT,
+            BF16,
+            BF16,
+            gemm::GemmConfig::for_target(&t, BF16),
+        );
+        let first = k.precompile_for(t, &opts).expect("first");
+        assert!(
+            !first.stats.lower.is_zero(),
+            "{t}: the first precompile lowers"
+        );
+        let second = k.precompile_for(t, &opts).expect("second");
+        assert!(second.cache_hit, "{t}");
+        assert!(
+            second.stats.lower.is_zero() && second.stats.codegen.is_zero(),
+            "{t}: {:?}",
+            second.stats
+        );
+        assert_eq!(second.key, first.key, "{t}: the same binary");
+        // Another tile: another link (and binary).
+        let other = gemm::gemm(
+            gemm::Layout::NT,
+            BF16,
+            BF16,
+            gemm::GemmConfig::tiles(64, 64, 32, 2, 256),
+        );
+        let o = other.precompile_for(t, &opts).expect("other");
+        assert!(!o.stats.lower.is_zero() && o.key != first.key, "{t}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
