@@ -416,7 +416,7 @@ fn link_key_for_target(
     target: Target,
     dumping: bool,
 ) -> Result<Option<String>, Error> {
-    if dumping || ir.attrs.persistent_blocks.is_some() {
+    if dumping || ir.attrs.persistent_blocks.is_some() || !crate::link::names_are_unique(ir) {
         return Ok(None);
     }
     let arch = target.arch();

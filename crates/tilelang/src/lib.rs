@@ -33,6 +33,10 @@ pub mod dsl;
 pub mod kernels;
 mod link;
 
+/// Whether a kernel's variables and buffers have unique names (then its compiled code is linked
+/// from its tile IR in the disk cache, and a cache hit skips lowering).
+pub use link::names_are_unique as link_names_are_unique;
+
 pub use driver::{
     amd_usage, nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel,
     Precompiled,

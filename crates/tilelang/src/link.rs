@@ -105,6 +105,72 @@ const KNOBS: &[&str] = &[
     "TILELANG_NVRTC_PTX_VIA_JITLINK",
 ];
 
+/// Whether every variable and buffer of `k` has a name no other one has. The `Debug` form
+/// names them (ids differ from process to process, names do not); where two share a name it
+/// could stand for two different programs, and the kernel gets no link.
+pub fn names_are_unique(k: &tl_ir::Kernel) -> bool {
+    use std::collections::HashMap;
+    use tl_ir::{ExprKind, Param, StmtKind};
+    let mut seen: HashMap<(bool, String), u64> = HashMap::new();
+    let mut ok = true;
+    let mut note = |is_var: bool, name: &str, id: u64| {
+        if *seen.entry((is_var, name.to_string())).or_insert(id) != id {
+            ok = false;
+        }
+    };
+    let exprs = |e: &tl_ir::Expr, note: &mut dyn FnMut(bool, &str, u64)| {
+        e.visit(&mut |x| match x.kind() {
+            ExprKind::Var(v) => note(true, v.name(), v.id()),
+            ExprKind::Load(b, _) => note(false, b.name(), b.id()),
+            _ => {}
+        });
+    };
+    for p in &k.params {
+        match p {
+            Param::Tensor { buffer, .. } => {
+                note(false, buffer.name(), buffer.id());
+                for d in buffer.shape() {
+                    exprs(d, &mut note);
+                }
+            }
+            Param::Scalar(v) => note(true, v.name(), v.id()),
+        }
+    }
+    for d in &k.dims {
+        note(true, d.name(), d.id());
+    }
+    for g in &k.grid {
+        exprs(g, &mut note);
+    }
+    for v in &k.block_vars {
+        note(true, v.name(), v.id());
+    }
+    k.body.walk(&mut |s| {
+        match &s.kind {
+            StmtKind::Alloc(b) | StmtKind::AnnotateLayout { buffer: b, .. } => {
+                note(false, b.name(), b.id());
+                for d in b.shape() {
+                    exprs(d, &mut note);
+                }
+            }
+            StmtKind::Store { buffer, .. } => note(false, buffer.name(), buffer.id()),
+            StmtKind::For(l) => note(true, l.var.name(), l.var.id()),
+            StmtKind::Let { var, .. } => note(true, var.name(), var.id()),
+            StmtKind::Op(op) => {
+                let (r, w) = op.regions();
+                for reg in r.into_iter().chain(w) {
+                    note(false, reg.buffer.name(), reg.buffer.id());
+                }
+            }
+            _ => {}
+        }
+        for e in s.exprs() {
+            exprs(e, &mut note);
+        }
+    });
+    ok
+}
+
 /// The link key of a kernel: its tile IR (as lowering gets it), the target, the toolchain's
 /// identity (`toolchain`: versions and options, as the binary keys use them), the knobs, and
 /// this compiler's build.
@@ -164,5 +230,53 @@ mod tests {
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ib, "sm_90a", "t"));
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ia, "sm_80", "t"));
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ia, "sm_90a", "u"));
+    }
+
+    /// The `Debug` form names variables and buffers; a kernel where two share a name gets no
+    /// link. Every example kernel has unique names (so they all get links), and the same
+    /// kernel built twice (new ids) has the same key.
+    #[test]
+    fn names_decide_whether_a_kernel_is_linked() {
+        use crate::prelude::*;
+        let build = || {
+            crate::kernels::gemm::gemm(
+                crate::kernels::gemm::Layout::NT,
+                BF16,
+                BF16,
+                crate::kernels::gemm::GemmConfig::tiles(64, 64, 32, 2, 128),
+            )
+        };
+        let (a, b) = (build(), build());
+        assert!(names_are_unique(a.ir()));
+        assert_eq!(
+            link_key(a.ir(), "gfx950", "t"),
+            link_key(b.ir(), "gfx950", "t")
+        );
+        // Two parallel nests in a row: the builder names their indices `i` and `i_1`.
+        let twice = Kernel::build("twice", |k| {
+            let n = k.dim("N");
+            let x = k.output("X", [&n], F32);
+            k.launch([ceildiv(&n, 128)], 128, |t, [bx]| {
+                let s = t.alloc_fragment([128], F32);
+                t.parallel([128], |t, [i]| t.store(&s, [i], 1.0f32));
+                t.parallel([128], |t, [i]| t.store(&s, [i.clone()], s.at([i]) * 2.0f32));
+                t.copy(&s, x.tile([&bx * 128]));
+            });
+        });
+        assert!(names_are_unique(twice.ir()));
+        // IR made otherwise may reuse a name: another variable `i` makes it ambiguous.
+        let ir = twice.ir();
+        let other_i = tl_ir::Stmt::new(
+            tl_ir::StmtKind::Let {
+                var: tl_ir::Var::new("i", tl_ir::DType::I32),
+                value: tl_ir::Expr::int(0),
+            },
+            ir.body.span,
+        );
+        let ambiguous = ir.with_body(tl_ir::Stmt::seq(
+            vec![ir.body.clone(), other_i],
+            ir.body.span,
+        ));
+        assert!(!names_are_unique(&ambiguous));
     }
 }

@@ -135,3 +135,17 @@ fn a_second_precompile_follows_the_link_without_lowering() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Every example kernel names its variables and buffers uniquely, so every one gets a link.
+#[test]
+fn every_example_kernel_can_be_linked() {
+    for t in [Target::Cuda { sm: 90 }, Target::GFX950] {
+        for k in kernels(t) {
+            assert!(
+                tilelang::link_names_are_unique(k.ir()),
+                "{} on {t}: two variables or buffers share a name",
+                k.name()
+            );
+        }
+    }
+}

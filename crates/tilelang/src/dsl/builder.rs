@@ -17,6 +17,8 @@ use super::scope::TileScope;
 pub(crate) struct BuildState {
     pub errors: Vec<Diagnostic>,
     pub counters: std::collections::HashMap<&'static str, usize>,
+    /// Names given so far (variables and buffers).
+    pub names: std::collections::HashSet<String>,
     pub attrs: KernelAttrs,
 }
 
@@ -25,7 +27,21 @@ impl BuildState {
         let n = self.counters.entry(prefix).or_insert(0);
         let name = format!("{prefix}{n}");
         *n += 1;
-        name
+        self.unique(&name)
+    }
+
+    /// `name` the first time, then `name_1`, `name_2`, …: every variable and buffer of a kernel
+    /// gets its own name (two sibling loops both over `i` become `i` and `i_1`), so printed IR
+    /// and generated code never shadow, and the IR's printed form identifies the program (the
+    /// disk cache's links rely on it).
+    pub fn unique(&mut self, name: &str) -> String {
+        if self.names.insert(name.to_string()) {
+            return name.to_string();
+        }
+        (1..)
+            .map(|k| format!("{name}_{k}"))
+            .find(|c| self.names.insert(c.clone()))
+            .unwrap_or_default()
     }
 }
 
@@ -78,6 +94,7 @@ impl KernelBuilder {
             );
             return d.expr();
         }
+        let name = self.state.borrow_mut().unique(name);
         let v = Var::new(name, DType::I32);
         self.dims.push(v.clone());
         v.expr()
@@ -85,6 +102,7 @@ impl KernelBuilder {
 
     #[track_caller]
     fn tensor(&mut self, name: &str, shape: Vec<Expr>, dtype: DType, role: Role) -> Buffer {
+        let name = self.state.borrow_mut().unique(name);
         let b = Buffer::new(name, shape, dtype, Scope::Global, Span::caller());
         self.params.push(Param::Tensor {
             buffer: b.clone(),
@@ -111,6 +129,7 @@ impl KernelBuilder {
     /// A scalar argument.
     #[track_caller]
     pub fn scalar(&mut self, name: &str, dtype: DType) -> Expr {
+        let name = self.state.borrow_mut().unique(name);
         let v = Var::new(name, dtype);
         self.params.push(Param::Scalar(v.clone()));
         v.expr()
@@ -152,7 +171,10 @@ impl KernelBuilder {
         }
         let names = ["bx", "by", "bz"];
         let block_vars: Vec<Var> = (0..N)
-            .map(|i| Var::new(*names.get(i).unwrap_or(&"b"), DType::I32))
+            .map(|i| {
+                let name = self.state.borrow_mut().unique(names.get(i).unwrap_or(&"b"));
+                Var::new(name, DType::I32)
+            })
             .collect();
         let idx: [Expr; N] = std::array::from_fn(|i| block_vars[i].expr());
         let mut t = TileScope::new(self.state.clone(), threads);

@@ -61,7 +61,7 @@ impl TileScope {
     ) -> Buffer {
         let span = Span::caller();
         let name = match name {
-            Some(n) => n.to_string(),
+            Some(n) => self.state.borrow_mut().unique(n),
             None => {
                 let prefix = match scope {
                     Scope::Shared => "shared",
@@ -143,6 +143,7 @@ impl TileScope {
     #[track_caller]
     pub fn let_(&mut self, name: &str, value: impl Into<Expr>) -> Expr {
         let value = value.into();
+        let name = self.state.borrow_mut().unique(name);
         let v = Var::new(name, value.dtype());
         self.push(
             StmtKind::Let {
@@ -470,6 +471,7 @@ impl TileScope {
         f: impl FnOnce(&mut TileScope, Expr),
     ) -> usize {
         let span = Span::caller();
+        let name = self.state.borrow_mut().unique(name);
         let var = Var::new(name, DType::I32);
         let mut body = self.child();
         f(&mut body, var.expr());
@@ -512,7 +514,13 @@ impl TileScope {
             return;
         }
         let vars: Vec<Var> = (0..N)
-            .map(|d| Var::new(*PAR_NAMES.get(d).unwrap_or(&"p"), DType::I32))
+            .map(|d| {
+                let name = self
+                    .state
+                    .borrow_mut()
+                    .unique(PAR_NAMES.get(d).unwrap_or(&"p"));
+                Var::new(name, DType::I32)
+            })
             .collect();
         let idx: [Expr; N] = std::array::from_fn(|d| vars[d].expr());
         let mut body = self.child();
