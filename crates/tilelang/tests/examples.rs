@@ -16,6 +16,10 @@ fn example(name: &str) -> PathBuf {
 }
 
 fn run(name: &str, args: &[&str]) -> String {
+    run_on(name, args, "cpu")
+}
+
+fn run_on(name: &str, args: &[&str], device: &str) -> String {
     let path = example(name);
     assert!(
         path.exists(),
@@ -24,7 +28,7 @@ fn run(name: &str, args: &[&str]) -> String {
     );
     let out = Command::new(&path)
         .args(args)
-        .args(["--reps", "2", "--device", "cpu"])
+        .args(["--reps", "2", "--device", device])
         .output()
         .expect("example runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
@@ -231,6 +235,39 @@ fn isa_prints_the_amd_report_without_a_gpu() {
         assert!(!text.contains(" err="), "{name} {args:?} ran:\n{text}");
         if name == "gemm" {
             assert!(text.contains("MFMA"), "{name} {args:?}:\n{text}");
+        }
+    }
+}
+
+/// Every example on the AMD lowering, in the simulator (64-lane waves, MFMA, direct-to-LDS
+/// loads, LDS transposed reads on gfx950), at odd sizes, with the default AMD tiles: each checks
+/// itself against its f64 reference.
+#[test]
+fn every_example_in_the_simulator_for_gfx950_and_gfx942() {
+    for dev in ["sim:gfx950", "sim:gfx942"] {
+        for layout in ["nt", "nn", "tn"] {
+            let args = [
+                "--m", "70", "--n", "90", "--k", "200", "--dtype", "bf16", "--layout", layout,
+            ];
+            run_on("gemm", &args, dev);
+        }
+        run_on("elementwise", &["--n", "1001", "--dtype", "bf16"], dev);
+        run_on(
+            "softmax",
+            &["--rows", "3", "--cols", "1001", "--dtype", "bf16"],
+            dev,
+        );
+        run_on(
+            "rmsnorm",
+            &["--rows", "3", "--cols", "1001", "--dtype", "bf16"],
+            dev,
+        );
+        for causal in [&[][..], &["--causal"][..]] {
+            let mut args = vec![
+                "--batch", "1", "--heads", "1", "--seq", "70", "--dim", "64", "--dtype", "bf16",
+            ];
+            args.extend_from_slice(causal);
+            run_on("flash_attention", &args, dev);
         }
     }
 }
