@@ -96,8 +96,37 @@ pub struct Executable {
 pub struct Fallback {
     /// (index into the signature's dims, the multiple the specialized variant assumes)
     pub requires: Vec<(usize, i64)>,
-    build: Box<dyn Fn() -> Result<Executable> + Send + Sync>,
-    built: std::sync::OnceLock<std::result::Result<Executable, String>>,
+    /// Builds the variant for sizes that are multiples of the given (dim, multiple) pairs
+    /// (each a power of two below the specialized one; 1: nothing assumed).
+    build: Box<dyn Fn(&[(usize, i64)]) -> Result<Executable> + Send + Sync>,
+    /// One slot per alignment class (see [`Fallback::class`]), built when first launched.
+    built: Vec<std::sync::OnceLock<std::result::Result<Executable, String>>>,
+}
+
+impl Fallback {
+    /// The levels a dim with multiple `m` can fall to: `m/2, m/4, …, 1` (and `m` itself when
+    /// another dim is the one that broke the specialization).
+    fn levels(m: i64) -> usize {
+        (m.max(1).trailing_zeros() + 1) as usize
+    }
+
+    /// The alignment class of bound sizes `ints`: per required dim, the largest power of two
+    /// up to its multiple that divides it; as a slot index and the (dim, multiple) pairs the
+    /// class's variant may assume.
+    fn class(&self, ints: &[i64]) -> (usize, Vec<(usize, i64)>) {
+        let mut index = 0usize;
+        let mut assumed = vec![];
+        for &(d, m) in &self.requires {
+            let v = ints.get(d).copied().unwrap_or(0);
+            let mut a = m.max(1);
+            while a > 1 && v % a != 0 {
+                a /= 2;
+            }
+            index = index * Fallback::levels(m) + a.trailing_zeros() as usize;
+            assumed.push((d, a));
+        }
+        (index, assumed)
+    }
 }
 
 /// One checked argument, in parameter order.
@@ -284,15 +313,22 @@ impl Executable {
 
     /// Attach the general variant used when a launch's sizes are not the multiples this
     /// executable was specialized for.
+    ///
+    /// A launch whose sizes break the specialization runs a variant for its *alignment class*:
+    /// per required dim, the largest power of two up to the multiple that divides the size
+    /// (a bf16 row of 4100 elements is 8-byte aligned: 8-byte vector copies, not element by
+    /// element). `build` makes the variant for a class, given the (dim, multiple) pairs it may
+    /// assume; each class is built once, when first launched.
     pub fn with_fallback(
         mut self,
         requires: Vec<(usize, i64)>,
-        build: impl Fn() -> Result<Executable> + Send + Sync + 'static,
+        build: impl Fn(&[(usize, i64)]) -> Result<Executable> + Send + Sync + 'static,
     ) -> Executable {
+        let slots: usize = requires.iter().map(|&(_, m)| Fallback::levels(m)).product();
         self.fallback = Some(Box::new(Fallback {
             requires,
             build: Box::new(build),
-            built: std::sync::OnceLock::new(),
+            built: (0..slots).map(|_| std::sync::OnceLock::new()).collect(),
         }));
         self
     }
@@ -311,13 +347,17 @@ impl Executable {
         if fits {
             return Ok(self);
         }
-        match fb
-            .built
-            .get_or_init(|| (fb.build)().map_err(|e| e.to_string()))
-        {
+        let (index, assumed) = fb.class(&b.ints);
+        let Some(slot) = fb.built.get(index) else {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}`: no variant slot for alignment class {index}",
+                self.sig.name
+            )));
+        };
+        match slot.get_or_init(|| (fb.build)(&assumed).map_err(|e| e.to_string())) {
             Ok(e) => Ok(e),
             Err(msg) => Err(RuntimeError::Launch(format!(
-                "kernel `{}`: building the general variant for these sizes failed: {msg}",
+                "kernel `{}`: building the variant for these sizes failed: {msg}",
                 self.sig.name
             ))),
         }

@@ -73,12 +73,14 @@ pub fn precompile_cuda(
 /// Bind thread-level IR to the simulator: each launch runs it in `tl_sim` on the tensors'
 /// host memory (outputs are written back), reporting races and missing waits as errors.
 pub fn build_sim(sig: Signature, lowered: tl_ir::Kernel, target: tl_target::Target) -> Executable {
+    // The "source" of a simulated kernel is its thread-level IR, as printed.
+    let text = lowered.to_string();
     Executable::new(
         sig,
         Device::Sim(target),
         exec::Module::Sim(Box::new(lowered)),
         CompileStats::default(),
-        None,
+        Some(text),
     )
 }
 

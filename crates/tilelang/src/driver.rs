@@ -219,9 +219,15 @@ impl Kernel {
         let exe = self.compile_variant(&special, dev, opts)?;
         let general = self.clone();
         let (dev2, opts2) = (*dev, opts.clone());
-        Ok(exe.with_fallback(aligned, move || {
+        Ok(exe.with_fallback(aligned, move |class: &[(usize, i64)]| {
+            let mut ir = general.ir.clone();
+            ir.attrs.dim_multiples = class
+                .iter()
+                .filter(|&&(_, m)| m > 1)
+                .map(|&(i, m)| (general.ir.dims[i].clone(), m))
+                .collect();
             general
-                .compile_variant(&general.ir, &dev2, &opts2)
+                .compile_variant(&ir, &dev2, &opts2)
                 .map_err(|e| RuntimeError::Launch(e.to_string()))
         }))
     }

@@ -821,3 +821,60 @@ fn amd_planted_bugs_are_caught() {
         );
     }
 }
+
+/// Sizes that break the 16-byte specialization run the variant of their alignment class: a
+/// bf16 K of 204 is 8-byte aligned (8-byte cp.async on sm_90a), 202 4-byte, 201 element by
+/// element; each matches the CPU backend, for every layout, on NVIDIA and AMD targets.
+#[test]
+fn alignment_class_variants_in_sim() {
+    for target in [Target::Cuda { sm: 90 }, Target::GFX950] {
+        let cfg = gemm::GemmConfig::tiles(64, 64, 64, 2, 256);
+        for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
+            let k = gemm::gemm(layout, BF16, F32, cfg);
+            let sim = Device::Sim(target);
+            let exe = k.compile(&sim).unwrap_or_else(|e| panic!("{target}: {e}"));
+            let cpu = k.compile(&Device::Cpu).expect("cpu");
+            for kk in [200usize, 204, 202, 201] {
+                let shapes = gemm_shapes(layout, 40, 72, kk);
+                let mk = |dev: &Device| -> Vec<Tensor> {
+                    shapes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            let dt = if i == 2 { F32 } else { BF16 };
+                            Tensor::randn(s, dt, 7 + i as u64, dev).expect("tensor")
+                        })
+                        .collect()
+                };
+                let (ts, tc) = (mk(&sim), mk(&Device::Cpu));
+                exe.run(&ts.iter().collect::<Vec<_>>()).expect("sim run");
+                cpu.run(&tc.iter().collect::<Vec<_>>()).expect("cpu run");
+                let got = ts[2].to_f64_vec().expect("sim out");
+                let want = tc[2].to_f64_vec().expect("cpu out");
+                let err = got
+                    .iter()
+                    .zip(&want)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f64::max)
+                    / want.iter().map(|b| b.abs()).fold(1e-30, f64::max);
+                let what = format!("{} {target} K={kk}", layout.name());
+                assert!(err < 1e-5, "{what}: {err}");
+                // The variant that ran: vectors as wide as K's alignment allows.
+                let args: Vec<_> = ts.iter().map(tilelang::runtime::Arg::Tensor).collect();
+                let v = exe.variant_for(&args).expect("variant");
+                let src = v.source().unwrap_or_default();
+                if target.is_cuda() {
+                    let want_copy = match kk % 8 {
+                        0 => "cp_async<16>",
+                        4 => "cp_async<8>",
+                        2 | 6 => "cp_async<4>",
+                        _ => "",
+                    };
+                    if !want_copy.is_empty() && layout == gemm::Layout::NT {
+                        assert!(src.contains(want_copy), "{what}: no {want_copy}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -66,6 +66,8 @@ impl Ctx<'_> {
         match last.as_int() {
             Some(n) if n % v == 0 => Ok(None),
             Some(_) => Err(()),
+            // Known from the variant's size assumptions (`dim_multiples`).
+            None if self.multiple_of(last, v) => Ok(None),
             None => Ok(Some(last.floormod(v).eq_(0))),
         }
     }
@@ -103,16 +105,25 @@ impl Ctx<'_> {
         last_extent: i64,
         max_elems: i64,
     ) -> (i64, Option<Expr>) {
+        // The widest vector that needs no run-time check wins when there is one (a variant
+        // for sizes that are multiples of 4 copies 4 elements at a time, with no branch);
+        // otherwise the widest with a check, whose other side copies element by element.
+        let mut checked: Option<(i64, Option<Expr>)> = None;
         let mut v = max_elems;
         while v > 1 {
             if last_extent % v == 0 {
                 if let (Ok(ca), Ok(cb)) = (self.vector_ok(a, v), self.vector_ok(b, v)) {
-                    return (v, and_opt(ca, cb));
+                    match and_opt(ca, cb) {
+                        None => return (v, None),
+                        Some(c) => {
+                            checked.get_or_insert((v, Some(c)));
+                        }
+                    }
                 }
             }
             v /= 2;
         }
-        (1, None)
+        checked.unwrap_or((1, None))
     }
 
     pub fn lower_copy(
@@ -323,16 +334,27 @@ impl Ctx<'_> {
         let (mut v, mut cond) = (1, None);
         if contiguous {
             let e = vec_mode.map(|m| m.extent).unwrap_or(1);
+            // As `pick_vector`: the widest unchecked vector, else the widest checked one.
+            let mut checked: Option<(i64, Option<Expr>)> = None;
             let mut cand = max_v.min(e);
             while cand > 1 {
                 if e % cand == 0 {
-                    if let Ok(c) = self.vector_ok(other, cand) {
-                        v = cand;
-                        cond = c;
-                        break;
+                    match self.vector_ok(other, cand) {
+                        Ok(None) => {
+                            checked = Some((cand, None));
+                            break;
+                        }
+                        Ok(Some(c)) => {
+                            checked.get_or_insert((cand, Some(c)));
+                        }
+                        Err(()) => {}
                     }
                 }
                 cand /= 2;
+            }
+            if let Some((cv, c)) = checked {
+                v = cv;
+                cond = c;
             }
         }
         let replica_guard = if !load && f.replication() > 1 {
