@@ -93,12 +93,15 @@ pub struct Executable {
 /// A specialized executable's general twin: the kernel was compiled assuming some symbolic
 /// sizes are multiples of a constant (so copies use full-width vectors and no run-time
 /// alignment branches); launches whose sizes break that run this instead, built on first use.
+/// Builds the variant of an executable for sizes that are multiples of (dim, multiple) pairs.
+type BuildVariant = dyn Fn(&[(usize, i64)]) -> Result<Executable> + Send + Sync;
+
 pub struct Fallback {
     /// (index into the signature's dims, the multiple the specialized variant assumes)
     pub requires: Vec<(usize, i64)>,
     /// Builds the variant for sizes that are multiples of the given (dim, multiple) pairs
     /// (each a power of two below the specialized one; 1: nothing assumed).
-    build: Box<dyn Fn(&[(usize, i64)]) -> Result<Executable> + Send + Sync>,
+    build: Box<BuildVariant>,
     /// One slot per alignment class (see [`Fallback::class`]), built when first launched.
     built: Vec<std::sync::OnceLock<std::result::Result<Executable, String>>>,
 }
