@@ -76,6 +76,36 @@ pub enum Intrinsic {
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
     FenceProxyAsync,
+    /// `mbarrier.init.shared::cta.b64 [bar], count`: a barrier in shared memory (a `u64`
+    /// element) at phase 0, whose phases complete when `count` arrivals have been made and
+    /// every expected transaction byte has landed. args: the barrier's address.
+    MbarrierInit { count: u32 },
+    /// `fence.mbarrier_init.release.cluster`: barrier initializations become visible to the
+    /// async proxy (TMA) before a block barrier hands them to the other threads.
+    FenceMbarrierInit,
+    /// `mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], bytes`: one arrival, and `bytes`
+    /// more transaction bytes the current phase waits for. args: the barrier's address, the
+    /// byte count (i32).
+    MbarrierArriveExpectTx,
+    /// `mbarrier.arrive.shared::cta.b64 _, [bar]`: one arrival. args: the barrier's address.
+    MbarrierArrive,
+    /// `mbarrier.try_wait.parity` in a loop: waits until the phase of the barrier with parity
+    /// `parity` has completed (its data is then visible to the waiting thread). args: the
+    /// barrier's address, the parity (i32, 0 or 1).
+    MbarrierWait,
+    /// `cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes`: the
+    /// tensor-memory accelerator copies a box of `box_dims` elements (one extent per tensor
+    /// dim, outermost first) of a global tensor, starting at the given coordinates, into
+    /// shared memory, asynchronously; elements outside the tensor land as zeros. The box lands
+    /// row-major (innermost dim contiguous) at the destination, with the `swizzle` (0, 32, 64
+    /// or 128 bytes: the 16-byte chunks of each `swizzle`-byte row XOR-ed with the row index
+    /// modulo `swizzle / 16`, on absolute shared addresses — the destination is aligned to
+    /// 128·`swizzle`/16 bytes), and its bytes (the whole box, zeros included) complete
+    /// transactions on the barrier. The tensor's descriptor (a `CUtensorMap` kernel parameter)
+    /// is built at launch from the tensor argument. args: the destination's shared address,
+    /// the address of the tensor's first element, the barrier's address, then one coordinate
+    /// per tensor dim (i32, outermost first).
+    TmaLoad { box_dims: Vec<u32>, swizzle: u32 },
     /// The index of the calling thread's wave (warp) in its block, `thread_idx / warp size`,
     /// known to the compiler to be the same for the whole wave (AMD: kept in a scalar
     /// register). i32.
@@ -219,6 +249,15 @@ impl Intrinsic {
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
             Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),
             Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
+            Intrinsic::MbarrierInit { count } => format!("mbarrier_init<{count}>"),
+            Intrinsic::FenceMbarrierInit => "fence_mbarrier_init".into(),
+            Intrinsic::MbarrierArriveExpectTx => "mbarrier_arrive_expect_tx".into(),
+            Intrinsic::MbarrierArrive => "mbarrier_arrive".into(),
+            Intrinsic::MbarrierWait => "mbarrier_wait".into(),
+            Intrinsic::TmaLoad { box_dims, swizzle } => {
+                let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
+                format!("tma_load<[{}], sw{swizzle}>", b.join(", "))
+            }
             Intrinsic::WaveIdx => "wave_idx".into(),
             Intrinsic::Mfma(m) => m.name(),
             Intrinsic::BufferLoadLds { bytes } => format!("buffer_load_lds<{bytes}>"),
