@@ -199,6 +199,33 @@ pub enum Instr {
         addr: MemRef,
         value: E,
     },
+    /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).
+    MbarInit {
+        bar: MemRef,
+        count: u32,
+    },
+    /// `mbarrier.arrive` (with `tx`: `mbarrier.arrive.expect_tx`, `tx` more transaction bytes
+    /// for the current phase first).
+    MbarArrive {
+        bar: MemRef,
+        tx: Option<E>,
+    },
+    /// `mbarrier.try_wait.parity` in a loop: blocks the thread until the phase of `bar` with
+    /// parity `parity` has completed.
+    MbarWait {
+        bar: MemRef,
+        parity: E,
+    },
+    /// `cp.async.bulk.tensor` (TMA): a box of `tensor` at `coords` into shared memory at
+    /// `dst`, swizzled, completing its bytes on `bar`.
+    TmaLoad {
+        box_dims: Vec<u32>,
+        swizzle: u32,
+        dst: MemRef,
+        tensor: MemRef,
+        bar: MemRef,
+        coords: Vec<E>,
+    },
     /// End of the kernel body.
     Exit,
 }

@@ -690,6 +690,68 @@ impl Compiler<'_> {
                 }
                 last.ok_or_else(|| SimError::InvalidIr(format!("{name} with no k steps")))?
             }
+            Intrinsic::MbarrierInit { count } => {
+                need(1)?;
+                let bar = self.address(args.first(), &name)?;
+                Instr::MbarInit { bar, count: *count }
+            }
+            // Orders the initialization for the async proxy: the simulator's TMA sees barrier
+            // state directly (an uninitialized barrier is reported wherever it is used).
+            Intrinsic::FenceMbarrierInit => return Ok(()),
+            Intrinsic::MbarrierArriveExpectTx => {
+                need(2)?;
+                let bar = self.address(args.first(), &name)?;
+                let tx = match args.get(1) {
+                    Some(e) => self.expr(e)?,
+                    None => E::Const(Value::Int(0)),
+                };
+                Instr::MbarArrive { bar, tx: Some(tx) }
+            }
+            Intrinsic::MbarrierArrive => {
+                need(1)?;
+                let bar = self.address(args.first(), &name)?;
+                Instr::MbarArrive { bar, tx: None }
+            }
+            Intrinsic::MbarrierWait => {
+                need(2)?;
+                let bar = self.address(args.first(), &name)?;
+                let parity = match args.get(1) {
+                    Some(e) => self.expr(e)?,
+                    None => E::Const(Value::Int(0)),
+                };
+                Instr::MbarWait { bar, parity }
+            }
+            Intrinsic::TmaLoad { box_dims, swizzle } => {
+                need(3 + box_dims.len())?;
+                if box_dims.is_empty() || box_dims.len() > 5 {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {} has a box of {} dims (1 to 5)",
+                        self.span,
+                        box_dims.len()
+                    )));
+                }
+                if !matches!(swizzle, 0 | 32 | 64 | 128) {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {}: swizzle {swizzle} (0, 32, 64 or 128 bytes)",
+                        self.span
+                    )));
+                }
+                let dst = self.address(args.first(), &name)?;
+                let tensor = self.address(args.get(1), &name)?;
+                let bar = self.address(args.get(2), &name)?;
+                let coords = args[3..]
+                    .iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Result<_, _>>()?;
+                Instr::TmaLoad {
+                    box_dims: box_dims.clone(),
+                    swizzle: *swizzle,
+                    dst,
+                    tensor,
+                    bar,
+                    coords,
+                }
+            }
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,

@@ -57,6 +57,9 @@ pub enum AsyncCopy {
     CpAsync,
     /// An AMD `buffer_load … lds` of this many bytes per lane (retired by `wait_vmcnt`).
     BufferLoad { bytes: u32 },
+    /// A TMA copy (`tma_load`), which lands when its mbarrier's phase completes and is
+    /// visible to threads that waited for that phase (`mbarrier_wait`).
+    Tma,
 }
 
 impl AsyncCopy {
@@ -64,6 +67,7 @@ impl AsyncCopy {
         match self {
             AsyncCopy::CpAsync => "cp.async".into(),
             AsyncCopy::BufferLoad { bytes } => format!("buffer load (buffer_load_lds<{bytes}>)"),
+            AsyncCopy::Tma => "TMA copy (tma_load)".into(),
         }
     }
 
@@ -73,8 +77,27 @@ impl AsyncCopy {
             AsyncCopy::BufferLoad { .. } => {
                 "wait for it (wait_vmcnt) and put a barrier (barrier_lds) after the wait first"
             }
+            AsyncCopy::Tma => {
+                "wait for the phase of its mbarrier that it completes (mbarrier_wait with that phase's parity) first"
+            }
         }
     }
+}
+
+/// An mbarrier's current phase, as a deadlock report gives it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MbarrierState {
+    /// Phases completed so far (the current phase's parity is `phase % 2`).
+    pub phase: u32,
+    /// Arrivals the current phase still needs, of `count`.
+    pub pending: u32,
+    pub count: u32,
+    /// Transaction bytes `expect_tx` announced for the current phase, and the bytes of the TMA
+    /// copies issued on it.
+    pub tx_expected: i64,
+    pub tx_delivered: i64,
+    /// What the phase lacks, in words.
+    pub detail: String,
 }
 
 fn fmt_block(b: &[i64; 3]) -> String {
@@ -210,6 +233,38 @@ pub enum SimError {
         /// Two lanes (in the wave) that pass different values, and the values.
         lanes: [u32; 2],
         values: Box<[String; 2]>,
+    },
+
+    /// An mbarrier or TMA operation used against the protocol: a barrier used before
+    /// `mbarrier_init`, more arrivals in a phase than its count, TMA copies delivering more
+    /// bytes to a phase than `expect_tx` announced, a barrier re-initialized with copies in
+    /// flight, a parity other than 0 or 1.
+    #[error("{op} at {span} (thread {thread} of block {}) on mbarrier {barrier}: {detail}", fmt_block(.block))]
+    Mbarrier {
+        /// The instruction (`mbarrier_arrive`, `tma_load<64, 64; 128>`, ...).
+        op: String,
+        /// The barrier: its buffer and element (`k_bar[1]`).
+        barrier: String,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        detail: String,
+    },
+
+    /// A thread waits (`mbarrier_wait`) for a phase of an mbarrier that nothing can complete
+    /// any more: every other thread is blocked or has exited. `detail` says what the phase
+    /// still lacks (arrivals, or transaction bytes: `expect_tx` announced more than the TMA
+    /// copies deliver).
+    #[error("deadlock in block {}: thread {thread} (and {} other thread(s)) waits at {span} for the phase of mbarrier {barrier} with parity {parity}, which nothing can complete: {}", fmt_block(.block), .waiting.saturating_sub(1), .state.detail)]
+    MbarrierDeadlock {
+        barrier: String,
+        parity: u32,
+        block: [i64; 3],
+        /// The first waiting thread, and how many threads wait on this barrier.
+        thread: u32,
+        waiting: u32,
+        span: Span,
+        state: Box<MbarrierState>,
     },
 
     #[error("division by zero in thread {thread} of block {} at {span}: {detail}", fmt_block(.block))]

@@ -29,6 +29,8 @@ pub enum State {
     Barrier,
     /// Waits at the warp collective (or `SyncWarp`) at its pc, operands in its stash.
     Warp,
+    /// Waits (`mbarrier_wait` at its pc) for a phase of the mbarrier in its stash.
+    MbarWait,
     Done,
 }
 
@@ -49,6 +51,8 @@ pub enum Stash {
     Wgmma([Loc; 3], i64, i64),
     /// A buffer load's operands (AMD `buffer_load … lds`).
     BufLds(BufLds),
+    /// The mbarrier (index in `Mbars`) and parity an `mbarrier_wait` waits for.
+    Mbar(u32, u32),
 }
 
 /// One lane's operands of an AMD `buffer_load … lds`.
@@ -103,6 +107,8 @@ pub struct Stats {
     pub collectives: u64,
     pub cp_async: u64,
     pub cp_async_unwaited: u64,
+    pub tma_copies: u64,
+    pub tma_unlanded: u64,
 }
 
 pub struct Interp<'p, 'g> {
@@ -138,7 +144,7 @@ fn fast_int(op: BinOp, x: i64, y: i64, dt: DType) -> Option<i64> {
     }
 }
 
-fn rec(tid: u32, kind: Kind, pc: u32) -> Rec {
+pub fn rec(tid: u32, kind: Kind, pc: u32) -> Rec {
     Rec {
         tid: tid as u16,
         kind,
@@ -260,7 +266,7 @@ impl Interp<'_, '_> {
 
     /// An intrinsic's address: the flat element it names (range-checked at the access, since
     /// a predicated-off `cp.async` may name any address).
-    fn addr(&mut self, th: &Thread, m: &MemRef, pc: u32) -> Result<Loc, SimError> {
+    pub fn addr(&mut self, th: &Thread, m: &MemRef, pc: u32) -> Result<Loc, SimError> {
         let info = self.mem.info(m.buf);
         if let [i] = m.idx.as_slice() {
             let elem = self.eval(th, i, pc)?.as_i64();
@@ -486,6 +492,23 @@ impl Interp<'_, '_> {
                     self.buffer_load(th, *bytes as usize, op, pc)?
                 }
                 Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
+                Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,
+                Instr::MbarArrive { bar, tx } => self.mbar_arrive(th, bar, tx.as_ref(), pc)?,
+                Instr::MbarWait { bar, parity } => {
+                    if !self.mbar_wait(th, bar, parity, pc)? {
+                        th.pc = pc;
+                        th.state = State::MbarWait;
+                        return Ok(());
+                    }
+                }
+                Instr::TmaLoad {
+                    box_dims,
+                    swizzle,
+                    dst,
+                    tensor,
+                    bar,
+                    coords,
+                } => self.tma_load(th, box_dims, *swizzle, (dst, tensor, bar), coords, pc)?,
                 Instr::Exit => {
                     th.pc = pc;
                     th.state = State::Done;

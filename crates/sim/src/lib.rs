@@ -14,8 +14,13 @@
 //!   both operations and both source lines), and global bytes two threads of a block write (or
 //!   one reads after another wrote) without a barrier between,
 //! * reads of shared memory nothing wrote ([`SimError::UninitializedSharedRead`]),
-//! * reads of shared bytes an in-flight `cp.async` or buffer load will overwrite
-//!   ([`SimError::StaleAsyncRead`]: a missing or too-weak wait),
+//! * reads of shared bytes an in-flight `cp.async`, buffer load or TMA copy will overwrite
+//!   ([`SimError::StaleAsyncRead`]: a missing or too-weak wait; a TMA copy lands when its
+//!   mbarrier phase completes and is visible to the threads that waited for that phase),
+//! * mbarrier protocol errors ([`SimError::Mbarrier`]: use before init, more arrivals than the
+//!   count, TMA copies delivering more bytes than `expect_tx` announced) and waits nothing can
+//!   satisfy ([`SimError::MbarrierDeadlock`]: missing arrivals, fewer bytes than announced, a
+//!   wrong parity),
 //! * wave-uniform operands (a buffer load's LDS base, its `soffset`) that differ between lanes
 //!   ([`SimError::NonUniformOperand`]),
 //! * out-of-bounds and misaligned accesses, barriers or warp collectives not reached by every
@@ -43,13 +48,14 @@ mod cp_async;
 mod elem;
 mod error;
 mod exec;
+mod mbarrier;
 mod memory;
 mod race;
 mod sched;
 pub mod tensor_core;
 mod warp;
 
-pub use error::{Access, AccessKind, AsyncCopy, SimError};
+pub use error::{Access, AccessKind, AsyncCopy, MbarrierState, SimError};
 
 use tl_ir::verify::{verify_level, Level};
 use tl_ir::{DType, Kernel};
@@ -158,6 +164,11 @@ pub struct SimReport {
     /// `cp.async` copies still in flight when their thread exited (issued but never waited
     /// for: harmless only if nothing was meant to read them).
     pub cp_async_unwaited: u64,
+    /// TMA copies (`tma_load`) issued.
+    pub tma_copies: u64,
+    /// TMA copies whose mbarrier phase never completed (they never landed) when the block
+    /// ended.
+    pub tma_unlanded: u64,
     /// The dynamic shared memory one block uses, laid out as codegen does.
     pub shared_bytes: usize,
     /// Bytes of local (register-array) memory per thread.
@@ -201,6 +212,7 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             warp_epochs: vec![],
             proxy_fences: vec![],
             wgmma_reads: Default::default(),
+            mbars: Default::default(),
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,
@@ -230,6 +242,8 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
         warp_collectives: it.stats.collectives,
         cp_async_copies: it.stats.cp_async,
         cp_async_unwaited: it.stats.cp_async_unwaited,
+        tma_copies: it.stats.tma_copies,
+        tma_unlanded: it.stats.tma_unlanded,
         shared_bytes: prog.shared_bytes,
         local_bytes_per_thread: prog.local_bytes,
         registers_per_thread: prog.nregs,

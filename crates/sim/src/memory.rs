@@ -34,6 +34,8 @@ pub struct Mem<'p, 'g> {
     /// Shared bytes (absolute) that issued, not yet retired wgmmas read: how many, and the
     /// warp and instruction of the latest (for reports).
     pub wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
+    /// The block's mbarriers and the TMA copies in flight on them.
+    pub mbars: crate::mbarrier::Mbars,
 }
 
 impl<'p, 'g> Mem<'p, 'g> {
@@ -140,6 +142,7 @@ impl<'p, 'g> Mem<'p, 'g> {
                     Some(Instr::BufferLoadLds { bytes, .. }) => {
                         AsyncCopy::BufferLoad { bytes: *bytes }
                     }
+                    Some(Instr::TmaLoad { .. }) => AsyncCopy::Tma,
                     _ => AsyncCopy::CpAsync,
                 },
             },

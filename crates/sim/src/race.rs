@@ -147,6 +147,15 @@ pub struct Shadow {
     /// of the block) unless a write by another thread in the same epoch turns out to race
     /// with it first: then the race is the better explanation.
     deferred: Option<(usize, Rec)>,
+    /// Per shared byte whose last write was a TMA copy landing: the mbarrier (index + 1) and
+    /// the phase the copy completed; `(0, 0)` otherwise. Empty until a TMA copy lands. Such a
+    /// write is ordered before an access by a thread that saw the phase complete
+    /// (`mbarrier_wait`), or that passed a block barrier after some thread saw it.
+    tma_tag: Vec<(u32, u32)>,
+    /// Per mbarrier, per thread: how many of its phases the thread has seen complete.
+    tma_seen: Vec<Vec<u32>>,
+    /// Per mbarrier, per phase: the block epoch in which a thread first saw it complete.
+    tma_acq: Vec<Vec<u32>>,
 }
 
 /// log2 of a warp size (32 or 64; anything else is taken as 32).
@@ -182,6 +191,59 @@ impl Shadow {
             uninit,
             warp_shift: 5,
             deferred: None,
+            tma_tag: vec![],
+            tma_seen: vec![],
+            tma_acq: vec![],
+        }
+    }
+
+    /// Thread `tid` saw the first `phases` phases of mbarrier `bar` complete (its
+    /// `mbarrier_wait` passed) in block epoch `epoch`: what those phases' TMA copies wrote is
+    /// ordered before its later accesses, and before every thread's accesses after the next
+    /// block barrier.
+    pub fn tma_acquire(&mut self, tid: u16, bar: u32, phases: u32, epoch: u32) {
+        if !self.races {
+            return;
+        }
+        let b = bar as usize;
+        if self.tma_seen.len() <= b {
+            self.tma_seen.resize(b + 1, vec![]);
+            self.tma_acq.resize(b + 1, vec![]);
+        }
+        let seen = &mut self.tma_seen[b];
+        if seen.len() <= tid as usize {
+            seen.resize(tid as usize + 1, 0);
+        }
+        seen[tid as usize] = seen[tid as usize].max(phases);
+        let acq = &mut self.tma_acq[b];
+        while (acq.len() as u32) < phases {
+            acq.push(epoch);
+        }
+    }
+
+    /// Whether a TMA landing tagged `tag` is ordered before an access by `tid` in `epoch`.
+    fn tma_ordered(&self, tag: (u32, u32), tid: u16, epoch: u32) -> bool {
+        let (b, phase) = ((tag.0 - 1) as usize, tag.1);
+        let seen = self
+            .tma_seen
+            .get(b)
+            .and_then(|v| v.get(tid as usize))
+            .copied()
+            .unwrap_or(0);
+        seen > phase
+            || self
+                .tma_acq
+                .get(b)
+                .and_then(|v| v.get(phase as usize))
+                .is_some_and(|&e| e < epoch)
+    }
+
+    /// For a byte a TMA copy wrote last: whether that write is ordered before an access by
+    /// `tid` in `epoch`. `None` for other bytes.
+    fn tma_order(&self, byte: usize, tid: u16, epoch: u32) -> Option<bool> {
+        match self.tma_tag.get(byte) {
+            Some(&tag) if tag.0 != 0 => Some(self.tma_ordered(tag, tid, epoch)),
+            _ => None,
         }
     }
 
@@ -222,6 +284,7 @@ impl Shadow {
                     issuer: self.pending_by[byte],
                 });
             }
+            let tma = self.tma_order(byte, who.tid, now.epoch);
             let Some(c) = self.cells.get_mut(byte) else {
                 continue;
             };
@@ -231,7 +294,13 @@ impl Shadow {
             if !self.races {
                 continue;
             }
+            // What a TMA copy landed is visible only to threads that saw its phase complete:
+            // to any other reader the copy may still be in flight.
+            if tma == Some(false) {
+                return Err(Conflict::Stale { byte, issuer: c.w });
+            }
             if c.w.tid != NOBODY
+                && tma.is_none()
                 && !Self::ordered(
                     c.w,
                     c.w_epoch,
@@ -278,13 +347,21 @@ impl Shadow {
     ) -> Result<(), Conflict> {
         let races = self.races;
         let shift = self.warp_shift;
+        let tma = self.tma_order(byte, who.tid, now.epoch);
+        if record && tma.is_some() {
+            self.tma_tag[byte] = (0, 0);
+        }
         let Some(c) = self.cells.get_mut(byte) else {
             return Ok(());
         };
         if races {
+            if tma == Some(false) {
+                return Err(Conflict::Race { byte, first: c.w });
+            }
             let both_atomic = who.kind == Kind::Atomic && c.w.kind == Kind::Atomic;
             if c.w.tid != NOBODY
                 && !both_atomic
+                && tma.is_none()
                 && !Self::ordered(
                     c.w,
                     c.w_epoch,
@@ -367,7 +444,11 @@ impl Shadow {
             let Some(c) = self.cells.get(byte) else {
                 continue;
             };
-            if c.w.tid == NOBODY || c.w.tid == MANY {
+            // TMA copies write through the async proxy themselves.
+            if c.w.tid == NOBODY
+                || c.w.tid == MANY
+                || self.tma_tag.get(byte).is_some_and(|t| t.0 != 0)
+            {
                 continue;
             }
             match nth_fence(c.w.tid, c.w_fences) {
@@ -425,6 +506,39 @@ impl Shadow {
                 *p = p.saturating_sub(1);
             }
             self.check_write(byte, who, now, true)?;
+        }
+        Ok(())
+    }
+}
+
+impl Shadow {
+    /// A TMA copy's `len` bytes at `start` land (its mbarrier phase `phase` completed): a write
+    /// by the issuer `who`, ordered before the accesses of threads that see the phase complete.
+    pub fn tma_land(
+        &mut self,
+        start: usize,
+        len: usize,
+        who: Rec,
+        now: When,
+        bar: u32,
+        phase: u32,
+    ) -> Result<(), Conflict> {
+        if !self.enabled() {
+            return Ok(());
+        }
+        for byte in start..start + len {
+            if let Some(p) = self.pending.get_mut(byte) {
+                *p = p.saturating_sub(1);
+            }
+            self.check_write(byte, who, now, true)?;
+        }
+        if self.races {
+            if self.tma_tag.is_empty() {
+                self.tma_tag = vec![(0, 0); self.cells.len()];
+            }
+            for t in self.tma_tag.iter_mut().skip(start).take(len) {
+                *t = (bar + 1, phase);
+            }
         }
         Ok(())
     }

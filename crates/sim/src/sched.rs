@@ -38,6 +38,7 @@ pub fn run_block(
     it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(prog.warp_size as usize)];
     it.mem.proxy_fences = vec![vec![]; threads as usize];
     it.mem.wgmma_reads.clear();
+    it.mem.mbars.clear();
     let mut ths: Vec<Thread> = (0..threads)
         .map(|tid| {
             let mut regs = prog.reg_init.clone();
@@ -85,13 +86,40 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
                 progressed = true;
             }
         }
+        // Threads waiting on an mbarrier whose phase has completed go on (they run the wait
+        // again, which now passes).
+        for th in ths.iter_mut() {
+            if th.state == State::MbarWait {
+                if let Stash::Mbar(b, parity) = th.stash {
+                    if it.mem.mbars.passed(b, parity) {
+                        th.state = State::Ready;
+                        th.stash = Stash::None;
+                        progressed = true;
+                    }
+                }
+            }
+        }
         if progressed {
             continue;
         }
         if ths.iter().all(|t| t.state == State::Done) {
             // Copies nobody waited for would still land, but nothing can observe them now.
             it.stats.cp_async_unwaited += ths.iter().map(|t| t.cp.in_flight() as u64).sum::<u64>();
+            it.stats.tma_unlanded += it.mem.mbars.in_flight();
             return Ok(());
+        }
+        // A thread waiting for an mbarrier phase nothing can complete is the likely cause of
+        // whatever else is stuck.
+        if let Some(t) = ths.iter().find(|t| t.state == State::MbarWait) {
+            if let Stash::Mbar(b, parity) = t.stash {
+                let waiting = ths
+                    .iter()
+                    .filter(|u| {
+                        u.state == State::MbarWait && matches!(u.stash, Stash::Mbar(c, _) if c == b)
+                    })
+                    .count() as u32;
+                return Err(it.mbar_deadlock(b, parity, t.tid, t.pc, waiting));
+            }
         }
         let pc = ths[0].pc;
         if ths.iter().all(|t| t.state == State::Barrier && t.pc == pc) {
@@ -120,6 +148,7 @@ fn describe(it: &Interp, t: &Thread) -> String {
         State::Done => "has exited".into(),
         State::Barrier => format!("waits at the barrier at {span}"),
         State::Warp => format!("is at {} ({span})", it.prog.name(t.pc as usize)),
+        State::MbarWait => format!("waits on an mbarrier at {span}"),
         State::Ready => "is still running".into(),
     }
 }

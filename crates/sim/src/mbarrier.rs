@@ -1,0 +1,586 @@
+//! Hopper's mbarriers and the tensor-memory accelerator (TMA).
+//!
+//! An mbarrier is a `u64` element of a shared buffer with, per phase, a count of arrivals still
+//! expected and a count of transaction bytes still expected. `mbarrier_init<count>` starts phase
+//! 0 with `count` arrivals pending; `mbarrier_arrive_expect_tx(bar, bytes)` announces `bytes`
+//! then arrives; `mbarrier_arrive` arrives. A phase completes once all its arrivals are made and
+//! the bytes of the TMA copies issued on it equal the bytes announced; then the parity flips
+//! and the next phase expects `count` arrivals again. `mbarrier_wait(bar, parity)` blocks its
+//! thread until the phase with that parity has completed (the current phase's parity differs).
+//!
+//! A TMA copy (`tma_load`) reads its box of the global tensor when issued (elements outside
+//! the tensor read as zeros) and lands in shared memory — swizzled on absolute shared addresses,
+//! as the hardware does — when its barrier's phase completes. Until then its destination bytes
+//! are in flight: a read of them is a stale read. Once landed, they are visible to the threads
+//! that saw the phase complete (their wait passed) and, after a block barrier, to everyone
+//! (the race checker's `Shadow::tma_acquire`).
+
+use std::collections::HashMap;
+
+use tl_ir::Scope;
+
+use crate::bytecode::{MemRef, E};
+use crate::compile::shared_align;
+use crate::error::{MbarrierState, SimError};
+use crate::exec::{rec, Interp, Loc, Thread};
+use crate::race::{Kind, Rec};
+
+/// One TMA copy in flight: the destination shared buffer and its 16-byte chunks (byte offset
+/// in the buffer, already swizzled, and the bytes).
+#[derive(Clone, Debug)]
+pub struct TmaCopy {
+    pub buf: u32,
+    pub chunks: Vec<(usize, [u8; 16])>,
+    pub tid: u32,
+    pub pc: u32,
+}
+
+/// One mbarrier's state.
+#[derive(Clone, Debug)]
+pub struct Mbar {
+    /// Where it lives (for reports).
+    pub buf: u32,
+    pub off: usize,
+    pub count: u32,
+    /// Arrivals the current phase still needs.
+    pub pending: u32,
+    /// Transaction bytes announced (`expect_tx`) for the current phase.
+    pub announced: i64,
+    /// Bytes of the TMA copies issued on the current phase.
+    pub delivered: i64,
+    /// Phases completed so far (the current phase's parity is `phase % 2`).
+    pub phase: u32,
+    /// The current phase's copies, in issue order.
+    pub copies: Vec<TmaCopy>,
+}
+
+/// The block's mbarriers: by absolute shared byte offset, the index of the barrier last
+/// initialized there (a re-initialized barrier is a new one, so that what its old phases
+/// ordered stays apart from its new ones).
+#[derive(Clone, Debug, Default)]
+pub struct Mbars {
+    pub at: HashMap<usize, u32>,
+    pub bars: Vec<Mbar>,
+}
+
+impl Mbars {
+    pub fn clear(&mut self) {
+        self.at.clear();
+        self.bars.clear();
+    }
+
+    /// Whether a wait for the phase with `parity` of barrier `b` would pass now.
+    pub fn passed(&self, b: u32, parity: u32) -> bool {
+        self.bars
+            .get(b as usize)
+            .is_some_and(|m| m.phase % 2 != parity)
+    }
+
+    /// TMA copies still in flight (never landed).
+    pub fn in_flight(&self) -> u64 {
+        self.bars.iter().map(|m| m.copies.len() as u64).sum()
+    }
+}
+
+/// The hardware swizzle of shared byte address `a` for a `swizzle`-byte mode: the 16-byte chunk
+/// index within each `swizzle`-byte row (address bits 4 and up) XOR-ed with the row index
+/// modulo `swizzle / 16` (address bits 7 and up).
+pub fn swizzle_addr(a: usize, swizzle: u32) -> usize {
+    if swizzle < 32 {
+        return a;
+    }
+    let mask = (swizzle as usize / 16) - 1;
+    a ^ (((a >> 7) & mask) << 4)
+}
+
+impl Interp<'_, '_> {
+    fn mbar_err(&self, pc: u32, tid: u32, barrier: String, detail: String) -> SimError {
+        SimError::Mbarrier {
+            op: self.prog.name(pc as usize).to_string(),
+            barrier,
+            block: self.mem.block,
+            thread: tid,
+            span: self.prog.span(pc as usize),
+            detail,
+        }
+    }
+
+    /// `buf[elem]` as a report names a barrier.
+    pub fn bar_name(&self, buf: u32, off: usize) -> String {
+        let info = self.mem.info(buf);
+        format!("`{}`[{}]", info.name, off / info.dtype.bytes().max(1))
+    }
+
+    /// The barrier operand: a `u64` element of a shared buffer, 8-byte aligned. Returns its
+    /// buffer, byte offset and absolute shared offset.
+    fn bar_operand(
+        &mut self,
+        th: &Thread,
+        bar: &MemRef,
+        pc: u32,
+    ) -> Result<(Loc, usize, usize), SimError> {
+        let loc = self.addr(th, bar, pc)?;
+        let info = self.mem.info(loc.buf);
+        if info.scope != Scope::Shared || info.dtype.bytes() != 8 {
+            return Err(SimError::InvalidIr(format!(
+                "{} at {}: the barrier is {} {} `{}`, not a 64-bit shared buffer",
+                self.prog.name(pc as usize),
+                self.prog.span(pc as usize),
+                info.scope,
+                info.dtype,
+                info.name
+            )));
+        }
+        let off = self.mem.range(loc.buf, loc.elem, 8, th.tid, pc)?;
+        let name = self.prog.name(pc as usize);
+        self.mem.aligned(loc.buf, off, 8, name, th.tid, pc)?;
+        Ok((loc, off, info.base + off))
+    }
+
+    /// The initialized barrier an operation uses.
+    fn live_bar(
+        &mut self,
+        th: &Thread,
+        bar: &MemRef,
+        pc: u32,
+    ) -> Result<(u32, Loc, usize), SimError> {
+        let (loc, off, abs) = self.bar_operand(th, bar, pc)?;
+        match self.mem.mbars.at.get(&abs) {
+            Some(&b) => Ok((b, loc, off)),
+            None => Err(self.mbar_err(
+                pc,
+                th.tid,
+                self.bar_name(loc.buf, off),
+                "the barrier is not initialized (no mbarrier_init on it has run in this block)"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Arrivals, waits and completions are atomic operations on the barrier's word: they do not
+    /// race with each other, but do with an initialization no barrier orders them after.
+    fn bar_touch(&mut self, th: &Thread, loc: Loc, off: usize, pc: u32) -> Result<(), SimError> {
+        self.mem
+            .check_write(loc.buf, off, 8, rec(th.tid, Kind::Atomic, pc))
+    }
+
+    pub fn mbar_init(
+        &mut self,
+        th: &mut Thread,
+        bar: &MemRef,
+        count: u32,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let (loc, off, abs) = self.bar_operand(th, bar, pc)?;
+        let name = self.bar_name(loc.buf, off);
+        if count == 0 || count >= 1 << 20 {
+            return Err(self.mbar_err(
+                pc,
+                th.tid,
+                name,
+                format!("an arrival count of {count} (1 to 2^20 - 1)"),
+            ));
+        }
+        if let Some(&old) = self.mem.mbars.at.get(&abs) {
+            let m = &self.mem.mbars.bars[old as usize];
+            if !m.copies.is_empty() {
+                let detail = format!(
+                    "re-initialized while {} TMA copies ({} bytes) are in flight on its phase {}",
+                    m.copies.len(),
+                    m.delivered,
+                    m.phase
+                );
+                return Err(self.mbar_err(pc, th.tid, name, detail));
+            }
+        }
+        self.mem.write(
+            &mut th.local,
+            loc.buf,
+            off,
+            &[0u8; 8],
+            rec(th.tid, Kind::Write, pc),
+        )?;
+        let idx = self.mem.mbars.bars.len() as u32;
+        self.mem.mbars.bars.push(Mbar {
+            buf: loc.buf,
+            off,
+            count,
+            pending: count,
+            announced: 0,
+            delivered: 0,
+            phase: 0,
+            copies: vec![],
+        });
+        self.mem.mbars.at.insert(abs, idx);
+        Ok(())
+    }
+
+    pub fn mbar_arrive(
+        &mut self,
+        th: &mut Thread,
+        bar: &MemRef,
+        tx: Option<&E>,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let (b, loc, off) = self.live_bar(th, bar, pc)?;
+        self.bar_touch(th, loc, off, pc)?;
+        let tx = match tx {
+            Some(e) => self.eval(th, e, pc)?.as_i64(),
+            None => 0,
+        };
+        let name = self.bar_name(loc.buf, off);
+        if !(0..1 << 20).contains(&tx) {
+            return Err(self.mbar_err(
+                pc,
+                th.tid,
+                name,
+                format!("expect_tx of {tx} bytes (0 to 2^20 - 1)"),
+            ));
+        }
+        let m = &mut self.mem.mbars.bars[b as usize];
+        if m.pending == 0 {
+            let detail = format!(
+                "more arrivals than its count of {} in phase {} (all arrived; the phase waits for {} more transaction bytes: expect_tx announced {}, the copies delivered {})",
+                m.count,
+                m.phase,
+                m.announced - m.delivered,
+                m.announced,
+                m.delivered
+            );
+            return Err(self.mbar_err(pc, th.tid, name, detail));
+        }
+        m.announced += tx;
+        m.pending -= 1;
+        self.mbar_complete(b, th.tid, pc)
+    }
+
+    /// Whether `mbarrier_wait` passes now (else the thread blocks, its stash naming the barrier
+    /// and parity). A wait that passes sees every phase completed so far.
+    pub fn mbar_wait(
+        &mut self,
+        th: &mut Thread,
+        bar: &MemRef,
+        parity: &E,
+        pc: u32,
+    ) -> Result<bool, SimError> {
+        let (b, loc, off) = self.live_bar(th, bar, pc)?;
+        self.bar_touch(th, loc, off, pc)?;
+        let p = self.eval(th, parity, pc)?.as_i64();
+        if !(0..=1).contains(&p) {
+            let name = self.bar_name(loc.buf, off);
+            return Err(self.mbar_err(pc, th.tid, name, format!("parity {p} (0 or 1)")));
+        }
+        if self.mem.mbars.passed(b, p as u32) {
+            let phases = self.mem.mbars.bars[b as usize].phase;
+            let epoch = self.mem.epoch;
+            self.mem.shadow.tma_acquire(th.tid as u16, b, phases, epoch);
+            th.stash = crate::exec::Stash::None;
+            Ok(true)
+        } else {
+            th.stash = crate::exec::Stash::Mbar(b, p as u32);
+            Ok(false)
+        }
+    }
+
+    /// Complete barrier `b`'s current phase if its arrivals are all made and its copies
+    /// deliver exactly the bytes announced: the copies land, the parity flips. `tid` and `pc`:
+    /// the operation that made it complete.
+    fn mbar_complete(&mut self, b: u32, tid: u32, pc: u32) -> Result<(), SimError> {
+        let m = &self.mem.mbars.bars[b as usize];
+        if m.pending > 0 || m.delivered < m.announced {
+            return Ok(());
+        }
+        if m.delivered > m.announced {
+            let detail = format!(
+                "the TMA copies issued on phase {} deliver {} bytes, but expect_tx announced {} (and all {} arrivals are made)",
+                m.phase, m.delivered, m.announced, m.count
+            );
+            let name = self.bar_name(m.buf, m.off);
+            return Err(self.mbar_err(pc, tid, name, detail));
+        }
+        let m = &mut self.mem.mbars.bars[b as usize];
+        let copies = std::mem::take(&mut m.copies);
+        let phase = m.phase;
+        m.phase += 1;
+        m.pending = m.count;
+        m.announced = 0;
+        m.delivered = 0;
+        let when = self.mem.when(tid);
+        for c in copies {
+            let info = self.mem.info(c.buf);
+            let who = Rec {
+                tid: c.tid as u16,
+                kind: Kind::AsyncWrite,
+                pc: c.pc,
+            };
+            for (off, data) in &c.chunks {
+                self.mem.check_wgmma_reads(c.buf, *off, 16, who)?;
+                self.mem
+                    .shadow
+                    .tma_land(info.base + off, 16, who, when, b, phase)
+                    .map_err(|x| self.mem.conflict(x, c.buf, who))?;
+                let at = info.base + off;
+                let dst = self.mem.shared.get_mut(at..at + 16).ok_or_else(|| {
+                    SimError::InvalidIr("a TMA copy landing outside shared memory".into())
+                })?;
+                dst.copy_from_slice(data);
+            }
+        }
+        Ok(())
+    }
+
+    /// Issue a TMA copy: check its operands, read the box now, swizzle its destination, and
+    /// put it in flight on its barrier's current phase.
+    pub fn tma_load(
+        &mut self,
+        th: &mut Thread,
+        box_dims: &[u32],
+        swizzle: u32,
+        (dst, tensor, bar): (&MemRef, &MemRef, &MemRef),
+        coords: &[E],
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize).to_string();
+        let span = self.prog.span(pc as usize);
+        let invalid = |msg: String| SimError::InvalidIr(format!("{name} at {span}: {msg}"));
+        let d = self.addr(th, dst, pc)?;
+        let t = self.addr(th, tensor, pc)?;
+        let (b, _, _) = self.live_bar(th, bar, pc)?;
+        let mut at = Vec::with_capacity(coords.len());
+        for c in coords {
+            at.push(self.eval(th, c, pc)?.as_i64() as i32 as i64);
+        }
+        let (di, ti) = (self.mem.info(d.buf), self.mem.info(t.buf));
+        if ti.scope != Scope::Global || t.elem != 0 {
+            return Err(invalid(format!(
+                "the tensor operand is {} `{}`[{}], not the address of a global tensor's first element",
+                ti.scope, ti.name, t.elem
+            )));
+        }
+        if di.scope != Scope::Shared {
+            return Err(invalid(format!(
+                "the destination is {} `{}`, not shared memory",
+                di.scope, di.name
+            )));
+        }
+        let rank = box_dims.len();
+        if ti.shape.len() != rank || at.len() != rank {
+            return Err(invalid(format!(
+                "a box of {rank} dims and {} coordinates for `{}` of shape {:?}",
+                at.len(),
+                ti.name,
+                ti.shape
+            )));
+        }
+        let esize = ti.dtype.bytes();
+        if let Some(&bad) = box_dims.iter().find(|&&x| x == 0 || x > 256) {
+            return Err(invalid(format!(
+                "a box extent of {bad} (box {box_dims:?}; 1 to 256 per dim)"
+            )));
+        }
+        let inner = box_dims[rank - 1] as usize;
+        let row_bytes = inner * esize;
+        if !row_bytes.is_multiple_of(16) {
+            return Err(invalid(format!(
+                "box rows of {row_bytes} bytes ({inner} × {}): TMA boxes need rows of a multiple of 16 bytes",
+                ti.dtype
+            )));
+        }
+        if swizzle >= 32 && row_bytes > swizzle as usize {
+            return Err(invalid(format!(
+                "box rows of {row_bytes} bytes with a {swizzle}-byte swizzle (rows may span the swizzle's width at most)"
+            )));
+        }
+        // The descriptor (built at launch) needs every stride a multiple of 16 bytes.
+        let tensor_row = ti.shape[rank - 1] as usize * esize;
+        if rank > 1 && !tensor_row.is_multiple_of(16) {
+            return Err(invalid(format!(
+                "`{}` of shape {:?} ({}) has rows of {tensor_row} bytes; a TMA descriptor needs its strides to be multiples of 16 bytes",
+                ti.name, ti.shape, ti.dtype
+            )));
+        }
+        // The destination: aligned (absolutely) for the swizzle, inside its buffer.
+        let rows: usize = box_dims[..rank - 1].iter().map(|&x| x as usize).product();
+        let total = rows * row_bytes;
+        let dstart = d.elem as i128 * di.dtype.bytes() as i128;
+        if d.elem < 0 || dstart + total as i128 > di.bytes() as i128 {
+            let esz = di.dtype.bytes().max(1) as i128;
+            let last = ((dstart + total as i128 - 1) / esz) as i64;
+            return Err(self
+                .mem
+                .oob(d.buf, vec![d.elem, last], vec![di.numel], th.tid, pc));
+        }
+        let doff = dstart as usize;
+        let align = if swizzle >= 32 {
+            8 * swizzle as usize
+        } else {
+            128
+        };
+        if shared_align(di.bytes()) < align {
+            return Err(invalid(format!(
+                "the destination `{}` is {} bytes: codegen places it on a {}-byte boundary only, and a TMA copy{} needs {align}-byte alignment (shared buffers of 1 KiB and more are 1024-byte aligned)",
+                di.name,
+                di.bytes(),
+                shared_align(di.bytes()),
+                if swizzle >= 32 {
+                    format!(" with a {swizzle}-byte swizzle")
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        self.mem.aligned(d.buf, doff, align, &name, th.tid, pc)?;
+        // Read the box now (out-of-range elements are zeros), row by row.
+        let mut data = vec![0u8; total];
+        let shape = &ti.shape;
+        for r in 0..rows {
+            let mut rem = r;
+            let mut inside = true;
+            let mut flat: i64 = 0;
+            let mut idx = vec![0i64; rank - 1];
+            for dd in (0..rank - 1).rev() {
+                let n = box_dims[dd] as usize;
+                idx[dd] = at[dd] + (rem % n) as i64;
+                rem /= n;
+                inside &= (0..shape[dd]).contains(&idx[dd]);
+            }
+            if !inside {
+                continue;
+            }
+            for (dd, &i) in idx.iter().enumerate() {
+                flat = flat * shape[dd] + i;
+            }
+            let c0 = at[rank - 1];
+            let lo = c0.max(0);
+            let hi = (c0 + inner as i64).min(shape[rank - 1]);
+            if lo >= hi {
+                continue;
+            }
+            let gstart = ((flat * shape[rank - 1] + lo) as usize) * esize;
+            let len = (hi - lo) as usize * esize;
+            let out = r * row_bytes + (lo - c0) as usize * esize;
+            let mut done = 0;
+            while done < len {
+                let n = (len - done).min(16);
+                let bytes = self.mem.read(
+                    &th.local,
+                    t.buf,
+                    gstart + done,
+                    n,
+                    rec(th.tid, Kind::IntrinsicRead, pc),
+                )?;
+                data[out + done..out + done + n].copy_from_slice(&bytes[..n]);
+                done += n;
+            }
+        }
+        // Its 16-byte chunks, at their swizzled places; in flight from now on.
+        let base = di.base;
+        let who = rec(th.tid, Kind::AsyncWrite, pc);
+        let when = self.mem.when(th.tid);
+        let mut chunks = Vec::with_capacity(total / 16);
+        for (j, chunk) in data.chunks_exact(16).enumerate() {
+            let a = swizzle_addr(base + doff + 16 * j, swizzle);
+            let off = a - base;
+            if off + 16 > di.bytes() {
+                let esz = di.dtype.bytes().max(1);
+                return Err(self.mem.oob(
+                    d.buf,
+                    vec![(off / esz) as i64],
+                    vec![di.numel],
+                    th.tid,
+                    pc,
+                ));
+            }
+            self.mem.check_wgmma_reads(d.buf, off, 16, who)?;
+            self.mem
+                .shadow
+                .async_issue(base + off, 16, who, when)
+                .map_err(|c| self.mem.conflict(c, d.buf, who))?;
+            let mut bytes = [0u8; 16];
+            bytes.copy_from_slice(chunk);
+            chunks.push((off, bytes));
+        }
+        self.stats.tma_copies += 1;
+        let m = &mut self.mem.mbars.bars[b as usize];
+        m.delivered += total as i64;
+        m.copies.push(TmaCopy {
+            buf: d.buf,
+            chunks,
+            tid: th.tid,
+            pc,
+        });
+        self.mbar_complete(b, th.tid, pc)
+    }
+
+    /// Why the phase a thread waits for cannot complete (for the deadlock report).
+    pub fn mbar_deadlock(&self, b: u32, parity: u32, tid: u32, pc: u32, waiting: u32) -> SimError {
+        let m = &self.mem.mbars.bars[b as usize];
+        let mut why = vec![];
+        if m.pending > 0 {
+            why.push(format!(
+                "{} of its {} arrival(s) for phase {} never came",
+                m.pending, m.count, m.phase
+            ));
+        }
+        if m.delivered < m.announced {
+            why.push(format!(
+                "expect_tx announced {} bytes but the copies delivered {}",
+                m.announced, m.delivered
+            ));
+        } else if m.delivered > m.announced {
+            why.push(format!(
+                "TMA copies of {} bytes are in flight on it, but expect_tx announced only {} (a missing mbarrier_arrive_expect_tx?)",
+                m.delivered, m.announced
+            ));
+        }
+        if m.pending == m.count && m.announced == 0 && m.delivered == 0 {
+            why.push(format!(
+                "nothing arrived on it since its phase {} began; {} phase(s) have completed, so a wait for parity {parity} waits for phase {} (a wrong parity, or a missing arrive?)",
+                m.phase, m.phase, m.phase
+            ));
+        }
+        SimError::MbarrierDeadlock {
+            barrier: self.bar_name(m.buf, m.off),
+            parity,
+            block: self.mem.block,
+            thread: tid,
+            waiting,
+            span: self.prog.span(pc as usize),
+            state: Box::new(MbarrierState {
+                phase: m.phase,
+                pending: m.pending,
+                count: m.count,
+                tx_expected: m.announced,
+                tx_delivered: m.delivered,
+                detail: why.join("; "),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::swizzle_addr;
+
+    #[test]
+    fn swizzle_is_the_hardware_address_xor() {
+        // 128B: bits 4-6 ^= bits 7-9; row 1 of a 1024-aligned tile swaps chunks 0 and 1.
+        assert_eq!(swizzle_addr(128, 128), 128 + 16);
+        assert_eq!(
+            swizzle_addr(1024 + 7 * 128 + 16, 128),
+            1024 + 7 * 128 + 6 * 16
+        );
+        // 64B: bits 4-5 ^= bits 7-8: row 5 → XOR 1.
+        assert_eq!(swizzle_addr(5 * 128, 64), 5 * 128 + 16);
+        // 32B: bit 4 ^= bit 7.
+        assert_eq!(swizzle_addr(128 + 16, 32), 128);
+        assert_eq!(swizzle_addr(3 * 128 + 48, 0), 3 * 128 + 48);
+        for a in (0..4096).step_by(16) {
+            for s in [32, 64, 128] {
+                let b = swizzle_addr(a, s);
+                assert_eq!(swizzle_addr(b, s), a, "an involution");
+                assert_eq!(b / s as usize, a / s as usize, "within one swizzle row");
+            }
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! The TMA pipeline (sm_90a: mbarriers, `tma_load` of swizzled tiles, phase-parity waits) in
+//! the simulator: the GEMM variants that take it agree with the CPU backend, and bugs planted
+//! in the lowered kernel — a wrong `expect_tx`, a dropped wait, a shifted coordinate, a wrong
+//! swizzle, a dropped barrier initialization — are caught.
+
+use tilelang::ir::{Expr, ExprKind, Intrinsic, Stmt, StmtKind};
+use tilelang::kernels::gemm;
+use tilelang::prelude::*;
+use tilelang::runtime::rel_err;
+use tilelang::Target;
+use tl_sim::{SimArg, SimOptions};
+
+fn shapes(layout: gemm::Layout, m: usize, n: usize, kk: usize) -> Vec<Vec<usize>> {
+    let a = if layout == gemm::Layout::TN {
+        vec![kk, m]
+    } else {
+        vec![m, kk]
+    };
+    let b = if layout == gemm::Layout::NT {
+        vec![n, kk]
+    } else {
+        vec![kk, n]
+    };
+    vec![a, b, vec![m, n]]
+}
+
+/// Run `lowered` (a variant of `k`) in the simulator and `k` on the CPU backend on the same
+/// random inputs: Ok(the largest relative error over the outputs) or the simulator's error.
+fn run_vs_cpu(
+    k: &Kernel,
+    lowered: &tilelang::ir::Kernel,
+    shapes: &[Vec<usize>],
+    seed: u64,
+) -> Result<f64, String> {
+    let ir = k.ir();
+    let dev = Device::Cpu;
+    let make = |i: usize, b: &tilelang::ir::Buffer, s: &Vec<usize>| {
+        Tensor::randn(s, b.dtype(), seed + i as u64, &dev).expect("tensor")
+    };
+    let tensors: Vec<Tensor> = ir
+        .tensors()
+        .zip(shapes)
+        .enumerate()
+        .map(|(i, ((b, _), s))| make(i, b, s))
+        .collect();
+    k.compile(&dev)
+        .expect("cpu")
+        .run(&tensors.iter().collect::<Vec<_>>())
+        .expect("cpu run");
+    let mut args: Vec<SimArg> = ir
+        .tensors()
+        .zip(shapes)
+        .enumerate()
+        .map(|(i, ((b, role), s))| {
+            let mut v = make(i, b, s).to_f64_vec().expect("values");
+            if role != tilelang::ir::Role::Input {
+                v.iter_mut().for_each(|x| *x = f64::NAN);
+            }
+            SimArg::tensor(b.dtype(), s, &v)
+        })
+        .collect();
+    tl_sim::run(lowered, &mut args, &SimOptions::default()).map_err(|e| e.to_string())?;
+    let mut worst: f64 = 0.0;
+    for (((b, role), arg), t) in ir.tensors().zip(&args).zip(&tensors) {
+        if role != tilelang::ir::Role::Input {
+            let e = rel_err(&arg.to_f64(b.dtype()), &t.to_f64_vec().expect("out")).expect("size");
+            worst = worst.max(e);
+        }
+    }
+    Ok(worst)
+}
+
+/// The variant for 16-byte-aligned sizes, lowered for sm_90a: the one that copies by TMA.
+fn tma_variant(k: &Kernel) -> tilelang::ir::Kernel {
+    let low = k
+        .lower_aligned(Target::SM90)
+        .unwrap_or_else(|d| panic!("{}: {d}", k.name()));
+    let text = low.to_string();
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        assert!(!text.contains("tma_load"), "{text}");
+    } else {
+        assert!(text.contains("tma_load<"), "no TMA in:\n{text}");
+        assert!(text.contains("mbarrier_wait("), "{text}");
+    }
+    low
+}
+
+#[test]
+fn tma_gemm_in_sim() {
+    // wgmma tiles (one and two warpgroups, 128-deep k tiles), in flight across k steps or not,
+    // 2 to 4 stages; tails in M, N and K (sizes multiples of 8 elements: the aligned variant).
+    let configs = [
+        (64, 64, 64, 3, 128, false),
+        (128, 128, 64, 3, 256, false),
+        (64, 64, 128, 2, 128, false),
+        (64, 64, 64, 3, 128, true),
+        (64, 64, 64, 4, 128, true),
+    ];
+    for (bm, bn, bk, stages, threads, overlap) in configs {
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            overlap,
+            ..gemm::GemmConfig::tiles(bm, bn, bk, stages, threads)
+        };
+        for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
+            let k = gemm::gemm(layout, BF16, F32, cfg);
+            let low = tma_variant(&k);
+            for (m, n, kk) in [(104, 72, 200), (64, 64, 64)] {
+                let what = format!(
+                    "{} {bm}x{bn}x{bk}, {stages} stages, overlap {overlap}, {m}x{n}x{kk}",
+                    layout.name()
+                );
+                let e = run_vs_cpu(&k, &low, &shapes(layout, m, n, kk), 3)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(e < 1e-5, "{what}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn tma_mma_sync_gemm_in_sim() {
+    // mma.sync on sm_90a: ldmatrix reads what the TMA landed (when the pipeline takes TMA).
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::MmaSync),
+        ..gemm::GemmConfig::tiles(64, 64, 32, 3, 128)
+    };
+    for layout in [gemm::Layout::NT, gemm::Layout::NN] {
+        let k = gemm::gemm(layout, BF16, F32, cfg);
+        let low = tma_variant(&k);
+        let e = run_vs_cpu(&k, &low, &shapes(layout, 72, 80, 96), 4)
+            .unwrap_or_else(|e| panic!("{}: {e}", layout.name()));
+        assert!(e < 1e-5, "{}: {e}", layout.name());
+    }
+}
+
+/// A call's new intrinsic and arguments, from the old ones.
+type CallRewrite<'a> = &'a dyn Fn(&Intrinsic, &[Expr]) -> (Intrinsic, Vec<Expr>);
+
+/// Rewrite every call `pick` matches with `f` (its arguments → new arguments and intrinsic).
+fn rewrite_calls(s: &Stmt, pick: &dyn Fn(&Intrinsic) -> bool, f: CallRewrite) -> Stmt {
+    s.map_post(&mut |st| match &st.kind {
+        StmtKind::Eval(e) => match e.kind() {
+            ExprKind::Call(op, args) if pick(op) => {
+                let (op, args) = f(op, args);
+                Stmt::new(StmtKind::Eval(Expr::call(op, args, e.dtype())), st.span)
+            }
+            _ => st,
+        },
+        _ => st,
+    })
+}
+
+fn remove_calls(s: &Stmt, pick: &dyn Fn(&Intrinsic) -> bool) -> Stmt {
+    s.map_post(&mut |st| match st.kind {
+        StmtKind::Seq(v) => Stmt::seq(
+            v.into_iter()
+                .filter(|x| {
+                    !matches!(&x.kind, StmtKind::Eval(e)
+                        if matches!(e.kind(), ExprKind::Call(op, _) if pick(op)))
+                })
+                .collect(),
+            st.span,
+        ),
+        k => Stmt::new(k, st.span),
+    })
+}
+
+#[test]
+fn planted_tma_bugs_are_caught() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    let layout = gemm::Layout::NT;
+    let k = gemm::gemm(layout, BF16, F32, cfg);
+    let low = tma_variant(&k);
+    let sh = shapes(layout, 64, 64, 256);
+    assert!(run_vs_cpu(&k, &low, &sh, 5).expect("the kernel as lowered runs") < 1e-5);
+    let broken = |body: Stmt| low.with_body(body);
+
+    // expect_tx announces half the bytes: the phase completes with the first tile (A's) and
+    // B's lands only in the next phase, after the wait has let the threads read it — or, when
+    // one copy is more than half, it overshoots the phase.
+    let half_tx = broken(rewrite_calls(
+        &low.body,
+        &|op| *op == Intrinsic::MbarrierArriveExpectTx,
+        &|op, a| {
+            let bytes = a[1].as_int().expect("constant bytes");
+            (op.clone(), vec![a[0].clone(), Expr::int(bytes / 2)])
+        },
+    ));
+    let e = run_vs_cpu(&k, &half_tx, &sh, 5).expect_err("a short expect_tx must be reported");
+    assert!(
+        e.contains("but expect_tx announced") || e.contains("TMA copy"),
+        "{e}"
+    );
+    // ... or twice the bytes: the phase never completes.
+    let double_tx = broken(rewrite_calls(
+        &low.body,
+        &|op| *op == Intrinsic::MbarrierArriveExpectTx,
+        &|op, a| {
+            let bytes = a[1].as_int().expect("constant bytes");
+            (op.clone(), vec![a[0].clone(), Expr::int(bytes * 2)])
+        },
+    ));
+    let e = run_vs_cpu(&k, &double_tx, &sh, 5).expect_err("a long expect_tx must be reported");
+    assert!(
+        e.contains("deadlock") && e.contains("but the copies delivered"),
+        "{e}"
+    );
+
+    // No wait on the barrier: the tiles are read before they land.
+    let no_wait = broken(remove_calls(&low.body, &|op| {
+        *op == Intrinsic::MbarrierWait
+    }));
+    let e = run_vs_cpu(&k, &no_wait, &sh, 5).expect_err("a dropped wait must be reported");
+    assert!(e.contains("TMA copy"), "{e}");
+
+    // No initialization: the first expect_tx finds no barrier.
+    let no_init = broken(remove_calls(&low.body, &|op| {
+        matches!(op, Intrinsic::MbarrierInit { .. })
+    }));
+    let e = run_vs_cpu(&k, &no_init, &sh, 5).expect_err("a missing init must be reported");
+    assert!(e.contains("not initialized"), "{e}");
+
+    // The waits' parity flipped: the first wait waits for a phase nobody starts.
+    let flipped = broken(rewrite_calls(
+        &low.body,
+        &|op| *op == Intrinsic::MbarrierWait,
+        &|op, a| (op.clone(), vec![a[0].clone(), Expr::int(1) - a[1].clone()]),
+    ));
+    let e = run_vs_cpu(&k, &flipped, &sh, 5).expect_err("a wrong parity must be reported");
+    assert!(e.contains("deadlock") && e.contains("parity"), "{e}");
+
+    // A box one row down (the row coordinate is the second to last): wrong data.
+    let shifted = broken(rewrite_calls(
+        &low.body,
+        &|op| matches!(op, Intrinsic::TmaLoad { .. }),
+        &|op, a| {
+            let mut a = a.to_vec();
+            let row = a.len() - 2;
+            a[row] = a[row].clone() + Expr::int(1).cast(a[row].dtype());
+            (op.clone(), a)
+        },
+    ));
+    let err = run_vs_cpu(&k, &shifted, &sh, 5).expect("runs");
+    assert!(err > 1e-2, "a shifted TMA box went unnoticed ({err})");
+
+    // No swizzle where the wgmma reads the 128-byte one: the tiles land unswizzled.
+    let unswizzled = broken(rewrite_calls(
+        &low.body,
+        &|op| matches!(op, Intrinsic::TmaLoad { swizzle: 128, .. }),
+        &|op, a| match op {
+            Intrinsic::TmaLoad { box_dims, .. } => (
+                Intrinsic::TmaLoad {
+                    box_dims: box_dims.clone(),
+                    swizzle: 0,
+                },
+                a.to_vec(),
+            ),
+            _ => (op.clone(), a.to_vec()),
+        },
+    ));
+    let err = run_vs_cpu(&k, &unswizzled, &sh, 5).expect("runs");
+    assert!(err > 1e-2, "a wrong swizzle went unnoticed ({err})");
+}
+
+#[test]
+fn persistent_tma_gemm_in_sim() {
+    // Each block loops over output tiles: the pipeline (its barriers initialized again for
+    // every tile) runs once per tile, the phases starting over.
+    for (blocks, panel) in [(2, 2), (3, 0)] {
+        let cfg = gemm::GemmConfig {
+            persistent: Some(blocks),
+            panel,
+            instruction: Some(GemmInstruction::Wgmma),
+            ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+        };
+        let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+        let low = tma_variant(&k);
+        let e = run_vs_cpu(&k, &low, &shapes(gemm::Layout::NT, 136, 152, 200), 9)
+            .unwrap_or_else(|e| panic!("{blocks} blocks, panel {panel}: {e}"));
+        assert!(e < 1e-5, "{blocks} blocks, panel {panel}: {e}");
+    }
+}
