@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|all]
 set -uo pipefail
 what="${1:-all}"
 # TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
@@ -157,6 +157,33 @@ if [ "$what" = hopper ]; then
   fi
   log "compile times (fresh cache, in one process)"
   $G/compile_times --device cuda
+fi
+
+if [ "$what" = tma ]; then
+  # Hopper GEMM with TMA loads and mbarrier pipelines (the default on sm_90; TILELANG_TMA=0
+  # keeps cp.async): correctness at odd sizes first, each in its own process, then speed with
+  # and without TMA beside cuBLAS, at aligned sizes and at sizes that break the tile.
+  log "tma gemm: correctness at odd sizes"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  for l in nt nn tn; do
+    chk $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16
+    chk $G/gemm --device cuda --m 257 --n 129 --k 72 --layout $l --dtype f16 --out-dtype f32
+    chk $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16 --wgmma --overlap --bm 128 --bn 128 --bk 64 --threads 256 --stages 4
+    chk $G/gemm --device cuda --m 777 --n 1001 --k 4104 --layout $l --dtype bf16 --wgmma --bm 128 --bn 256 --bk 64 --threads 256 --stages 3
+    TILELANG_BACKEND=cuda chk $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16
+  done
+  chk $G/gemm --device cuda --m 333 --n 301 --k 216 --dtype f32
+  echo "tma correctness failures: $fails"
+  log "tma gemm: speed (ours with TMA, ours with cp.async, cuBLAS)"
+  for shape in "4096 4096 4096" "8192 8192 8192" "4096 8192 2048" "6144 6144 6144" "4097 4095 4104" "4096 4096 4104" "4095 4095 4095"; do
+    set -- $shape
+    for l in nt nn; do
+      $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1
+      TILELANG_TMA=0 $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[cp.async] /'
+      python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
+    done
+  done
 fi
 
 if [ "$what" = perf ] || [ "$what" = all ] || [ "$what" = attn ]; then

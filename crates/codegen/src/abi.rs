@@ -3,13 +3,24 @@
 //! integers (the symbolic sizes in declaration order, then integer and bool scalars in
 //! parameter order) as int64; float scalars in parameter order as double.
 
-use tl_ir::{Kernel, Param, Var};
+use tl_ir::{ExprKind, Intrinsic, Kernel, Param, Var};
 
 /// One integer slot.
 #[derive(Clone, Debug, PartialEq)]
 pub enum IntSlot {
     Dim(Var),
     Scalar(Var),
+}
+
+/// A TMA descriptor (`CUtensorMap`) the kernel takes after its other parameters: built at
+/// launch from a tensor argument, for boxes of `box_dims` (one per tensor dim, outermost
+/// first) with a shared-memory swizzle of `swizzle` bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TmaSpec {
+    /// Index into `Kernel::params` of the tensor.
+    pub param: usize,
+    pub box_dims: Vec<u32>,
+    pub swizzle: u32,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -19,6 +30,49 @@ pub struct Abi {
     pub ints: Vec<IntSlot>,
     /// Float scalars, in order.
     pub floats: Vec<Var>,
+    /// TMA descriptors, in parameter order (after every other parameter).
+    pub tmaps: Vec<TmaSpec>,
+}
+
+/// The TMA descriptors a lowered kernel's `TmaLoad`s use, in order of first use: one per
+/// (tensor, box, swizzle).
+pub fn tma_specs(k: &Kernel) -> Vec<TmaSpec> {
+    let mut out: Vec<TmaSpec> = vec![];
+    k.body.walk(&mut |s| {
+        for e in s.exprs() {
+            e.visit(&mut |x| {
+                let ExprKind::Call(Intrinsic::TmaLoad { box_dims, swizzle }, args) = x.kind()
+                else {
+                    return;
+                };
+                let Some(param) = args.get(1).and_then(|t| tensor_param(k, t)) else {
+                    return;
+                };
+                let spec = TmaSpec {
+                    param,
+                    box_dims: box_dims.clone(),
+                    swizzle: *swizzle,
+                };
+                if !out.contains(&spec) {
+                    out.push(spec);
+                }
+            });
+        }
+    });
+    out
+}
+
+/// The parameter index of the tensor `address_of(t[..])` names.
+pub fn tensor_param(k: &Kernel, addr: &tl_ir::Expr) -> Option<usize> {
+    let ExprKind::Call(Intrinsic::AddressOf, a) = addr.kind() else {
+        return None;
+    };
+    let ExprKind::Load(b, _) = a.first()?.kind() else {
+        return None;
+    };
+    k.params
+        .iter()
+        .position(|p| matches!(p, Param::Tensor { buffer, .. } if buffer.id() == b.id()))
 }
 
 impl Abi {
@@ -37,6 +91,7 @@ impl Abi {
             tensors,
             ints,
             floats,
+            tmaps: tma_specs(k),
         }
     }
 }

@@ -122,6 +122,9 @@ pub struct Printer<'a> {
     /// HIP: the buffer resource descriptor of each tensor that direct-to-LDS loads read (by
     /// buffer id), built once at kernel entry.
     pub srds: HashMap<u64, String>,
+    /// CUDA: the tensor-map parameter of each (tensor buffer id, box, swizzle) that TMA loads
+    /// use.
+    pub tmaps: HashMap<(u64, Vec<u32>, u32), String>,
 }
 
 impl<'a> Printer<'a> {
@@ -135,6 +138,7 @@ impl<'a> Printer<'a> {
             smem_offsets: HashMap::new(),
             wgmma_shapes: std::collections::BTreeSet::new(),
             srds: HashMap::new(),
+            tmaps: HashMap::new(),
         }
     }
 

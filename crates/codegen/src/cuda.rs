@@ -191,8 +191,20 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         let n = names.var(d);
         params.push(format!("const int32_t {n}"));
     }
+    // Tensor maps go last (the ABI's order: `Abi::tmaps`).
+    let mut tmaps = HashMap::new();
+    for (i, t) in crate::abi::tma_specs(k).iter().enumerate() {
+        let Some(Param::Tensor { buffer, .. }) = k.params.get(t.param) else {
+            continue;
+        };
+        let n = format!("tl_tmap{i}");
+        params.push(format!("const __grid_constant__ tl_tmap {n}"));
+        tmaps.insert((buffer.id(), t.box_dims.clone(), t.swizzle), n);
+    }
+    let any_tma = !tmaps.is_empty();
 
     let mut p = Printer::new(&mut names, Dialect::Cuda);
+    p.tmaps = tmaps;
     let any_shared = !plan.offsets.is_empty();
     p.smem_offsets = plan.offsets;
     if any_shared {
@@ -215,6 +227,10 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     ));
     code.push_str(CUDA_HEADER);
     code.push('\n');
+    if any_tma {
+        code.push_str(TMA_HEADER);
+        code.push('\n');
+    }
     if !wgmma_shapes.is_empty() {
         code.push_str(WGMMA_HEADER);
         for shape in &wgmma_shapes {
@@ -286,6 +302,7 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
 
 /// Hopper warpgroup-MMA helpers, included only in kernels that use them (sm_90a).
 const WGMMA_HEADER: &str = include_str!("../include/tl_wgmma.h");
+const TMA_HEADER: &str = include_str!("../include/tl_tma.h");
 
 /// The device function of a wgmma variant: `tl_` and the intrinsic's name.
 fn wgmma_function_name(w: &WgmmaOp) -> String {
@@ -674,6 +691,56 @@ impl Printer<'_> {
         false
     }
 
+    /// `tl_tma_load_<rank>d(dst, &map, bar, coords innermost first)`: the map is the kernel's
+    /// tensor-map parameter for this (tensor, box, swizzle).
+    fn cuda_tma_load(
+        &mut self,
+        op: &Intrinsic,
+        args: &[Expr],
+        box_dims: &[u32],
+        swizzle: u32,
+    ) -> String {
+        let rank = box_dims.len();
+        if !(2..=5).contains(&rank) {
+            return self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: a {rank}-d box (TMA takes 2 to 5 dims here)"),
+                "this is a compiler bug in TMA lowering",
+            );
+        }
+        if !self.cuda_nargs(op, args, 3 + rank) {
+            return "0".into();
+        }
+        let Some((d, _)) = self.cuda_addr(op, args.first(), "destination", &[Scope::Shared], None)
+        else {
+            return "0".into();
+        };
+        let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", &[Scope::Global], None)
+        else {
+            return "0".into();
+        };
+        let Some((b, _)) = self.cuda_addr(op, args.get(2), "barrier", &[Scope::Shared], None)
+        else {
+            return "0".into();
+        };
+        let Some(map) = self
+            .tmaps
+            .get(&(tensor.id(), box_dims.to_vec(), swizzle))
+            .cloned()
+        else {
+            return self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: no tensor map for `{}`", tensor.name()),
+                "this is a compiler bug: the ABI's tensor maps miss a TMA load",
+            );
+        };
+        let coords: Vec<String> = args[3..].iter().rev().map(|c| self.expr(c)).collect();
+        format!(
+            "tl_tma_load_{rank}d({d}, &{map}, {b}, {})",
+            coords.join(", ")
+        )
+    }
+
     pub(crate) fn cuda_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
         const SHARED: &[Scope] = &[Scope::Shared];
         const GLOBAL: &[Scope] = &[Scope::Global];
@@ -931,6 +998,41 @@ impl Printer<'_> {
             }
             Intrinsic::WgmmaCommit => "tl_wgmma_commit()".into(),
             Intrinsic::FenceProxyAsync => "tl_fence_proxy_async()".into(),
+            Intrinsic::MbarrierInit { count } => {
+                if !self.cuda_nargs(op, args, 1) {
+                    return "0".into();
+                }
+                match self.cuda_addr(op, args.first(), "barrier", SHARED, None) {
+                    Some((b, _)) => format!("tl_mbar_init({b}, {count})"),
+                    None => "0".into(),
+                }
+            }
+            Intrinsic::FenceMbarrierInit => "tl_fence_mbar_init()".into(),
+            Intrinsic::MbarrierArrive => {
+                if !self.cuda_nargs(op, args, 1) {
+                    return "0".into();
+                }
+                match self.cuda_addr(op, args.first(), "barrier", SHARED, None) {
+                    Some((b, _)) => format!("tl_mbar_arrive({b})"),
+                    None => "0".into(),
+                }
+            }
+            Intrinsic::MbarrierArriveExpectTx | Intrinsic::MbarrierWait => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let Some((b, _)) = self.cuda_addr(op, args.first(), "barrier", SHARED, None) else {
+                    return "0".into();
+                };
+                let v = self.expr(&args[1]);
+                match op {
+                    Intrinsic::MbarrierWait => format!("tl_mbar_wait({b}, {v})"),
+                    _ => format!("tl_mbar_expect_tx({b}, {v})"),
+                }
+            }
+            Intrinsic::TmaLoad { box_dims, swizzle } => {
+                self.cuda_tma_load(op, args, box_dims, *swizzle)
+            }
             other => self.unsupported(format!("the intrinsic {}", other.name())),
         }
     }

@@ -10,6 +10,6 @@ pub mod names;
 pub mod pack;
 pub mod ptx;
 
-pub use abi::{Abi, IntSlot};
+pub use abi::{Abi, IntSlot, TmaSpec};
 pub use cuda::{CudaSource, Language};
 pub use hip::HipSource;

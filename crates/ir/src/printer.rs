@@ -362,7 +362,11 @@ impl Printer {
                     Some(g) => format!(" where {}", self.expr_string(g)),
                     None => String::new(),
                 };
-                format!("copy {s} -> {d}{a}{g}")
+                let t = match &c.tma_barrier {
+                    Some(b) => format!(" tma on {}", self.expr_string(b)),
+                    None => String::new(),
+                };
+                format!("copy {s} -> {d}{a}{g}{t}")
             }
             TileOp::Gemm(g) => {
                 let a = self.region(&g.a);

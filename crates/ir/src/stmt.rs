@@ -126,6 +126,10 @@ pub struct CopyOp {
     /// counts outstanding loads, not groups): the copy moves data only where `guard` holds,
     /// and elsewhere its destination receives zeros.
     pub guard: Option<Expr>,
+    /// Set by the pipeline pass on copies the tensor-memory accelerator makes (Hopper): the
+    /// address of the mbarrier whose transactions the copy completes. The pipeline issues such
+    /// copies from one thread and waits on the barrier.
+    pub tma_barrier: Option<Expr>,
 }
 
 impl CopyOp {
@@ -136,6 +140,7 @@ impl CopyOp {
             dst,
             asynchronous: false,
             guard: None,
+            tma_barrier: None,
         }
     }
 }
@@ -364,6 +369,7 @@ impl Stmt {
                 }
                 if let TileOp::Copy(c) = op {
                     v.extend(c.guard.iter());
+                    v.extend(c.tma_barrier.iter());
                 }
                 v
             }
@@ -430,6 +436,7 @@ impl Stmt {
                     }
                     if let TileOp::Copy(c) = &mut op {
                         c.guard = c.guard.as_ref().map(&mut *f);
+                        c.tma_barrier = c.tma_barrier.as_ref().map(&mut *f);
                     }
                     StmtKind::Op(op)
                 }

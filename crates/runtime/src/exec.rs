@@ -154,6 +154,8 @@ pub struct Bound {
     pub dims: HashMap<String, i64>,
     pub args: Vec<BoundArg>,
     pub dim_values: Vec<i64>,
+    /// Each parameter's shape (empty for scalars): tensor maps describe the tensors.
+    pub shapes: Vec<Vec<i64>>,
 }
 
 /// Kind of value in a [`ParamBlock`] slot.
@@ -169,6 +171,26 @@ pub enum ParamKind {
     F32,
     /// A `double`.
     F64,
+    /// A 128-byte tensor map (`CUtensorMap`); the slot holds its index in the block's maps.
+    TensorMap,
+}
+
+/// A `CUtensorMap` as the driver builds it and a kernel takes it by value: 128 bytes, 64-byte
+/// aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct TensorMapBlob(pub [u64; 16]);
+
+/// What a tensor map describes: a row-major tensor (`dims` outermost first) of `elem_bytes`
+/// elements at `ptr`, read in boxes of `box_dims` with a shared-memory swizzle of `swizzle`
+/// bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorMapRequest {
+    pub ptr: u64,
+    pub elem_bytes: usize,
+    pub dims: Vec<i64>,
+    pub box_dims: Vec<u32>,
+    pub swizzle: u32,
 }
 
 /// Kernel parameters for `cuLaunchKernel`: one 8-byte slot per parameter, in the kernel's
@@ -178,6 +200,7 @@ pub enum ParamKind {
 pub struct ParamBlock {
     slots: Vec<u64>,
     kinds: Vec<ParamKind>,
+    maps: Vec<TensorMapBlob>,
 }
 
 impl ParamBlock {
@@ -197,6 +220,11 @@ impl ParamBlock {
         self.slots.push(v.to_bits());
         self.kinds.push(ParamKind::F64);
     }
+    pub fn push_tensor_map(&mut self, m: TensorMapBlob) {
+        self.slots.push(self.maps.len() as u64);
+        self.kinds.push(ParamKind::TensorMap);
+        self.maps.push(m);
+    }
     pub fn slots(&self) -> &[u64] {
         &self.slots
     }
@@ -212,9 +240,18 @@ impl ParamBlock {
     /// The `void**` array `cuLaunchKernel` takes: a pointer to each slot. Valid while `self`
     /// is neither moved nor modified.
     pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        let maps: Vec<*mut c_void> = self
+            .maps
+            .iter_mut()
+            .map(|m| m as *mut TensorMapBlob as *mut c_void)
+            .collect();
         self.slots
             .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
+            .zip(&self.kinds)
+            .map(|(s, k)| match k {
+                ParamKind::TensorMap => maps[*s as usize],
+                _ => s as *mut u64 as *mut c_void,
+            })
             .collect()
     }
 }
@@ -292,6 +329,27 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
             )));
         }
         p.push_i64(n);
+    }
+    for t in &sig.abi.tmaps {
+        let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
+            b.args.get(t.param),
+            sig.params.get(t.param),
+            b.shapes.get(t.param),
+        ) else {
+            return Err(bad(
+                t.param,
+                "expected a tensor (for its TMA descriptor)".into(),
+            ));
+        };
+        let req = TensorMapRequest {
+            ptr: *ptr as usize as u64,
+            elem_bytes: buffer.dtype().bytes(),
+            dims: dims.clone(),
+            box_dims: t.box_dims.clone(),
+            swizzle: t.swizzle,
+        };
+        let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
+        p.push_tensor_map(m);
     }
     Ok(p)
 }
@@ -617,6 +675,15 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
             (Param::Tensor { .. }, _) => BoundArg::Ptr(std::ptr::null_mut()),
         })
         .collect();
+    let shapes = sig
+        .params
+        .iter()
+        .zip(args)
+        .map(|(p, a)| match (p, a) {
+            (Param::Tensor { .. }, Arg::Tensor(t)) => t.shape().iter().map(|&n| n as i64).collect(),
+            _ => vec![],
+        })
+        .collect();
     let dim_values = sig
         .dims
         .iter()
@@ -667,6 +734,7 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
         dims,
         args: bound_args,
         dim_values,
+        shapes,
     })
 }
 
@@ -719,6 +787,7 @@ mod tests {
                 IntSlot::Scalar(flag),
             ],
             floats: vec![alpha, beta],
+            tmaps: vec![],
         };
         Signature {
             name: "k".into(),
@@ -782,6 +851,29 @@ mod tests {
         // SAFETY: the low 4 bytes of the f32 slot hold the float (little-endian).
         let alpha = unsafe { *(ptrs[1] as *const f32) };
         assert_eq!(alpha, 1.5);
+    }
+
+    /// A tensor map travels as a 64-byte aligned 128-byte blob that the launch's pointer
+    /// array points at, between the 8-byte slots around it.
+    #[test]
+    fn tensor_maps_are_passed_by_value_aligned() {
+        let mut p = ParamBlock::default();
+        p.push_u64(7);
+        let words: [u64; 16] = std::array::from_fn(|i| i as u64 * 3);
+        p.push_tensor_map(TensorMapBlob(words));
+        p.push_i64(-1);
+        assert_eq!(p.kinds()[1], ParamKind::TensorMap);
+        let ptrs = p.pointers();
+        assert_eq!(ptrs.len(), 3);
+        assert_eq!(ptrs[1] as usize % 64, 0);
+        // SAFETY: the pointer is to the block's blob, alive while `p` is.
+        let blob = unsafe { &*(ptrs[1] as *const TensorMapBlob) };
+        assert_eq!(blob.0, words);
+        // SAFETY: slots 0 and 2 hold 8-byte values.
+        unsafe {
+            assert_eq!(*(ptrs[0] as *const u64), 7);
+            assert_eq!(*(ptrs[2] as *const i64), -1);
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod profile;
 pub mod rng;
 pub mod selftest;
 pub mod tensor;
+pub mod tensor_map;
 
 pub use cache::Cache;
 pub use cuda::{DeviceProps, ResourceUsage};

@@ -74,6 +74,7 @@ fn signature(
         tensors: vec![],
         ints: dims.iter().cloned().map(tl_codegen::IntSlot::Dim).collect(),
         floats: vec![],
+        tmaps: vec![],
     };
     for (i, p) in params.iter().enumerate() {
         match p {

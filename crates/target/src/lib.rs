@@ -239,6 +239,10 @@ impl Target {
     pub fn has_wgmma(self) -> bool {
         matches!(self, Target::Cuda { sm } if sm == 90)
     }
+    /// The tensor-memory accelerator (bulk tensor copies completing on mbarriers), sm_90.
+    pub fn has_tma(self) -> bool {
+        matches!(self, Target::Cuda { sm } if sm >= 90)
+    }
 }
 
 impl fmt::Display for Target {

@@ -335,6 +335,7 @@ impl Kernel {
                     },
                     fallback: fallback.clone(),
                     source: src.code.clone(),
+                    tmaps: sig.abi.tmaps.clone(),
                 });
                 let mut exe = tl_runtime::build_cuda(
                     dev,
@@ -377,6 +378,7 @@ impl Kernel {
                     language: "hip".into(),
                     fallback: None,
                     source: src.code.clone(),
+                    tmaps: vec![],
                 });
                 let mut exe = tl_runtime::build_hip(
                     dev,
@@ -446,7 +448,8 @@ fn link_key_for_target(
 /// link: the caller then compiles the full way, which also repairs the link).
 fn from_link(cache: &Cache, pre: &str, ir: &tl_ir::Kernel, dev: &Device) -> Option<Executable> {
     let link = Link::read(cache, pre)?;
-    let sig = Signature::of(ir);
+    let mut sig = Signature::of(ir);
+    sig.abi.tmaps = link.tmaps.clone();
     match (dev, link.language.as_str()) {
         (Device::Cuda(_), "ptx" | "cuda") => {
             let mut exe = tl_runtime::build_cuda(
@@ -806,6 +809,7 @@ impl Kernel {
                     language: "hip".into(),
                     fallback: None,
                     source: src.code.clone(),
+                    tmaps: vec![],
                 }
                 .write(&cache, pre);
             }
@@ -829,6 +833,7 @@ impl Kernel {
                     },
                     fallback,
                     source: src.code.clone(),
+                    tmaps: tl_codegen::abi::tma_specs(&low),
                 }
                 .write(&cache, pre);
             }

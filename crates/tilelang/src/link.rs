@@ -29,21 +29,57 @@ pub struct Link {
     /// Why PTX fell back to CUDA C++ (`CompileStats::fallback`), if it did.
     pub fallback: Option<String>,
     pub source: String,
+    /// The tensor maps the kernel takes (`Abi::tmaps`): they come from lowering, which a
+    /// link skips.
+    pub tmaps: Vec<tl_codegen::TmaSpec>,
 }
 
-const MAGIC: &str = "tilelang-link 1";
+const MAGIC: &str = "tilelang-link 2";
+
+/// `param/box0xbox1.../swizzle` per tensor map, `;`-separated.
+fn encode_tmaps(t: &[tl_codegen::TmaSpec]) -> String {
+    t.iter()
+        .map(|t| {
+            let b: Vec<String> = t.box_dims.iter().map(|d| d.to_string()).collect();
+            format!("{}/{}/{}", t.param, b.join("x"), t.swizzle)
+        })
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+fn decode_tmaps(s: &str) -> Option<Vec<tl_codegen::TmaSpec>> {
+    s.split(';')
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            let mut f = x.split('/');
+            let param = f.next()?.parse().ok()?;
+            let box_dims = f
+                .next()?
+                .split('x')
+                .map(|d| d.parse().ok())
+                .collect::<Option<Vec<u32>>>()?;
+            let swizzle = f.next()?.parse().ok()?;
+            Some(tl_codegen::TmaSpec {
+                param,
+                box_dims,
+                swizzle,
+            })
+        })
+        .collect()
+}
 const EXT: &str = "link";
 
 impl Link {
     fn encode(&self) -> String {
         format!(
-            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nlanguage {}\nfallback {}\n--\n{}",
+            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nlanguage {}\nfallback {}\ntmaps {}\n--\n{}",
             self.key,
             self.entry,
             self.arch,
             self.dynamic_smem_bytes,
             self.language,
             self.fallback.as_deref().unwrap_or("").replace('\n', " "),
+            encode_tmaps(&self.tmaps),
             self.source
         )
     }
@@ -65,6 +101,7 @@ impl Link {
         let dynamic_smem_bytes = field("smem")?.parse().ok()?;
         let language = field("language")?;
         let fallback = Some(field("fallback")?).filter(|f| !f.is_empty());
+        let tmaps = decode_tmaps(&field("tmaps")?)?;
         if key.is_empty() || entry.is_empty() {
             return None;
         }
@@ -76,6 +113,7 @@ impl Link {
             language,
             fallback,
             source: source.to_string(),
+            tmaps,
         })
     }
 
@@ -103,79 +141,120 @@ const KNOBS: &[&str] = &[
     "TILELANG_AMD_SCHEDULE",
     "TILELANG_PTXAS_OPTIONS",
     "TILELANG_NVRTC_PTX_VIA_JITLINK",
+    "TILELANG_TMA",
 ];
 
-/// Whether every variable and buffer of `k` has a name no other one has. The `Debug` form
-/// names them (ids differ from process to process, names do not); where two share a name it
-/// could stand for two different programs, and the kernel gets no link.
-pub fn names_are_unique(k: &tl_ir::Kernel) -> bool {
-    use std::collections::HashMap;
+/// A variable or buffer the kernel names.
+enum Named<'a> {
+    Var(&'a tl_ir::Var),
+    Buf(&'a tl_ir::Buffer),
+}
+
+/// Every variable and buffer occurrence of `k`: parameters, sizes, grid, loop and let
+/// variables, allocations, and the operands of statements and expressions.
+fn each_named(k: &tl_ir::Kernel, note: &mut dyn FnMut(Named)) {
     use tl_ir::{ExprKind, Param, StmtKind};
-    let mut seen: HashMap<(bool, String), u64> = HashMap::new();
-    let mut ok = true;
-    let mut note = |is_var: bool, name: &str, id: u64| {
-        if *seen.entry((is_var, name.to_string())).or_insert(id) != id {
-            ok = false;
-        }
-    };
-    let exprs = |e: &tl_ir::Expr, note: &mut dyn FnMut(bool, &str, u64)| {
+    let exprs = |e: &tl_ir::Expr, note: &mut dyn FnMut(Named)| {
         e.visit(&mut |x| match x.kind() {
-            ExprKind::Var(v) => note(true, v.name(), v.id()),
-            ExprKind::Load(b, _) => note(false, b.name(), b.id()),
+            ExprKind::Var(v) => note(Named::Var(v)),
+            ExprKind::Load(b, _) => note(Named::Buf(b)),
             _ => {}
         });
     };
     for p in &k.params {
         match p {
             Param::Tensor { buffer, .. } => {
-                note(false, buffer.name(), buffer.id());
+                note(Named::Buf(buffer));
                 for d in buffer.shape() {
-                    exprs(d, &mut note);
+                    exprs(d, note);
                 }
             }
-            Param::Scalar(v) => note(true, v.name(), v.id()),
+            Param::Scalar(v) => note(Named::Var(v)),
         }
     }
     for d in &k.dims {
-        note(true, d.name(), d.id());
+        note(Named::Var(d));
     }
     for g in &k.grid {
-        exprs(g, &mut note);
+        exprs(g, note);
     }
     for v in &k.block_vars {
-        note(true, v.name(), v.id());
+        note(Named::Var(v));
     }
     k.body.walk(&mut |s| {
         match &s.kind {
             StmtKind::Alloc(b) | StmtKind::AnnotateLayout { buffer: b, .. } => {
-                note(false, b.name(), b.id());
+                note(Named::Buf(b));
                 for d in b.shape() {
-                    exprs(d, &mut note);
+                    exprs(d, note);
                 }
             }
-            StmtKind::Store { buffer, .. } => note(false, buffer.name(), buffer.id()),
-            StmtKind::For(l) => note(true, l.var.name(), l.var.id()),
-            StmtKind::Let { var, .. } => note(true, var.name(), var.id()),
+            StmtKind::Store { buffer, .. } => note(Named::Buf(buffer)),
+            StmtKind::For(l) => note(Named::Var(&l.var)),
+            StmtKind::Let { var, .. } => note(Named::Var(var)),
             StmtKind::Op(op) => {
                 let (r, w) = op.regions();
                 for reg in r.into_iter().chain(w) {
-                    note(false, reg.buffer.name(), reg.buffer.id());
+                    note(Named::Buf(&reg.buffer));
                 }
             }
             _ => {}
         }
         for e in s.exprs() {
-            exprs(e, &mut note);
+            exprs(e, note);
+        }
+    });
+}
+
+/// Whether every variable and buffer of `k` has a name no other one has. The `Debug` form
+/// names them (ids differ from process to process, names do not); where two share a name it
+/// could stand for two different programs, and the kernel gets no link.
+pub fn names_are_unique(k: &tl_ir::Kernel) -> bool {
+    use std::collections::HashMap;
+    let mut seen: HashMap<(bool, String), u64> = HashMap::new();
+    let mut ok = true;
+    each_named(k, &mut |n| {
+        let (key, id) = match n {
+            Named::Var(v) => ((true, v.name().to_string()), v.id()),
+            Named::Buf(b) => ((false, b.name().to_string()), b.id()),
+        };
+        if *seen.entry(key).or_insert(id) != id {
+            ok = false;
         }
     });
     ok
+}
+
+/// What the `Debug` form leaves out: each variable's type and each buffer's element type,
+/// memory scope and shape, by name (names are unique where a kernel is linked). Without them
+/// two kernels that differ only in a dtype (a bf16 GEMM and an f16 one) would share a link.
+pub fn declarations(k: &tl_ir::Kernel) -> String {
+    let mut decls = std::collections::BTreeMap::new();
+    each_named(k, &mut |n| match n {
+        Named::Var(v) => {
+            decls
+                .entry(format!("v {}", v.name()))
+                .or_insert_with(|| v.dtype().to_string());
+        }
+        Named::Buf(b) => {
+            decls.entry(format!("b {}", b.name())).or_insert_with(|| {
+                let shape: Vec<String> = b.shape().iter().map(|d| d.to_string()).collect();
+                format!("{} {} [{}]", b.dtype(), b.scope(), shape.join(", "))
+            });
+        }
+    });
+    decls
+        .iter()
+        .map(|(n, d)| format!("{n}: {d}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The link key of a kernel: its tile IR (as lowering gets it), the target, the toolchain's
 /// identity (`toolchain`: versions and options, as the binary keys use them), the knobs, and
 /// this compiler's build.
 pub fn link_key(ir: &tl_ir::Kernel, target: &str, toolchain: &str) -> String {
-    let ir = format!("{ir:?}");
+    let ir = format!("{ir:?}\n{}", declarations(ir));
     let knobs: Vec<String> = KNOBS
         .iter()
         .map(|k| format!("{k}={}", std::env::var(k).unwrap_or_default()))
@@ -205,8 +284,25 @@ mod tests {
             language: "ptx".into(),
             fallback: None,
             source: "line one\n--\nline after a separator\n".into(),
+            tmaps: vec![],
         };
         assert_eq!(Link::decode(&l.encode()), Some(l.clone()));
+        let with_maps = Link {
+            tmaps: vec![
+                tl_codegen::TmaSpec {
+                    param: 0,
+                    box_dims: vec![128, 64],
+                    swizzle: 128,
+                },
+                tl_codegen::TmaSpec {
+                    param: 2,
+                    box_dims: vec![1, 64, 32],
+                    swizzle: 0,
+                },
+            ],
+            ..l.clone()
+        };
+        assert_eq!(Link::decode(&with_maps.encode()), Some(with_maps.clone()));
         let with_fallback = Link {
             fallback: Some("nvJitLink missing".into()),
             ..l.clone()
@@ -230,6 +326,25 @@ mod tests {
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ib, "sm_90a", "t"));
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ia, "sm_80", "t"));
         assert_ne!(link_key(ia, "sm_90a", "t"), link_key(ia, "sm_90a", "u"));
+        // Kernels that differ only in element types: the Debug form names buffers without
+        // their types, so a bf16 GEMM once took an f16 one's link (a GPU run caught it:
+        // NaN output after an f16 run filled the cache).
+        use crate::kernels::gemm::{gemm, GemmConfig, Layout};
+        use tl_ir::DType;
+        let cfg = GemmConfig::tiles(64, 64, 32, 2, 128);
+        let bf16 = gemm(Layout::NT, DType::BF16, DType::BF16, cfg);
+        let f16 = gemm(Layout::NT, DType::F16, DType::F16, cfg);
+        let f16_f32 = gemm(Layout::NT, DType::F16, DType::F32, cfg);
+        let keys = [&bf16, &f16, &f16_f32].map(|k| link_key(k.ir(), "sm_90a", "t"));
+        assert_ne!(keys[0], keys[1]);
+        assert_ne!(keys[1], keys[2]);
+        assert_ne!(keys[0], keys[2]);
+        let fp32 = crate::kernels::elementwise::add_relu(DType::F32, 1024, 256);
+        let fp16 = crate::kernels::elementwise::add_relu(DType::F16, 1024, 256);
+        assert_ne!(
+            link_key(fp32.ir(), "sm_90a", "t"),
+            link_key(fp16.ir(), "sm_90a", "t")
+        );
     }
 
     /// The `Debug` form names variables and buffers; a kernel where two share a name gets no

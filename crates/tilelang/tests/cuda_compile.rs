@@ -93,7 +93,8 @@ fn gpu_default_and_tuned_tiles_compile_without_spills() {
         ),
     ];
     let opts = tl_nvrtc::CheckOptions {
-        require_instructions: vec!["HMMA".into(), "LDSM".into(), "LDGSTS".into()],
+        // sm_90a: the pipelined tiles arrive by TMA (UTMALDG), not cp.async (LDGSTS).
+        require_instructions: vec!["HMMA".into(), "LDSM".into(), "UTMALDG".into()],
         ..Default::default()
     };
     let mut failures = vec![];
@@ -121,8 +122,10 @@ fn wgmma_gemm_compiles_to_hgmma() {
     if tl_nvrtc::testing::nvrtc_or_skip("wgmma_gemm_compiles_to_hgmma").is_none() {
         return;
     }
-    let opts = tl_nvrtc::CheckOptions {
-        require_instructions: vec!["HGMMA".into(), "LDGSTS".into()],
+    // The aligned variant loads by TMA; the general one (any sizes, rows not a multiple of
+    // 16 bytes) by cp.async.
+    let opts = |copy: &str| tl_nvrtc::CheckOptions {
+        require_instructions: vec!["HGMMA".into(), copy.into()],
         ..Default::default()
     };
     for (bm, bn, bk, threads) in [(128, 256, 64, 256), (64, 128, 64, 128), (64, 128, 128, 128)] {
@@ -131,13 +134,13 @@ fn wgmma_gemm_compiles_to_hgmma() {
             ..GemmConfig::tiles(bm, bn, bk, 3, threads)
         };
         let k = gemm(Layout::NT, BF16, BF16, cfg);
-        for (variant, src) in [
-            ("aligned", k.emit(Target::SM90)),
-            ("general", k.emit_general(Target::SM90)),
+        for (variant, src, copy) in [
+            ("aligned", k.emit(Target::SM90), "UTMALDG"),
+            ("general", k.emit_general(Target::SM90), "LDGSTS"),
         ] {
             let src = src.unwrap_or_else(|e| panic!("{bm}x{bn} {variant}: {e}"));
             assert!(src.contains(&format!("wgmma.mma_async.sync.aligned.m64n{bn}k16")));
-            match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+            match tl_nvrtc::check_with(&src, "sm_90a", &opts(copy)) {
                 Ok(r) => println!("wgmma {bm}x{bn} ({variant}): {r}"),
                 Err(e) => panic!("wgmma {bm}x{bn} ({variant}): {e}"),
             }
@@ -193,7 +196,7 @@ fn hopper_defaults_and_wgmma_attention_compile_to_hgmma() {
         ),
     ];
     let opts = tl_nvrtc::CheckOptions {
-        require_instructions: vec!["HGMMA".into(), "LDGSTS".into()],
+        require_instructions: vec!["HGMMA".into(), "UTMALDG".into()],
         ..Default::default()
     };
     let mut failures = vec![];

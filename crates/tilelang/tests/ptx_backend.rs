@@ -106,14 +106,25 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
     ];
     let mut failures = vec![];
     for (group, kernels, want) in [
-        ("hopper", hopper, vec!["HGMMA", "LDGSTS"]),
-        ("mma.sync", mma, vec!["HMMA", "LDSM", "LDGSTS"]),
+        // sm_90a: pipelined tiles arrive by TMA (UTMALDG).
+        ("hopper", hopper, vec!["HGMMA", "UTMALDG"]),
+        ("mma.sync", mma, vec!["HMMA", "LDSM", "UTMALDG"]),
     ] {
-        let opts = tl_nvrtc::CheckOptions {
-            require_instructions: want.iter().map(|s| s.to_string()).collect(),
-            ..Default::default()
-        };
         for (what, k) in kernels {
+            // Known and measured: with TMA loads, the non-causal Hopper attention spills
+            // 36-40 bytes under its 128-register bound in our PTX (NVRTC's does not) and
+            // still runs 3.5% faster at d128 than with cp.async (docs/performance.md, run
+            // 12). Bounded here so that more is caught.
+            let spill_budget = if group == "hopper" && what.starts_with("attention") {
+                64
+            } else {
+                0
+            };
+            let opts = tl_nvrtc::CheckOptions {
+                require_instructions: want.iter().map(|s| s.to_string()).collect(),
+                allow_spills: spill_budget > 0,
+                ..Default::default()
+            };
             let ptx = match k.emit_ptx(Target::SM90) {
                 Ok(p) => p,
                 Err(e) => {
@@ -128,6 +139,10 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
                 Ok(r) if r.log.contains("C7509") => {
                     failures.push(format!("{group} {what}: wgmma serialized:\n{}", r.log))
                 }
+                Ok(r) if r.usage.spill_stores > spill_budget => failures.push(format!(
+                    "{group} {what}: {} bytes of spill stores (at most {spill_budget})",
+                    r.usage.spill_stores
+                )),
                 Ok(r) => println!("{group} {what} (PTX): {r}"),
                 Err(e) => failures.push(format!("{group} {what}: {e}")),
             }
@@ -183,6 +198,48 @@ fn uncovered_kernels_fall_back_to_cuda_cpp_with_the_reason() {
         false => {
             assert_eq!(src.language, tl_codegen::Language::CudaCpp);
             assert!(why.is_some_and(|w| w.contains("nvJitLink")));
+        }
+    }
+}
+
+/// On sm_90a the Hopper GEMMs' pipelined tiles arrive by the tensor-memory accelerator: one
+/// thread issues bulk tensor copies that complete on a barrier per stage, everyone waits on
+/// the stage's phase; the tensor maps are 64-byte aligned by-value parameters. Both printers,
+/// and the PTX assembles (the CUDA C++ compiles in `cuda_compile`). sm_80 keeps cp.async.
+#[test]
+fn hopper_gemm_tiles_arrive_by_tma() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    for layout in [Layout::NT, Layout::NN] {
+        let k = gemm(layout, BF16, BF16, GemmConfig::hopper());
+        let ptx = k.emit_ptx(Target::SM90).expect("PTX");
+        for want in [
+            "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+            "mbarrier.arrive.expect_tx.shared::cta.b64",
+            "mbarrier.try_wait.parity.shared::cta.b64",
+            "mbarrier.init.shared::cta.b64",
+            ".param .align 64 .b8",
+        ] {
+            assert!(ptx.contains(want), "{layout:?}: no `{want}` in\n{ptx}");
+        }
+        assert!(!ptx.contains("cp.async.cg"), "{layout:?}: cp.async left");
+        let cpp = k.emit(Target::SM90).expect("CUDA C++");
+        for want in [
+            "tl_tma_load_2d(",
+            "const __grid_constant__ tl_tmap",
+            "tl_mbar_wait(",
+        ] {
+            assert!(
+                cpp.contains(want),
+                "{layout:?}: no `{want}` in the CUDA C++"
+            );
+        }
+        let sm80 = k.emit(Target::SM80).expect("sm_80");
+        assert!(!sm80.contains("tl_tma_load"), "{layout:?}: TMA on sm_80");
+        if tl_nvrtc::testing::nvrtc_or_skip("hopper_gemm_tiles_arrive_by_tma").is_some() {
+            if let Err(e) = tl_nvrtc::check(&ptx, "sm_90a") {
+                panic!("{layout:?}: the TMA PTX does not assemble: {e}");
+            }
         }
     }
 }

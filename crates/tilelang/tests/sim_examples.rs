@@ -865,6 +865,8 @@ fn alignment_class_variants_in_sim() {
                 let src = v.source().unwrap_or_default();
                 if target.is_cuda() {
                     let want_copy = match kk % 8 {
+                        // Rows a multiple of 16 bytes: Hopper loads whole tiles by TMA.
+                        0 if target.has_tma() => "tma_load<",
                         0 => "cp_async<16>",
                         4 => "cp_async<8>",
                         2 | 6 => "cp_async<4>",

@@ -69,6 +69,8 @@ pub(super) struct Emitter {
     pub globals: HashMap<u64, (String, bool)>,
     pub smem_base: Option<String>,
     pub smem_offsets: HashMap<u64, u64>,
+    /// Tensor-map parameter names, by (tensor buffer id, box, swizzle).
+    pub tmaps: HashMap<(u64, Vec<u32>, u32), String>,
     pub tid: String,
     pub sm: u32,
     /// Use only division and square-root forms that ptxas expands inline. IEEE `div.rn`,
@@ -192,6 +194,7 @@ impl Emitter {
             globals: HashMap::new(),
             smem_base: None,
             smem_offsets: HashMap::new(),
+            tmaps: HashMap::new(),
             tid: String::new(),
             sm,
             inline_math: false,
@@ -241,12 +244,12 @@ impl Emitter {
         self.out.push_str(";\n");
     }
 
-    fn place(&mut self, label: &str) {
+    pub(super) fn place(&mut self, label: &str) {
         self.out.push_str(label);
         self.out.push_str(":\n");
     }
 
-    fn label(&mut self) -> String {
+    pub(super) fn label(&mut self) -> String {
         self.labels += 1;
         format!("$L{}", self.labels)
     }

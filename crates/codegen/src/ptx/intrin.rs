@@ -142,6 +142,82 @@ impl Emitter {
             Intrinsic::WgmmaFence => self.ins("wgmma.fence.sync.aligned"),
             Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
+            Intrinsic::MbarrierInit { count } => {
+                Self::nargs(op, args, 1)?;
+                let (b, _) = self.mem_arg(args.first(), SHARED)?;
+                self.ins(&format!(
+                    "mbarrier.init.shared::cta.b64 {}, {count}",
+                    b.operand()
+                ));
+            }
+            Intrinsic::FenceMbarrierInit => self.ins("fence.mbarrier_init.release.cluster"),
+            Intrinsic::MbarrierArrive => {
+                Self::nargs(op, args, 1)?;
+                let (b, _) = self.mem_arg(args.first(), SHARED)?;
+                self.ins(&format!(
+                    "mbarrier.arrive.shared::cta.b64 _, {}",
+                    b.operand()
+                ));
+            }
+            Intrinsic::MbarrierArriveExpectTx => {
+                Self::nargs(op, args, 2)?;
+                let (b, _) = self.mem_arg(args.first(), SHARED)?;
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, Class::B32);
+                self.ins(&format!(
+                    "mbarrier.arrive.expect_tx.shared::cta.b64 _, {}, {v}",
+                    b.operand()
+                ));
+            }
+            Intrinsic::MbarrierWait => {
+                Self::nargs(op, args, 2)?;
+                let (b, _) = self.mem_arg(args.first(), SHARED)?;
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, Class::B32);
+                let p = self.fresh(Class::Pred);
+                let top = self.label();
+                self.place(&top);
+                self.ins(&format!(
+                    "mbarrier.try_wait.parity.shared::cta.b64 {p}, {}, {v}",
+                    b.operand()
+                ));
+                self.ins(&format!("@!{p} bra {top}"));
+            }
+            Intrinsic::TmaLoad { box_dims, swizzle } => {
+                let rank = box_dims.len();
+                if !(1..=5).contains(&rank) {
+                    return Err(format!("{op}: a {rank}-d box"));
+                }
+                Self::nargs(op, args, 3 + rank)?;
+                let (d, _) = self.mem_arg(args.first(), SHARED)?;
+                let (tensor, _) = target(args.get(1))?;
+                let Some(map) = self
+                    .tmaps
+                    .get(&(tensor.id(), box_dims.clone(), *swizzle))
+                    .cloned()
+                else {
+                    return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
+                };
+                // The map's generic address, made where it is used (one thread issues the
+                // copies): held across the kernel it costs two registers, which pushed
+                // attention under its 128-register bound into spills.
+                let r = self.fresh(Class::B64);
+                self.ins(&format!("mov.b64 {r}, {map}"));
+                let map = self.fresh(Class::B64);
+                self.ins(&format!("cvta.param.u64 {map}, {r}"));
+                let (b, _) = self.mem_arg(args.get(2), SHARED)?;
+                let mut coords = vec![];
+                for c in args[3..].iter().rev() {
+                    let v = self.expr(c)?;
+                    coords.push(self.reg(&v, Class::B32));
+                }
+                self.ins(&format!(
+                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes {}, [{map}, {{{}}}], {}",
+                    d.operand(),
+                    coords.join(", "),
+                    b.operand()
+                ));
+            }
             Intrinsic::CpAsync { bytes } => {
                 Self::nargs(op, args, 3)?;
                 if !matches!(bytes, 4 | 8 | 16) {

@@ -128,6 +128,16 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     for d in &k.dims {
         bind_scalar(&mut em, &mut params, d)?;
     }
+    // Tensor maps last (`Abi::tmaps`): 128-byte parameters whose generic address the TMA
+    // instructions take.
+    for t in crate::abi::tma_specs(k) {
+        let Some(Param::Tensor { buffer, .. }) = k.params.get(t.param) else {
+            continue;
+        };
+        let name = format!("{kname}_param_{}", params.len());
+        params.push(format!(".param .align 64 .b8 {name}[128]"));
+        em.tmaps.insert((buffer.id(), t.box_dims, t.swizzle), name);
+    }
     let any_shared = !plan.offsets.is_empty();
     if any_shared {
         let r = em.fresh(Class::B32);

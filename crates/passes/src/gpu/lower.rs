@@ -359,9 +359,20 @@ impl<'a> Ctx<'a> {
 
     pub fn lower_op(&mut self, op: &TileOp, span: Span) -> Result<Stmt, Diagnostic> {
         match op {
-            TileOp::Copy(c) => {
-                self.lower_copy_guarded(&c.src, &c.dst, span, c.asynchronous, c.guard.as_ref())
-            }
+            TileOp::Copy(c) => match &c.tma_barrier {
+                Some(bar) => self
+                    .lower_tma_copy(&c.src, &c.dst, bar, span)
+                    .ok_or_else(|| {
+                        Diagnostic::internal(format!(
+                            "copy {} -> {} was marked for TMA but cannot be made by it",
+                            c.src.buffer.name(),
+                            c.dst.buffer.name()
+                        ))
+                    }),
+                None => {
+                    self.lower_copy_guarded(&c.src, &c.dst, span, c.asynchronous, c.guard.as_ref())
+                }
+            },
             TileOp::Fill(f) => self.lower_fill(f, span),
             TileOp::Gemm(g) => self.lower_gemm(g, span),
             TileOp::Reduce(r) => self.lower_reduce(r, span),

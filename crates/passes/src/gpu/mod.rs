@@ -20,5 +20,6 @@ pub mod pipeline;
 pub mod reduce;
 pub mod schedule;
 pub mod smem;
+pub mod tma;
 pub mod waitcnt;
 pub mod wgmma;

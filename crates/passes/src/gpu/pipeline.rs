@@ -298,6 +298,13 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         plans,
         versioned,
         errors: vec![],
+        smem: k
+            .attrs
+            .smem_layouts
+            .iter()
+            .map(|(b, l)| (b.id(), l.clone()))
+            .collect(),
+        analyzer: crate::simplify::kernel_analyzer(&k),
     };
     let body = px.rewrite(&k.body);
     if !px.errors.is_empty() {
@@ -328,6 +335,10 @@ struct Pipeliner {
     /// Shared buffers given pipeline stages: original id → its stages.
     versioned: HashMap<u64, Staged>,
     errors: Vec<Diagnostic>,
+    /// Shared layouts (tensor-core swizzles) by buffer id, before staging.
+    smem: HashMap<u64, tl_layout::ComposedLayout>,
+    /// What the kernel variant proves about its sizes (for TMA's stride rule).
+    analyzer: tl_ir::Analyzer,
 }
 
 impl Pipeliner {
@@ -411,6 +422,10 @@ impl Pipeliner {
         let consumer_ids: Vec<usize> = (0..body.len())
             .filter(|i| !plan.producers.contains(i))
             .collect();
+        let depth = wgmma_depth(&body, &consumer_ids, s);
+        if let Some(bytes) = self.tma_bytes(&body, &plan) {
+            return Ok(self.expand_tma(l, s, depth, &plan, bytes, span));
+        }
         let depth: i64 = match consumer_ids.as_slice() {
             [i] if s >= 3 => match &body[*i].kind {
                 StmtKind::Op(TileOp::Gemm(g))
@@ -595,6 +610,192 @@ impl Pipeliner {
         Ok(Stmt::seq(out, span))
     }
 
+    /// The bytes one iteration's copies bring, when every producer of the loop can be a TMA
+    /// copy (Hopper, `TILELANG_TMA` not `0`); `None` keeps cp.async.
+    fn tma_bytes(&self, body: &[&Stmt], plan: &PipelinePlan) -> Option<i64> {
+        if !self.target.has_tma() || std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+            return None;
+        }
+        let mut bytes = 0;
+        for &i in &plan.producers {
+            let StmtKind::Op(TileOp::Copy(c)) = &body[i].kind else {
+                return None;
+            };
+            let aligned = super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
+            let t = super::tma::TmaTile::of(
+                &c.src,
+                &c.dst,
+                self.smem.get(&c.dst.buffer.id()),
+                &self.target,
+                aligned,
+            )?;
+            bytes += t.bytes;
+        }
+        Some(bytes)
+    }
+
+    /// The TMA pipeline (Hopper): a barrier per stage; one thread refills a stage with the
+    /// tensor-memory accelerator, announcing the bytes it expects; everyone waits on the stage's
+    /// barrier (phase parity: which use of the stage this is), then passes a block barrier
+    /// (everyone is done with the stage about to be refilled) before the refill:
+    ///
+    /// ```text
+    /// thread 0: init bar[0..stages] (1 arrival each); fence; barrier
+    /// for s in 0..ahead: if s < n: thread 0: expect_tx(bar[s], bytes); tma(s) → bar[s]
+    /// for k in 0..n:
+    ///     wait(bar[k % stages], parity (k / stages) & 1); barrier
+    ///     if k + ahead < n: thread 0: expect_tx(bar[(k + ahead) % stages]); tma(k + ahead)
+    ///     compute(k)
+    /// barrier
+    /// ```
+    /// TMA writes through the async proxy, which wgmma reads through: no proxy fence.
+    fn expand_tma(
+        &mut self,
+        l: &For,
+        s: i64,
+        depth: i64,
+        plan: &PipelinePlan,
+        bytes: i64,
+        span: Span,
+    ) -> Stmt {
+        let body = l.body.flattened();
+        let ahead_by = s - 1 - depth;
+        let n = l.extent.clone();
+        let lo = l.min.clone();
+        let bars = Buffer::new(
+            format!("{}_bar", l.var.name()),
+            vec![Expr::int(s)],
+            DType::U64,
+            Scope::Shared,
+            span,
+        );
+        let bar = |ver: Expr| address_of(&bars, vec![ver]);
+        let tid0 = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32).eq_(0);
+        let versioned = self.versioned.clone();
+        let issue = |it: Expr| -> Stmt {
+            let ver = it.floormod(s);
+            let mut map = HashMap::new();
+            map.insert(l.var.id(), lo.clone() + it);
+            let mut stmts = vec![eval(
+                Intrinsic::MbarrierArriveExpectTx,
+                vec![bar(ver.clone()), Expr::int(bytes)],
+                span,
+            )];
+            for &i in &plan.producers {
+                let st = version_stmt(
+                    &body[i].substitute(&map),
+                    &versioned,
+                    &Ver::Dynamic(ver.clone()),
+                );
+                stmts.push(st.map_post(&mut |x| match x.kind {
+                    StmtKind::Op(TileOp::Copy(mut c)) => {
+                        c.asynchronous = true;
+                        c.tma_barrier = Some(bar(ver.clone()));
+                        Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
+                    }
+                    kind => Stmt::new(kind, x.span),
+                }));
+            }
+            Stmt::seq(stmts, span)
+        };
+        let mut out = vec![Stmt::new(StmtKind::Alloc(bars.clone()), span)];
+        let mut init: Vec<Stmt> = (0..s)
+            .map(|st| {
+                eval(
+                    Intrinsic::MbarrierInit { count: 1 },
+                    vec![bar(Expr::int(st))],
+                    span,
+                )
+            })
+            .collect();
+        init.push(eval(Intrinsic::FenceMbarrierInit, vec![], span));
+        out.push(if_then(Some(tid0.clone()), Stmt::seq(init, span), span));
+        // Operand tiles written before the loop by ordinary stores (attention's Q) are read
+        // by wgmma through the async proxy: the loop has no fence of its own, so fence here,
+        // before the barrier that hands them over.
+        let mut reads_async = false;
+        for st in &body {
+            st.walk(&mut |x| {
+                reads_async |= matches!(&x.kind, StmtKind::Op(TileOp::Gemm(g))
+                    if g.instruction == Some(GemmInstruction::Wgmma));
+            });
+        }
+        if reads_async {
+            out.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
+        }
+        out.push(sync(span));
+        for st in 0..ahead_by {
+            let valid = Expr::int(st).lt(n.clone()).and(tid0.clone());
+            out.push(if_then(Some(valid), issue(Expr::int(st)), span));
+        }
+        let consumers: Vec<Stmt> = body
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !plan.producers.contains(i))
+            .map(|(_, st)| (*st).clone())
+            .collect();
+        let k = Var::new(l.var.name(), DType::I32);
+        let mut map = HashMap::new();
+        map.insert(l.var.id(), lo.clone() + k.expr());
+        let consume = version_stmt(
+            &Stmt::seq(consumers, span).substitute(&map),
+            &versioned,
+            &Ver::Dynamic(k.expr().floormod(s)),
+        );
+        let written = written_shared(&consume);
+        let mut drain = vec![];
+        let consume = consume.map_post(&mut |x| match x.kind {
+            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
+                let a_regs = g.a.buffer.scope() == Scope::Fragment;
+                // The operands were written by TMA (the async proxy wgmma reads through).
+                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
+                    && (a_regs || !written.contains(&g.a.buffer.id()));
+                if depth > 0 {
+                    g.schedule.in_flight = depth as u32;
+                    if drain.is_empty() {
+                        drain.push(first_element(&g.c.buffer));
+                        if a_regs {
+                            drain.push(first_element(&g.a.buffer));
+                        }
+                    }
+                }
+                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
+            }
+            kind => Stmt::new(kind, x.span),
+        });
+        let consume = self.rewrite(&consume);
+        let ahead = k.expr() + ahead_by;
+        let steady = vec![
+            eval(
+                Intrinsic::MbarrierWait,
+                vec![bar(k.expr().floormod(s)), k.expr().floordiv(s).floormod(2)],
+                span,
+            ),
+            sync(span),
+            if_then(
+                Some(ahead.clone().lt(n.clone()).and(tid0)),
+                issue(ahead),
+                span,
+            ),
+            consume,
+        ];
+        out.push(Stmt::new(
+            StmtKind::For(Box::new(For {
+                var: k,
+                min: Expr::int(0),
+                extent: n,
+                kind: ForKind::Serial,
+                body: Stmt::seq(steady, span),
+            })),
+            span,
+        ));
+        if !drain.is_empty() {
+            out.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+        }
+        out.push(sync(span));
+        Stmt::seq(out, span)
+    }
+
     /// The `order` / `stage` annotations this pipeliner can honour: the issue order is the
     /// body's order, and there are two stages — copies from global to shared memory that run
     /// `stages - 1` iterations ahead (stage 0) and everything else (stage `stages - 1`). The
@@ -639,6 +840,21 @@ impl Pipeliner {
             }
         }
         Ok(())
+    }
+}
+
+/// How many wgmma groups stay in flight across iterations (see `Pipeliner::expand`).
+fn wgmma_depth(body: &[&Stmt], consumer_ids: &[usize], s: i64) -> i64 {
+    match consumer_ids {
+        [i] if s >= 3 => match &body[*i].kind {
+            StmtKind::Op(TileOp::Gemm(g))
+                if g.overlap && g.instruction == Some(GemmInstruction::Wgmma) =>
+            {
+                1
+            }
+            _ => 0,
+        },
+        _ => 0,
     }
 }
 

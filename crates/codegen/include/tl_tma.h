@@ -1,0 +1,43 @@
+/* ---- Hopper tensor-memory accelerator and mbarriers (sm_90), emitted only into kernels that
+ * use them. ----
+ *
+ * A tensor map (CUtensorMap: 128 bytes, 64-byte aligned) is built on the host at launch and
+ * passed by value as a __grid_constant__ parameter, so its address is the parameter's. Box
+ * coordinates go innermost first, as the PTX instruction takes them. */
+struct __align__(64) tl_tmap { unsigned long long words[16]; };
+
+TL_DEVICE void tl_mbar_init(const void* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tl_smem_addr(bar)), "r"(count) : "memory");
+}
+TL_DEVICE void tl_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+TL_DEVICE void tl_mbar_expect_tx(const void* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tl_smem_addr(bar)), "r"(bytes) : "memory");
+}
+TL_DEVICE void tl_mbar_arrive(const void* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(tl_smem_addr(bar)) : "memory");
+}
+/* Spin until the phase of parity `parity` has completed. */
+TL_DEVICE void tl_mbar_wait(const void* bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "TL_MBAR_WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra TL_MBAR_WAIT;\n"
+                 "}\n" ::"r"(tl_smem_addr(bar)), "r"(parity) : "memory");
+}
+TL_DEVICE void tl_tma_load_2d(void* dst, const tl_tmap* map, const void* bar, int32_t c0, int32_t c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tl_smem_addr(bar)) : "memory");
+}
+TL_DEVICE void tl_tma_load_3d(void* dst, const tl_tmap* map, const void* bar, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(tl_smem_addr(bar)) : "memory");
+}
+TL_DEVICE void tl_tma_load_4d(void* dst, const tl_tmap* map, const void* bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(tl_smem_addr(bar)) : "memory");
+}
+TL_DEVICE void tl_tma_load_5d(void* dst, const tl_tmap* map, const void* bar, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(bar)) : "memory");
+}

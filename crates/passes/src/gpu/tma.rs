@@ -1,0 +1,182 @@
+//! Copies by Hopper's tensor-memory accelerator (TMA): one thread asks for a whole tile, the
+//! hardware fetches it (its address arithmetic, bounds — out-of-range elements land as zeros —
+//! and the shared-memory swizzle included) and completes the bytes on an mbarrier that the
+//! consumers wait on. The pipeline pass decides which copies go this way
+//! ([`TmaTile::of`]) and issues them from one thread; lowering turns each into one
+//! `TmaLoad` per swizzle panel.
+//!
+//! A tile the tensor cores read is stored in panels of `swizzle / elem` columns
+//! (`tl_layout::smem_swizzle_layout`: 8-row atoms of one 128-, 64- or 32-byte row, tiled down
+//! the rows, then across the columns), which is exactly what a TMA box of `rows × panel` with
+//! that swizzle writes; a wider tile takes one box per panel.
+
+use tl_ir::{Buffer, DType, Expr, Intrinsic, Region, Span, Stmt};
+use tl_layout::{smem_swizzle_layout, ComposedLayout, NvSwizzle};
+use tl_target::Target;
+
+use super::lower::Ctx;
+use crate::tile_util::{address_of, eval, nonunit_dims};
+
+/// The most elements a TMA box spans in one dim.
+const MAX_BOX: i64 = 256;
+
+/// How a copy of a global tile into a shared tile goes by TMA.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaTile {
+    /// The global tensor's dim the tile's rows run along (the columns run along its last).
+    pub row_dim: usize,
+    pub rows: i64,
+    pub cols: i64,
+    /// Columns per box (a swizzle panel, or the whole row without a swizzle).
+    pub panel: i64,
+    /// The swizzle in bytes (0, 32, 64, 128).
+    pub swizzle: u32,
+    /// Bytes the tile's boxes complete on the barrier (zeros past the tensor's edge included).
+    pub bytes: i64,
+}
+
+impl TmaTile {
+    /// The TMA plan for copying `src` (global) into `dst` (a whole shared tile with layout
+    /// `layout`), when the hardware can do it: a 2-d tile whose columns run along the tensor's
+    /// contiguous dim, the tensor's rows a multiple of 16 bytes apart (`row_bytes_aligned`:
+    /// proved by the caller from the sizes the kernel variant assumes), boxes of at most 256
+    /// per dim, and a shared layout that is one of the tensor-core swizzles (or plain
+    /// row-major).
+    pub fn of(
+        src: &Region,
+        dst: &Region,
+        layout: Option<&ComposedLayout>,
+        target: &Target,
+        row_bytes_aligned: bool,
+    ) -> Option<TmaTile> {
+        let (sb, db) = (&src.buffer, &dst.buffer);
+        if !target.has_tma()
+            || sb.scope() != tl_ir::Scope::Global
+            || db.scope() != tl_ir::Scope::Shared
+            || sb.dtype() != db.dtype()
+            || !row_bytes_aligned
+            || sb.rank() > 5
+        {
+            return None;
+        }
+        let eb = sb.dtype().bytes() as i64;
+        let dims = nonunit_dims(src);
+        let &[row_dim, col_dim] = dims.as_slice() else {
+            return None;
+        };
+        if col_dim + 1 != sb.rank() {
+            return None;
+        }
+        let shape = db.const_shape()?;
+        let rank = shape.len();
+        if rank < 2 {
+            return None;
+        }
+        let (rows, cols) = (shape[rank - 2], shape[rank - 1]);
+        // The whole tile (of one pipeline stage: leading dims pick it).
+        let whole = (0..rank - 2).all(|d| dst.extents[d].as_int() == Some(1))
+            && (rank - 2..rank).all(|d| dst.offsets[d].as_int() == Some(0))
+            && dst.extents[rank - 2].as_int() == Some(rows)
+            && dst.extents[rank - 1].as_int() == Some(cols);
+        if !whole
+            || src.extents[row_dim].as_int() != Some(rows)
+            || src.extents[col_dim].as_int() != Some(cols)
+            || rows > MAX_BOX
+        {
+            return None;
+        }
+        let (swizzle, panel) = match layout {
+            None => (0, cols),
+            Some(l) => {
+                let expected = smem_swizzle_layout(rows, cols, eb).ok()?;
+                if expected.layout != *l {
+                    return None;
+                }
+                match expected.mode {
+                    NvSwizzle::None => (0, cols),
+                    m => (m.bytes() as u32, m.bytes() / eb),
+                }
+            }
+        };
+        if panel > MAX_BOX || (panel * eb) % 16 != 0 || cols % panel != 0 {
+            return None;
+        }
+        Some(TmaTile {
+            row_dim,
+            rows,
+            cols,
+            panel,
+            swizzle,
+            bytes: rows * cols * eb,
+        })
+    }
+}
+
+impl Ctx<'_> {
+    /// A copy the pipeline marked for TMA: one `TmaLoad` per panel of the destination tile,
+    /// completing on `barrier` (the pipeline issues it from one thread).
+    pub fn lower_tma_copy(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        barrier: &Expr,
+        span: Span,
+    ) -> Option<Stmt> {
+        let layout = self.layouts.smem.get(&dst.buffer.id()).map(|(_, l)| l);
+        // Lowering sees the variant's proofs through the analyzer, as the pipeline did.
+        let aligned = row_bytes_aligned(&src.buffer, &self.analyzer);
+        let t = TmaTile::of(src, dst, layout, &self.target, aligned)?;
+        let sb = &src.buffer;
+        let rank = sb.rank();
+        let drank = dst.buffer.rank();
+        let mut box_dims = vec![1u32; rank];
+        box_dims[t.row_dim] = t.rows as u32;
+        box_dims[rank - 1] = t.panel as u32;
+        let tensor = address_of(sb, vec![Expr::int(0); rank]);
+        let mut out = vec![];
+        for p in 0..t.cols / t.panel {
+            // The panel's first element: (row 0, column p·panel) of this stage's tile.
+            let mut didx: Vec<Expr> = dst.offsets.clone();
+            didx[drank - 1] = didx[drank - 1].clone() + p * t.panel;
+            let mut args = vec![
+                address_of(&dst.buffer, didx),
+                tensor.clone(),
+                barrier.clone(),
+            ];
+            for d in 0..rank {
+                let c = if d == rank - 1 {
+                    src.offsets[d].clone() + p * t.panel
+                } else {
+                    src.offsets[d].clone()
+                };
+                args.push(c.cast(DType::I32));
+            }
+            out.push(eval(
+                Intrinsic::TmaLoad {
+                    box_dims: box_dims.clone(),
+                    swizzle: t.swizzle,
+                },
+                args,
+                span,
+            ));
+        }
+        Some(Stmt::seq(out, span))
+    }
+}
+
+/// Is every row of `tensor` (its contiguous dim) a multiple of 16 bytes long, so that all its
+/// strides are (TMA's requirement)?
+pub fn row_bytes_aligned(tensor: &Buffer, an: &tl_ir::Analyzer) -> bool {
+    let eb = tensor.dtype().bytes() as i64;
+    let Some(last) = tensor.shape().last() else {
+        return false;
+    };
+    if 16 % eb != 0 {
+        return false;
+    }
+    let m = 16 / eb;
+    match last.as_int() {
+        Some(n) => n % m == 0,
+        None => an.simplify(&last.floormod(m)).as_int() == Some(0),
+    }
+}
