@@ -48,7 +48,7 @@ struct Args {
     #[arg(long)]
     no_wgmma: bool,
     /// With wgmma and 3+ stages: keep each k step's wgmma running while the next k step's tiles
-    /// are awaited (measured slower than without on an H100; not in --tune's space)
+    /// are awaited (the Hopper default's setting; with cp.async loads it measured slower)
     #[arg(long)]
     overlap: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
@@ -112,11 +112,15 @@ fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig
             (64, 128, 128),
         ] {
             for (bk, stages) in [(64i64, 3u32), (64, 4), (128, 2)] {
-                // (`--overlap` tiles are left out: on an H100 they measured 10-15% slower than
-                // the same tiles without it, docs/gpu-notes.md run 6.)
-                for panel in [0u32, 8] {
+                // Overlapped wgmma wins with TMA loads (128x256, 4 stages: 748 against 656
+                // TFLOP/s at 8192³, docs/performance.md run 12) and lost with cp.async.
+                for (panel, overlap) in [(0u32, false), (8, false), (8, true)] {
+                    if overlap && stages < 3 {
+                        continue;
+                    }
                     v.push(GemmConfig {
                         panel,
+                        overlap,
                         instruction: Some(GemmInstruction::Wgmma),
                         ..GemmConfig::tiles(bm, bn, bk, stages, threads)
                     });
@@ -263,6 +267,7 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     } else {
         None
     };
-    cfg.overlap = args.overlap;
+    // The Hopper default overlaps already; the flag turns it on for other tiles.
+    cfg.overlap |= args.overlap;
     cfg.persistent = args.persistent;
 }

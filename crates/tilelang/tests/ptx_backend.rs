@@ -234,7 +234,9 @@ fn hopper_gemm_tiles_arrive_by_tma() {
                 "{layout:?}: no `{want}` in the CUDA C++"
             );
         }
-        let sm80 = k.emit(Target::SM80).expect("sm_80");
+        let sm80 = gemm(layout, BF16, BF16, GemmConfig::gpu())
+            .emit(Target::SM80)
+            .expect("sm_80");
         assert!(!sm80.contains("tl_tma_load"), "{layout:?}: TMA on sm_80");
         if tl_nvrtc::testing::nvrtc_or_skip("hopper_gemm_tiles_arrive_by_tma").is_some() {
             if let Err(e) = tl_nvrtc::check(&ptx, "sm_90a") {
