@@ -688,8 +688,10 @@ class ParamSpec:
     dtype: str
 
 
-def trace(fn: Callable) -> tuple["_native.Kernel", list]:
-    """Trace a kernel function into a verified native Kernel and its parameter list."""
+def trace(fn: Callable, outer: dict | None = None) -> tuple["_native.Kernel", list]:
+    """Trace a kernel function into a verified native Kernel and its parameter list.
+    ``outer``: the locals of the scope that defined it (names used only in annotations are
+    not in the function's closure)."""
     from .language import TensorSpec, DType
 
     if tracing():
@@ -699,6 +701,7 @@ def trace(fn: Callable) -> tuple["_native.Kernel", list]:
         )
     src = source_of(fn)
     ns = dict(fn.__globals__)
+    ns.update(outer or {})
     ns.update(closure_vars(fn))
     b = _native.Builder(fn.__name__, src.file, src.tree.lineno)
     tracer = Tracer(src, ns, b)
@@ -722,7 +725,9 @@ def trace(fn: Callable) -> tuple["_native.Kernel", list]:
                     "annotate tensors `A: T.Tensor((M, K), \"float16\")` and scalars `n: T.int32`",
                 )
             try:
-                ann = tracer.eval(a.annotation)
+                ann = fn.__annotations__.get(a.arg)
+                if ann is None or isinstance(ann, str):
+                    ann = tracer.eval(a.annotation)
             except TileLangError:
                 raise
             except Exception as e:
@@ -751,11 +756,12 @@ def trace(fn: Callable) -> tuple["_native.Kernel", list]:
     return kernel, params
 
 
-def run_macro(fn: Callable, args: tuple, kwargs: dict) -> Any:
+def run_macro(fn: Callable, args: tuple, kwargs: dict, scope: dict | None = None) -> Any:
     """Trace a @T.macro's body inline, in the current kernel, with its arguments bound."""
     outer = current()
     src = source_of(fn)
     ns = dict(fn.__globals__)
+    ns.update(scope or {})
     ns.update(closure_vars(fn))
     sig = inspect.signature(fn)
     bound = sig.bind(*args, **kwargs)

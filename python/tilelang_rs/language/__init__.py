@@ -9,6 +9,7 @@ its arguments are plain Python numbers (``T.ceildiv(1024, 128)`` is ``8``).
 from __future__ import annotations
 
 import builtins as _b
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence, Union
@@ -143,11 +144,11 @@ dyn = _Dyn()
 class PrimFunc:
     """A traced kernel: the native tile IR of the decorated function, and its parameters."""
 
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, outer: dict | None = None):
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
-        self.kernel, self.params = _trace.trace(fn)
+        self.kernel, self.params = _trace.trace(fn, outer)
 
     def script(self) -> str:
         """The tile IR, printed."""
@@ -170,11 +171,23 @@ def prim_func(fn: Callable) -> PrimFunc:
     """Trace a kernel function (parameters annotated with ``T.Tensor(shape, dtype)`` or a
     dtype for scalars; the body opens one ``with T.Kernel(...)``). Errors are raised here, as
     :class:`TileLangError` naming the line."""
-    return PrimFunc(fn)
+    return PrimFunc(fn, _caller_locals())
+
+
+def _caller_locals() -> dict:
+    """The locals of the function that applied a decorator (a snapshot), as TileLang's
+    parser reads them: names a kernel uses only in annotations are not in its closure."""
+    f = inspect.currentframe()
+    try:
+        caller = f.f_back.f_back if f is not None and f.f_back is not None else None
+        return dict(caller.f_locals) if caller is not None else {}
+    finally:
+        del f
 
 
 class _Macro:
-    def __init__(self, fn: Callable):
+    def __init__(self, fn: Callable, scope: dict | None = None):
+        self.scope = scope
         self.fn = fn
         self.__name__ = fn.__name__
         self.__doc__ = fn.__doc__
@@ -185,13 +198,13 @@ class _Macro:
                 f"error[invalid-argument]: macro `{self.__name__}` is called outside a kernel\n"
                 "  help: call macros from a @T.prim_func body"
             )
-        return _trace.run_macro(self.fn, args, kwargs)
+        return _trace.run_macro(self.fn, args, kwargs, self.scope)
 
 
 def macro(fn: Callable) -> _Macro:
     """A helper whose body is traced inline where it is called from a kernel (so it may hold
     T.* loops and ``if``s on symbolic values, like the kernel's own body)."""
-    return _Macro(fn)
+    return _Macro(fn, _caller_locals())
 
 
 def Kernel(*grid: Value, threads: Union[int, Sequence[int]] = 128, prelude: Any = None,
