@@ -18,6 +18,7 @@ mod expr;
 mod kernel;
 mod layout;
 mod span;
+mod tune;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -29,5 +30,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     kernel::register(m)?;
     exe::register(m)?;
     layout::register(m)?;
+    tune::register(m)?;
     Ok(())
 }
