@@ -16,6 +16,13 @@ def _cuda_ok() -> bool:
     return torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    # gpu-run.sh sets this: on the GPU machine a missing torch or GPU must fail, not skip.
+    if os.environ.get("TILELANG_REQUIRE_GPU") == "1" and not _cuda_ok():
+        raise pytest.UsageError(
+            "TILELANG_REQUIRE_GPU=1, but torch cannot be imported or sees no CUDA GPU")
+
+
 def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs torch with a CUDA GPU (run on the GPU machine: "
                                    "python -m pytest python/tests -m gpu)")

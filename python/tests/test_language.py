@@ -290,3 +290,24 @@ def test_kernel_source_for_gpu_targets_needs_no_gpu():
     src = func.kernel.source("sm_80")
     assert "mma" in src
     assert "mfma" in func.kernel.source("gfx942").lower()
+
+
+def test_precompile_for_a_gpu_needs_no_gpu(tmp_path):
+    """NVRTC compiles a GEMM for sm_90a into the disk cache; the second time is a hit."""
+    import os
+
+    import gemm
+
+    func = gemm.matmul(256, 256, 256, 128, 128, 32)
+    try:
+        st = tilelang.precompile(func, "sm_90a", pass_configs={"cache_dir": str(tmp_path)})
+    except tilelang.TileLangError as e:
+        if "NVRTC" in str(e) and os.environ.get("TILELANG_REQUIRE_NVRTC") != "1":
+            pytest.skip(f"no NVRTC here (scripts/install-cuda-tools.sh installs it): {e}")
+        raise
+    assert not st["cache_hit"] and st["compile_ms"] > 0 and st["target"] == "sm_90a"
+    again = tilelang.precompile(gemm.matmul(256, 256, 256, 128, 128, 32), "sm_90a",
+                                pass_configs={"cache_dir": str(tmp_path)})
+    assert again["cache_hit"] and again["key"] == st["key"]
+    with pytest.raises(tilelang.TileLangError, match="not a GPU target"):
+        tilelang.precompile(func, "cpu")

@@ -13,7 +13,7 @@ GPU simulator, and the result is called on numpy arrays or torch tensors.
 from . import _native
 from ._native import TileLangError
 from . import language
-from .jit import JITKernel, compile, jit
+from .jit import JITKernel, compile, jit, precompile
 from .profiler import Profiler
 from .autotuner import autotune
 from . import layout
@@ -25,6 +25,7 @@ __all__ = [
     "language",
     "compile",
     "jit",
+    "precompile",
     "JITKernel",
     "Profiler",
     "autotune",

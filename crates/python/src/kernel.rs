@@ -115,6 +115,37 @@ impl PyKernel {
             .map_err(crate::error::diagnostics)
     }
 
+    /// Compile for a GPU target (`sm_80`, `sm_90a`, `gfx942`, …) without a GPU, into the disk
+    /// cache that a later `compile` on a device of that architecture finds: lower, generate
+    /// the source, and run NVRTC (CUDA) or clang (AMD) unless the cache has the binary.
+    /// Returns where the time went (ms), `cache_hit` and the cache `key`.
+    #[pyo3(signature = (target, cache_dir=None))]
+    fn precompile<'py>(
+        &self,
+        py: Python<'py>,
+        target: &str,
+        cache_dir: Option<PathBuf>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let t = target_arg(target)?;
+        let opts = CompileOptions {
+            dump_ir: None,
+            cache_dir,
+        };
+        let k = &self.k;
+        let p = py.detach(|| k.precompile_for(t, &opts)).map_err(compile)?;
+        let s = &p.stats;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("target", p.target.to_string())?;
+        d.set_item("key", p.key)?;
+        d.set_item("cache_hit", p.cache_hit)?;
+        d.set_item("lower_ms", s.lower.as_secs_f64() * 1e3)?;
+        d.set_item("codegen_ms", s.codegen.as_secs_f64() * 1e3)?;
+        d.set_item("compile_ms", s.compile.as_secs_f64() * 1e3)?;
+        d.set_item("load_ms", s.load.as_secs_f64() * 1e3)?;
+        d.set_item("total_ms", s.total.as_secs_f64() * 1e3)?;
+        Ok(d)
+    }
+
     /// Compile for a device (`auto`, `cpu`, `cuda[:N]`, `hip[:N]`, `sim[:TARGET]`), with the
     /// disk cache (`cache_dir`, default `TILELANG_CACHE_DIR` or the user cache) and optional
     /// IR dumps.
