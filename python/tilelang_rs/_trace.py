@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 import threading
 from dataclasses import dataclass, field
@@ -232,11 +233,44 @@ def _clone(node):
 _sources: dict = {}
 
 
+_files: dict = {}
+
+
+def _node_in_file(fn: Callable):
+    """``fn``'s definition from its whole file, parsed once per file (the file's functions
+    indexed by first line and name), or None where that fails (then ``inspect`` finds the
+    source). Much cheaper than ``inspect.getsourcelines``, which tokenizes each time."""
+    code = fn.__code__
+    try:
+        lines = linecache.getlines(code.co_filename, fn.__globals__)
+        if not lines:
+            return None
+        entry = _files.get(code.co_filename)
+        if entry is None or entry[0] is not lines:
+            index = {}
+            for n in ast.walk(ast.parse("".join(lines))):
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = n.decorator_list[0].lineno if n.decorator_list else n.lineno
+                    index[(first, n.name)] = n
+            entry = (lines, index)
+            _files[code.co_filename] = entry
+        return entry[1].get((code.co_firstlineno, code.co_name))
+    except (SyntaxError, ValueError, OSError):
+        return None
+
+
 def source_of(fn: Callable) -> Source:
-    """Parse ``fn`` (once per code object)."""
-    key = fn.__code__
+    """Parse ``fn`` once per code object: a kernel factory's inner ``@T.prim_func`` is a new
+    function at every call, but its AST and the compiled expressions are reused. (Code objects
+    compare by content, not by file, hence the file in the key.)"""
+    key = (fn.__code__.co_filename, fn.__code__)
     s = _sources.get(key)
-    if s is not None and s.fn is fn:
+    if s is not None:
+        return s
+    node = _node_in_file(fn)
+    if node is not None:
+        s = Source(fn=fn, tree=node, file=fn.__code__.co_filename, col_shift=0)
+        _sources[key] = s
         return s
     try:
         lines, first = inspect.getsourcelines(fn)
