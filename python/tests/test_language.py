@@ -311,3 +311,12 @@ def test_precompile_for_a_gpu_needs_no_gpu(tmp_path):
     assert again["cache_hit"] and again["key"] == st["key"]
     with pytest.raises(tilelang.TileLangError, match="not a GPU target"):
         tilelang.precompile(func, "cpu")
+
+
+def test_strided_tensor_takes_contiguous_strides():
+    M = T.symbolic("M")
+    spec = T.StridedTensor((M, 64), (64, 1), "float16")
+    assert spec.dtype == "float16" and len(spec.shape) == 2
+    assert T.StridedTensor((8, 4), (4, 1), T.float32).shape == (8, 4)
+    with pytest.raises(TypeError, match="contiguous"):
+        T.StridedTensor((8, 4), (1, 8), "float32")

@@ -116,7 +116,25 @@ class _TensorType:
 
 Tensor = _TensorType()
 Buffer = Tensor  # TileLang's older name for the same annotation
-StridedTensor = Tensor
+
+
+def StridedTensor(shape: Any, strides: Any, dtype: Any = "float32") -> TensorSpec:
+    """``T.StridedTensor(shape, strides, dtype)``: accepted when the strides are the
+    row-major contiguous ones (kernels here take contiguous tensors)."""
+    shape = _shape(shape)
+    strides = _shape(strides)
+    want, acc = [], 1
+    for d in reversed(shape):
+        want.append(acc)
+        acc = acc * d
+    want.reverse()
+    if len(strides) != len(shape) or any(
+            not (isinstance(s, int) and isinstance(w, int) and s == w)
+            and str(s) != str(w) for s, w in zip(strides, want)):
+        raise TypeError(
+            f"T.StridedTensor with strides {strides} for shape {shape}: only row-major "
+            f"contiguous strides ({tuple(want)}) are supported; pass contiguous tensors")
+    return TensorSpec(shape, _dtype(dtype))
 
 
 def symbolic(name: str, dtype: str = "int32") -> Expr:
