@@ -124,3 +124,27 @@ def test_profiler_checks_and_times(rng):
     assert 0 < ref_ms < 1000
     with pytest.raises(ValueError, match="symbolic size"):
         kernel.get_profiler().make_inputs()
+
+
+def test_numpy_dtypes_and_byte_order():
+    """numpy arrays are read from their struct (dtype by type number, strides, flags); what
+    that cannot describe (big-endian) takes the array-interface path and its error."""
+    N = T.symbolic("N")
+
+    @T.prim_func
+    def inc(X: T.Tensor((N,), "int64"), Y: T.Tensor((N,), "int64")):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    Y[bx * 32 + i] = X[bx * 32 + i] + 1
+
+    k = tilelang.compile(inc, out_idx=[1], target="cpu")
+    x = np.arange(100, dtype=np.int64)
+    np.testing.assert_array_equal(k(x), x + 1)
+    np.testing.assert_array_equal(k(x.astype(np.longlong)), x + 1)
+    with pytest.raises(TypeError, match="expected i64 elements, got i32"):
+        k(x.astype(np.int32))
+    with pytest.raises(ValueError, match="big-endian"):
+        k(x.astype(">i8"))
+    with pytest.raises(ValueError, match="not contiguous"):
+        k(np.arange(200, dtype=np.int64)[::2])

@@ -119,17 +119,17 @@ class JITKernel:
         if idx:
             single = len(idx) == 1
 
-            def __call__(*args, stream=None):
+            def __call__(args, stream):
                 outs = call(args, idx, stream)
                 return outs[0] if single else outs
         else:
 
-            def __call__(*args, stream=None):
+            def __call__(args, stream):
                 run(args, stream)
         self._call = __call__
 
     def __call__(self, *args: Any, stream: int | None = None) -> Any:
-        return self._call(*args, stream=stream)
+        return self._call(args, stream)
 
     @property
     def executable(self) -> "_native.Executable":

@@ -154,6 +154,125 @@ fn numpy_dtype(obj: &Bound<'_, PyAny>, typestr: &str) -> PyResult<Option<DType>>
     })
 }
 
+/// The head of numpy's `PyArrayObject_fields` (`numpy/ndarraytypes.h`), the same in numpy 1.x
+/// and 2.x: what `rust-numpy` reads too. Reading it costs nanoseconds where
+/// `__array_interface__` builds a dict of tuples (about 2 µs an array).
+#[repr(C)]
+struct NpyArray {
+    ob_refcnt: isize,
+    ob_type: *mut std::ffi::c_void,
+    data: *mut std::ffi::c_void,
+    nd: std::ffi::c_int,
+    dimensions: *const isize,
+    strides: *const isize,
+    base: *mut std::ffi::c_void,
+    descr: *const NpyDescr,
+    flags: std::ffi::c_int,
+}
+
+/// The head of `PyArray_Descr`, whose first fields numpy 2 kept where numpy 1 had them.
+#[repr(C)]
+struct NpyDescr {
+    ob_refcnt: isize,
+    ob_type: *mut std::ffi::c_void,
+    typeobj: *mut std::ffi::c_void,
+    kind: std::ffi::c_char,
+    type_char: std::ffi::c_char,
+    byteorder: std::ffi::c_char,
+    flags: std::ffi::c_char,
+    type_num: std::ffi::c_int,
+}
+
+const NPY_ARRAY_WRITEABLE: std::ffi::c_int = 0x0400;
+
+/// numpy's built-in type numbers (`NPY_TYPES`); user types (ml_dtypes' bfloat16 and float8)
+/// are not here and take the `__array_interface__` path.
+fn npy_dtype(type_num: std::ffi::c_int) -> Option<DType> {
+    let long = if std::mem::size_of::<std::ffi::c_long>() == 8 {
+        (DType::I64, DType::U64)
+    } else {
+        (DType::I32, DType::U32)
+    };
+    Some(match type_num {
+        0 => DType::Bool,
+        1 => DType::I8,
+        2 => DType::U8,
+        3 => DType::I16,
+        4 => DType::U16,
+        5 => DType::I32,
+        6 => DType::U32,
+        7 => long.0,
+        8 => long.1,
+        9 => DType::I64,
+        10 => DType::U64,
+        11 => DType::F32,
+        12 => DType::F64,
+        23 => DType::F16,
+        _ => return None,
+    })
+}
+
+/// A numpy array (`obj` is an `ndarray`) read from its struct, or None when the interface
+/// path should decide (a user dtype, a big-endian array).
+fn from_ndarray(
+    obj: &Bound<'_, PyAny>,
+    p: Option<&ParamInfo>,
+    i: usize,
+) -> Option<PyResult<ExternalTensor>> {
+    // SAFETY: the caller checked that `obj` is an ndarray (or a subclass), whose object
+    // starts with these fields; `obj` is borrowed for the whole call, and with it its
+    // descriptor, shape and strides.
+    let (ptr, dtype, shape, bytes, writeable) = unsafe {
+        let a = &*(obj.as_ptr() as *const NpyArray);
+        if a.descr.is_null() || a.nd < 0 || a.nd > 64 {
+            return None;
+        }
+        let d = &*a.descr;
+        if d.byteorder as u8 == b'>' {
+            return None;
+        }
+        let dtype = npy_dtype(d.type_num)?;
+        let nd = a.nd as usize;
+        let (shape, strides) = if nd == 0 {
+            (vec![], vec![])
+        } else {
+            (
+                std::slice::from_raw_parts(a.dimensions, nd).to_vec(),
+                std::slice::from_raw_parts(a.strides, nd).to_vec(),
+            )
+        };
+        (
+            a.data,
+            dtype,
+            shape,
+            strides,
+            a.flags & NPY_ARRAY_WRITEABLE != 0,
+        )
+    };
+    let esize = dtype.bytes() as isize;
+    if bytes.iter().any(|b| b % esize != 0) {
+        return Some(Err(value_error(bad(
+            i,
+            p,
+            format!("strides {bytes:?} (bytes) are not whole elements; the tensor is not contiguous (row-major)"),
+        ))));
+    }
+    if !writeable && p.is_some_and(|p| p.role != Role::Input) {
+        return Some(Err(value_error(bad(
+            i,
+            p,
+            "the array is read-only, but the kernel writes it".into(),
+        ))));
+    }
+    let shape: Vec<usize> = shape.iter().map(|&n| n.max(0) as usize).collect();
+    let strides: Vec<isize> = bytes.iter().map(|b| b / esize).collect();
+    // SAFETY: numpy's own description of memory the array owns, kept alive by the caller.
+    Some(
+        unsafe { ExternalTensor::new(ptr, dtype, shape, strides, Device::Cpu) }
+            .map_err(|e| value_error(bad(i, p, e.to_string()))),
+    )
+}
+
 /// An `__array_interface__`/`__cuda_array_interface__` dict as a tensor on `device`.
 fn from_interface(
     obj: &Bound<'_, PyAny>,
@@ -285,6 +404,11 @@ pub fn convert_one(
     }
     if let Some((ndarray, _)) = numpy(py) {
         if obj.is_instance(ndarray.bind(py))? {
+            if let Some(t) = from_ndarray(obj, p, i) {
+                conv.held.push(Held::Ext(t?));
+                conv.lib.get_or_insert(Lib::Numpy);
+                return Ok(());
+            }
             let iface = obj.getattr(intern!(py, "__array_interface__"))?;
             conv.held
                 .push(Held::Ext(from_interface(obj, &iface, Device::Cpu, p, i)?));
