@@ -320,3 +320,27 @@ def test_strided_tensor_takes_contiguous_strides():
     assert T.StridedTensor((8, 4), (4, 1), T.float32).shape == (8, 4)
     with pytest.raises(TypeError, match="contiguous"):
         T.StridedTensor((8, 4), (1, 8), "float32")
+
+
+class _Kernels:
+    """Kernels defined in a class body and under `if`/`try`: the tracer finds their source."""
+
+    if True:
+        @staticmethod
+        def make(n):
+            try:
+                @T.prim_func
+                def twice(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+                    with T.Kernel(1, threads=32) as bx:
+                        for i in T.Parallel(n):
+                            B[i] = A[i] * 2.0 if n > 0 else A[i]
+            finally:
+                pass
+            return twice
+
+
+def test_kernels_nested_in_statements_and_traced_again():
+    for n in (8, 16):  # the same source traced again with other closure values
+        k = tilelang.compile(_Kernels.make(n), out_idx=[1], target="cpu")
+        a = np.arange(n, dtype=np.float32)
+        np.testing.assert_allclose(k(a), a * 2)

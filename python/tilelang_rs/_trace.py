@@ -217,23 +217,59 @@ class Source:
         """The compiled code of an expression node (rewritten for symbolic values)."""
         c = self.codes.get(id(node))
         if c is None:
-            e = _Rewrite().visit(ast.Expression(body=_clone(node)))
-            ast.fix_missing_locations(e)
+            if _needs_rewrite(node):
+                e = _Rewrite().visit(ast.Expression(body=_clone(node)))
+                ast.fix_missing_locations(e)
+            else:  # compiled as written (compile does not change the tree)
+                e = ast.Expression(body=node)
             c = compile(e, self.file, "eval")
             self.codes[id(node)] = c
         return c
 
 
-def _clone(node):
-    import copy
+def _needs_rewrite(node: ast.AST) -> bool:
+    """Whether ``_Rewrite`` changes anything in ``node`` (most expressions it does not)."""
+    for n in ast.walk(node):
+        if isinstance(n, (ast.BoolOp, ast.IfExp)) or (
+                isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)) or (
+                isinstance(n, ast.Compare) and len(n.ops) > 1):
+            return True
+    return False
 
-    return copy.deepcopy(node)
+
+def _clone(node):
+    """A copy of an AST (``_Rewrite`` edits the tree it visits); faster than deepcopy."""
+    if isinstance(node, ast.AST):
+        new = node.__class__()
+        for f in node._fields:
+            if hasattr(node, f):
+                setattr(new, f, _clone(getattr(node, f)))
+        for a in node._attributes:
+            if hasattr(node, a):
+                setattr(new, a, getattr(node, a))
+        return new
+    if isinstance(node, list):
+        return [_clone(x) for x in node]
+    return node
 
 
 _sources: dict = {}
 
 
 _files: dict = {}
+
+
+def _index_defs(stmts: list, index: dict) -> None:
+    """Every function definition among ``stmts`` and the statements nested in them (not
+    expressions: a definition is a statement), by (first line, name)."""
+    for n in stmts:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = n.decorator_list[0].lineno if n.decorator_list else n.lineno
+            index[(first, n.name)] = n
+        for f in ("body", "orelse", "finalbody", "handlers", "cases"):
+            sub = getattr(n, f, None)
+            if isinstance(sub, list):
+                _index_defs(sub, index)
 
 
 def _node_in_file(fn: Callable):
@@ -247,11 +283,8 @@ def _node_in_file(fn: Callable):
             return None
         entry = _files.get(code.co_filename)
         if entry is None or entry[0] is not lines:
-            index = {}
-            for n in ast.walk(ast.parse("".join(lines))):
-                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    first = n.decorator_list[0].lineno if n.decorator_list else n.lineno
-                    index[(first, n.name)] = n
+            index: dict = {}
+            _index_defs(ast.parse("".join(lines)).body, index)
             entry = (lines, index)
             _files[code.co_filename] = entry
         return entry[1].get((code.co_firstlineno, code.co_name))
