@@ -3,7 +3,9 @@
 #   bash scripts/test.sh
 # It installs what the tests need (the CUDA compiler libraries from PyPI wheels, unpacked under
 # target/, so generated CUDA is compiled even without a GPU), then runs formatting, lints and
-# every test. Nothing is installed system-wide, except clang and lld for the AMD tests
+# every test, then the Python package's tests (scripts/test-python.sh: the wheel built with
+# maturin into a virtualenv under target/py-venv, pytest on numpy arrays; torch's tests run on
+# the GPU machine). Nothing is installed system-wide, except clang and lld for the AMD tests
 # (scripts/install-amd-tools.sh: `apt-get install clang-22 lld-22` when run as root and no
 # clang >= 20 with the AMDGPU target is found).
 set -euo pipefail
@@ -25,3 +27,5 @@ eval "$amd_env"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --release
+# The Python package: its wheel built and installed in target/py-venv, then pytest.
+bash scripts/test-python.sh

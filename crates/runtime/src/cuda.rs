@@ -721,6 +721,22 @@ impl CudaKernel {
         grid: [i64; 3],
         threads: u32,
     ) -> Result<()> {
+        self.launch_on(params, grid, threads, crate::external::Stream::Runtime)
+    }
+
+    /// Queue one launch on `stream` (the runtime's, or a caller's stream of this device's
+    /// primary context, such as torch's current stream). A zero-size grid is a no-op.
+    pub(crate) fn launch_on(
+        &self,
+        params: &mut crate::exec::ParamBlock,
+        grid: [i64; 3],
+        threads: u32,
+        stream: crate::external::Stream,
+    ) -> Result<()> {
+        let raw = match stream {
+            crate::external::Stream::Runtime => self.dev.stream,
+            crate::external::Stream::Raw(s) => s as sys::CUstream,
+        };
         self.check_shape(grid, threads)?;
         if grid.contains(&0) {
             return Ok(());
@@ -738,7 +754,7 @@ impl CudaKernel {
                 (grid[0] as u32, grid[1] as u32, grid[2] as u32),
                 (threads, 1, 1),
                 self.usage.dynamic_smem_bytes,
-                self.dev.stream,
+                raw,
                 &mut ptrs,
             )
         }
@@ -753,6 +769,11 @@ impl CudaKernel {
         })?;
         if sync_launches() {
             self.dev.synchronize()?;
+            if raw != self.dev.stream {
+                // SAFETY: the caller's stream belongs to this device's current context.
+                unsafe { result::stream::synchronize(raw) }
+                    .map_err(|e| drv(format!("synchronizing after kernel `{}`", self.name), e))?;
+            }
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ use crate::cpu::CpuModule;
 use crate::cuda::{CudaKernel, ResourceUsage};
 use crate::device::Device;
 use crate::error::{Result, RuntimeError};
+use crate::external::{ExternalTensor, Stream};
 use crate::tensor::Tensor;
 
 /// What the runtime knows of a kernel: its parameters, symbolic sizes and grid.
@@ -42,8 +43,50 @@ impl Signature {
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {
     Tensor(&'a Tensor),
+    /// Memory owned by another library (numpy, torch), passed by address.
+    External(&'a ExternalTensor),
     Int(i64),
     Float(f64),
+}
+
+impl<'a> From<&'a ExternalTensor> for Arg<'a> {
+    fn from(t: &'a ExternalTensor) -> Arg<'a> {
+        Arg::External(t)
+    }
+}
+
+/// What `bind_args` checks of a tensor argument, whoever owns its memory.
+struct TensorView<'a> {
+    dtype: tl_ir::DType,
+    shape: &'a [usize],
+    device: Device,
+    usable: bool,
+    contiguous: bool,
+    ptr: *mut c_void,
+}
+
+impl<'a> TensorView<'a> {
+    fn of(a: &Arg<'a>, device: Device) -> Option<TensorView<'a>> {
+        match *a {
+            Arg::Tensor(t) => Some(TensorView {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                device: t.device(),
+                usable: t.device() == device,
+                contiguous: t.is_contiguous(),
+                ptr: t.raw_ptr(),
+            }),
+            Arg::External(t) => Some(TensorView {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                device: t.device(),
+                usable: t.usable_on(device),
+                contiguous: t.is_contiguous(),
+                ptr: t.ptr(),
+            }),
+            Arg::Int(_) | Arg::Float(_) => None,
+        }
+    }
 }
 
 impl<'a> From<&'a Tensor> for Arg<'a> {
@@ -484,21 +527,35 @@ impl Executable {
     /// result, e.g. `to_f64_vec`, waits for it, and [`synchronize`](Self::synchronize) does
     /// explicitly).
     pub fn run_args(&self, args: &[Arg]) -> Result<()> {
+        self.run_args_on(args, Stream::Runtime)
+    }
+
+    /// [`run_args`](Self::run_args) on a stream of the caller's: a GPU launch is queued on
+    /// `stream` (e.g. torch's current stream, so it is ordered with the caller's other work
+    /// without a synchronization), which must belong to the executable's device. The CPU and
+    /// the simulator run synchronously and take only [`Stream::Runtime`].
+    pub fn run_args_on(&self, args: &[Arg], stream: Stream) -> Result<()> {
         let exe = self.variant_for(args)?;
         if !std::ptr::eq(exe, self) {
-            return exe.run_args(args);
+            return exe.run_args_on(args, stream);
         }
         let b = self.bind(args)?;
+        if stream != Stream::Runtime && !(self.device.is_cuda() || self.device.is_hip()) {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}` runs on {}, which has no streams; launch it without one",
+                self.sig.name, self.device
+            )));
+        }
         match &self.module {
             Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),
             Module::Cuda(k) => {
                 let mut p = pack_gpu_params(&self.sig, &b)?;
-                k.launch(&mut p, b.grid, self.sig.threads)?;
+                k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
             Module::Hip(k) => {
                 crate::hip::check_buffer_ranges(&self.sig, args)?;
                 let mut p = pack_gpu_params(&self.sig, &b)?;
-                k.launch(&mut p, b.grid, self.sig.threads)?;
+                k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
             Module::Sim(k) => self.run_sim(k, args)?,
         }
@@ -514,6 +571,12 @@ impl Executable {
                     bytes: t.host_bytes().to_vec(),
                     shape: t.shape().to_vec(),
                 },
+                Arg::External(t) => tl_sim::SimArg::Tensor {
+                    // SAFETY: `bind` accepted it: host memory, contiguous, of `nbytes` bytes
+                    // (ExternalTensor::new's contract), read before the kernel runs.
+                    bytes: unsafe { t.host_bytes() }.to_vec(),
+                    shape: t.shape().to_vec(),
+                },
                 Arg::Int(i) => tl_sim::SimArg::Int(*i),
                 Arg::Float(f) => tl_sim::SimArg::Float(*f),
             })
@@ -521,9 +584,26 @@ impl Executable {
         tl_sim::run(k, &mut sargs, &tl_sim::SimOptions::default()).map_err(|e| {
             RuntimeError::Launch(format!("kernel `{}` in the simulator: {e}", self.sig.name))
         })?;
-        for (a, s) in args.iter().zip(&sargs) {
-            if let (Arg::Tensor(t), tl_sim::SimArg::Tensor { bytes, .. }) = (a, s) {
-                t.host_bytes_mut().copy_from_slice(bytes);
+        for ((a, s), p) in args.iter().zip(&sargs).zip(&self.sig.params) {
+            match (a, s) {
+                (Arg::Tensor(t), tl_sim::SimArg::Tensor { bytes, .. }) => {
+                    t.host_bytes_mut().copy_from_slice(bytes);
+                }
+                // Foreign memory is written back only where the kernel may write: an input
+                // may be read-only (a numpy array with `writeable=False`).
+                (Arg::External(t), tl_sim::SimArg::Tensor { bytes, .. })
+                    if !matches!(
+                        p,
+                        Param::Tensor {
+                            role: tl_ir::Role::Input,
+                            ..
+                        }
+                    ) =>
+                {
+                    // SAFETY: as above; nothing else references the memory during the call.
+                    unsafe { t.write_host_bytes(bytes) };
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -565,33 +645,36 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
     // Pass 1: kinds, dtypes, ranks, devices; bind sizes from bare-variable extents.
     for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
         match (p, a) {
-            (Param::Tensor { buffer, .. }, Arg::Tensor(t)) => {
-                if t.dtype() != buffer.dtype() {
+            (Param::Tensor { buffer, .. }, Arg::Tensor(_) | Arg::External(_)) => {
+                let Some(t) = TensorView::of(a, device) else {
+                    return Err(bad(i, "expected a tensor".into()));
+                };
+                if t.dtype != buffer.dtype() {
                     return Err(bad(
                         i,
-                        format!("expected {} elements, got {}", buffer.dtype(), t.dtype()),
+                        format!("expected {} elements, got {}", buffer.dtype(), t.dtype),
                     ));
                 }
-                if t.shape().len() != buffer.rank() {
+                if t.shape.len() != buffer.rank() {
                     return Err(bad(
                         i,
                         format!(
                             "expected a {}-d tensor, got shape {:?}",
                             buffer.rank(),
-                            t.shape()
+                            t.shape
                         ),
                     ));
                 }
-                if t.device() != device {
+                if !t.usable {
                     return Err(bad(
                         i,
-                        format!("the tensor is on {}, the kernel on {}", t.device(), device),
+                        format!("the tensor is on {}, the kernel on {}", t.device, device),
                     ));
                 }
-                if !t.is_contiguous() {
+                if !t.contiguous {
                     return Err(bad(i, "the tensor is not contiguous (row-major)".into()));
                 }
-                for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
+                for (d, (e, &n)) in buffer.shape().iter().zip(t.shape).enumerate() {
                     if let ExprKind::Var(v) = e.kind() {
                         if n > i32::MAX as usize {
                             return Err(bad(
@@ -643,47 +726,40 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
     }
     // Pass 2: extents that are expressions must match.
     let mut ptrs = vec![];
+    let mut bound_args = Vec::with_capacity(args.len());
+    let mut shapes: Vec<Vec<i64>> = Vec::with_capacity(args.len());
     for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
-        if let (Param::Tensor { buffer, .. }, Arg::Tensor(t)) = (p, a) {
-            for (d, (e, &n)) in buffer.shape().iter().zip(t.shape()).enumerate() {
-                let want = eval_int(e, &env).map_err(|x| bad(i, x.to_string()))?;
-                if want != n as i64 {
-                    return Err(bad(
-                        i,
-                        format!(
-                            "dimension {d} is {n}, but the kernel expects {} = {want}",
-                            e
-                        ),
-                    ));
+        let view = TensorView::of(a, device);
+        shapes.push(match &view {
+            Some(t) => t.shape.iter().map(|&n| n as i64).collect(),
+            None => vec![],
+        });
+        match (p, view) {
+            (Param::Tensor { buffer, .. }, Some(t)) => {
+                for (d, (e, &n)) in buffer.shape().iter().zip(t.shape).enumerate() {
+                    let want = eval_int(e, &env).map_err(|x| bad(i, x.to_string()))?;
+                    if want != n as i64 {
+                        return Err(bad(
+                            i,
+                            format!(
+                                "dimension {d} is {n}, but the kernel expects {} = {want}",
+                                e
+                            ),
+                        ));
+                    }
                 }
+                ptrs.push(t.ptr);
+                bound_args.push(BoundArg::Ptr(t.ptr));
             }
-            ptrs.push(t.raw_ptr());
+            (Param::Tensor { .. }, None) => bound_args.push(BoundArg::Ptr(std::ptr::null_mut())),
+            (Param::Scalar(v), _) if v.dtype().is_float() => bound_args.push(BoundArg::Float(
+                env.get(&v.id()).map(|x| x.as_f64()).unwrap_or(0.0),
+            )),
+            (Param::Scalar(v), _) => bound_args.push(BoundArg::Int(
+                env.get(&v.id()).map(|x| x.as_i64()).unwrap_or(0),
+            )),
         }
     }
-    let bound_args = sig
-        .params
-        .iter()
-        .zip(args)
-        .map(|(p, a)| match (p, a) {
-            (Param::Scalar(v), _) if v.dtype().is_float() => {
-                BoundArg::Float(env.get(&v.id()).map(|x| x.as_f64()).unwrap_or(0.0))
-            }
-            (Param::Scalar(v), _) => {
-                BoundArg::Int(env.get(&v.id()).map(|x| x.as_i64()).unwrap_or(0))
-            }
-            (Param::Tensor { .. }, Arg::Tensor(t)) => BoundArg::Ptr(t.raw_ptr()),
-            (Param::Tensor { .. }, _) => BoundArg::Ptr(std::ptr::null_mut()),
-        })
-        .collect();
-    let shapes = sig
-        .params
-        .iter()
-        .zip(args)
-        .map(|(p, a)| match (p, a) {
-            (Param::Tensor { .. }, Arg::Tensor(t)) => t.shape().iter().map(|&n| n as i64).collect(),
-            _ => vec![],
-        })
-        .collect();
     let dim_values = sig
         .dims
         .iter()
@@ -928,5 +1004,90 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(e.contains("on cpu, the kernel on cuda:0"), "{e}");
+    }
+
+    #[test]
+    fn external_tensors_are_checked_like_tensors() {
+        let s = sig();
+        let cpu = Device::Cpu;
+        let mut xs = vec![0f32; 100 * 4];
+        let mut ys = vec![0u16; 200];
+        let ext = |p: *mut c_void, dt, shape: Vec<usize>, strides: Vec<isize>, dev| {
+            // SAFETY: the buffers above outlive every use, and cover the shapes given.
+            unsafe { ExternalTensor::new(p, dt, shape, strides, dev) }.unwrap()
+        };
+        let x = ext(
+            xs.as_mut_ptr() as *mut c_void,
+            DType::F32,
+            vec![100, 4],
+            vec![4, 1],
+            cpu,
+        );
+        let y = ext(
+            ys.as_mut_ptr() as *mut c_void,
+            DType::BF16,
+            vec![200],
+            vec![1],
+            cpu,
+        );
+        let args = |x, y| {
+            [
+                Arg::External(x),
+                Arg::Float(1.5),
+                Arg::External(y),
+                Arg::Float(2.0),
+                Arg::Int(3),
+                Arg::Int(1),
+            ]
+        };
+        let b = bind_args(&s, cpu, &args(&x, &y)).unwrap();
+        assert_eq!(b.dim_values, vec![100]);
+        assert_eq!(b.grid, [2, 1, 1]);
+        assert_eq!(b.args[0], BoundArg::Ptr(xs.as_mut_ptr() as *mut c_void));
+        assert_eq!(b.ptrs.len(), 2);
+        // Host memory serves the simulator too, but not a GPU.
+        assert!(bind_args(&s, Device::SIM, &args(&x, &y)).is_ok());
+        let e = bind_args(&s, Device::Cuda(0), &args(&x, &y))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("on cpu, the kernel on cuda:0"), "{e}");
+        // Wrong dtype, a transposed (non-contiguous) view, inconsistent sizes.
+        let y32 = ext(
+            ys.as_mut_ptr() as *mut c_void,
+            DType::F32,
+            vec![100],
+            vec![1],
+            cpu,
+        );
+        let e = bind_args(&s, cpu, &args(&x, &y32))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("`y`") && e.contains("expected bf16"), "{e}");
+        let xt = ext(
+            xs.as_mut_ptr() as *mut c_void,
+            DType::F32,
+            vec![100, 4],
+            vec![1, 100],
+            cpu,
+        );
+        let e = bind_args(&s, cpu, &args(&xt, &y))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("not contiguous"), "{e}");
+        let y_short = ext(
+            ys.as_mut_ptr() as *mut c_void,
+            DType::BF16,
+            vec![199],
+            vec![1],
+            cpu,
+        );
+        let e = bind_args(&s, cpu, &args(&x, &y_short))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("= 200"), "{e}");
     }
 }

@@ -344,8 +344,10 @@ impl HipDevice {
 /// `args` have been checked against `sig` already.
 pub fn check_buffer_ranges(sig: &Signature, args: &[Arg]) -> Result<()> {
     for (p, a) in sig.params.iter().zip(args) {
-        if let Arg::Tensor(t) = a {
-            check_buffer_range(&sig.name, p.name(), t.nbytes())?;
+        match a {
+            Arg::Tensor(t) => check_buffer_range(&sig.name, p.name(), t.nbytes())?,
+            Arg::External(t) => check_buffer_range(&sig.name, p.name(), t.nbytes())?,
+            Arg::Int(_) | Arg::Float(_) => {}
         }
     }
     Ok(())

@@ -80,6 +80,7 @@ pub fn autotune<C: Clone + Debug>(
         .iter()
         .map(|a| match a {
             Arg::Tensor(t) => format!("{:?}{}", t.shape(), t.dtype()),
+            Arg::External(t) => format!("{:?}{}", t.shape(), t.dtype()),
             Arg::Int(i) => i.to_string(),
             Arg::Float(f) => f.to_string(),
         })

@@ -77,16 +77,29 @@ impl Kernel {
     #[track_caller]
     pub fn build(name: &str, f: impl FnOnce(&mut KernelBuilder)) -> Kernel {
         let span = Span::caller();
-        let mut b = KernelBuilder::new(name, span);
+        let mut b = Kernel::builder(name, span);
         f(&mut b);
+        Kernel::from_builder(b)
+    }
+
+    /// An empty builder for a kernel called `name` (declared at `span`), for front ends that
+    /// build imperatively (open and close scopes) instead of through closures; finish it with
+    /// [`from_builder`](Self::from_builder). [`build`](Self::build) is this with a closure.
+    pub fn builder(name: &str, span: Span) -> KernelBuilder {
+        KernelBuilder::new(name, span)
+    }
+
+    /// The kernel a builder made, with the problems found while building it.
+    pub fn from_builder(b: KernelBuilder) -> Kernel {
+        let span = b.span;
         let (ir, mut build_errors) = b.finish();
-        if !valid_ident(name) {
+        if !valid_ident(&ir.name) {
             build_errors.insert(
                 0,
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
                     span,
-                    format!("kernel name `{name}` is not an identifier"),
+                    format!("kernel name `{}` is not an identifier", ir.name),
                 )
                 .help("use letters, digits and underscores, starting with a letter"),
             );

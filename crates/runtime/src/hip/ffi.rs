@@ -556,7 +556,8 @@ impl Hip {
         check(unsafe { (self.api.module_unload)(module.0) })
     }
 
-    /// `hipModuleLaunchKernel` on the null stream with no dynamic LDS and no `extra`:
+    /// `hipModuleLaunchKernel` on `stream` (null: the null stream) with no dynamic LDS and no
+    /// `extra`:
     /// `params` holds one pointer per kernel parameter, to a value of the parameter's type
     /// (the runtime copies the values at launch, taking each one's size from the code
     /// object's metadata).
@@ -565,11 +566,12 @@ impl Hip {
         f: &FunctionHandle,
         grid: [u32; 3],
         block: [u32; 3],
+        stream: *mut c_void,
         params: &mut [*mut c_void],
     ) -> Result<(), Code> {
         // SAFETY: `f` belongs to a loaded module; `params` points at live slots laid out per
-        // the kernel ABI (`exec::ParamBlock`) that outlive the call; a null `extra` and the null
-        // stream are valid.
+        // the kernel ABI (`exec::ParamBlock`) that outlive the call; a null `extra` is valid,
+        // and `stream` is null or a stream of this device (the caller's contract).
         check(unsafe {
             (self.api.module_launch_kernel)(
                 f.0,
@@ -580,7 +582,7 @@ impl Hip {
                 block[1],
                 block[2],
                 0,
-                std::ptr::null_mut(),
+                stream,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )

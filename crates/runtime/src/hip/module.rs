@@ -111,6 +111,22 @@ impl HipKernel {
         grid: [i64; 3],
         threads: u32,
     ) -> Result<()> {
+        self.launch_on(params, grid, threads, crate::external::Stream::Runtime)
+    }
+
+    /// [`launch`](Self::launch) on `stream`: the runtime's (the null stream) or a caller's
+    /// `hipStream_t` of this device.
+    pub(crate) fn launch_on(
+        &self,
+        params: &mut ParamBlock,
+        grid: [i64; 3],
+        threads: u32,
+        stream: crate::external::Stream,
+    ) -> Result<()> {
+        let raw = match stream {
+            crate::external::Stream::Runtime => std::ptr::null_mut(),
+            crate::external::Stream::Raw(s) => s as *mut std::ffi::c_void,
+        };
         self.check_shape(grid, threads)?;
         if grid.contains(&0) {
             return Ok(());
@@ -124,6 +140,7 @@ impl HipKernel {
                 &self.func,
                 [grid[0] as u32, grid[1] as u32, grid[2] as u32],
                 [threads, 1, 1],
+                raw,
                 &mut ptrs,
             )
             .map_err(|c| {

@@ -20,6 +20,20 @@ pub(crate) struct BuildState {
     /// Names given so far (variables and buffers).
     pub names: std::collections::HashSet<String>,
     pub attrs: KernelAttrs,
+    /// The source location of the next calls, set by front ends that are not Rust (the Python
+    /// one traces a function's AST and knows the user's line before each call); `None` means
+    /// the Rust caller's location (`#[track_caller]`).
+    pub span: Option<Span>,
+}
+
+/// The location to record: the front end's, when it set one, else the Rust caller's. Must be
+/// called from a `#[track_caller]` function for the latter to be the user's line.
+#[track_caller]
+pub(crate) fn here(state: &Shared) -> Span {
+    match state.borrow().span {
+        Some(s) => s,
+        None => Span::caller(),
+    }
 }
 
 impl BuildState {
@@ -57,6 +71,22 @@ pub struct KernelBuilder {
     pub(crate) span: Span,
 }
 
+/// A launch whose body is being built: made by [`KernelBuilder::open_launch`], filled through
+/// the [`TileScope`] it returns, finished by [`KernelBuilder::close_launch`].
+pub struct OpenLaunch {
+    grid: Vec<Expr>,
+    block_vars: Vec<Var>,
+    threads: u32,
+    span: Span,
+}
+
+impl OpenLaunch {
+    /// The block indices, x first.
+    pub fn block_indices(&self) -> Vec<Expr> {
+        self.block_vars.iter().map(Var::expr).collect()
+    }
+}
+
 pub(crate) struct Launch {
     pub grid: Vec<Expr>,
     pub block_vars: Vec<Var>,
@@ -87,7 +117,7 @@ impl KernelBuilder {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
-                    Span::caller(),
+                    self.here(),
                     format!("symbolic size `{name}` is declared twice"),
                 )
                 .help("declare each size once and reuse the expression"),
@@ -103,7 +133,7 @@ impl KernelBuilder {
     #[track_caller]
     fn tensor(&mut self, name: &str, shape: Vec<Expr>, dtype: DType, role: Role) -> Buffer {
         let name = self.state.borrow_mut().unique(name);
-        let b = Buffer::new(name, shape, dtype, Scope::Global, Span::caller());
+        let b = Buffer::new(name, shape, dtype, Scope::Global, self.here());
         self.params.push(Param::Tensor {
             buffer: b.clone(),
             role,
@@ -144,16 +174,39 @@ impl KernelBuilder {
         threads: u32,
         body: impl FnOnce(&mut TileScope, [Expr; N]),
     ) {
-        let span = Span::caller();
+        let names = ["bx", "by", "bz"];
+        let Some((open, mut t)) = self.open_launch(grid, threads, &names[..N.min(3)]) else {
+            return;
+        };
+        let vars = open.block_indices();
+        let idx: [Expr; N] =
+            std::array::from_fn(|i| vars.get(i).cloned().unwrap_or_else(|| Expr::int(0)));
+        body(&mut t, idx);
+        self.close_launch(open, t);
+    }
+
+    /// Start the launch (the imperative form of [`launch`](Self::launch)): `grid` blocks of
+    /// `threads` threads, with one block index per name in `names` (which must match the
+    /// grid's rank, 1 to 3). Returns the launch and the scope its body is built in; `None`
+    /// (with a diagnostic recorded) when the kernel already has a launch.
+    #[track_caller]
+    pub fn open_launch(
+        &mut self,
+        grid: impl IntoExprs,
+        threads: u32,
+        names: &[&str],
+    ) -> Option<(OpenLaunch, TileScope)> {
+        let span = self.here();
         if self.launch.is_some() {
             self.error(
                 Diagnostic::new(DiagKind::InvalidArgument, span, "a kernel has one launch")
                     .help("write one `k.launch(..)` per kernel"),
             );
-            return;
+            return None;
         }
         let grid = grid.into_exprs();
-        if grid.len() != N || N == 0 || N > 3 {
+        let n = names.len();
+        if grid.len() != n || n == 0 || n > 3 {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
@@ -161,7 +214,7 @@ impl KernelBuilder {
                     format!(
                         "the grid has {} dimensions but the body takes {} block indices",
                         grid.len(),
-                        N
+                        n
                     ),
                 )
                 .help(
@@ -169,23 +222,84 @@ impl KernelBuilder {
                 ),
             );
         }
-        let names = ["bx", "by", "bz"];
-        let block_vars: Vec<Var> = (0..N)
-            .map(|i| {
-                let name = self.state.borrow_mut().unique(names.get(i).unwrap_or(&"b"));
-                Var::new(name, DType::I32)
-            })
+        let block_vars: Vec<Var> = names
+            .iter()
+            .map(|name| Var::new(self.state.borrow_mut().unique(name), DType::I32))
             .collect();
-        let idx: [Expr; N] = std::array::from_fn(|i| block_vars[i].expr());
-        let mut t = TileScope::new(self.state.clone(), threads);
-        body(&mut t, idx);
-        let body = Stmt::seq(t.finish(), span);
-        self.launch = Some(Launch {
-            grid: grid.into_iter().take(N).collect(),
+        let open = OpenLaunch {
+            grid: grid.into_iter().take(n).collect(),
             block_vars,
             threads,
+            span,
+        };
+        Some((open, TileScope::new(self.state.clone(), threads)))
+    }
+
+    /// Finish a launch started with [`open_launch`](Self::open_launch) with its body.
+    pub fn close_launch(&mut self, open: OpenLaunch, body: TileScope) {
+        let body = Stmt::seq(body.finish(), open.span);
+        self.launch = Some(Launch {
+            grid: open.grid,
+            block_vars: open.block_vars,
+            threads: open.threads,
             body,
         });
+    }
+
+    /// Record the calls that follow at `span` instead of at the Rust caller's line (`None`
+    /// goes back to that): for front ends in other languages, whose users' lines are not Rust
+    /// locations. Applies to this builder and every scope made from it.
+    pub fn set_span(&self, span: Option<Span>) {
+        self.state.borrow_mut().span = span;
+    }
+
+    #[track_caller]
+    fn here(&self) -> Span {
+        here(&self.state)
+    }
+
+    /// Adopt a symbolic size made outside the builder (a front end that declares sizes before
+    /// the kernel, as Python's `T.symbolic("m")` does). Adopting the same variable twice is a
+    /// no-op; a different variable with an existing size's name is a diagnostic, as in
+    /// [`dim`](Self::dim).
+    #[track_caller]
+    pub fn dim_var(&mut self, v: &Var) -> Expr {
+        if self.dims.iter().any(|d| d == v) {
+            return v.expr();
+        }
+        if self.dims.iter().any(|d| d.name() == v.name())
+            || !self.state.borrow_mut().names.insert(v.name().to_string())
+        {
+            let span = self.here();
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("symbolic size `{}` is declared twice", v.name()),
+                )
+                .help("declare each size once and reuse the expression"),
+            );
+            return v.expr();
+        }
+        if v.dtype() != DType::I32 {
+            let span = self.here();
+            self.error(
+                Diagnostic::new(
+                    DiagKind::DTypeMismatch,
+                    span,
+                    format!("symbolic size `{}` is {}, not i32", v.name(), v.dtype()),
+                )
+                .help("symbolic sizes are 32-bit integers"),
+            );
+        }
+        self.dims.push(v.clone());
+        v.expr()
+    }
+
+    /// A tensor parameter with a role, for front ends that pick the role at run time.
+    #[track_caller]
+    pub fn param(&mut self, name: &str, shape: impl IntoExprs, dtype: DType, role: Role) -> Buffer {
+        self.tensor(name, shape.into_exprs(), dtype, role)
     }
 
     pub(crate) fn finish(self) -> (tl_ir::Kernel, Vec<Diagnostic>) {

@@ -5,5 +5,7 @@ mod builder;
 mod scope;
 
 pub use args::{BufferExt, IntoExprs, Tile};
-pub use builder::KernelBuilder;
-pub use scope::{CumsumHandle, GemmHandle, IfHandle, PipelineHandle, ReduceHandle, TileScope};
+pub use builder::{KernelBuilder, OpenLaunch};
+pub use scope::{
+    CumsumHandle, GemmHandle, IfHandle, OpenIf, OpenLoop, PipelineHandle, ReduceHandle, TileScope,
+};

@@ -32,8 +32,23 @@ impl TileScope {
         self.stmts
     }
 
-    fn child(&self) -> TileScope {
+    /// An empty scope of the same kernel: where the body of a loop or branch opened with
+    /// [`open_loop`](Self::open_loop), [`open_parallel`](Self::open_parallel) or
+    /// [`open_if`](Self::open_if) is built before it is closed.
+    pub fn child(&self) -> TileScope {
         TileScope::new(self.state.clone(), self.threads)
+    }
+
+    /// The location to record (see `KernelBuilder::set_span`).
+    #[track_caller]
+    fn here(&self) -> Span {
+        super::builder::here(&self.state)
+    }
+
+    /// Record the calls that follow at `span` (`None`: the Rust caller's line); see
+    /// `KernelBuilder::set_span`.
+    pub fn set_span(&self, span: Option<Span>) {
+        self.state.borrow_mut().span = span;
     }
 
     fn push(&mut self, kind: StmtKind, span: Span) {
@@ -59,7 +74,7 @@ impl TileScope {
         dtype: DType,
         scope: Scope,
     ) -> Buffer {
-        let span = Span::caller();
+        let span = self.here();
         let name = match name {
             Some(n) => self.state.borrow_mut().unique(n),
             None => {
@@ -135,7 +150,7 @@ impl TileScope {
                 indices: idx.into_exprs(),
                 value,
             },
-            Span::caller(),
+            self.here(),
         );
     }
 
@@ -150,7 +165,7 @@ impl TileScope {
                 var: v.clone(),
                 value,
             },
-            Span::caller(),
+            self.here(),
         );
         v.expr()
     }
@@ -277,7 +292,7 @@ impl TileScope {
     /// tile past the tensor's edge are skipped (stores) or read as zero (loads).
     #[track_caller]
     pub fn copy(&mut self, src: impl Into<Tile>, dst: impl Into<Tile>) {
-        let span = Span::caller();
+        let span = self.here();
         if let Some((src, dst)) = self.pair("copy", src.into(), dst.into(), span) {
             self.push(StmtKind::Op(TileOp::Copy(CopyOp::new(src, dst))), span);
         }
@@ -291,7 +306,7 @@ impl TileScope {
         b: impl Into<Tile>,
         c: impl Into<Tile>,
     ) -> GemmHandle<'_> {
-        let span = Span::caller();
+        let span = self.here();
         let regs = (
             self.full("gemm", a.into(), span),
             self.full("gemm", b.into(), span),
@@ -324,7 +339,7 @@ impl TileScope {
 
     #[track_caller]
     fn reduce(&mut self, kind: ReduceKind, src: Tile, dst: Tile, dim: usize) -> ReduceHandle<'_> {
-        let span = Span::caller();
+        let span = self.here();
         let regs = (
             self.full("reduce", src, span),
             self.full("reduce", dst, span),
@@ -399,7 +414,7 @@ impl TileScope {
     /// Set every element of a tile to `value`.
     #[track_caller]
     pub fn fill(&mut self, dst: impl Into<Tile>, value: impl Into<Expr>) {
-        let span = Span::caller();
+        let span = self.here();
         if let Some(dst) = self.full("fill", dst.into(), span) {
             let value = value.into().cast(dst.buffer.dtype());
             self.push(StmtKind::Op(TileOp::Fill(FillOp { dst, value })), span);
@@ -408,7 +423,7 @@ impl TileScope {
     /// Set every element of a tile to zero.
     #[track_caller]
     pub fn clear(&mut self, dst: impl Into<Tile>) {
-        let span = Span::caller();
+        let span = self.here();
         if let Some(dst) = self.full("clear", dst.into(), span) {
             let value = Expr::int_of(0, dst.buffer.dtype());
             self.push(StmtKind::Op(TileOp::Fill(FillOp { dst, value })), span);
@@ -418,7 +433,7 @@ impl TileScope {
     /// `dst += src` element-wise with atomic adds (dst in global or shared memory).
     #[track_caller]
     pub fn atomic_add(&mut self, dst: impl Into<Tile>, src: impl Into<Tile>) {
-        let span = Span::caller();
+        let span = self.here();
         if let Some((src, dst)) = self.pair("atomic_add", src.into(), dst.into(), span) {
             self.push(
                 StmtKind::Op(TileOp::AtomicAdd(AtomicAddOp { src, dst })),
@@ -435,7 +450,7 @@ impl TileScope {
         dst: impl Into<Tile>,
         dim: usize,
     ) -> CumsumHandle<'_> {
-        let span = Span::caller();
+        let span = self.here();
         let regs = (
             self.full("cumsum", src.into(), span),
             self.full("cumsum", dst.into(), span),
@@ -470,21 +485,87 @@ impl TileScope {
         kind: ForKind,
         f: impl FnOnce(&mut TileScope, Expr),
     ) -> usize {
-        let span = Span::caller();
-        let name = self.state.borrow_mut().unique(name);
-        let var = Var::new(name, DType::I32);
+        let open = self.open_loop(name, min, extent, kind);
         let mut body = self.child();
-        f(&mut body, var.expr());
-        self.push(
-            StmtKind::For(Box::new(For {
-                var,
-                min: min.cast(DType::I32),
-                extent: extent.cast(DType::I32),
-                kind,
-                body: Stmt::seq(body.finish(), span),
-            })),
+        f(&mut body, open.vars[0].expr());
+        self.close_loop(open, body)
+    }
+
+    /// Start a loop `min .. min + extent` of `kind` over a new variable named after `name`
+    /// (the imperative form of [`serial`](Self::serial), [`pipelined`](Self::pipelined) and
+    /// the rest): build its body in a [`child`](Self::child) scope, then
+    /// [`close_loop`](Self::close_loop).
+    #[track_caller]
+    pub fn open_loop(&mut self, name: &str, min: Expr, extent: Expr, kind: ForKind) -> OpenLoop {
+        let span = self.here();
+        let name = self.state.borrow_mut().unique(name);
+        OpenLoop {
+            vars: vec![Var::new(name, DType::I32)],
+            mins: vec![min.cast(DType::I32)],
+            extents: vec![extent.cast(DType::I32)],
+            kind,
             span,
-        );
+        }
+    }
+
+    /// Start an element-wise loop nest over `extents` with one index per name in `names`
+    /// (the imperative form of [`parallel`](Self::parallel)); `None`, with the same diagnostic
+    /// as `parallel`, when the counts differ.
+    #[track_caller]
+    pub fn open_parallel(&mut self, extents: impl IntoExprs, names: &[&str]) -> Option<OpenLoop> {
+        let span = self.here();
+        let extents = extents.into_exprs();
+        if extents.len() != names.len() || names.is_empty() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "parallel over {} extents, but the body takes {} indices",
+                        extents.len(),
+                        names.len()
+                    ),
+                )
+                .help("take one index per extent, e.g. `t.parallel([bm, bn], |t, [i, j]| ..)`"),
+            );
+            return None;
+        }
+        let vars: Vec<Var> = names
+            .iter()
+            .map(|n| Var::new(self.state.borrow_mut().unique(n), DType::I32))
+            .collect();
+        Some(OpenLoop {
+            mins: vec![Expr::int(0); vars.len()],
+            vars,
+            extents: extents.iter().map(|e| e.cast(DType::I32)).collect(),
+            kind: ForKind::Parallel,
+            span,
+        })
+    }
+
+    /// Finish a loop (or loop nest) opened here with its body; the index of the statement.
+    pub fn close_loop(&mut self, open: OpenLoop, body: TileScope) -> usize {
+        let OpenLoop {
+            vars,
+            mins,
+            extents,
+            kind,
+            span,
+        } = open;
+        let mut stmt = Stmt::seq(body.finish(), span);
+        for ((var, min), extent) in vars.into_iter().zip(mins).zip(extents).rev() {
+            stmt = Stmt::new(
+                StmtKind::For(Box::new(For {
+                    var,
+                    min,
+                    extent,
+                    kind: kind.clone(),
+                    body: stmt,
+                })),
+                span,
+            );
+        }
+        self.stmts.push(stmt);
         self.stmts.len() - 1
     }
 
@@ -496,49 +577,14 @@ impl TileScope {
         extents: impl IntoExprs,
         f: impl FnOnce(&mut TileScope, [Expr; N]),
     ) {
-        let span = Span::caller();
-        let extents = extents.into_exprs();
-        if extents.len() != N || N == 0 {
-            self.error(
-                Diagnostic::new(
-                    DiagKind::InvalidArgument,
-                    span,
-                    format!(
-                        "parallel over {} extents, but the body takes {} indices",
-                        extents.len(),
-                        N
-                    ),
-                )
-                .help("take one index per extent, e.g. `t.parallel([bm, bn], |t, [i, j]| ..)`"),
-            );
+        let names: [&str; N] = std::array::from_fn(|d| *PAR_NAMES.get(d).unwrap_or(&"p"));
+        let Some(open) = self.open_parallel(extents, &names) else {
             return;
-        }
-        let vars: Vec<Var> = (0..N)
-            .map(|d| {
-                let name = self
-                    .state
-                    .borrow_mut()
-                    .unique(PAR_NAMES.get(d).unwrap_or(&"p"));
-                Var::new(name, DType::I32)
-            })
-            .collect();
-        let idx: [Expr; N] = std::array::from_fn(|d| vars[d].expr());
+        };
+        let idx: [Expr; N] = std::array::from_fn(|d| open.vars[d].expr());
         let mut body = self.child();
         f(&mut body, idx);
-        let mut stmt = Stmt::seq(body.finish(), span);
-        for (v, e) in vars.into_iter().zip(extents).rev() {
-            stmt = Stmt::new(
-                StmtKind::For(Box::new(For {
-                    var: v,
-                    min: Expr::int(0),
-                    extent: e.cast(DType::I32),
-                    kind: ForKind::Parallel,
-                    body: stmt,
-                })),
-                span,
-            );
-        }
-        self.stmts.push(stmt);
+        self.close_loop(open, body);
     }
 
     /// A sequential loop `0 .. extent`.
@@ -590,25 +636,41 @@ impl TileScope {
         cond: impl Into<Expr>,
         then: impl FnOnce(&mut TileScope),
     ) -> IfHandle<'_> {
-        let span = Span::caller();
+        let open = self.open_if(cond);
         let mut body = self.child();
         then(&mut body);
         let state = self.state.clone();
         let threads = self.threads;
-        self.push(
-            StmtKind::If {
-                cond: cond.into(),
-                then_: Box::new(Stmt::seq(body.finish(), span)),
-                else_: None,
-            },
-            span,
-        );
-        let idx = self.stmts.len() - 1;
+        let idx = self.close_if(open, body, None);
         IfHandle {
             stmt: self.stmts.get_mut(idx),
             state,
             threads,
         }
+    }
+
+    /// Start `if cond` (the imperative form of [`if_`](Self::if_)): build the branches in
+    /// [`child`](Self::child) scopes, then [`close_if`](Self::close_if).
+    #[track_caller]
+    pub fn open_if(&mut self, cond: impl Into<Expr>) -> OpenIf {
+        OpenIf {
+            cond: cond.into(),
+            span: self.here(),
+        }
+    }
+
+    /// Finish an `if` opened here with its branches; the index of the statement.
+    pub fn close_if(&mut self, open: OpenIf, then: TileScope, else_: Option<TileScope>) -> usize {
+        let span = open.span;
+        self.push(
+            StmtKind::If {
+                cond: open.cond,
+                then_: Box::new(Stmt::seq(then.finish(), span)),
+                else_: else_.map(|e| Box::new(Stmt::seq(e.finish(), span))),
+            },
+            span,
+        );
+        self.stmts.len() - 1
     }
 
     // ----- annotations and escape hatches -----
@@ -648,7 +710,7 @@ impl TileScope {
                 buffer: buf.clone(),
                 layout: layout.to_string(),
             },
-            Span::caller(),
+            self.here(),
         );
     }
 
@@ -672,8 +734,30 @@ impl TileScope {
     /// Evaluate an intrinsic for its side effect (escape hatch, e.g. a raw barrier).
     #[track_caller]
     pub fn evaluate(&mut self, e: Expr) {
-        self.push(StmtKind::Eval(e), Span::caller());
+        self.push(StmtKind::Eval(e), self.here());
     }
+}
+
+/// A loop (or parallel loop nest) whose body is being built; see [`TileScope::open_loop`].
+pub struct OpenLoop {
+    vars: Vec<Var>,
+    mins: Vec<Expr>,
+    extents: Vec<Expr>,
+    kind: ForKind,
+    span: Span,
+}
+
+impl OpenLoop {
+    /// The loop indices, outermost first.
+    pub fn indices(&self) -> Vec<Expr> {
+        self.vars.iter().map(Var::expr).collect()
+    }
+}
+
+/// An `if` whose branches are being built; see [`TileScope::open_if`].
+pub struct OpenIf {
+    cond: Expr,
+    span: Span,
 }
 
 /// Options of a gemm, set after the call: `t.gemm(&a, &b, &c).transpose_b()`.

@@ -1,0 +1,150 @@
+"""Calling compiled kernels: zero-copy arguments, allocated outputs, and clear errors for
+wrong arguments (never a crash)."""
+
+import numpy as np
+import pytest
+
+import tilelang_rs as tilelang
+from tilelang_rs import language as T
+
+
+@pytest.fixture(scope="module")
+def axpy():
+    N = T.symbolic("N")
+
+    @T.prim_func
+    def axpy(X: T.Tensor((N, 4), "float32"), Y: T.Tensor((N, 4), "float32"), a: T.float32):
+        with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
+            for i, j in T.Parallel(16, 4):
+                if bx * 16 + i < N:
+                    Y[bx * 16 + i, j] = Y[bx * 16 + i, j] + a * X[bx * 16 + i, j]
+
+    return tilelang.compile(axpy, target="cpu")
+
+
+def test_zero_copy_in_place(axpy, rng):
+    x = rng.standard_normal((37, 4)).astype(np.float32)
+    y = rng.standard_normal((37, 4)).astype(np.float32)
+    y0 = y.copy()
+    assert axpy(x, y, 2.0) is None
+    np.testing.assert_allclose(y, y0 + 2 * x, rtol=1e-6)  # written in place: no copy
+    # A view with unit strides that is a slice of a bigger array is fine too.
+    big = rng.standard_normal((50, 4)).astype(np.float32)
+    view = big[5:20]
+    v0 = view.copy()
+    axpy(x[:15], view, 1.0)
+    np.testing.assert_allclose(big[5:20], v0 + x[:15], rtol=1e-6)
+
+
+def test_wrong_arguments_raise(axpy, rng):
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    y = np.zeros((8, 4), np.float32)
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        axpy(x, y)
+    with pytest.raises(TypeError, match="expected f32 elements, got f64"):
+        axpy(x.astype(np.float64), y, 1.0)
+    with pytest.raises(ValueError, match="not contiguous"):
+        axpy(np.asfortranarray(rng.standard_normal((8, 4)).astype(np.float32)), y, 1.0)
+    with pytest.raises(ValueError, match="not contiguous"):
+        axpy(np.zeros((4, 8), np.float32).T, y, 1.0)
+    with pytest.raises(ValueError, match=r"`N` is 8 from an earlier argument"):
+        axpy(x, np.zeros((9, 4), np.float32), 1.0)
+    with pytest.raises(ValueError, match=r"dimension 1 is 5, but the kernel expects"):
+        axpy(np.zeros((8, 5), np.float32), y, 1.0)
+    with pytest.raises(TypeError, match="expected a tensor"):
+        axpy(1.0, y, 1.0)
+    with pytest.raises(TypeError, match="expected a numpy array, a torch tensor or a number"):
+        axpy(x, y, "two")
+    ro = np.zeros((8, 4), np.float32)
+    ro.setflags(write=False)
+    with pytest.raises(ValueError, match="read-only"):
+        axpy(x, ro, 1.0)
+
+
+def test_outputs_are_allocated_with_symbolic_shapes(rng):
+    M, N = T.symbolic("M"), T.symbolic("N")
+
+    @T.prim_func
+    def transpose_add(A: T.Tensor((M, N), "float32"), B: T.Tensor((N, M), "float32"),
+                      C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(M, 8), T.ceildiv(N, 8), threads=64) as (bx, by):
+            for i, j in T.Parallel(8, 8):
+                if (bx * 8 + i < M) and (by * 8 + j < N):
+                    C[bx * 8 + i, by * 8 + j] = A[bx * 8 + i, by * 8 + j] + B[by * 8 + j, bx * 8 + i]
+
+    kernel = tilelang.compile(transpose_add, out_idx=[-1], target="cpu")
+    for m, n in [(5, 7), (17, 3)]:
+        a = rng.standard_normal((m, n)).astype(np.float32)
+        b = rng.standard_normal((n, m)).astype(np.float32)
+        c = kernel(a, b)
+        assert c.shape == (m, n) and c.dtype == np.float32
+        np.testing.assert_allclose(c, a + b.T, rtol=1e-6)
+    with pytest.raises(TypeError, match=r"takes 2 arguments \(A, B\).*outputs \(C\)"):
+        kernel(a)
+
+
+def test_out_idx_is_checked():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), s: T.int32):
+        with T.Kernel(1, threads=32) as bx:
+            T.clear(A)
+
+    with pytest.raises(ValueError, match="out of range"):
+        tilelang.compile(k, out_idx=[5], target="cpu")
+    with pytest.raises(ValueError, match="scalar"):
+        tilelang.compile(k, out_idx=[1], target="cpu")
+
+
+def test_unknown_target_and_pass_config():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            T.clear(A)
+
+    with pytest.raises(ValueError, match="unknown target"):
+        tilelang.compile(k, target="tpu")
+    with pytest.raises(ValueError, match="unknown pass config"):
+        tilelang.compile(k, target="cpu", pass_configs={"no.such": 1})
+    with pytest.warns(UserWarning, match="tl.disable_tma_lower"):
+        tilelang.compile(k, target="cpu", pass_configs={"tl.disable_tma_lower": True})
+
+
+def test_profiler_checks_and_times(rng):
+    import elementwise
+
+    kernel = tilelang.compile(elementwise.elementwise_add(32, 32, 128), out_idx=[2],
+                              target="cpu")
+    prof = kernel.get_profiler(dims={"M": 64, "N": 96})
+    prof.assert_allclose(lambda a, b: a + b, rtol=1e-6, atol=1e-6)
+    with pytest.raises(AssertionError, match="differ"):
+        prof.assert_allclose(lambda a, b: a - b)
+    ms = prof.do_bench(n_warmup=2, n_repeat=5)
+    assert 0 < ms < 1000
+    ref_ms = prof.do_bench(lambda a, b: a + b, n_warmup=2, n_repeat=5)
+    assert 0 < ref_ms < 1000
+    with pytest.raises(ValueError, match="symbolic size"):
+        kernel.get_profiler().make_inputs()
+
+
+def test_numpy_dtypes_and_byte_order():
+    """numpy arrays are read from their struct (dtype by type number, strides, flags); what
+    that cannot describe (big-endian) takes the array-interface path and its error."""
+    N = T.symbolic("N")
+
+    @T.prim_func
+    def inc(X: T.Tensor((N,), "int64"), Y: T.Tensor((N,), "int64")):
+        with T.Kernel(T.ceildiv(N, 32), threads=32) as bx:
+            for i in T.Parallel(32):
+                if bx * 32 + i < N:
+                    Y[bx * 32 + i] = X[bx * 32 + i] + 1
+
+    k = tilelang.compile(inc, out_idx=[1], target="cpu")
+    x = np.arange(100, dtype=np.int64)
+    np.testing.assert_array_equal(k(x), x + 1)
+    np.testing.assert_array_equal(k(x.astype(np.longlong)), x + 1)
+    with pytest.raises(TypeError, match="expected i64 elements, got i32"):
+        k(x.astype(np.int32))
+    with pytest.raises(ValueError, match="big-endian"):
+        k(x.astype(">i8"))
+    with pytest.raises(ValueError, match="not contiguous"):
+        k(np.arange(200, dtype=np.int64)[::2])

@@ -1,0 +1,346 @@
+"""The T.* language: what traces, what folds at trace time, and where errors point."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import tilelang_rs as tilelang
+from tilelang_rs import TileLangError
+from tilelang_rs import language as T
+
+
+def line_of(fn, text):
+    """The line number in this file of the first line of `fn`'s source containing `text`."""
+    lines, first = inspect.getsourcelines(fn)
+    for i, l in enumerate(lines):
+        if text in l:
+            return first + i
+    raise AssertionError(text)
+
+
+def test_gemm_shape_mismatch_names_the_python_line():
+    def make():
+        @T.prim_func
+        def bad(A: T.Tensor((64, 32), "float16"), C: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                A_s = T.alloc_shared((64, 32), "float16")
+                B_s = T.alloc_shared((64, 64), "float16")
+                C_l = T.alloc_fragment((64, 64), "float32")
+                T.copy(A[0, 0], A_s)
+                T.gemm(A_s, B_s, C_l)  # K disagrees
+                T.copy(C_l, C[0, 0])
+
+        return bad
+
+    with pytest.raises(TileLangError) as e:
+        make()
+    msg = str(e.value)
+    assert "error[shape-mismatch]: gemm shapes do not agree" in msg
+    assert f"{__file__}:{line_of(make, 'T.gemm(A_s')}:" in msg
+    # The same help text as the Rust DSL.
+    assert "help: A is [M, K]" in msg
+
+
+def test_python_errors_point_at_the_line():
+    def make():
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                x = undefined_name + 1  # noqa: F821
+                T.fill(A, x)
+
+        return bad
+
+    with pytest.raises(TileLangError) as e:
+        make()
+    msg = str(e.value)
+    assert "NameError" in msg and "undefined_name" in msg
+    assert f"{__file__}:{line_of(make, 'undefined_name')}:" in msg
+
+
+def test_tile_ops_outside_a_launch_are_diagnosed():
+    def make():
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            T.fill(A, 1.0)
+
+        return bad
+
+    with pytest.raises(TileLangError, match=r"inside `with T.Kernel"):
+        make()
+
+
+def test_parallel_index_count_is_checked_like_the_rust_dsl():
+    def make():
+        @T.prim_func
+        def bad(A: T.Tensor((8, 8), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                for i in T.Parallel(8, 8):
+                    A[i, 0] = 1.0
+
+        return bad
+
+    with pytest.raises(TileLangError) as e:
+        make()
+    assert "parallel over 2 extents, but the body takes 1 indices" in str(e.value)
+    assert f":{line_of(make, 'T.Parallel(8, 8)')}:" in str(e.value)
+
+
+def test_unknown_dtype_is_a_clear_error():
+    # Python evaluates the annotation when the function is defined: a TypeError at that line.
+    with pytest.raises(TypeError, match="unknown dtype `floaty`"):
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "floaty")):
+            with T.Kernel(1, threads=32) as bx:
+                T.clear(A)
+
+
+def test_symbolic_condition_on_a_python_bool_is_refused():
+    x = T.symbolic("x")
+    with pytest.raises(TypeError, match="no truth value"):
+        bool(x > 3)
+
+
+def test_control_flow_traces_and_folds(rng):
+    # Python-level `if` folds at trace time; `if` on a symbolic value is a branch; `range` in
+    # a kernel is a serial loop; loops over Python lists unroll at trace time; T.grid and
+    # T.unroll; `and`/`or`/`not`/ternaries on symbolic values.
+    def make(flag):
+        N = T.symbolic("N")
+
+        @T.prim_func
+        def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, 64), threads=64) as bx:
+                a = T.alloc_fragment((64,), "float32")
+                T.copy(A[bx * 64], a)
+                if flag:
+                    for i in T.Parallel(64):
+                        a[i] = a[i] * 2.0
+                else:
+                    for i in T.Parallel(64):
+                        a[i] = a[i] * 3.0
+                for s in range(2):
+                    for i in T.Parallel(64):
+                        a[i] = a[i] + 1.0
+                for c in [10.0, 100.0]:
+                    for i in T.Parallel(64):
+                        a[i] = a[i] + c
+                for i in T.Parallel(64):
+                    a[i] = T.if_then_else((bx * 64 + i < N) and not (i == 3), a[i], -1.0)
+                    a[i] = a[i] if i != 5 else 7.0
+                if bx == 0:
+                    for i in T.Parallel(64):
+                        a[i] = a[i] + 1000.0
+                else:
+                    for u in T.unroll(2):
+                        for i in T.Parallel(64):
+                            a[i] = a[i] - 1.0
+                T.copy(a, B[bx * 64])
+
+        return k
+
+    for flag, mul in [(True, 2.0), (False, 3.0)]:
+        func = make(flag)
+        assert func.script().count("for s in") == 1  # range: one serial loop
+        for target in ["cpu", "sim"]:
+            kernel = tilelang.compile(func, out_idx=[1], target=target)
+            x = rng.standard_normal(150).astype(np.float32)
+            y = kernel(x)
+            want = x * mul + 2.0 + 110.0
+            idx = np.arange(150)
+            want = np.where(idx % 64 == 3, -1.0, want)
+            want = np.where(idx % 64 == 5, 7.0, want)
+            want = np.where(idx < 64, want + 1000.0, want - 2.0)
+            np.testing.assert_allclose(y, want.astype(np.float32), rtol=1e-6)
+
+
+def test_serial_loop_with_step_and_macro(rng):
+    @T.macro
+    def add_into(dst, src):
+        for i in T.Parallel(32):
+            dst[i] += src[i]
+
+    @T.prim_func
+    def k(A: T.Tensor((32,), "float32"), B: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            acc = T.alloc_fragment((32,), "float32")
+            x = T.alloc_fragment((32,), "float32")
+            T.clear(acc)
+            T.copy(A, x)
+            for s in T.serial(1, 8, 3):  # s = 1, 4, 7
+                for i in T.Parallel(32):
+                    x[i] = x[i] + s
+                add_into(acc, x)
+            T.copy(acc, B)
+
+    kernel = tilelang.compile(k, out_idx=[1], target="cpu")
+    a = rng.standard_normal(32).astype(np.float32)
+    # x after each step: a+1, a+5, a+12; acc = 3a + 18
+    np.testing.assert_allclose(kernel(a), 3 * a + 18, rtol=1e-5)
+
+
+def test_reductions_cumsum_atomic_and_locals(rng):
+    @T.prim_func
+    def k(A: T.Tensor((4, 16), "float32"), S: T.Tensor((4,), "float32"),
+          MX: T.Tensor((4,), "float32"), MN: T.Tensor((4,), "float32"),
+          AS: T.Tensor((4,), "float32"), C: T.Tensor((4, 16), "float32"),
+          ACC: T.Tensor((4, 16), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            a = T.alloc_fragment((4, 16), "float32")
+            r = T.alloc_fragment((4,), "float32")
+            sh = T.alloc_shared((4, 16), "float32")
+            T.copy(A, a)
+            T.reduce_sum(a, r, dim=1)
+            T.copy(r, S)
+            T.reduce_max(a, r, dim=-1)
+            T.copy(r, MX)
+            T.fill(r, 0.5)
+            T.reduce_min(a, r, dim=1, clear=False)  # min with 0.5
+            T.copy(r, MN)
+            T.reduce_abssum(a, r, dim=1)
+            T.copy(r, AS)
+            T.copy(A, sh)
+            T.cumsum(sh, dim=1)
+            T.copy(sh, C)
+            T.atomic_add(ACC, a)
+
+    kernel = tilelang.compile(k, out_idx=[1, 2, 3, 4, 5], target="cpu")
+    a = rng.standard_normal((4, 16)).astype(np.float32)
+    acc = np.ones((4, 16), np.float32)
+    s, mx, mn, asum, c = kernel(a, acc)
+    np.testing.assert_allclose(s, a.sum(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(mx, a.max(1))
+    np.testing.assert_allclose(mn, np.minimum(a.min(1), 0.5))
+    np.testing.assert_allclose(asum, np.abs(a).sum(1), rtol=1e-5)
+    np.testing.assert_allclose(c, np.cumsum(a, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(acc, 1 + a, rtol=1e-6)
+
+
+def test_scalars_casts_and_math(rng):
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float16"), alpha: T.float32,
+          shift: T.int32):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                B[i] = T.cast(T.exp2(A[i]) * alpha + T.max(A[i], 0.0) + T.Cast("float32", shift)
+                              + T.log(T.abs(A[i]) + 1.0) - T.sqrt(T.abs(A[i])), "float16")
+
+    kernel = tilelang.compile(k, out_idx=[1], target="cpu")
+    a = rng.standard_normal(64).astype(np.float32)
+    want = (np.exp2(a) * 0.5 + np.maximum(a, 0) + 3 + np.log(np.abs(a) + 1) - np.sqrt(np.abs(a)))
+    np.testing.assert_allclose(kernel(a, 0.5, 3).astype(np.float32), want, rtol=2e-3, atol=2e-3)
+
+
+def test_constants_fold_at_trace_time():
+    assert T.ceildiv(1000, 128) == 8
+    assert T.max(3, 4) == 4 and T.min(3.5, 2) == 2
+    assert T.exp2(3.0) == 8.0
+    n = T.symbolic("n")
+    e = T.ceildiv(n, 128)
+    assert isinstance(e, T.Expr) and "n" in str(e)
+    # Arithmetic on constants simplifies back to Python numbers in shapes.
+    assert (n * 0 + 4).simplify() == 4
+
+
+def test_slices_make_regions_and_dyn_sizes(rng):
+    M = T.dyn["m"]
+
+    @T.prim_func
+    def k(A: T.Tensor((M, 3, 64), "float32"), B: T.Tensor((M, 64), "float32")):
+        with T.Kernel(M, threads=64) as bx:
+            s = T.alloc_shared((64,), "float32")
+            T.copy(A[bx, 1, :], s)
+            T.copy(s, B[bx, 0:64])
+
+    kernel = tilelang.compile(k, out_idx=[1], target="cpu")
+    for m in (3, 5):
+        a = rng.standard_normal((m, 3, 64)).astype(np.float32)
+        np.testing.assert_array_equal(kernel(a), a[:, 1, :])
+
+
+def test_jit_decorator_caches_per_arguments(rng):
+    calls = []
+
+    @tilelang.jit(out_idx=[-1], target="cpu")
+    def scale(n, factor):
+        calls.append((n, factor))
+
+        @T.prim_func
+        def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+            with T.Kernel(T.ceildiv(n, 32), threads=32) as bx:
+                for i in T.Parallel(32):
+                    if bx * 32 + i < n:
+                        B[bx * 32 + i] = A[bx * 32 + i] * factor
+
+        return main
+
+    k1 = scale(40, 2.0)
+    k2 = scale(40, 2.0)
+    assert k1 is k2 and calls == [(40, 2.0)]
+    a = rng.standard_normal(40).astype(np.float32)
+    np.testing.assert_allclose(k1(a), a * 2)
+    assert "for" in k1.get_kernel_source() or "void" in k1.get_kernel_source()
+
+
+def test_kernel_source_for_gpu_targets_needs_no_gpu():
+    import gemm
+
+    func = gemm.matmul(256, 256, 256, 128, 128, 32)
+    src = func.kernel.source("sm_80")
+    assert "mma" in src
+    assert "mfma" in func.kernel.source("gfx942").lower()
+
+
+def test_precompile_for_a_gpu_needs_no_gpu(tmp_path):
+    """NVRTC compiles a GEMM for sm_90a into the disk cache; the second time is a hit."""
+    import os
+
+    import gemm
+
+    func = gemm.matmul(256, 256, 256, 128, 128, 32)
+    try:
+        st = tilelang.precompile(func, "sm_90a", pass_configs={"cache_dir": str(tmp_path)})
+    except tilelang.TileLangError as e:
+        if "NVRTC" in str(e) and os.environ.get("TILELANG_REQUIRE_NVRTC") != "1":
+            pytest.skip(f"no NVRTC here (scripts/install-cuda-tools.sh installs it): {e}")
+        raise
+    assert not st["cache_hit"] and st["compile_ms"] > 0 and st["target"] == "sm_90a"
+    again = tilelang.precompile(gemm.matmul(256, 256, 256, 128, 128, 32), "sm_90a",
+                                pass_configs={"cache_dir": str(tmp_path)})
+    assert again["cache_hit"] and again["key"] == st["key"]
+    with pytest.raises(tilelang.TileLangError, match="not a GPU target"):
+        tilelang.precompile(func, "cpu")
+
+
+def test_strided_tensor_takes_contiguous_strides():
+    M = T.symbolic("M")
+    spec = T.StridedTensor((M, 64), (64, 1), "float16")
+    assert spec.dtype == "float16" and len(spec.shape) == 2
+    assert T.StridedTensor((8, 4), (4, 1), T.float32).shape == (8, 4)
+    with pytest.raises(TypeError, match="contiguous"):
+        T.StridedTensor((8, 4), (1, 8), "float32")
+
+
+class _Kernels:
+    """Kernels defined in a class body and under `if`/`try`: the tracer finds their source."""
+
+    if True:
+        @staticmethod
+        def make(n):
+            try:
+                @T.prim_func
+                def twice(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32")):
+                    with T.Kernel(1, threads=32) as bx:
+                        for i in T.Parallel(n):
+                            B[i] = A[i] * 2.0 if n > 0 else A[i]
+            finally:
+                pass
+            return twice
+
+
+def test_kernels_nested_in_statements_and_traced_again():
+    for n in (8, 16):  # the same source traced again with other closure values
+        k = tilelang.compile(_Kernels.make(n), out_idx=[1], target="cpu")
+        a = np.arange(n, dtype=np.float32)
+        np.testing.assert_allclose(k(a), a * 2)
