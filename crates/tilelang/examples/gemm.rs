@@ -159,10 +159,9 @@ fn run() -> anyhow::Result<ExitCode> {
         {
             // mma.sync tiles (also on sm_90a with --no-wgmma)
             GemmConfig::gpu()
-        } else if args.wgmma && target.is_cuda() {
-            GemmConfig::hopper()
         } else {
-            GemmConfig::for_target(&target, dt)
+            // On Hopper: the TMA tiles where the rows allow TMA, else the cp.async ones.
+            GemmConfig::for_problem(&target, dt, layout, args.m, args.n, args.k)
         };
         configure(&mut cfg, &args);
         cfg

@@ -30,7 +30,7 @@ impl Layout {
     }
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmConfig {
     pub bm: i64,
     pub bn: i64,
@@ -88,6 +88,44 @@ impl GemmConfig {
             panel: 8,
             overlap: true,
             ..GemmConfig::tiles(128, 256, 64, 4, 256)
+        }
+    }
+
+    /// Hopper tiles for problems whose tensor rows are not multiples of 16 bytes (an odd K in
+    /// NT, say): TMA cannot load them, and with cp.async the earlier 128x128x64, 3 stages runs
+    /// faster than [`GemmConfig::hopper`]'s wider tile (23 against 15 TFLOP/s at 4095³ on an
+    /// H100, docs/performance.md run 12).
+    pub fn hopper_unaligned() -> GemmConfig {
+        GemmConfig {
+            panel: 8,
+            ..GemmConfig::tiles(128, 128, 64, 3, 256)
+        }
+    }
+
+    /// The default tiles for a target and a problem of known sizes: on Hopper, the TMA tiles
+    /// when every tensor's rows (its contiguous dim) are multiples of 16 bytes, else
+    /// [`GemmConfig::hopper_unaligned`]; elsewhere as [`GemmConfig::for_target`].
+    pub fn for_problem(
+        target: &tl_target::Target,
+        in_dtype: DType,
+        layout: Layout,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> GemmConfig {
+        if !GemmConfig::hopper_applies(target, in_dtype) {
+            return GemmConfig::for_target(target, in_dtype);
+        }
+        let per_16_bytes = (16 / in_dtype.bytes().max(1)).max(1);
+        let contiguous: [usize; 2] = match layout {
+            Layout::NT => [k, k],
+            Layout::NN => [k, n],
+            Layout::TN => [m, n],
+        };
+        if contiguous.iter().all(|d| d % per_16_bytes == 0) {
+            GemmConfig::hopper()
+        } else {
+            GemmConfig::hopper_unaligned()
         }
     }
 
@@ -205,4 +243,36 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
             },
         );
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tl_target::Target;
+
+    /// Hopper takes the TMA tiles only where every tensor's rows are whole 16-byte units.
+    #[test]
+    fn hopper_tiles_follow_the_rows_alignment() {
+        let t = Target::SM90;
+        let pick = |l, m, n, k| GemmConfig::for_problem(&t, DType::BF16, l, m, n, k);
+        assert_eq!(pick(Layout::NT, 4097, 4095, 4096), GemmConfig::hopper());
+        assert_eq!(
+            pick(Layout::NT, 4096, 4096, 4095),
+            GemmConfig::hopper_unaligned()
+        );
+        assert_eq!(
+            pick(Layout::NN, 4096, 4095, 4096),
+            GemmConfig::hopper_unaligned()
+        );
+        assert_eq!(
+            pick(Layout::TN, 4095, 4096, 4096),
+            GemmConfig::hopper_unaligned()
+        );
+        assert_eq!(pick(Layout::TN, 4096, 4096, 4095), GemmConfig::hopper());
+        // Other targets and types keep their defaults.
+        let sm80 = GemmConfig::for_problem(&Target::SM80, DType::BF16, Layout::NT, 5, 5, 5);
+        assert_eq!(sm80, GemmConfig::gpu());
+        let f32 = GemmConfig::for_problem(&t, DType::F32, Layout::NT, 5, 5, 5);
+        assert_eq!(f32, GemmConfig::for_target(&t, DType::F32));
+    }
 }
