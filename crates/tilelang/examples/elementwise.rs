@@ -16,14 +16,17 @@ use tilelang::kernels::elementwise::add_relu;
 use tilelang::prelude::*;
 
 #[derive(Parser, Debug)]
-#[command(about = "Fused add + relu with a reference check")]
+#[command(
+    about = "Fused add + relu with a reference check",
+    allow_negative_numbers = true
+)]
 struct Args {
-    #[arg(long, default_value_t = 1_000_003)]
+    #[arg(long, default_value_t = 1_000_003, value_parser = common::size::<usize>)]
     n: usize,
     #[arg(long, default_value = "f32")]
     dtype: String,
     /// Elements per block
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = common::size::<i64>)]
     block: i64,
     #[command(flatten)]
     common: common::CommonArgs,
