@@ -218,6 +218,9 @@ fn coalesce_and_composition_agree_with_pycute() {
         bad.join("\n")
     );
     // The two cases are answered, identically.
-    assert!(answers[0] == "OK 6:12" && answers[1] == "OK 8:4", "{answers:?}");
+    assert!(
+        answers[0] == "OK 6:12" && answers[1] == "OK 8:4",
+        "{answers:?}"
+    );
     assert!(same > 2000, "too few cases both sides answer: {same}");
 }
