@@ -2,9 +2,11 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|sanitize|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
+# `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
+# (not part of `all`; about 30 GB of GPU memory and 60 GB of host memory for the references).
 set -uo pipefail
 what="${1:-all}"
 # TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
@@ -17,6 +19,35 @@ run() { echo "\$ $*"; "$@" 2>&1 | tail -n 3; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+
+if [ "$what" = big ]; then
+  # More than 2^31 elements: elementwise on [65537, 32769] (2^31 + 98305 elements, tiles
+  # partial at the right edge), softmax and rmsnorm on rows of 32768 and 32771 columns (the
+  # register-row kernel and the chunked one), each in both NVIDIA code paths; then a 1-D
+  # elementwise of the largest symbolic size, 2^31 - 2^24, in blocks of 1000 that overhang the
+  # end, and the refusal of one element more. Each run checks its output against a host
+  # reference; any failure (or a passing run past the largest size) makes the exit non-zero.
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/big.out 2>&1; rc=$?; tail -n 1 /tmp/big.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/big.out; }; }
+  for be in ${BIG_BACKENDS:-ptx cuda}; do
+    log "more than 2^31 elements (TILELANG_BACKEND=$be)"
+    export TILELANG_BACKEND=$be
+    chk $G/elementwise --device cuda --rows 65537 --n 32769 --dtype bf16 --reps 3
+    chk $G/softmax --device cuda --rows 65537 --cols 32768 --dtype bf16 --reps 3
+    chk $G/rmsnorm --device cuda --rows 65537 --cols 32768 --dtype bf16 --reps 3
+    chk $G/softmax --device cuda --rows 65531 --cols 32771 --dtype bf16 --chunk 4096 --block-rows 1 --reps 3
+    chk $G/elementwise --device cuda --n 2130706432 --dtype bf16 --block 1000 --reps 3
+  done
+  unset TILELANG_BACKEND
+  echo "\$ elementwise --n 2130706433 (one past the largest size: must be refused)"
+  if $G/elementwise --device cuda --n 2130706433 --dtype bf16 --reps 1 > /tmp/big.out 2>&1; then
+    fails=$((fails+1)); echo "FAILED: ran past the largest symbolic size"
+  else
+    grep -m1 "2^31 - 2^24" /tmp/big.out || { fails=$((fails+1)); echo "FAILED: no size message"; tail -n 3 /tmp/big.out; }
+  fi
+  echo "big-size failures: $fails"
+  [ "$fails" = 0 ] || exit 1
+fi
 
 if [ "$what" = sanitize ]; then
   # Every example at odd sizes (tails in every dimension), under each compute-sanitizer tool,

@@ -72,6 +72,10 @@ fn elementwise_odd_length() {
     run("elementwise", &["--n", "10007"]);
     run(
         "elementwise",
+        &["--rows", "3", "--n", "1001", "--block", "256"],
+    );
+    run(
+        "elementwise",
         &["--n", "333", "--dtype", "bf16", "--block", "128"],
     );
 }
