@@ -4,6 +4,9 @@
 
 use tilelang::prelude::*;
 
+/// The big tests run one at a time (each holds 2-4 GiB).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn enough_memory() -> bool {
     let avail_kib = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -63,6 +66,7 @@ fn add_one(shape: &[usize], tile: &[i64], threads: u32) -> usize {
 /// 65,537 x 32,769 = 2^31 + 98,305 elements; the tiles at the bottom right edge are partial.
 #[test]
 fn two_dims_past_two_to_the_31_elements() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !enough_memory() {
         return;
     }
@@ -76,6 +80,7 @@ fn two_dims_past_two_to_the_31_elements() {
 /// One more element is refused at launch with a message that says why.
 #[test]
 fn one_dim_of_the_largest_size_with_an_overhanging_block() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     if !enough_memory() {
         return;
     }
