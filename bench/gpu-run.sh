@@ -2,7 +2,11 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|sanitize|big|all]
+# `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
+# synccheck, initcheck) and exits non-zero on any report (not part of `all`).
+# `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
+# (not part of `all`; about 30 GB of GPU memory and 60 GB of host memory for the references).
 set -uo pipefail
 what="${1:-all}"
 # TUNE=--tune autotunes the GEMM and attention tiles (results cached under TILELANG_CACHE_DIR).
@@ -15,6 +19,103 @@ run() { echo "\$ $*"; "$@" 2>&1 | tail -n 3; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
+
+if [ "$what" = big ]; then
+  # More than 2^31 elements: elementwise on [65537, 32769] (2^31 + 98305 elements, tiles
+  # partial at the right edge), softmax and rmsnorm on rows of 32768 and 32771 columns (the
+  # register-row kernel and the chunked one), each in both NVIDIA code paths; then a 1-D
+  # elementwise of the largest symbolic size, 2^31 - 2^24, in blocks of 1000 that overhang the
+  # end, and the refusal of one element more. Each run checks its output against a host
+  # reference; any failure (or a passing run past the largest size) makes the exit non-zero.
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/big.out 2>&1; rc=$?; tail -n 1 /tmp/big.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/big.out; }; }
+  for be in ${BIG_BACKENDS:-ptx cuda}; do
+    log "more than 2^31 elements (TILELANG_BACKEND=$be)"
+    export TILELANG_BACKEND=$be
+    chk $G/elementwise --device cuda --rows 65537 --n 32769 --dtype bf16 --reps 3
+    chk $G/softmax --device cuda --rows 65537 --cols 32768 --dtype bf16 --reps 3
+    chk $G/rmsnorm --device cuda --rows 65537 --cols 32768 --dtype bf16 --reps 3
+    chk $G/softmax --device cuda --rows 65531 --cols 32771 --dtype bf16 --chunk 4096 --block-rows 1 --reps 3
+    chk $G/elementwise --device cuda --n 2130706432 --dtype bf16 --block 1000 --reps 3
+  done
+  unset TILELANG_BACKEND
+  echo "\$ elementwise --n 2130706433 (one past the largest size: must be refused)"
+  if $G/elementwise --device cuda --n 2130706433 --dtype bf16 --reps 1 > /tmp/big.out 2>&1; then
+    fails=$((fails+1)); echo "FAILED: ran past the largest symbolic size"
+  else
+    grep -m1 "2^31 - 2^24" /tmp/big.out || { fails=$((fails+1)); echo "FAILED: no size message"; tail -n 3 /tmp/big.out; }
+  fi
+  echo "big-size failures: $fails"
+  [ "$fails" = 0 ] || exit 1
+fi
+
+if [ "$what" = sanitize ]; then
+  # Every example at odd sizes (tails in every dimension), under each compute-sanitizer tool,
+  # each command in its own process; both NVIDIA code paths (PTX through nvJitLink and CUDA C++
+  # through NVRTC) unless SANITIZE_BACKENDS says otherwise. A run fails when the sanitizer or
+  # the example exits non-zero, when any SUMMARY line counts an error, hazard or warning, or
+  # when there is no summary at all (the tool did not run). Logs: $out/sanitize-*.log.
+  cs="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
+  [ -x "$cs" ] || { echo "error: compute-sanitizer not found (set COMPUTE_SANITIZER)"; exit 2; }
+  "$cs" --version | tail -n 1
+  tools="${SANITIZE_TOOLS:-memcheck racecheck synccheck initcheck}"
+  backends="${SANITIZE_BACKENDS:-ptx cuda}"
+  cmds=(
+    "gemm --m 257 --n 129 --k 65 --layout nn --dtype bf16"
+    "gemm --m 257 --n 129 --k 65 --layout nt --dtype bf16"
+    "gemm --m 257 --n 129 --k 65 --layout tn --dtype bf16"
+    "gemm --m 131 --n 67 --k 99 --layout nt --dtype f16 --out-dtype f32 --no-wgmma"
+    "gemm --m 131 --n 67 --k 99 --layout nn --dtype bf16 --no-wgmma --bm 64 --bn 64 --bk 32 --stages 3"
+    "gemm --m 97 --n 75 --k 33 --dtype f32"
+    "gemm --m 300 --n 200 --k 70 --layout nt --dtype bf16 --persistent --panel 2"
+    "gemm --m 200 --n 136 --k 130 --layout nt --dtype bf16 --wgmma --overlap --bm 128 --bn 128 --bk 64 --threads 256 --stages 3"
+    "elementwise --n 100003 --dtype bf16"
+    "elementwise --n 4099 --dtype f32 --block 1000"
+    "softmax --rows 37 --cols 3001 --dtype bf16"
+    "softmax --rows 13 --cols 1003 --dtype f32 --chunk 256 --block-rows 4"
+    "rmsnorm --rows 37 --cols 3001 --dtype bf16"
+    "rmsnorm --rows 13 --cols 20001 --dtype f32"
+    "flash_attention --batch 1 --heads 2 --seq 129 --dim 64 --dtype bf16"
+    "flash_attention --batch 1 --heads 2 --seq 129 --dim 64 --dtype bf16 --causal"
+    "flash_attention --batch 1 --heads 1 --seq 77 --dim 128 --dtype bf16 --causal"
+    "flash_attention --batch 1 --heads 1 --seq 77 --dim 128 --dtype bf16 --no-wgmma"
+    "flash_attention --batch 1 --heads 2 --seq 45 --dim 32 --dtype f32 --causal"
+  )
+  mkdir -p "$out"
+  fails=0; runs=0
+  for be in $backends; do
+    for tool in $tools; do
+      log "compute-sanitizer --tool $tool (TILELANG_BACKEND=$be)"
+      i=0
+      for c in "${cmds[@]}"; do
+        i=$((i+1))
+        l="$out/sanitize-$be-$tool-$i.log"
+        # A fresh cache per backend, so every kernel is built by this backend.
+        TILELANG_BACKEND=$be TILELANG_CACHE_DIR="/tmp/tl-sanitize-$be" \
+          "$cs" --tool "$tool" --error-exitcode 86 --print-limit 50 $G/$c --device cuda --reps 1 > "$l" 2>&1
+        rc=$?
+        runs=$((runs+1))
+        bad=""
+        [ $rc = 0 ] || bad="exit $rc"
+        grep -q "SUMMARY:" "$l" || bad="${bad:+$bad, }no sanitizer summary"
+        if grep -E "SUMMARY:" "$l" | grep -qE "SUMMARY: *[1-9]|[(,] *[1-9][0-9]* (error|warning|hazard)"; then
+          bad="${bad:+$bad, }reports"
+        fi
+        if [ -n "$bad" ]; then
+          fails=$((fails+1))
+          echo "FAILED ($bad): $c   [$l]"
+          grep -E "=========" "$l" | head -n 20
+        else
+          echo "ok: $c   ($(grep -E "SUMMARY:" "$l" | sed 's/=* *//' | tr '\n' ' '))"
+        fi
+      done
+    done
+  done
+  echo "sanitize: $runs runs, $fails failed"
+  [ $fails = 0 ] && exit 0 || exit 1
+fi
+
+
 
 if [ "$what" = check ] || [ "$what" = all ]; then
   log "runtime smoke"

@@ -24,6 +24,10 @@ fi
 amd_env="$(bash scripts/install-amd-tools.sh)"
 eval "$amd_env"
 
+# pycute (pure Python, from the nvidia-cutlass wheel) for the layout differential test; prints
+# TILELANG_PYCUTE and TILELANG_REQUIRE_PYCUTE=1 when it is unpacked, else the test skips.
+eval "$(bash scripts/install-pycute.sh)"
+
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --release

@@ -503,6 +503,15 @@ impl<'a> Printer<'a> {
                 self.line(&format!("{lv} = {v};"));
             }
             StmtKind::For(l) if self.packed_loop(l) => {}
+            StmtKind::For(l)
+                if self.dialect == Dialect::C
+                    && matches!(l.kind, ForKind::Vectorized)
+                    && hoist_invariant_guard(l).is_some() =>
+            {
+                if let Some(hoisted) = hoist_invariant_guard(l) {
+                    self.stmt(&hoisted);
+                }
+            }
             StmtKind::For(l) => {
                 let v = self.names.var(&l.var);
                 let lo = self.expr(&l.min);
@@ -675,6 +684,64 @@ pub fn row_major_offset(buf: &Buffer, idx: &[Expr]) -> Expr {
         });
     }
     acc.unwrap_or_else(|| Expr::int(0))
+}
+
+/// The conjuncts of a condition (`a && (b && c)` gives `a`, `b`, `c`).
+fn conjuncts(e: &Expr, out: &mut Vec<Expr>) {
+    match e.kind() {
+        ExprKind::And(a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        _ => out.push(e.clone()),
+    }
+}
+
+/// `for v { if (inv && dep) S }` as `if (inv) { for v { if (dep) S } }`, where `inv` are the
+/// conjuncts that do not use `v` (a vectorized loop whose whole body is one guarded statement,
+/// as the copies of a tile to a tensor's edge are). Beside testing them once per loop instead
+/// of once per element, this avoids a GCC 12.2 wrong-code bug: at -O3 with `-march=znver3`
+/// (or haswell) and `#pragma omp simd`, a 32-wide loop storing under `row < M && col < 8`
+/// stored nothing (found by tests/fuzz.rs; reproduced outside tilelang in plain C).
+fn hoist_invariant_guard(l: &tl_ir::For) -> Option<Stmt> {
+    let body = match &l.body.kind {
+        StmtKind::Seq(v) if v.len() == 1 => &v[0],
+        _ => &l.body,
+    };
+    let StmtKind::If {
+        cond,
+        then_,
+        else_: None,
+    } = &body.kind
+    else {
+        return None;
+    };
+    let mut all = vec![];
+    conjuncts(cond, &mut all);
+    let (inv, dep): (Vec<Expr>, Vec<Expr>) = all.into_iter().partition(|c| !c.uses_var(&l.var));
+    let and = |v: Vec<Expr>| v.into_iter().reduce(|a, b| a.and(b));
+    let inv = and(inv)?;
+    let inner = match and(dep) {
+        Some(dep) => Stmt::new(
+            StmtKind::If {
+                cond: dep,
+                then_: then_.clone(),
+                else_: None,
+            },
+            body.span,
+        ),
+        None => (**then_).clone(),
+    };
+    let mut l2 = l.clone();
+    l2.body = inner;
+    Some(Stmt::new(
+        StmtKind::If {
+            cond: inv,
+            then_: Box::new(Stmt::new(StmtKind::For(Box::new(l2)), body.span)),
+            else_: None,
+        },
+        body.span,
+    ))
 }
 
 /// Write `s` with a trailing newline (a small helper for headers built piecewise).

@@ -4,6 +4,25 @@ use crate::buffer::Buffer;
 use crate::expr::{Expr, Var};
 use crate::stmt::Stmt;
 
+/// The largest value a symbolic size may take: 2^31 - 2^24. Sizes are 32-bit, and so is the
+/// index arithmetic of a kernel's blocks (`bx * 1000 + i`, `(n + 999) / 1000`); the 2^24 of
+/// headroom keeps the indices of a tile that overhangs the tensor's edge (before its bounds
+/// check) and the rounded-up grid extents within 32 bits for tiles of up to 2^24 elements a
+/// side. A tensor may still have any number of elements: global offsets are 64-bit.
+pub const MAX_SYMBOLIC_DIM: usize = (1 << 31) - (1 << 24);
+
+/// Why a symbolic size of `n` (dimension `d` of a tensor) is refused, if it is; for the launch
+/// checks of the runtime and the simulator.
+pub fn symbolic_dim_too_large(d: usize, n: usize) -> Option<String> {
+    (n > MAX_SYMBOLIC_DIM).then(|| {
+        format!(
+            "dimension {d} is {n}, past the {MAX_SYMBOLIC_DIM} (2^31 - 2^24) a symbolic size may \
+             have: block indices are 32-bit, with room for a tile overhanging the edge (split \
+             the tensor along this dimension, or give it more dimensions)"
+        )
+    })
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub enum Role {
     Input,

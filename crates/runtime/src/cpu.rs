@@ -86,18 +86,28 @@ pub fn build(
     source: &str,
     entry: &str,
 ) -> Result<(CpuModule, bool)> {
-    if let Some(p) = cache.get(key, "so") {
-        if let Ok(m) = load(&p, entry) {
-            return Ok((m, true));
-        }
+    let cached = || cache.get(key, "so").and_then(|p| load(&p, entry).ok());
+    if let Some(m) = cached() {
+        return Ok((m, true));
     }
-    let src_path = cache.path(key, "c");
+    // Other processes compiling the same kernel wait here, then find it built.
+    let _lock = cache.lock(key, "so");
+    if let Some(m) = cached() {
+        return Ok((m, true));
+    }
     let path = cache.put(key, "so", |tmp| {
-        if let Some(dir) = src_path.parent() {
-            let _ = std::fs::create_dir_all(dir);
-        }
-        std::fs::write(&src_path, source).map_err(|e| RuntimeError::Cache {
-            path: src_path.clone(),
+        // The source is written beside the temporary output under a name of this builder's
+        // own (another process may be compiling the same kernel), then renamed to `<key>.c`.
+        let tmp_src = tmp.with_extension("c");
+        let kept = tmp.with_file_name(
+            cache
+                .path(key, "c")
+                .file_name()
+                .map(|n| n.to_os_string())
+                .unwrap_or_default(),
+        );
+        std::fs::write(&tmp_src, source).map_err(|e| RuntimeError::Cache {
+            path: tmp_src.clone(),
             reason: e.to_string(),
         })?;
         let cc = c_compiler();
@@ -105,19 +115,23 @@ pub fn build(
             .args(CFLAGS)
             .arg("-o")
             .arg(tmp)
-            .arg(&src_path)
+            .arg(&tmp_src)
             .arg("-lm")
-            .output()
-            .map_err(|e| RuntimeError::NoCompiler {
-                cc: cc.clone(),
-                reason: e.to_string(),
-            })?;
+            .output();
+        let source_path = match std::fs::rename(&tmp_src, &kept) {
+            Ok(()) => kept,
+            Err(_) => tmp_src,
+        };
+        let out = out.map_err(|e| RuntimeError::NoCompiler {
+            cc: cc.clone(),
+            reason: e.to_string(),
+        })?;
         if !out.status.success() {
             let mut log = String::from_utf8_lossy(&out.stderr).to_string();
             log.truncate(8000);
             return Err(RuntimeError::CompileFailed {
                 kernel: kernel.to_string(),
-                source_path: src_path.clone(),
+                source_path,
                 log,
             });
         }

@@ -904,21 +904,22 @@ pub(crate) fn compile_cached(
     source: &str,
     arch: &str,
 ) -> Result<Artifact> {
-    if let Some(p) = cache.get(key, "cubin") {
-        if let Ok(cubin) = std::fs::read(&p) {
-            if !cubin.is_empty() {
-                let log = cache
-                    .get(key, "log")
-                    .and_then(|l| std::fs::read_to_string(l).ok())
-                    .unwrap_or_default();
-                return Ok(Artifact {
-                    cubin,
-                    log,
-                    cache_hit: true,
-                    compile_time: Duration::ZERO,
-                });
-            }
-        }
+    let cached = || {
+        let cubin = cache.read(key, "cubin").filter(|c| !c.is_empty())?;
+        Some(Artifact {
+            cubin,
+            log: cache.read_string(key, "log").unwrap_or_default(),
+            cache_hit: true,
+            compile_time: Duration::ZERO,
+        })
+    };
+    if let Some(a) = cached() {
+        return Ok(a);
+    }
+    // Other processes compiling the same kernel wait here, then find it built.
+    let _lock = cache.lock(key, "cubin");
+    if let Some(a) = cached() {
+        return Ok(a);
     }
     let t = Instant::now();
     let compiled = nvrtc::compile(source, arch).map_err(|e| match e {
@@ -947,16 +948,8 @@ pub(crate) fn compile_cached(
         other => RuntimeError::Nvrtc(other),
     })?;
     let compile_time = t.elapsed();
-    let io = |path: &std::path::Path, e: std::io::Error| RuntimeError::Cache {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    cache.put(key, "log", |tmp| {
-        std::fs::write(tmp, &compiled.log).map_err(|e| io(tmp, e))
-    })?;
-    cache.put(key, "cubin", |tmp| {
-        std::fs::write(tmp, &compiled.cubin).map_err(|e| io(tmp, e))
-    })?;
+    cache.put_bytes(key, "log", compiled.log.as_bytes())?;
+    cache.put_bytes(key, "cubin", &compiled.cubin)?;
     Ok(Artifact {
         cubin: compiled.cubin,
         log: compiled.log,

@@ -676,11 +676,8 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
                 }
                 for (d, (e, &n)) in buffer.shape().iter().zip(t.shape).enumerate() {
                     if let ExprKind::Var(v) = e.kind() {
-                        if n > i32::MAX as usize {
-                            return Err(bad(
-                                i,
-                                format!("dimension {d} is {n}, past the 2^31-1 a size may have"),
-                            ));
+                        if let Some(why) = tl_ir::kernel::symbolic_dim_too_large(d, n) {
+                            return Err(bad(i, why));
                         }
                         match env.get(&v.id()) {
                             Some(prev) if prev.as_i64() != n as i64 => {

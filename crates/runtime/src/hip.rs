@@ -466,11 +466,11 @@ pub fn usage_from_text(text: &str) -> Option<Option<ResourceUsage>> {
 
 /// The cached code object and its usage for `key`, when both are there and readable.
 fn cached(cache: &Cache, key: &str) -> Option<(Vec<u8>, Option<ResourceUsage>)> {
-    let code = std::fs::read(cache.get(key, "hsaco")?).ok()?;
+    let code = cache.read(key, "hsaco")?;
     if code.is_empty() {
         return None;
     }
-    let usage = usage_from_text(&std::fs::read_to_string(cache.get(key, "usage")?).ok()?)?;
+    let usage = usage_from_text(&cache.read_string(key, "usage")?)?;
     Some((code, usage))
 }
 
@@ -492,6 +492,16 @@ pub(crate) fn compile_cached<E: From<RuntimeError>>(
             compile_time: Duration::ZERO,
         });
     }
+    // Other processes compiling the same kernel wait here, then find it built.
+    let _lock = cache.lock(key, "hsaco");
+    if let Some((code, usage)) = cached(cache, key) {
+        return Ok(Artifact {
+            code,
+            usage,
+            cache_hit: true,
+            compile_time: Duration::ZERO,
+        });
+    }
     let t = Instant::now();
     let HipCode { code, usage } = compile(source)?;
     let compile_time = t.elapsed();
@@ -502,16 +512,8 @@ pub(crate) fn compile_cached<E: From<RuntimeError>>(
         }
         .into());
     }
-    let write = |ext: &str, bytes: &[u8]| {
-        cache.put(key, ext, |tmp| {
-            std::fs::write(tmp, bytes).map_err(|e| RuntimeError::Cache {
-                path: tmp.to_path_buf(),
-                reason: e.to_string(),
-            })
-        })
-    };
-    write("usage", usage_to_text(usage.as_ref()).as_bytes())?;
-    write("hsaco", &code)?;
+    cache.put_bytes(key, "usage", usage_to_text(usage.as_ref()).as_bytes())?;
+    cache.put_bytes(key, "hsaco", &code)?;
     Ok(Artifact {
         code,
         usage,

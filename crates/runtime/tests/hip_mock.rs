@@ -392,10 +392,7 @@ fn mock_child() {
     let exe = build(&cache, &key, "tl_kernel_axpy").unwrap();
     assert!(!exe.compile_stats().cache_hit);
     assert_eq!(calls.get(), 1);
-    assert_eq!(
-        std::fs::read(cache.get(&key, "hsaco").expect("<key>.hsaco")).unwrap(),
-        code
-    );
+    assert_eq!(cache.read(&key, "hsaco").expect("<key>.hsaco"), code);
     let exe = build(&cache, &key, "tl_kernel_axpy").unwrap();
     assert!(exe.compile_stats().cache_hit);
     assert_eq!(calls.get(), 1, "a cache hit must not compile");
@@ -473,7 +470,7 @@ fn mock_child() {
     let stale = build(&c2, &key, "tl_kernel_axpy").unwrap();
     assert!(!stale.compile_stats().cache_hit);
     assert_eq!(calls.get(), before + 1);
-    assert_eq!(std::fs::read(c2.get(&key, "hsaco").unwrap()).unwrap(), code);
+    assert_eq!(c2.read(&key, "hsaco").unwrap(), code);
     let e = build(&cache, &key, "tl_kernel_nope")
         .err()
         .expect("a missing entry point")

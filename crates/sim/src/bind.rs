@@ -69,12 +69,8 @@ pub fn bind(k: &Kernel, args: &[SimArg]) -> Result<Bound, SimError> {
                 }
                 for (d, (e, &n)) in buffer.shape().iter().zip(shape).enumerate() {
                     if let ExprKind::Var(v) = e.kind() {
-                        if n > i32::MAX as usize {
-                            return Err(bad(
-                                k,
-                                i,
-                                format!("dimension {d} is {n}, past the 2^31-1 a size may have"),
-                            ));
+                        if let Some(why) = tl_ir::kernel::symbolic_dim_too_large(d, n) {
+                            return Err(bad(k, i, why));
                         }
                         match env.get(&v.id()) {
                             Some(prev) if prev.as_i64() != n as i64 => {

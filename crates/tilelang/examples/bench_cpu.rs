@@ -17,14 +17,15 @@ use tilelang::prelude::*;
 use tilelang::runtime::profile::median_time;
 
 #[derive(Parser, Debug)]
+#[command(allow_negative_numbers = true)]
 struct Args {
     /// GEMM size (M = N = K)
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = common::size::<usize>)]
     gemm: usize,
     /// Rows and columns of the softmax/rmsnorm input
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = 4096, value_parser = common::size::<usize>)]
     rows: usize,
-    #[arg(long, default_value_t = 25)]
+    #[arg(long, default_value_t = 25, value_parser = common::size::<usize>)]
     reps: usize,
     /// Python with numpy (for the GEMM peer)
     #[arg(long, default_value = "python3")]

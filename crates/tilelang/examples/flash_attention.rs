@@ -18,15 +18,18 @@ use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
 #[derive(Parser, Debug)]
-#[command(about = "FlashAttention forward with a reference check")]
+#[command(
+    about = "FlashAttention forward with a reference check",
+    allow_negative_numbers = true
+)]
 struct Args {
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = common::size::<usize>)]
     batch: usize,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = common::size::<usize>)]
     heads: usize,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = common::size::<usize>)]
     seq: usize,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = common::size::<usize>)]
     dim: usize,
     #[arg(long)]
     causal: bool,

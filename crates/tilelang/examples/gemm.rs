@@ -17,13 +17,16 @@ use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
 #[derive(Parser, Debug)]
-#[command(about = "Tile GEMM with a reference check")]
+#[command(
+    about = "Tile GEMM with a reference check",
+    allow_negative_numbers = true
+)]
 struct Args {
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = common::size::<usize>)]
     m: usize,
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = common::size::<usize>)]
     n: usize,
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = common::size::<usize>)]
     k: usize,
     /// nn (B is [K,N]), nt (B is [N,K]) or tn (A is [K,M])
     #[arg(long, default_value = "nn")]
@@ -35,10 +38,10 @@ struct Args {
     #[arg(long)]
     out_dtype: Option<String>,
     /// Depth of the k tile
-    #[arg(long)]
+    #[arg(long, value_parser = common::size::<i64>)]
     bk: Option<i64>,
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
-    #[arg(long)]
+    #[arg(long, value_parser = common::size::<u32>)]
     min_blocks: Option<u32>,
     /// Use Hopper's warpgroup MMA (sm_90a; --bk a multiple of 64, --bm 64 per 128 threads).
     /// The default on sm_90 with 16-bit inputs
@@ -53,10 +56,10 @@ struct Args {
     overlap: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
     /// output tiles
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0")]
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>)]
     persistent: Option<u32>,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
-    #[arg(long)]
+    #[arg(long, value_parser = common::size::<u32>)]
     panel: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,

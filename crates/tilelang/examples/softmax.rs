@@ -16,7 +16,10 @@ use tilelang::kernels::reference;
 use tilelang::kernels::softmax::{softmax, softmax_row};
 
 #[derive(Parser, Debug)]
-#[command(about = "Row-wise softmax with a reference check")]
+#[command(
+    about = "Row-wise softmax with a reference check",
+    allow_negative_numbers = true
+)]
 struct Args {
     #[command(flatten)]
     row: common::RowArgs,

@@ -119,19 +119,13 @@ impl Link {
 
     /// The link stored under `pre`, if there is a readable one.
     pub fn read(cache: &Cache, pre: &str) -> Option<Link> {
-        let p = cache.get(pre, EXT)?;
-        Link::decode(&std::fs::read_to_string(p).ok()?)
+        Link::decode(&cache.read_string(pre, EXT)?)
     }
 
     /// Store the link (best effort: a link that cannot be written only costs a later lowering).
     pub fn write(&self, cache: &Cache, pre: &str) {
         let text = self.encode();
-        let _ = cache.put(pre, EXT, |tmp| {
-            std::fs::write(tmp, &text).map_err(|e| tl_runtime::RuntimeError::Cache {
-                path: tmp.to_path_buf(),
-                reason: e.to_string(),
-            })
-        });
+        let _ = cache.put_bytes(pre, EXT, text.as_bytes());
     }
 }
 

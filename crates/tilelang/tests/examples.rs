@@ -72,6 +72,10 @@ fn elementwise_odd_length() {
     run("elementwise", &["--n", "10007"]);
     run(
         "elementwise",
+        &["--rows", "3", "--n", "1001", "--block", "256"],
+    );
+    run(
+        "elementwise",
         &["--n", "333", "--dtype", "bf16", "--block", "128"],
     );
 }
@@ -142,6 +146,38 @@ fn bad_arguments_fail_cleanly() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown layout"));
+}
+
+/// A negative size is answered with what is wrong (exit 2), not with bare usage: clap would
+/// otherwise take `-5` for an unknown option.
+#[test]
+fn negative_sizes_say_sizes_must_be_non_negative() {
+    for (name, args) in [
+        ("gemm", &["--m", "-5"][..]),
+        ("gemm", &["--k", "-1", "--layout", "nt"]),
+        ("gemm", &["--bm", "-64"]),
+        ("elementwise", &["--n", "-3"]),
+        ("softmax", &["--rows", "-1"]),
+        ("rmsnorm", &["--cols", "-7"]),
+        ("flash_attention", &["--seq", "-100"]),
+    ] {
+        let out = Command::new(example(name))
+            .args(args)
+            .args(["--device", "cpu"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
+        assert!(err.contains("sizes must be ≥ 0"), "{name} {args:?}: {err}");
+        assert!(err.contains(args[1]), "names the value: {err}");
+    }
+    // Not a number at all: still a clear error; zero is a valid size.
+    let out = Command::new(example("gemm"))
+        .args(["--m", "ten"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a size"));
 }
 
 /// `--isa ARCH`: the kernel compiled for an AMD architecture by clang and its ISA report, with

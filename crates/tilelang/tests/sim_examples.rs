@@ -73,6 +73,16 @@ fn elementwise_in_sim() {
     let k = elementwise::add_relu(BF16, 256, 128);
     let e = sim_vs_cpu(&k, Target::SM80, &[vec![1000], vec![1000], vec![1000]], 1);
     assert!(e < 1e-6, "{e}");
+    let k = elementwise::add_relu_2d(BF16, 256, 128);
+    for target in [Target::SM80, Target::SM90, Target::GFX950] {
+        let e = sim_vs_cpu(
+            &k,
+            target,
+            &[vec![3, 1001], vec![3, 1001], vec![3, 1001]],
+            1,
+        );
+        assert!(e < 1e-6, "2-D on {target}: {e}");
+    }
 }
 
 #[test]

@@ -48,20 +48,6 @@ pub fn coalesce(l: &Layout) -> Layout {
     Layout::raw(IntTuple::flat(&s), IntTuple::flat(&d))
 }
 
-/// Like [`coalesce`], but also preserves the function *outside* the domain (the last mode
-/// keeps its stride even when its extent is 1). Composition needs this because it evaluates
-/// the left layout with CuTe's extension beyond its size. Returns flat `(extent, stride)`
-/// modes rather than a layout: the last extent is only a placeholder (it may be 2 where the
-/// layout had 1), so the modes need not form a layout of the same size.
-pub(crate) fn coalesce_x(l: &Layout) -> Vec<(i64, i64)> {
-    let modes = l.flat_modes();
-    match modes.split_last() {
-        Some((&(1, d), rest)) => bw_coalesce(rest, (2, d)),
-        Some((&last, rest)) => bw_coalesce(rest, last),
-        None => vec![(1, 0)],
-    }
-}
-
 /// Coalesce each mode according to `profile`: where the profile has a leaf, the
 /// corresponding sub-layout is coalesced fully; where it has a tuple, recurse. Modes of `l`
 /// past the profile's rank are kept unchanged. E.g. `(2,(1,6)):(1,(6,2))` with profile
@@ -143,9 +129,6 @@ mod tests {
         assert_eq!(coalesce(&l("(4,1):(1,0)")).to_string(), "4:1");
         assert_eq!(coalesce(&l("(2,2):(0,0)")).to_string(), "4:0");
         assert_eq!(coalesce(&l("(2,3):(3,1)")).to_string(), "(2,3):(3,1)");
-        assert_eq!(coalesce_x(&l("(4,1):(1,4)")), vec![(8, 1)]);
-        assert_eq!(coalesce_x(&l("1:5")), vec![(2, 5)]);
-        assert_eq!(coalesce_x(&l("(4611686018427387904,1):(1,1)")).len(), 2);
         assert_eq!(filter(&l("(2,3,4):(0,1,3)")).to_string(), "12:1");
         assert_eq!(filter(&l("(2,3):(0,0)")).to_string(), "1:0");
         assert!(coalesce_by(&l("4:1"), &parse_int_tuple("(1,1)").unwrap()).is_err());
@@ -159,13 +142,6 @@ mod tests {
             prop_assert!(c.depth() <= 1);
             for i in 0..a.size() {
                 prop_assert_eq!(c.call(i), a.call(i));
-            }
-            // coalesce_x agrees even beyond the domain.
-            let x = coalesce_x(&a);
-            let (s, d): (Vec<i64>, Vec<i64>) = x.into_iter().unzip();
-            let x = Layout::from_flat(&s, &d).unwrap();
-            for i in 0..2 * a.size() + 3 {
-                prop_assert_eq!(x.call(i), a.call(i));
             }
         }
 

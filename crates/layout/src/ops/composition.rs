@@ -3,7 +3,7 @@
 use crate::error::{ceil_div, cmul, LayoutError, Result};
 use crate::int_tuple::IntTuple;
 use crate::layout::Layout;
-use crate::ops::coalesce::coalesce_x;
+use crate::ops::coalesce::coalesce;
 use crate::tiler::Tiler;
 
 /// `A ∘ B`: a layout R compatible with B's shape (same modes as B; an integer mode of B may
@@ -11,6 +11,13 @@ use crate::tiler::Tiler;
 ///
 /// A tuple tiler composes mode by mode (modes of A past the tiler are dropped, as in CuTe's
 /// `composition(Layout, Tile)`); a shape is a tiler of stride-1 layouts.
+///
+/// A is coalesced first (size-1 modes dropped, mergeable modes merged), as pycute's
+/// `composition` does (`flat_A = coalesce(layoutA)`): where B leaves A's domain, A is extended
+/// past its size by its *coalesced* last mode, so `(1,3,1):(4,4,2) ∘ 6:3` is `6:12` (A acts as
+/// `3:4`) and `(2,1):(2,1) ∘ 8:2` is `8:4`. (C++ CuTe since CUTLASS 3.5 coalesces with
+/// `detail::coalesce_x`, which keeps the stride of a *static* trailing size-1 mode and gives
+/// `6:2` and `8:1` there; inside A's domain the two agree.)
 ///
 /// B's strides must step through A's (coalesced) modes evenly: at each mode of extent `c`, a
 /// stride `d >= c` must be a multiple of `c`, and a stride `d < c` that runs past the mode
@@ -46,7 +53,7 @@ fn compose_tiler(a: &Layout, t: &Tiler) -> Result<Layout> {
 }
 
 fn compose_layout(a: &Layout, b: &Layout) -> Result<Layout> {
-    let flat = coalesce_x(a);
+    let flat = coalesce(a).flat_modes();
     let err = |reason: String| LayoutError::Composition {
         lhs: a.to_string(),
         rhs: b.to_string(),
@@ -223,6 +230,20 @@ mod tests {
         );
     }
 
+    /// A is coalesced before composing, so B leaving A's domain through a size-1 mode of A sees
+    /// A's coalesced extension. The expected values are pycute's (nvidia-cutlass 4.2.0,
+    /// `pycute/layout.py`, `composition`: `flat_A = coalesce(layoutA)`), checked against
+    /// pycute itself by `tests/pycute.rs` where it is installed.
+    #[test]
+    fn left_operand_is_coalesced_first() {
+        assert_eq!(c("(1,3,1):(4,4,2)", "6:3"), "6:12");
+        assert_eq!(c("(2,1):(2,1)", "8:2"), "8:4");
+        assert_eq!(c("(4,1):(1,7)", "8:1"), "8:1");
+        assert_eq!(c("(1,1):(3,5)", "4:2"), "4:0");
+        // Inside A's domain nothing changes.
+        assert_eq!(c("(1,3,1):(4,4,2)", "3:1"), "3:4");
+    }
+
     #[test]
     fn more_cases() {
         assert_eq!(c("4:1", "2:2"), "2:2");
@@ -288,11 +309,12 @@ mod tests {
 
         #[test]
         fn composition_any_rhs(a in arb_layout(), b in arb_layout()) {
-            // Any B (strides may leave A's domain: CuTe's extension applies).
+            // Any B (strides may leave A's domain: the extension of coalesce(A) applies).
+            let ca = coalesce(&a);
             if let Ok(r) = composition(&a, &b) {
                 prop_assert_eq!(r.size(), b.size());
                 for i in 0..b.size() {
-                    prop_assert_eq!(r.call(i), a.call(b.call(i)), "{} o {} = {}", a, b, r);
+                    prop_assert_eq!(r.call(i), ca.call(b.call(i)), "{} o {} = {}", a, b, r);
                 }
             }
         }

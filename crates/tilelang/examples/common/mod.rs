@@ -38,10 +38,10 @@ pub struct CommonArgs {
     #[arg(long, value_name = "ARCH", num_args = 0..=1, default_missing_value = ISA_FROM_DEVICE)]
     pub isa: Option<String>,
     /// Seed for the random inputs
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = size::<u64>)]
     pub seed: u64,
     /// Timed repetitions (0: choose from the run time)
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = size::<usize>)]
     pub reps: usize,
 }
 
@@ -219,6 +219,24 @@ pub fn tolerance(dtype: DType) -> f64 {
     }
 }
 
+/// A size or count from the command line (`--m 1000`, `--bm 64`): a non-negative integer of
+/// type `T`. The examples' commands allow negative numbers as values (otherwise clap takes
+/// `-5` for an option and prints bare usage), so that `--m -5` reaches this parser and is
+/// answered with what is wrong.
+pub fn size<T: std::str::FromStr>(s: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let t = s.trim();
+    if let Some(digits) = t.strip_prefix('-') {
+        if !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) {
+            return Err(format!("sizes must be ≥ 0, not {t}"));
+        }
+    }
+    t.parse::<T>()
+        .map_err(|e| format!("`{t}` is not a size ({e}); sizes are integers ≥ 0"))
+}
+
 pub fn parse_dtype(s: &str) -> anyhow::Result<DType> {
     DType::from_name(s).ok_or_else(|| anyhow::anyhow!("unknown dtype `{s}`: use f32, bf16 or f16"))
 }
@@ -272,17 +290,17 @@ pub fn compile_note(exe: &Executable) -> String {
 /// The options of the row-wise examples (softmax, rmsnorm).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RowArgs {
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = size::<usize>)]
     pub rows: usize,
-    #[arg(long, default_value_t = 3000)]
+    #[arg(long, default_value_t = 3000, value_parser = size::<usize>)]
     pub cols: usize,
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Columns per chunk (forces the chunked kernel, which takes any width)
-    #[arg(long)]
+    #[arg(long, value_parser = size::<i64>)]
     pub chunk: Option<i64>,
     /// Rows per block of the chunked kernel
-    #[arg(long)]
+    #[arg(long, value_parser = size::<i64>)]
     pub block_rows: Option<i64>,
     #[command(flatten)]
     pub common: CommonArgs,
@@ -350,16 +368,16 @@ pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
 #[derive(clap::Args, Debug, Clone)]
 pub struct TileArgs {
     /// Rows of the output tile per block
-    #[arg(long)]
+    #[arg(long, value_parser = size::<i64>)]
     pub bm: Option<i64>,
     /// Columns (gemm) or keys (attention) per tile
-    #[arg(long)]
+    #[arg(long, value_parser = size::<i64>)]
     pub bn: Option<i64>,
     /// Pipeline stages
-    #[arg(long)]
+    #[arg(long, value_parser = size::<u32>)]
     pub stages: Option<u32>,
     /// Threads per block
-    #[arg(long)]
+    #[arg(long, value_parser = size::<u32>)]
     pub threads: Option<u32>,
     /// Autotune the tile configuration for this problem (cached per shape and device)
     #[arg(long)]
