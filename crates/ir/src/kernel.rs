@@ -83,6 +83,11 @@ pub struct KernelAttrs {
     /// accelerator dies (AMD's XCDs, each with its own L2; the hardware deals workgroups out
     /// to them round-robin). Applied before `swizzle_panel`.
     pub xcd_remap: Option<u32>,
+    /// Hopper: input tensors the kernel only reads may be loaded by TMA even where their rows
+    /// are not a multiple of 16 bytes; the runtime then stages each into a pitched copy (rows
+    /// padded to 16 bytes) before the launch and describes that copy to the TMA. Set on the
+    /// variants built for sizes that break the 16-byte alignment (odd K).
+    pub tma_pitched_inputs: bool,
     /// Fragment layouts chosen by layout inference (GPU targets), one per fragment buffer.
     pub fragments: Vec<(Buffer, crate::fragment::Fragment)>,
     /// Shared buffers with a chosen layout (swizzled tensor-core operand tiles, annotations),

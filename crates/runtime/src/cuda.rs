@@ -294,6 +294,9 @@ impl DeviceBuf {
     pub(crate) fn ptr(&self) -> u64 {
         self.ptr
     }
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
     pub(crate) fn device(&self) -> &'static CudaDevice {
         self.dev
     }
@@ -742,6 +745,9 @@ impl CudaKernel {
             return Ok(());
         }
         self.dev.bind()?;
+        for st in params.stagings() {
+            self.stage(st, raw)?;
+        }
         let mut ptrs = params.pointers();
         self.dev.note_launch(&self.name);
         // SAFETY: the function belongs to a loaded module on the current context; `ptrs` points
@@ -776,6 +782,42 @@ impl CudaKernel {
             }
         }
         Ok(())
+    }
+
+    /// Queue a pitched copy (see `exec::Staging`) on the stream, ahead of the launch.
+    fn stage(&self, st: &crate::exec::Staging, stream: sys::CUstream) -> Result<()> {
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            srcHost: std::ptr::null(),
+            srcDevice: st.src,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: st.src_pitch,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: st.dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: st.dst_pitch,
+            WidthInBytes: st.width,
+            Height: st.height,
+        };
+        // SAFETY: both ranges are device memory of at least `height` rows of their pitch (the
+        // source a bound tensor argument, the destination the executable's scratch, sized for
+        // it); the copy is ordered on the stream before the kernel that reads it.
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, stream) }
+            .result()
+            .map_err(|e| {
+                drv(
+                    format!(
+                        "staging a pitched copy ({} rows of {} bytes) for kernel `{}`",
+                        st.height, st.width, self.name
+                    ),
+                    e,
+                )
+            })
     }
 
     /// Time `reps` launches with CUDA events after `warmup` untimed ones, optionally writing

@@ -131,6 +131,7 @@ pub struct Executable {
     stats: CompileStats,
     source: Option<String>,
     fallback: Option<Box<Fallback>>,
+    pitch_scratch: PitchScratch,
 }
 
 /// A specialized executable's general twin: the kernel was compiled assuming some symbolic
@@ -226,7 +227,7 @@ pub struct TensorMapBlob(pub [u64; 16]);
 
 /// What a tensor map describes: a row-major tensor (`dims` outermost first) of `elem_bytes`
 /// elements at `ptr`, read in boxes of `box_dims` with a shared-memory swizzle of `swizzle`
-/// bytes.
+/// bytes; its rows `row_pitch` bytes apart when staged pitched (else packed).
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorMapRequest {
     pub ptr: u64,
@@ -234,7 +235,29 @@ pub struct TensorMapRequest {
     pub dims: Vec<i64>,
     pub box_dims: Vec<u32>,
     pub swizzle: u32,
+    pub row_pitch: Option<usize>,
 }
+
+/// A pitched copy made on the launch's stream before every launch: `height` rows of `width`
+/// bytes from `src` (rows `src_pitch` apart) to `dst` (rows `dst_pitch` apart). TMA needs
+/// tensor rows that are whole 16-byte units; an input whose rows are not (an odd K) is
+/// staged into a copy whose rows are padded to 16 bytes, and the tensor map reads that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staging {
+    pub src: u64,
+    pub dst: u64,
+    pub src_pitch: usize,
+    pub dst_pitch: usize,
+    pub width: usize,
+    pub height: usize,
+}
+
+/// Scratch device memory for pitched stagings, one slot per tensor map of an executable;
+/// held locked from packing through the launch, so launches from several threads cannot
+/// interleave their copies into one slot. (Launches of one executable on two different
+/// streams at once would share it: the runtime's stream and a caller's are not mixed here.)
+#[derive(Default)]
+pub(crate) struct PitchScratch(std::sync::Mutex<Vec<Option<crate::cuda::DeviceBuf>>>);
 
 /// Kernel parameters for `cuLaunchKernel`: one 8-byte slot per parameter, in the kernel's
 /// order. The driver copies from each slot as many bytes as the kernel's parameter has, so
@@ -244,6 +267,7 @@ pub struct ParamBlock {
     slots: Vec<u64>,
     kinds: Vec<ParamKind>,
     maps: Vec<TensorMapBlob>,
+    stagings: Vec<Staging>,
 }
 
 impl ParamBlock {
@@ -267,6 +291,10 @@ impl ParamBlock {
         self.slots.push(self.maps.len() as u64);
         self.kinds.push(ParamKind::TensorMap);
         self.maps.push(m);
+    }
+    /// The pitched copies to make before each launch.
+    pub fn stagings(&self) -> &[Staging] {
+        &self.stagings
     }
     pub fn slots(&self) -> &[u64] {
         &self.slots
@@ -305,6 +333,22 @@ impl ParamBlock {
 /// for f64) — then each symbolic size as `int32_t`. Integer scalars outside their dtype's range
 /// are rejected rather than silently wrapped.
 pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
+    pack_gpu_params_staged(sig, b, None)
+}
+
+/// Scratch slots for pitched stagings and the device they live on.
+pub(crate) type ScratchSlots<'a> = (
+    &'a mut Vec<Option<crate::cuda::DeviceBuf>>,
+    &'static crate::cuda::CudaDevice,
+);
+
+/// [`pack_gpu_params`], staging TMA inputs whose rows are not whole 16-byte units into
+/// pitched copies in `scratch` (see [`Staging`]).
+pub(crate) fn pack_gpu_params_staged(
+    sig: &Signature,
+    b: &Bound,
+    mut scratch: Option<ScratchSlots>,
+) -> Result<ParamBlock> {
     let mut p = ParamBlock::default();
     let bad = |index: usize, reason: String| RuntimeError::BadArg {
         kernel: sig.name.clone(),
@@ -373,7 +417,7 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
         }
         p.push_i64(n);
     }
-    for t in &sig.abi.tmaps {
+    for (i_map, t) in sig.abi.tmaps.iter().enumerate() {
         let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
             b.args.get(t.param),
             sig.params.get(t.param),
@@ -384,12 +428,48 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
                 "expected a tensor (for its TMA descriptor)".into(),
             ));
         };
+        let elem_bytes = buffer.dtype().bytes();
+        let row = dims.last().copied().unwrap_or(1).max(0) as usize * elem_bytes;
+        let mut ptr = *ptr as usize as u64;
+        let mut row_pitch = None;
+        if dims.len() >= 2 && !row.is_multiple_of(16) {
+            let Some((slots, dev)) = scratch.as_mut() else {
+                return Err(bad(
+                    t.param,
+                    format!("its rows are {row} bytes and TMA needs whole 16-byte units; this launch path cannot stage a pitched copy"),
+                ));
+            };
+            let pitch = row.next_multiple_of(16);
+            let height: usize = dims[..dims.len() - 1]
+                .iter()
+                .map(|&d| d.max(0) as usize)
+                .product();
+            let need = pitch * height.max(1);
+            if slots.len() <= i_map {
+                slots.resize_with(i_map + 1, || None);
+            }
+            if slots[i_map].as_ref().is_none_or(|s| s.bytes() < need) {
+                slots[i_map] = Some(crate::cuda::DeviceBuf::alloc(dev, need)?);
+            }
+            let dst = slots[i_map].as_ref().map(|s| s.ptr()).unwrap_or_default();
+            p.stagings.push(Staging {
+                src: ptr,
+                dst,
+                src_pitch: row,
+                dst_pitch: pitch,
+                width: row,
+                height,
+            });
+            ptr = dst;
+            row_pitch = Some(pitch);
+        }
         let req = TensorMapRequest {
-            ptr: *ptr as usize as u64,
-            elem_bytes: buffer.dtype().bytes(),
+            ptr,
+            elem_bytes,
             dims: dims.clone(),
             box_dims: t.box_dims.clone(),
             swizzle: t.swizzle,
+            row_pitch,
         };
         let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
         p.push_tensor_map(m);
@@ -412,6 +492,7 @@ impl Executable {
             stats,
             source,
             fallback: None,
+            pitch_scratch: PitchScratch::default(),
         }
     }
 
@@ -549,7 +630,8 @@ impl Executable {
         match &self.module {
             Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),
             Module::Cuda(k) => {
-                let mut p = pack_gpu_params(&self.sig, &b)?;
+                let (mut slots, dev) = self.scratch_slots(k);
+                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((&mut slots, dev)))?;
                 k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
             Module::Hip(k) => {
@@ -560,6 +642,21 @@ impl Executable {
             Module::Sim(k) => self.run_sim(k, args)?,
         }
         Ok(())
+    }
+
+    /// The executable's pitched-staging scratch, locked (keep it until the launch is queued).
+    pub(crate) fn scratch_slots(
+        &self,
+        k: &crate::cuda::CudaKernel,
+    ) -> (
+        std::sync::MutexGuard<'_, Vec<Option<crate::cuda::DeviceBuf>>>,
+        &'static crate::cuda::CudaDevice,
+    ) {
+        let slots = match self.pitch_scratch.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        (slots, k.device())
     }
 
     /// Copy the arguments into the simulator, run, copy outputs back.
@@ -924,6 +1021,37 @@ mod tests {
         // SAFETY: the low 4 bytes of the f32 slot hold the float (little-endian).
         let alpha = unsafe { *(ptrs[1] as *const f32) };
         assert_eq!(alpha, 1.5);
+    }
+
+    /// A tensor map of a tensor whose rows are not whole 16-byte units needs a pitched
+    /// staging copy; where no scratch is given (a launch path that cannot stage) the argument
+    /// is refused by name, before the driver is asked for anything.
+    #[test]
+    fn unaligned_tma_rows_need_a_staging_path() {
+        let mut s = sig();
+        // A map of x (f32[N, 4]) as the launch would describe it had x 3 columns: 12-byte
+        // rows (the map takes its shape from the bound arguments).
+        s.abi.tmaps = vec![tl_codegen::TmaSpec {
+            param: 0,
+            box_dims: vec![8, 3],
+            swizzle: 0,
+        }];
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[100, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[200], DType::BF16, &cpu).unwrap();
+        let args = [
+            Arg::Tensor(&x),
+            Arg::Float(1.5),
+            Arg::Tensor(&y),
+            Arg::Int(3),
+            Arg::Int(-7),
+            Arg::Int(5),
+        ];
+        let mut b = bind_args(&s, cpu, &args).unwrap();
+        b.shapes[0] = vec![100, 3];
+        let e = pack_gpu_params(&s, &b).unwrap_err().to_string();
+        assert!(e.contains("`x`"), "{e}");
+        assert!(e.contains("12 bytes") && e.contains("16-byte"), "{e}");
     }
 
     /// A tensor map travels as a 64-byte aligned 128-byte blob that the launch's pointer

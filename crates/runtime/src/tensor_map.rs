@@ -47,8 +47,11 @@ pub(crate) fn encode_tensor_map(
     let dims: Vec<u64> = r.dims.iter().rev().map(|&d| d.max(1) as u64).collect();
     let mut strides = vec![];
     let mut stride = r.elem_bytes as u64;
-    for &d in &dims[..rank - 1] {
-        stride *= d;
+    for (i, &d) in dims[..rank - 1].iter().enumerate() {
+        stride = match (i, r.row_pitch) {
+            (0, Some(pitch)) => pitch as u64,
+            _ => stride * d,
+        };
         if !stride.is_multiple_of(16) {
             return Err(format!(
                 "a row of the tensor (shape {:?}) is {stride} bytes, not a multiple of the 16 TMA needs; this variant should not have been chosen (compile with TILELANG_TMA=0 and report it)",

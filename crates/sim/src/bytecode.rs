@@ -221,6 +221,9 @@ pub enum Instr {
     TmaLoad {
         box_dims: Vec<u32>,
         swizzle: u32,
+        /// The runtime stages the tensor into a pitched copy when its rows are not whole
+        /// 16-byte units (`KernelAttrs::tma_pitched_inputs`): no stride rule then.
+        pitched: bool,
         dst: MemRef,
         tensor: MemRef,
         bar: MemRef,

@@ -74,6 +74,9 @@ struct Compiler<'a> {
     shared_bytes: usize,
     /// Threads per warp (wave) the kernel was lowered for.
     warp_size: u32,
+    /// `KernelAttrs::tma_pitched_inputs`: TMA may read tensors whose rows are not whole
+    /// 16-byte units (the runtime stages them pitched).
+    tma_pitched: bool,
 }
 
 /// The kernel's warp (wave) size: `KernelAttrs::warp_size`, 32 when unset; 32 and 64 are
@@ -103,6 +106,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         local_bytes: 0,
         shared_bytes: 0,
         warp_size,
+        tma_pitched: k.attrs.tma_pitched_inputs,
     };
     let block_regs: Vec<u32> = k.block_vars.iter().map(|v| c.def_var(v)).collect();
     for (i, p) in k.params.iter().enumerate() {
@@ -746,6 +750,7 @@ impl Compiler<'_> {
                 Instr::TmaLoad {
                     box_dims: box_dims.clone(),
                     swizzle: *swizzle,
+                    pitched: self.tma_pitched,
                     dst,
                     tensor,
                     bar,

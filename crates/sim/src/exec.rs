@@ -504,11 +504,19 @@ impl Interp<'_, '_> {
                 Instr::TmaLoad {
                     box_dims,
                     swizzle,
+                    pitched,
                     dst,
                     tensor,
                     bar,
                     coords,
-                } => self.tma_load(th, box_dims, *swizzle, (dst, tensor, bar), coords, pc)?,
+                } => self.tma_load(
+                    th,
+                    box_dims,
+                    (*swizzle, *pitched),
+                    (dst, tensor, bar),
+                    coords,
+                    pc,
+                )?,
                 Instr::Exit => {
                     th.pc = pc;
                     th.state = State::Done;

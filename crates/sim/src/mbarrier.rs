@@ -335,7 +335,7 @@ impl Interp<'_, '_> {
         &mut self,
         th: &mut Thread,
         box_dims: &[u32],
-        swizzle: u32,
+        (swizzle, pitched): (u32, bool),
         (dst, tensor, bar): (&MemRef, &MemRef, &MemRef),
         coords: &[E],
         pc: u32,
@@ -393,7 +393,7 @@ impl Interp<'_, '_> {
         }
         // The descriptor (built at launch) needs every stride a multiple of 16 bytes.
         let tensor_row = ti.shape[rank - 1] as usize * esize;
-        if rank > 1 && !tensor_row.is_multiple_of(16) {
+        if rank > 1 && !pitched && !tensor_row.is_multiple_of(16) {
             return Err(invalid(format!(
                 "`{}` of shape {:?} ({}) has rows of {tensor_row} bytes; a TMA descriptor needs its strides to be multiples of 16 bytes",
                 ti.name, ti.shape, ti.dtype

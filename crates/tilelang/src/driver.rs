@@ -239,6 +239,9 @@ impl Kernel {
                 .filter(|&&(_, m)| m > 1)
                 .map(|&(i, m)| (general.ir.dims[i].clone(), m))
                 .collect();
+            // Hopper: read-only inputs whose rows break the 16-byte rule still load by TMA,
+            // from pitched copies the runtime stages (an odd K: 23 -> see docs/performance.md).
+            ir.attrs.tma_pitched_inputs = true;
             general
                 .compile_variant(&ir, &dev2, &opts2)
                 .map_err(|e| RuntimeError::Launch(e.to_string()))

@@ -875,8 +875,9 @@ fn alignment_class_variants_in_sim() {
                 let src = v.source().unwrap_or_default();
                 if target.is_cuda() {
                     let want_copy = match kk % 8 {
-                        // Rows a multiple of 16 bytes: Hopper loads whole tiles by TMA.
-                        0 if target.has_tma() => "tma_load<",
+                        // Hopper loads whole tiles by TMA: rows a multiple of 16 bytes
+                        // directly, others from pitched copies the runtime stages.
+                        _ if target.has_tma() => "tma_load<",
                         0 => "cp_async<16>",
                         4 => "cp_async<8>",
                         2 | 6 => "cp_async<4>",

@@ -305,6 +305,11 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .map(|(b, l)| (b.id(), l.clone()))
             .collect(),
         analyzer: crate::simplify::kernel_analyzer(&k),
+        pitchable: if k.attrs.tma_pitched_inputs {
+            read_only_inputs(&k)
+        } else {
+            Default::default()
+        },
     };
     let body = px.rewrite(&k.body);
     if !px.errors.is_empty() {
@@ -339,6 +344,36 @@ struct Pipeliner {
     smem: HashMap<u64, tl_layout::ComposedLayout>,
     /// What the kernel variant proves about its sizes (for TMA's stride rule).
     analyzer: tl_ir::Analyzer,
+    /// Input tensors the runtime may stage into pitched copies for TMA
+    /// (`KernelAttrs::tma_pitched_inputs`), by buffer id.
+    pitchable: std::collections::HashSet<u64>,
+}
+
+/// The tensor parameters the kernel reads and never writes.
+fn read_only_inputs(k: &Kernel) -> std::collections::HashSet<u64> {
+    let mut written = std::collections::HashSet::new();
+    k.body.walk(&mut |s| match &s.kind {
+        StmtKind::Store { buffer, .. } => {
+            written.insert(buffer.id());
+        }
+        StmtKind::Op(op) => {
+            for r in op.regions().1 {
+                written.insert(r.buffer.id());
+            }
+        }
+        _ => {}
+    });
+    k.params
+        .iter()
+        .filter_map(|p| match p {
+            tl_ir::Param::Tensor { buffer, role }
+                if *role == tl_ir::Role::Input && !written.contains(&buffer.id()) =>
+            {
+                Some(buffer.id())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 impl Pipeliner {
@@ -621,7 +656,8 @@ impl Pipeliner {
             let StmtKind::Op(TileOp::Copy(c)) = &body[i].kind else {
                 return None;
             };
-            let aligned = super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
+            let aligned = self.pitchable.contains(&c.src.buffer.id())
+                || super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
             let t = super::tma::TmaTile::of(
                 &c.src,
                 &c.dst,
