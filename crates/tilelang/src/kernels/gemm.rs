@@ -91,10 +91,9 @@ impl GemmConfig {
         }
     }
 
-    /// Hopper tiles for problems whose tensor rows are not multiples of 16 bytes (an odd K in
-    /// NT, say): TMA cannot load them, and with cp.async the earlier 128x128x64, 3 stages runs
-    /// faster than [`GemmConfig::hopper`]'s wider tile (23 against 15 TFLOP/s at 4095³ on an
-    /// H100, docs/performance.md run 12).
+    /// Hopper tiles for problems whose tensor rows are 4 or 8 bytes aligned but not 16 (K =
+    /// 4100 in NT, say): they load by cp.async of that width, where the earlier 128x128x64, 3
+    /// stages runs faster than [`GemmConfig::hopper`]'s wider tile (docs/performance.md run 12).
     pub fn hopper_unaligned() -> GemmConfig {
         GemmConfig {
             panel: 8,
@@ -103,7 +102,9 @@ impl GemmConfig {
     }
 
     /// The default tiles for a target and a problem of known sizes: on Hopper, the TMA tiles
-    /// when every tensor's rows (its contiguous dim) are multiples of 16 bytes, else
+    /// when every tensor's rows (its contiguous dim) are multiples of 16 bytes or some are
+    /// only element-aligned (an odd K: the runtime then stages pitched copies for TMA), else
+    /// (rows of 4 or 8 bytes, loaded by cp.async of that width)
     /// [`GemmConfig::hopper_unaligned`]; elsewhere as [`GemmConfig::for_target`].
     pub fn for_problem(
         target: &tl_target::Target,
@@ -122,7 +123,9 @@ impl GemmConfig {
             Layout::NN => [k, n],
             Layout::TN => [m, n],
         };
-        if contiguous.iter().all(|d| d % per_16_bytes == 0) {
+        let aligned = contiguous.iter().all(|d| d % per_16_bytes == 0);
+        let element_aligned = per_16_bytes > 1 && contiguous.iter().any(|d| d % 2 == 1);
+        if aligned || element_aligned {
             GemmConfig::hopper()
         } else {
             GemmConfig::hopper_unaligned()
@@ -256,18 +259,14 @@ mod tests {
         let t = Target::SM90;
         let pick = |l, m, n, k| GemmConfig::for_problem(&t, DType::BF16, l, m, n, k);
         assert_eq!(pick(Layout::NT, 4097, 4095, 4096), GemmConfig::hopper());
-        assert_eq!(
-            pick(Layout::NT, 4096, 4096, 4095),
-            GemmConfig::hopper_unaligned()
-        );
-        assert_eq!(
-            pick(Layout::NN, 4096, 4095, 4096),
-            GemmConfig::hopper_unaligned()
-        );
-        assert_eq!(
-            pick(Layout::TN, 4095, 4096, 4096),
-            GemmConfig::hopper_unaligned()
-        );
+        // Rows of 8 or 4 bytes: cp.async of that width, in the 128x128 tiles.
+        let unaligned = GemmConfig::hopper_unaligned();
+        assert_eq!(pick(Layout::NT, 4096, 4096, 4100), unaligned);
+        assert_eq!(pick(Layout::NN, 4096, 4098, 4096), unaligned);
+        assert_eq!(pick(Layout::TN, 4100, 4096, 4096), unaligned);
+        // Element-aligned rows (odd sizes): TMA from pitched copies, in the TMA tiles.
+        assert_eq!(pick(Layout::NT, 4096, 4096, 4095), GemmConfig::hopper());
+        assert_eq!(pick(Layout::NN, 4096, 4095, 4100), GemmConfig::hopper());
         assert_eq!(pick(Layout::TN, 4096, 4096, 4095), GemmConfig::hopper());
         // Other targets and types keep their defaults.
         let sm80 = GemmConfig::for_problem(&Target::SM80, DType::BF16, Layout::NT, 5, 5, 5);
