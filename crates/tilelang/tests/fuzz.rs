@@ -10,7 +10,7 @@
 //! CI runs `fixed_seed_budget` (a fixed seed, [`CI_CASES`] programs). A long campaign:
 //!
 //!     TILELANG_FUZZ_CASES=5000 TILELANG_FUZZ_SEED=7 \
-//!         cargo test --release -p tilelang --test fuzz -- --ignored --nocapture
+//!         cargo test --release -p tilelang --test fuzz campaign -- --ignored --nocapture
 //!
 //! Regressions found by the campaigns are the `regression_*` tests at the end.
 
@@ -104,7 +104,7 @@ enum E {
     C(f64),
     Un(U, Box<E>),
     Bin(B, Box<E>, Box<E>),
-    /// Round to a narrow type and back.
+    /// Round to a narrow type and back (generated over inputs only).
     Cast(DType, Box<E>),
     /// `select(X > 0, a, b)`: only on exact inputs, so both sides take the same branch.
     SelPos(Box<E>, Box<E>),
@@ -137,7 +137,14 @@ impl E {
                 let b = r.pick(&[B::Add, B::Sub, B::Mul, B::Max, B::Min]);
                 E::Bin(b, sub(r), sub(r))
             }
-            3 => E::Cast(r.pick(&[BF16, F16]), sub(r)),
+            // Rounding of an exact input only: rounding a computed value (or gemm's
+            // accumulator) and subtracting it turns a 1-ulp difference between backends into
+            // a large relative one (seed 4, program 990: `f16(acc) - acc`).
+            3 if with_sel => {
+                let leaf = if with_y && r.coin() { E::Y } else { E::X };
+                E::Cast(r.pick(&[BF16, F16]), Box::new(leaf))
+            }
+            3 => E::Un(U::Tanh, sub(r)),
             _ => E::SelPos(sub(r), sub(r)),
         }
     }
@@ -857,7 +864,7 @@ fn fixed_seed_budget() {
 /// The long campaign: `TILELANG_FUZZ_CASES` programs (default 1000) from
 /// `TILELANG_FUZZ_SEED` (default 1).
 #[test]
-#[ignore = "long campaign: TILELANG_FUZZ_CASES=5000 cargo test --release -p tilelang --test fuzz -- --ignored"]
+#[ignore = "long campaign: TILELANG_FUZZ_CASES=5000 cargo test --release -p tilelang --test fuzz campaign -- --ignored"]
 fn campaign_from_env() {
     let cases = env_usize("TILELANG_FUZZ_CASES").unwrap_or(1000) as usize;
     let seed = env_usize("TILELANG_FUZZ_SEED").unwrap_or(1);
@@ -936,4 +943,54 @@ fn regression_static_width_narrower_than_the_tile() {
             }
         }
     }
+}
+
+/// Open, found by the campaign of seed 4 (programs 464, 495 and 558 of 1,500, shrunk to these):
+/// when the length of the reduced axis is static (so the chunk loop has a constant trip count),
+/// a reduction into a fragment (`part`) that a parallel loop then reads
+/// beside the running result (`acc[i] = max(acc[i], part[i])`) is refused by the GPU lowering:
+/// `error[layout-conflict]: fragment frag1 needs two different layouts: ((8,4,2),1):((0,1,0),0)
+/// (from a reduction of frag0) and (64,4):(0,1) (from a parallel loop that indexes it)`, on
+/// sm_80, sm_90a and gfx950 alike. With that length symbolic the same programs lower and agree
+/// with the CPU (as softmax does), whatever the other size; the CPU backend runs them all. Layout inference would have to give the parallel loop the reduction's
+/// layout (or copy between the two) when a static extent makes the loop's own choice differ.
+#[test]
+#[ignore = "open: layout conflict between a reduction's output and a parallel loop when the reduced length is static (docs/testing.md)"]
+fn open_static_reduced_length_layout_conflict() {
+    let base = Prog {
+        kind: Kind::RowReduce(Red::Max),
+        m: 1,
+        n: 32,
+        k: 1,
+        sym_m: false,
+        sym_n: false,
+        bm: 4,
+        bn: 32,
+        bk: 0,
+        threads: 64,
+        stages: 2,
+        din: F32,
+        dout: F32,
+        expr: E::X,
+        branch: None,
+        via_shared: false,
+        pipelined: false,
+        accumulate: false,
+    };
+    let col = Prog {
+        kind: Kind::ColReduce(Red::Max),
+        m: 100,
+        n: 1,
+        dout: F16,
+        ..base.clone()
+    };
+    let mut failures = vec![];
+    for p in [base, col] {
+        for t in TARGETS {
+            if let Err((t, f)) = check(&p, 1, &[t]) {
+                failures.push(format!("{:?} on {t}: {f}", p.kind));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
