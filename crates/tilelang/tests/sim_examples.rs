@@ -876,8 +876,9 @@ fn alignment_class_variants_in_sim() {
                 if target.is_cuda() {
                     let want_copy = match kk % 8 {
                         // Hopper loads whole tiles by TMA: rows a multiple of 16 bytes
-                        // directly, others from pitched copies the runtime stages.
-                        _ if target.has_tma() => "tma_load<",
+                        // directly, element-aligned ones (odd K) from pitched copies the
+                        // runtime stages; 4- and 8-byte rows keep cp.async of that width.
+                        0 | 1 | 3 | 5 | 7 if target.has_tma() => "tma_load<",
                         0 => "cp_async<16>",
                         4 => "cp_async<8>",
                         2 | 6 => "cp_async<4>",
