@@ -121,6 +121,13 @@ class Kernel:
     def compile(self, device: str, cache_dir: Optional[str] = None,
                 dump_ir: Optional[str] = None) -> "Executable": ...
 
+class Launcher:
+    """A compiled kernel's call with its outputs fixed: ``launcher(args, stream)`` returns
+    None, the one output, or a list of the outputs."""
+
+    def __init__(self, exe: "Executable", out_idx: Sequence[int]) -> None: ...
+    def __call__(self, args: tuple, stream: Optional[int] = None) -> Any: ...
+
 class Executable:
     """A compiled kernel bound to a device."""
 

@@ -112,21 +112,9 @@ class JITKernel:
         dump, cache = _options(pass_configs)
         self._exe = func.kernel.compile(self.device, cache, dump)
         self.target = self.device
-        call = self._exe.call
-        run = self._exe.run
-        idx = self.out_idx
-        # The per-call path is one native call; these closures avoid attribute lookups.
-        if idx:
-            single = len(idx) == 1
-
-            def __call__(args, stream):
-                outs = call(args, idx, stream)
-                return outs[0] if single else outs
-        else:
-
-            def __call__(args, stream):
-                run(args, stream)
-        self._call = __call__
+        # The per-call path is one native call (argument conversion, output allocation, the
+        # launch and the return value all in Rust).
+        self._call = _native.Launcher(self._exe, self.out_idx)
 
     def __call__(self, *args: Any, stream: int | None = None) -> Any:
         return self._call(args, stream)

@@ -340,8 +340,14 @@ fn from_torch(
 ) -> PyResult<(ExternalTensor, Option<i64>)> {
     let py = obj.py();
     let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
-    let shape: Vec<usize> = obj.getattr(intern!(py, "shape"))?.extract()?;
-    let strides: Vec<isize> = obj.call_method0(intern!(py, "stride"))?.extract()?;
+    let shape: Vec<usize> = ints_of(&obj.getattr(intern!(py, "shape"))?)?
+        .into_iter()
+        .map(|n| n.max(0) as usize)
+        .collect();
+    let strides: Vec<isize> = ints_of(&obj.call_method0(intern!(py, "stride"))?)?
+        .into_iter()
+        .map(|n| n as isize)
+        .collect();
     let dt = obj.getattr(intern!(py, "dtype"))?;
     let dtype = t
         .dtypes
@@ -349,7 +355,22 @@ fn from_torch(
         .find(|(o, _)| o.bind(py).is(&dt))
         .map(|(_, d)| *d)
         .ok_or_else(|| type_error(bad(i, p, format!("tensors of {dt} are not supported"))))?;
-    let (device, gpu) = if obj.getattr(intern!(py, "is_cuda"))?.extract::<bool>()? {
+    // A CPU kernel asks `is_cpu` first: one attribute read for the tensors it takes.
+    if exe_device.is_host() && obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
+        // SAFETY: as below.
+        let ext = unsafe {
+            ExternalTensor::new(
+                ptr as *mut std::ffi::c_void,
+                dtype,
+                shape,
+                strides,
+                Device::Cpu,
+            )
+        }
+        .map_err(|e| value_error(bad(i, p, e.to_string())))?;
+        return Ok((ext, None));
+    }
+    let (device, gpu) = if obj.getattr(intern!(py, "is_cuda"))?.is_truthy()? {
         let idx: i64 = obj.call_method0(intern!(py, "get_device"))?.extract()?;
         let ord = idx.max(0) as usize;
         // ROCm builds of torch call AMD GPUs `cuda` too.
@@ -377,6 +398,21 @@ fn from_torch(
     Ok((ext, gpu))
 }
 
+/// A tuple of ints (torch's `Size` is a tuple subclass, `stride()` a tuple) read item by
+/// item; other sequences through the generic conversion.
+fn ints_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    match obj.cast::<PyTuple>() {
+        Ok(t) => {
+            let mut v = Vec::with_capacity(t.len());
+            for x in t.iter_borrowed() {
+                v.push(x.extract::<i64>()?);
+            }
+            Ok(v)
+        }
+        Err(_) => obj.extract(),
+    }
+}
+
 /// Convert one argument for parameter `p` (None when there are more arguments than
 /// parameters: `bind_args` then reports the count).
 pub fn convert_one(
@@ -402,8 +438,9 @@ pub fn convert_one(
         conv.held.push(Held::Float(obj.extract()?));
         return Ok(());
     }
+    let ty = obj.get_type();
     if let Some((ndarray, _)) = numpy(py) {
-        if obj.is_instance(ndarray.bind(py))? {
+        if ty.is(ndarray.bind(py)) || obj.is_instance(ndarray.bind(py))? {
             if let Some(t) = from_ndarray(obj, p, i) {
                 conv.held.push(Held::Ext(t?));
                 conv.lib.get_or_insert(Lib::Numpy);
@@ -417,7 +454,7 @@ pub fn convert_one(
         }
     }
     if let Some(t) = torch(py) {
-        if obj.is_instance(t.tensor.bind(py))? {
+        if ty.is(t.tensor.bind(py)) || obj.is_instance(t.tensor.bind(py))? {
             let (ext, gpu) = from_torch(t, obj, device, p, i)?;
             conv.held.push(Held::Ext(ext));
             conv.lib.get_or_insert(Lib::Torch(i));

@@ -160,83 +160,7 @@ impl PyExecutable {
         out_idx: Vec<usize>,
         stream: Option<usize>,
     ) -> PyResult<Bound<'py, PyList>> {
-        let n = self.params.len();
-        if args.len() + out_idx.len() != n {
-            let names: Vec<&str> = self
-                .params
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !out_idx.contains(i))
-                .map(|(_, p)| p.name.as_str())
-                .collect();
-            return Err(type_error(format!(
-                "kernel `{}` takes {} arguments ({}), {} given{}",
-                self.exe.signature().name,
-                names.len(),
-                names.join(", "),
-                args.len(),
-                if out_idx.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        "; its outputs ({}) are allocated and returned",
-                        out_idx
-                            .iter()
-                            .filter_map(|&i| self.params.get(i).map(|p| p.name.as_str()))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )
-                }
-            )));
-        }
-        // Inputs first, in parameter order.
-        let mut slots: Vec<Option<Held>> = (0..n).map(|_| None).collect();
-        let mut conv = Converted {
-            held: vec![],
-            lib: None,
-            torch_gpu: None,
-        };
-        let mut given = args.iter();
-        for (i, slot) in slots.iter_mut().enumerate() {
-            if out_idx.contains(&i) {
-                continue;
-            }
-            let Some(a) = given.next() else { break };
-            convert_one(&a, self.params.get(i), i, self.device(), &mut conv)?;
-            *slot = conv.held.pop();
-        }
-        let env = self.env(&slots.iter().map(Option::as_ref).collect::<Vec<_>>());
-        let outs = PyList::empty(py);
-        for &i in &out_idx {
-            let p = &self.exe.signature().params[i];
-            let Param::Tensor { buffer, .. } = p else {
-                return Err(type_error(format!(
-                    "out_idx names `{}`, a scalar; only tensors can be outputs",
-                    p.name()
-                )));
-            };
-            let mut shape = vec![];
-            for e in buffer.shape() {
-                let v = eval_int(e, &env).map_err(|err| {
-                    value_error(format!(
-                        "cannot size output `{}` ({e}) from the inputs: {err}; pass it as an argument instead",
-                        buffer.name()
-                    ))
-                })?;
-                shape.push(v.max(0) as usize);
-            }
-            let arr = allocate(py, conv.lib, args, &shape, buffer.dtype())?;
-            convert_one(&arr, self.params.get(i), i, self.device(), &mut conv)?;
-            slots[i] = conv.held.pop();
-            outs.append(arr)?;
-        }
-        let held: Vec<Held> = slots
-            .into_iter()
-            .map(|h| h.unwrap_or(Held::Int(0)))
-            .collect();
-        let s = self.stream(py, &conv, stream)?;
-        self.launch(py, &held, s)?;
-        Ok(outs)
+        PyList::new(py, self.call_outs(py, args, &out_idx, stream)?)
     }
 
     /// Time launches on `args`: on a GPU with events around each launch on the runtime's
@@ -308,7 +232,132 @@ impl PyExecutable {
     }
 }
 
+impl PyExecutable {
+    /// The call of a kernel with outputs `out_idx`: the new outputs, in `out_idx`'s order.
+    fn call_outs<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        out_idx: &[usize],
+        stream: Option<usize>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let n = self.params.len();
+        if args.len() + out_idx.len() != n {
+            let names: Vec<&str> = self
+                .params
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !out_idx.contains(i))
+                .map(|(_, p)| p.name.as_str())
+                .collect();
+            return Err(type_error(format!(
+                "kernel `{}` takes {} arguments ({}), {} given{}",
+                self.exe.signature().name,
+                names.len(),
+                names.join(", "),
+                args.len(),
+                if out_idx.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; its outputs ({}) are allocated and returned",
+                        out_idx
+                            .iter()
+                            .filter_map(|&i| self.params.get(i).map(|p| p.name.as_str()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            )));
+        }
+        // Inputs first, in parameter order.
+        let mut slots: Vec<Option<Held>> = (0..n).map(|_| None).collect();
+        let mut conv = Converted {
+            held: vec![],
+            lib: None,
+            torch_gpu: None,
+        };
+        let mut given = args.iter();
+        for (i, slot) in slots.iter_mut().enumerate() {
+            if out_idx.contains(&i) {
+                continue;
+            }
+            let Some(a) = given.next() else { break };
+            convert_one(&a, self.params.get(i), i, self.device(), &mut conv)?;
+            *slot = conv.held.pop();
+        }
+        let env = self.env(&slots.iter().map(Option::as_ref).collect::<Vec<_>>());
+        let mut outs = Vec::with_capacity(out_idx.len());
+        for &i in out_idx {
+            let p = &self.exe.signature().params[i];
+            let Param::Tensor { buffer, .. } = p else {
+                return Err(type_error(format!(
+                    "out_idx names `{}`, a scalar; only tensors can be outputs",
+                    p.name()
+                )));
+            };
+            let mut shape = vec![];
+            for e in buffer.shape() {
+                let v = eval_int(e, &env).map_err(|err| {
+                    value_error(format!(
+                        "cannot size output `{}` ({e}) from the inputs: {err}; pass it as an argument instead",
+                        buffer.name()
+                    ))
+                })?;
+                shape.push(v.max(0) as usize);
+            }
+            let arr = allocate(py, conv.lib, args, &shape, buffer.dtype())?;
+            convert_one(&arr, self.params.get(i), i, self.device(), &mut conv)?;
+            slots[i] = conv.held.pop();
+            outs.push(arr);
+        }
+        let held: Vec<Held> = slots
+            .into_iter()
+            .map(|h| h.unwrap_or(Held::Int(0)))
+            .collect();
+        let s = self.stream(py, &conv, stream)?;
+        self.launch(py, &held, s)?;
+        Ok(outs)
+    }
+}
+
+/// A compiled kernel's call as `JITKernel` makes it: `launcher(args, stream)` with the
+/// outputs to allocate fixed once, returning None, the one output, or a list of them.
+#[pyclass(name = "Launcher", module = "tilelang_rs._native", frozen)]
+pub struct Launcher {
+    exe: Py<PyExecutable>,
+    out_idx: Vec<usize>,
+}
+
+#[pymethods]
+impl Launcher {
+    #[new]
+    fn new(exe: Py<PyExecutable>, out_idx: Vec<usize>) -> Launcher {
+        Launcher { exe, out_idx }
+    }
+
+    #[pyo3(signature = (args, stream=None))]
+    fn __call__<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        stream: Option<usize>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let exe = self.exe.get();
+        if self.out_idx.is_empty() {
+            exe.run(py, args, stream)?;
+            return Ok(py.None().into_bound(py));
+        }
+        let mut outs = exe.call_outs(py, args, &self.out_idx, stream)?;
+        if outs.len() == 1 {
+            return Ok(outs.pop().expect("one output"));
+        }
+        Ok(PyList::new(py, outs)?.into_any())
+    }
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExecutable>()?;
+    m.add_class::<Launcher>()?;
     Ok(())
 }

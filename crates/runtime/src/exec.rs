@@ -521,10 +521,17 @@ impl Executable {
     /// The executable that runs these arguments: this one, or its general fallback when the
     /// sizes break the specialization (built now if it was not yet).
     pub fn variant_for(&self, args: &[Arg]) -> Result<&Executable> {
+        if self.fallback.is_none() {
+            return Ok(self);
+        }
+        self.variant_for_bound(&self.bind(args)?)
+    }
+
+    /// [`variant_for`](Self::variant_for) of arguments this executable has bound already.
+    fn variant_for_bound(&self, b: &Bound) -> Result<&Executable> {
         let Some(fb) = &self.fallback else {
             return Ok(self);
         };
-        let b = self.bind(args)?;
         let fits = fb
             .requires
             .iter()
@@ -616,11 +623,13 @@ impl Executable {
     /// without a synchronization), which must belong to the executable's device. The CPU and
     /// the simulator run synchronously and take only [`Stream::Runtime`].
     pub fn run_args_on(&self, args: &[Arg], stream: Stream) -> Result<()> {
-        let exe = self.variant_for(args)?;
+        // One bind serves both the choice of variant and the launch (a variant binds again:
+        // its signature's ABI may differ).
+        let b = self.bind(args)?;
+        let exe = self.variant_for_bound(&b)?;
         if !std::ptr::eq(exe, self) {
             return exe.run_args_on(args, stream);
         }
-        let b = self.bind(args)?;
         if stream != Stream::Runtime && !(self.device.is_cuda() || self.device.is_hip()) {
             return Err(RuntimeError::Launch(format!(
                 "kernel `{}` runs on {}, which has no streams; launch it without one",
