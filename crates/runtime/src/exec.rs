@@ -132,6 +132,8 @@ pub struct Executable {
     source: Option<String>,
     fallback: Option<Box<Fallback>>,
     pitch_scratch: PitchScratch,
+    /// Which variant of its kernel this is, for reports (`aligned(K%8)`, `class(K%1)`…).
+    variant: String,
 }
 
 /// A specialized executable's general twin: the kernel was compiled assuming some symbolic
@@ -493,7 +495,27 @@ impl Executable {
             source,
             fallback: None,
             pitch_scratch: PitchScratch::default(),
+            variant: String::new(),
         }
+    }
+
+    /// Name the variant this executable is (see [`variant`](Self::variant)).
+    pub fn with_variant_note(mut self, note: String) -> Executable {
+        self.variant = note;
+        self
+    }
+
+    /// Which variant of the kernel runs these arguments, and why: `aligned(…)` (the sizes
+    /// are the multiples the kernel was specialized for), `class(…)` (the variant for the
+    /// sizes' alignment class, with `+pitched-tma` where odd rows load by TMA from pitched
+    /// copies), or `general` (a kernel with no specialization).
+    pub fn variant(&self, args: &[Arg]) -> Result<String> {
+        let v = self.variant_for(args)?;
+        Ok(if v.variant.is_empty() {
+            "general".to_string()
+        } else {
+            v.variant.clone()
+        })
     }
 
     /// Attach the general variant used when a launch's sizes are not the multiples this

@@ -82,6 +82,10 @@ fn run() -> anyhow::Result<ExitCode> {
         err,
         ms,
         common::tolerance(dt),
-        &format!("gbps={gbs:.1} device={dev} {}", common::compile_note(&exe)),
+        &format!(
+            "gbps={gbs:.1} device={dev} {} {}",
+            common::compile_note(&exe),
+            common::variant_note(&exe, &[&a, &b, &c])
+        ),
     ))
 }

@@ -200,8 +200,9 @@ fn run() -> anyhow::Result<ExitCode> {
         ms,
         common::tolerance(dt),
         &format!(
-            "tflops={tflops:.4} device={dev} {}",
-            common::compile_note(&exe)
+            "tflops={tflops:.4} device={dev} {} {}",
+            common::compile_note(&exe),
+            common::variant_note(&exe, &[&q, &k, &v, &o, &lse])
         ),
     ))
 }

@@ -247,8 +247,9 @@ fn run() -> anyhow::Result<ExitCode> {
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),
         &format!(
-            "tflops={tflops:.3} device={dev} {}",
-            common::compile_note(&exe)
+            "tflops={tflops:.3} device={dev} {} {}",
+            common::compile_note(&exe),
+            common::variant_note(&exe, &[&a, &b, &c])
         ),
     ))
 }

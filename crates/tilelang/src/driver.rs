@@ -229,7 +229,12 @@ impl Kernel {
             .iter()
             .map(|&(i, m)| (self.ir.dims[i].clone(), m))
             .collect();
-        let exe = self.compile_variant(&special, dev, opts)?;
+        let exe = self
+            .compile_variant(&special, dev, opts)?
+            .with_variant_note(format!(
+                "aligned({})",
+                describe_multiples(&self.ir, &aligned)
+            ));
         let general = self.clone();
         let (dev2, opts2) = (*dev, opts.clone());
         Ok(exe.with_fallback(aligned, move |class: &[(usize, i64)]| {
@@ -244,8 +249,16 @@ impl Kernel {
             // TFLOP/s); rows of 4 or 8 bytes keep cp.async of that width, which measured
             // faster than staging (4096x4096x4100: 405 against 260-316).
             ir.attrs.tma_pitched_inputs = class.iter().any(|&(_, m)| m == 1);
+            let mut note = format!("class({})", describe_multiples(&general.ir, class));
+            if ir.attrs.tma_pitched_inputs
+                && target_has_tma(&dev2)
+                && stages_an_input(&general.ir, class)
+            {
+                note.push_str("+pitched-tma");
+            }
             general
                 .compile_variant(&ir, &dev2, &opts2)
+                .map(|e| e.with_variant_note(note))
                 .map_err(|e| RuntimeError::Launch(e.to_string()))
         }))
     }
@@ -882,4 +895,43 @@ impl std::fmt::Display for Kernel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.ir)
     }
+}
+
+/// `K%8,N%8`: the multiples a variant assumes of its kernel's sizes (for `Executable::variant`).
+fn describe_multiples(k: &tl_ir::Kernel, pairs: &[(usize, i64)]) -> String {
+    pairs
+        .iter()
+        .map(|&(i, m)| {
+            let name = k
+                .dims
+                .get(i)
+                .map(|d| d.name().to_string())
+                .unwrap_or_default();
+            format!("{name}%{m}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Whether the device's target loads by TMA (the pitched staging applies there only).
+fn target_has_tma(dev: &Device) -> bool {
+    dev.target().is_ok_and(|t| t.has_tma())
+}
+
+/// Whether an input tensor's rows run along a dim the class leaves element-aligned (what the
+/// runtime then stages pitched for TMA).
+fn stages_an_input(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> bool {
+    let odd: Vec<&tl_ir::Var> = class
+        .iter()
+        .filter(|&&(_, m)| m == 1)
+        .filter_map(|&(i, _)| k.dims.get(i))
+        .collect();
+    k.params.iter().any(|p| match p {
+        tl_ir::Param::Tensor { buffer, role } if *role == tl_ir::Role::Input => buffer
+            .shape()
+            .last()
+            .and_then(|d| d.as_var())
+            .is_some_and(|v| odd.contains(&v)),
+        _ => false,
+    })
 }

@@ -873,6 +873,14 @@ fn alignment_class_variants_in_sim() {
                 let args: Vec<_> = ts.iter().map(tilelang::runtime::Arg::Tensor).collect();
                 let v = exe.variant_for(&args).expect("variant");
                 let src = v.source().unwrap_or_default();
+                // The variant names itself, and says when odd rows load from pitched copies.
+                // (NT: K is the rows of both inputs.)
+                if layout == gemm::Layout::NT {
+                    let name = exe.variant(&args).expect("variant name");
+                    let pitched = target.has_tma() && kk % 2 == 1;
+                    assert_eq!(kk % 8 == 0, name.starts_with("aligned("), "{what}: {name}");
+                    assert_eq!(pitched, name.ends_with("+pitched-tma"), "{what}: {name}");
+                }
                 if target.is_cuda() {
                     let want_copy = match kk % 8 {
                         // Hopper loads whole tiles by TMA: rows a multiple of 16 bytes

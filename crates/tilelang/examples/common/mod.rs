@@ -287,6 +287,19 @@ pub fn compile_note(exe: &Executable) -> String {
     )
 }
 
+/// `variant=…`: which variant of the kernel ran these tensors and why (see
+/// `Executable::variant`: `aligned(K%8,N%8)`, `class(K%1,N%8)+pitched-tma`, `general`).
+pub fn variant_note(exe: &Executable, tensors: &[&Tensor]) -> String {
+    let args: Vec<tilelang::runtime::Arg> = tensors
+        .iter()
+        .map(|t| tilelang::runtime::Arg::Tensor(t))
+        .collect();
+    match exe.variant(&args) {
+        Ok(v) => format!("variant={v}"),
+        Err(e) => format!("variant=? ({e})"),
+    }
+}
+
 /// The options of the row-wise examples (softmax, rmsnorm).
 #[derive(clap::Args, Debug, Clone)]
 pub struct RowArgs {
