@@ -95,6 +95,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     Ok(out)
 }
 
+#[derive(Clone)]
 struct Infer {
     threads: i64,
     target: Target,
@@ -149,63 +150,18 @@ fn infer_with_vars(k: &Kernel, target: &Target) -> Result<(Layouts, Vec<Var>), D
     collect(&k.body, &mut nodes, &mut frags, &mut inf);
     inf.order = frags.clone();
     inf.gemm_layouts(&nodes);
-    // Propagate; when stuck, choose a blocked layout for the first unresolved nest, then for
-    // the first fragment nothing constrains.
-    loop {
-        while inf.propagate(&nodes) {}
-        if !inf.errors.is_empty() {
-            return Err(Diagnostics(inf.errors));
+    // Settle in program order; where that ends in a layout conflict, settle again choosing the
+    // biggest open nest or fragment first. A small loop (a fold into a running result, say)
+    // otherwise fixes a blocked layout that a reduction's output must contradict; the biggest
+    // tile is the one whose layout the others derive from.
+    let fresh = inf.clone();
+    if let Err(first) = inf.settle(&nodes, &frags, false) {
+        let conflict = first.0.iter().all(|d| d.kind == DiagKind::LayoutConflict);
+        let mut retry = fresh;
+        match retry.settle(&nodes, &frags, true) {
+            Ok(()) if conflict => inf = retry,
+            _ => return Err(first),
         }
-        let open_nest = nodes.iter().find_map(|n| match n {
-            Node::Nest {
-                key,
-                shape,
-                dtype_bytes,
-                ..
-            } if !inf.nests.contains_key(&key.id()) => {
-                Some((key.clone(), shape.clone(), *dtype_bytes))
-            }
-            _ => None,
-        });
-        if let Some((key, shape, bytes)) = open_nest {
-            let partner = nodes
-                .iter()
-                .find_map(|n| match n {
-                    Node::Nest {
-                        key: k2, accesses, ..
-                    } if k2 == &key => Some(
-                        accesses
-                            .iter()
-                            .filter_map(|(b, _)| inf.partner_bytes.get(&b.id()).copied())
-                            .min(),
-                    ),
-                    _ => None,
-                })
-                .flatten();
-            let bytes = partner.map_or(bytes, |p| p.min(bytes));
-            let f = Fragment::blocked(&shape, inf.threads, vec_for(bytes));
-            inf.nests.insert(key.id(), f);
-            continue;
-        }
-        let open_frag = frags
-            .iter()
-            .find(|b| !inf.known.contains_key(&b.id()))
-            .cloned();
-        if let Some(b) = open_frag {
-            let shape = b.const_shape().unwrap_or_default();
-            let f = Fragment::blocked(&shape, inf.threads, vec_for(b.dtype().bytes()));
-            inf.assign(
-                &b,
-                f,
-                b.span(),
-                "its allocation (no operation constrains it)".into(),
-            );
-            continue;
-        }
-        break;
-    }
-    if !inf.errors.is_empty() {
-        return Err(Diagnostics(inf.errors));
     }
     let fragments = inf
         .order
@@ -426,6 +382,96 @@ pub fn fragment_from_cute(l: &tl_layout::Layout, shape: &[i64]) -> Result<Fragme
 }
 
 impl Infer {
+    /// Propagate; when stuck, choose a blocked layout for an unresolved nest, then for a
+    /// fragment nothing constrains (each the first in program order), or, when
+    /// `largest_first`, for whichever of them has the most elements; until all have one.
+    fn settle(
+        &mut self,
+        nodes: &[Node],
+        frags: &[Buffer],
+        largest_first: bool,
+    ) -> Result<(), Diagnostics> {
+        let elems = |shape: &[i64]| shape.iter().product::<i64>();
+        loop {
+            while self.propagate(nodes) {}
+            if !self.errors.is_empty() {
+                return Err(Diagnostics(std::mem::take(&mut self.errors)));
+            }
+            let open_nests = nodes.iter().filter_map(|n| match n {
+                Node::Nest {
+                    key,
+                    shape,
+                    dtype_bytes,
+                    ..
+                } if !self.nests.contains_key(&key.id()) => {
+                    Some((key.clone(), shape.clone(), *dtype_bytes))
+                }
+                _ => None,
+            });
+            let open_nests: Vec<_> = open_nests.collect();
+            let open_frags: Vec<&Buffer> = frags
+                .iter()
+                .filter(|b| !self.known.contains_key(&b.id()))
+                .collect();
+            let frag_elems = |b: &Buffer| elems(&b.const_shape().unwrap_or_default());
+            // Program order: nests first, then fragments. Biggest first: whichever of all the
+            // open nests and fragments has the most elements (the first of equals, nests
+            // before fragments).
+            let nest_first = if largest_first {
+                let nest = open_nests.iter().map(|(_, s, _)| elems(s)).max();
+                let frag = open_frags.iter().map(|b| frag_elems(b)).max();
+                match (nest, frag) {
+                    (Some(n), Some(f)) => n >= f,
+                    (n, _) => n.is_some(),
+                }
+            } else {
+                !open_nests.is_empty()
+            };
+            let biggest = open_nests.iter().map(|(_, s, _)| elems(s)).max();
+            let chosen_nest = open_nests
+                .iter()
+                .find(|(_, s, _)| nest_first && (!largest_first || Some(elems(s)) == biggest))
+                .cloned();
+            if let Some((key, shape, bytes)) = chosen_nest {
+                let partner = nodes
+                    .iter()
+                    .find_map(|n| match n {
+                        Node::Nest {
+                            key: k2, accesses, ..
+                        } if k2 == &key => Some(
+                            accesses
+                                .iter()
+                                .filter_map(|(b, _)| self.partner_bytes.get(&b.id()).copied())
+                                .min(),
+                        ),
+                        _ => None,
+                    })
+                    .flatten();
+                let bytes = partner.map_or(bytes, |p| p.min(bytes));
+                let f = Fragment::blocked(&shape, self.threads, vec_for(bytes));
+                self.nests.insert(key.id(), f);
+                continue;
+            }
+            let biggest = open_frags.iter().map(|b| frag_elems(b)).max();
+            let open_frag = open_frags
+                .iter()
+                .find(|b| !largest_first || Some(frag_elems(b)) == biggest)
+                .map(|b| (*b).clone());
+            if let Some(b) = open_frag {
+                let shape = b.const_shape().unwrap_or_default();
+                let f = Fragment::blocked(&shape, self.threads, vec_for(b.dtype().bytes()));
+                self.assign(
+                    &b,
+                    f,
+                    b.span(),
+                    "its allocation (no operation constrains it)".into(),
+                );
+                continue;
+            }
+            return Ok(());
+        }
+    }
+
     /// `t.annotate_layout(buf, "...")`: a strict constraint from the user.
     fn annotation(&mut self, b: &Buffer, text: &str, span: Span) {
         let bad = |msg: String| {
