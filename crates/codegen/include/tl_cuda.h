@@ -184,6 +184,85 @@ TL_DEFINE_VEC_COPY_ZFILL(4, uint32_t, 0u)
 TL_DEFINE_VEC_COPY_ZFILL(2, uint16_t, (uint16_t)0)
 TL_DEFINE_VEC_COPY_ZFILL(1, uint8_t, (uint8_t)0)
 
+/* ---- multi-rank memory (the symmetric heap) ----
+ * Every rank's heap is mapped into one range at base + r * stride: rank `peer`'s copy of an
+ * element is the element's address plus (peer - rank) * stride bytes. */
+template <typename T> TL_DEVICE T* tl_peer(T* p, int32_t peer, int32_t rank, int64_t stride) {
+    return (T*)((char*)p + (int64_t)(peer - rank) * stride);
+}
+/* Memory-model loads, stores and reductions of 4- and 8-byte elements, by PTX name. */
+#define TL_DEFINE_MEM_OPS(SEM, SCOPE, QUAL)                                                      \
+TL_DEVICE uint32_t tl_ld_##SEM##_##SCOPE##_b32(const void* p) {                                \
+    uint32_t v; asm volatile("ld" QUAL ".global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");  \
+    return v;                                                                                  \
+}                                                                                              \
+TL_DEVICE uint64_t tl_ld_##SEM##_##SCOPE##_b64(const void* p) {                                \
+    uint64_t v; asm volatile("ld" QUAL ".global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");  \
+    return v;                                                                                  \
+}
+#define TL_DEFINE_ST_OPS(SEM, SCOPE, QUAL)                                                       \
+TL_DEVICE void tl_st_##SEM##_##SCOPE##_b32(void* p, uint32_t v) {                              \
+    asm volatile("st" QUAL ".global.b32 [%0], %1;" :: "l"(p), "r"(v) : "memory");               \
+}                                                                                              \
+TL_DEVICE void tl_st_##SEM##_##SCOPE##_b64(void* p, uint64_t v) {                              \
+    asm volatile("st" QUAL ".global.b64 [%0], %1;" :: "l"(p), "l"(v) : "memory");               \
+}
+#define TL_DEFINE_RED_OPS(SEM, SCOPE, QUAL)                                                      \
+TL_DEVICE void tl_red_add_##SEM##_##SCOPE##_u32(void* p, uint32_t v) {                         \
+    asm volatile("red" QUAL ".global.add.u32 [%0], %1;" :: "l"(p), "r"(v) : "memory");          \
+}                                                                                              \
+TL_DEVICE void tl_red_add_##SEM##_##SCOPE##_u64(void* p, uint64_t v) {                         \
+    asm volatile("red" QUAL ".global.add.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");          \
+}                                                                                              \
+TL_DEVICE void tl_red_add_##SEM##_##SCOPE##_f32(void* p, float v) {                            \
+    asm volatile("red" QUAL ".global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");          \
+}
+#define TL_DEFINE_SCOPED(SCOPE)                                                                  \
+TL_DEFINE_MEM_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                           \
+TL_DEFINE_MEM_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                           \
+TL_DEFINE_ST_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                            \
+TL_DEFINE_ST_OPS(release, SCOPE, ".release." #SCOPE)                                            \
+TL_DEFINE_RED_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                           \
+TL_DEFINE_RED_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                           \
+TL_DEFINE_RED_OPS(release, SCOPE, ".release." #SCOPE)                                           \
+TL_DEFINE_RED_OPS(acq_rel, SCOPE, ".acq_rel." #SCOPE)                                           \
+TL_DEVICE void tl_fence_acq_rel_##SCOPE() { asm volatile("fence.acq_rel." #SCOPE ";" ::: "memory"); } \
+TL_DEVICE void tl_fence_sc_##SCOPE() { asm volatile("fence.sc." #SCOPE ";" ::: "memory"); }
+TL_DEFINE_SCOPED(cta)
+TL_DEFINE_SCOPED(gpu)
+TL_DEFINE_SCOPED(sys)
+/* Weak and volatile accesses have no scope; they are defined once per scope name so that the
+ * code generator can name every (sem, scope) pair alike. */
+#define TL_DEFINE_UNSCOPED(SCOPE)                                                                \
+TL_DEFINE_MEM_OPS(weak, SCOPE, "")                                                              \
+TL_DEFINE_MEM_OPS(volatile, SCOPE, ".volatile")                                                 \
+TL_DEFINE_ST_OPS(weak, SCOPE, "")                                                               \
+TL_DEFINE_ST_OPS(volatile, SCOPE, ".volatile")
+TL_DEFINE_UNSCOPED(cta)
+TL_DEFINE_UNSCOPED(gpu)
+TL_DEFINE_UNSCOPED(sys)
+/* Spin until `*p CMP v`, each read an acquire at SCOPE (what the signaller wrote before its
+ * release is visible after the wait). */
+#define TL_DEFINE_WAIT(NAME, OP, SCOPE)                                                          \
+TL_DEVICE void tl_wait_##NAME##_##SCOPE##_s32(const void* p, int32_t v) {                      \
+    while (!((int32_t)tl_ld_acquire_##SCOPE##_b32(p) OP v)) {}                                  \
+}                                                                                              \
+TL_DEVICE void tl_wait_##NAME##_##SCOPE##_u32(const void* p, uint32_t v) {                     \
+    while (!(tl_ld_acquire_##SCOPE##_b32(p) OP v)) {}                                           \
+}                                                                                              \
+TL_DEVICE void tl_wait_##NAME##_##SCOPE##_s64(const void* p, int64_t v) {                      \
+    while (!((int64_t)tl_ld_acquire_##SCOPE##_b64(p) OP v)) {}                                  \
+}                                                                                              \
+TL_DEVICE void tl_wait_##NAME##_##SCOPE##_u64(const void* p, uint64_t v) {                     \
+    while (!(tl_ld_acquire_##SCOPE##_b64(p) OP v)) {}                                           \
+}
+#define TL_DEFINE_WAITS(SCOPE)                                                                   \
+TL_DEFINE_WAIT(eq, ==, SCOPE) TL_DEFINE_WAIT(ne, !=, SCOPE) TL_DEFINE_WAIT(lt, <, SCOPE)       \
+TL_DEFINE_WAIT(le, <=, SCOPE) TL_DEFINE_WAIT(gt, >, SCOPE) TL_DEFINE_WAIT(ge, >=, SCOPE)
+TL_DEFINE_WAITS(cta)
+TL_DEFINE_WAITS(gpu)
+TL_DEFINE_WAITS(sys)
+
 /* ---- atomics (generic addresses: global or shared) ---- */
 TL_DEVICE void tl_atomic_add_f32(float* p, float v) { atomicAdd(p, v); }
 TL_DEVICE void tl_atomic_add_f64(double* p, double v) { atomicAdd(p, v); }

@@ -125,6 +125,8 @@ pub struct Printer<'a> {
     /// CUDA: the tensor-map parameter of each (tensor buffer id, box, swizzle) that TMA loads
     /// use.
     pub tmaps: HashMap<(u64, Vec<u32>, u32), String>,
+    /// CUDA: a multi-rank kernel's rank and heap-stride parameters, for peer addresses.
+    pub dist: Option<tl_ir::DistAttrs>,
 }
 
 impl<'a> Printer<'a> {
@@ -139,6 +141,7 @@ impl<'a> Printer<'a> {
             wgmma_shapes: std::collections::BTreeSet::new(),
             srds: HashMap::new(),
             tmaps: HashMap::new(),
+            dist: None,
         }
     }
 

@@ -205,6 +205,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
 
     let mut p = Printer::new(&mut names, Dialect::Cuda);
     p.tmaps = tmaps;
+    p.dist = k.attrs.dist.clone();
     let any_shared = !plan.offsets.is_empty();
     p.smem_offsets = plan.offsets;
     if any_shared {
@@ -741,6 +742,135 @@ impl Printer<'_> {
         )
     }
 
+    /// The address of rank `peer`'s copy of the element `ptr` points to.
+    fn cuda_peer(&mut self, op: &Intrinsic, ptr: String, peer: &Expr) -> String {
+        let Some(d) = self.dist.clone() else {
+            return self.cuda_error(
+                DiagKind::InvalidArgument,
+                format!("{op}: names a peer in a kernel that is not distributed"),
+                "declare the kernel distributed (`k.distributed()`)",
+            );
+        };
+        let (peer, rank, stride) = (
+            self.expr(peer),
+            self.expr(&d.rank.expr()),
+            self.expr(&d.heap_stride.expr()),
+        );
+        format!("tl_peer({ptr}, {peer}, {rank}, {stride})")
+    }
+
+    /// Memory-model accesses, waits, fences and peer copies (multi-rank kernels).
+    fn cuda_dist_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
+        const GLOBAL: &[Scope] = &[Scope::Global];
+        if let Intrinsic::Fence { scope, sc } = op {
+            let kind = if *sc { "sc" } else { "acq_rel" };
+            return format!("tl_fence_{kind}_{}()", scope.name());
+        }
+        if let Intrinsic::PeerCopy { lanes, put } = op {
+            if !self.cuda_nargs(op, args, 3) {
+                return "0".into();
+            }
+            let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", GLOBAL, None)
+            else {
+                return "0".into();
+            };
+            let Some((s, _)) = self.cuda_addr(op, args.get(1), "source", GLOBAL, None) else {
+                return "0".into();
+            };
+            let bytes = *lanes as usize * db.dtype().bytes();
+            let (d, s) = if *put {
+                (self.cuda_peer(op, d, &args[2]), s)
+            } else {
+                let s = self.cuda_peer(op, s, &args[2]);
+                (d, s)
+            };
+            return format!("tl_vec_copy_{bytes}({d}, {s})");
+        }
+        let Some((p, b)) = self.cuda_addr(op, args.first(), "element", GLOBAL, None) else {
+            return "0".into();
+        };
+        let ty = b.dtype();
+        let nvals = usize::from(!matches!(op, Intrinsic::MemLoad { .. }));
+        let p = match args.get(1 + nvals) {
+            Some(peer) => self.cuda_peer(op, p, peer),
+            None => p,
+        };
+        let bits = match ty {
+            DType::I32 | DType::U32 | DType::F32 => "b32",
+            DType::I64 | DType::U64 | DType::F64 => "b64",
+            other => {
+                return self.cuda_error(
+                    DiagKind::Unsupported,
+                    format!("{op} on `{}` of type {other}", b.name()),
+                    "memory-model accesses are on 4- and 8-byte elements (flags are i32, u32, i64 or u64)",
+                )
+            }
+        };
+        let value = |pr: &mut Self| args.get(1).map(|v| pr.expr(v)).unwrap_or_default();
+        match op {
+            Intrinsic::MemLoad { sem, scope } => {
+                let raw = format!("tl_ld_{}_{}_{bits}({p})", sem.name(), scope.name());
+                match dt {
+                    DType::F32 => format!("__uint_as_float({raw})"),
+                    DType::F64 => format!("__longlong_as_double((long long){raw})"),
+                    other => format!("(({}){raw})", crate::cfamily::storage_type(other)),
+                }
+            }
+            Intrinsic::MemStore { sem, scope } => {
+                let v = value(self);
+                let v = match ty {
+                    DType::F32 => format!("__float_as_uint({v})"),
+                    DType::F64 => format!("(uint64_t)__double_as_longlong({v})"),
+                    DType::I32 | DType::U32 => format!("(uint32_t)({v})"),
+                    _ => format!("(uint64_t)({v})"),
+                };
+                format!("tl_st_{}_{}_{bits}({p}, {v})", sem.name(), scope.name())
+            }
+            Intrinsic::MemRedAdd { sem, scope } => {
+                let v = value(self);
+                let (suffix, v) = match ty {
+                    DType::F32 => ("f32", v),
+                    DType::I32 | DType::U32 => ("u32", format!("(uint32_t)({v})")),
+                    DType::I64 | DType::U64 => ("u64", format!("(uint64_t)({v})")),
+                    other => {
+                        return self.cuda_error(
+                            DiagKind::Unsupported,
+                            format!("{op} on `{}` of type {other}", b.name()),
+                            "reductions add to f32, i32, u32, i64 or u64 elements",
+                        )
+                    }
+                };
+                format!(
+                    "tl_red_add_{}_{}_{suffix}({p}, {v})",
+                    sem.name(),
+                    scope.name()
+                )
+            }
+            Intrinsic::WaitUntil { cmp, scope } => {
+                let v = value(self);
+                let suffix = match ty {
+                    DType::I32 => "s32",
+                    DType::U32 => "u32",
+                    DType::I64 => "s64",
+                    DType::U64 => "u64",
+                    other => {
+                        return self.cuda_error(
+                            DiagKind::Unsupported,
+                            format!("{op} on `{}` of type {other}", b.name()),
+                            "wait on integer flags (i32, u32, i64 or u64)",
+                        )
+                    }
+                };
+                format!("tl_wait_{}_{}_{suffix}({p}, {v})", cmp.name(), scope.name())
+            }
+            other => self.cuda_error(
+                DiagKind::Internal,
+                format!("{other} reached the multi-rank code generator"),
+                "this is a compiler bug",
+            ),
+        }
+    }
+
     pub(crate) fn cuda_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
         const SHARED: &[Scope] = &[Scope::Shared];
         const GLOBAL: &[Scope] = &[Scope::Global];
@@ -748,6 +878,12 @@ impl Printer<'_> {
         const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
         match op {
             Intrinsic::ThreadIdx => "((int32_t)threadIdx.x)".into(),
+            Intrinsic::MemLoad { .. }
+            | Intrinsic::MemStore { .. }
+            | Intrinsic::MemRedAdd { .. }
+            | Intrinsic::WaitUntil { .. }
+            | Intrinsic::Fence { .. }
+            | Intrinsic::PeerCopy { .. } => self.cuda_dist_call(op, args, dt),
             Intrinsic::SyncThreads => "__syncthreads()".into(),
             Intrinsic::SyncWarp => "__syncwarp()".into(),
             Intrinsic::ShflXor { width }

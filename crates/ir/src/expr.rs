@@ -126,6 +126,17 @@ pub enum CmpOp {
 }
 
 impl CmpOp {
+    /// `eq`, `ne`, `lt`, `le`, `gt`, `ge`.
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
     pub fn symbol(self) -> &'static str {
         match self {
             CmpOp::Eq => "==",

@@ -157,6 +157,91 @@ pub enum Intrinsic {
     /// instruction is pinned to (the compiler moves no access of them across it). No effect on
     /// what the program computes.
     SetPrio { prio: u32 },
+    /// `ld.{sem}.{scope}.global` of one element of a global buffer (the memory-model load that
+    /// signals and flags need). args: the element (a `Load`), and optionally the rank whose
+    /// copy of a symmetric buffer to read (i32; absent: this rank's own). The value.
+    MemLoad { sem: MemSem, scope: MemScope },
+    /// `st.{sem}.{scope}.global` of one element. args: the element (a `Load`), the value, and
+    /// optionally the rank whose copy of a symmetric buffer to write.
+    MemStore { sem: MemSem, scope: MemScope },
+    /// `red.{sem}.{scope}.global.add` on one element (an integer or f32). args: the element,
+    /// the value to add, and optionally the rank whose copy to update.
+    MemRedAdd { sem: MemSem, scope: MemScope },
+    /// `fence.acq_rel.{scope}` (with `sc`: `fence.sc.{scope}`): orders this thread's memory
+    /// accesses before the fence against those after it, as seen at `scope`.
+    Fence { scope: MemScope, sc: bool },
+    /// Spin until `element cmp value` holds, reading the element with `ld.acquire.{scope}`
+    /// (what the thread reads after the wait is ordered after the store that satisfied it).
+    /// args: the element (a `Load` of an integer global buffer), the value, and optionally the
+    /// rank whose copy of a symmetric buffer to watch.
+    WaitUntil {
+        cmp: crate::expr::CmpOp,
+        scope: MemScope,
+    },
+    /// Copy `lanes` consecutive elements (16 bytes at most, aligned to the vector) between
+    /// global buffers, one side on a peer: with `put`, from this rank's source into the
+    /// peer's copy of the destination (a symmetric buffer); else from the peer's copy of the
+    /// source (symmetric) into this rank's destination. args: the destination element, the
+    /// source element, the peer's rank (i32).
+    PeerCopy { lanes: u32, put: bool },
+}
+
+/// The ordering a memory-model load, store or reduction asks for (PTX's `.sem`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum MemSem {
+    /// A plain access (no ordering; may be cached or merged).
+    Weak,
+    /// `.volatile`: not cached or merged, but no ordering either.
+    Volatile,
+    /// `.relaxed`: a single-copy atomic access, no ordering.
+    Relaxed,
+    /// `.acquire` (loads): later accesses of this thread stay after it.
+    Acquire,
+    /// `.release` (stores, reductions): earlier accesses of this thread stay before it.
+    Release,
+    /// `.acq_rel` (reductions).
+    AcqRel,
+}
+
+impl MemSem {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemSem::Weak => "weak",
+            MemSem::Volatile => "volatile",
+            MemSem::Relaxed => "relaxed",
+            MemSem::Acquire => "acquire",
+            MemSem::Release => "release",
+            MemSem::AcqRel => "acq_rel",
+        }
+    }
+    pub fn acquires(self) -> bool {
+        matches!(self, MemSem::Acquire | MemSem::AcqRel)
+    }
+    pub fn releases(self) -> bool {
+        matches!(self, MemSem::Release | MemSem::AcqRel)
+    }
+}
+
+/// The set of threads a memory-model operation orders against (PTX's `.scope`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum MemScope {
+    /// The threads of this block.
+    Cta,
+    /// The threads of this GPU.
+    Gpu,
+    /// Every thread of the system: other GPUs (peers' copies of symmetric buffers) and the
+    /// host.
+    Sys,
+}
+
+impl MemScope {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemScope::Cta => "cta",
+            MemScope::Gpu => "gpu",
+            MemScope::Sys => "sys",
+        }
+    }
 }
 
 /// The variant of an AMD MFMA instruction: its shape and operand type (f32 accumulate).
@@ -267,6 +352,24 @@ impl Intrinsic {
             Intrinsic::BarrierLds => "barrier_lds".into(),
             Intrinsic::SchedBarrier { mask } => format!("sched_barrier<{mask}>"),
             Intrinsic::SetPrio { prio } => format!("set_prio<{prio}>"),
+            Intrinsic::MemLoad { sem, scope } => format!("ld_{}_{}", sem.name(), scope.name()),
+            Intrinsic::MemStore { sem, scope } => format!("st_{}_{}", sem.name(), scope.name()),
+            Intrinsic::MemRedAdd { sem, scope } => {
+                format!("red_add_{}_{}", sem.name(), scope.name())
+            }
+            Intrinsic::Fence { scope, sc } => {
+                format!(
+                    "fence_{}_{}",
+                    if *sc { "sc" } else { "acq_rel" },
+                    scope.name()
+                )
+            }
+            Intrinsic::WaitUntil { cmp, scope } => {
+                format!("wait_until_{}_{}", cmp.name(), scope.name())
+            }
+            Intrinsic::PeerCopy { lanes, put } => {
+                format!("{}<{lanes}>", if *put { "peer_put" } else { "peer_get" })
+            }
         }
     }
 

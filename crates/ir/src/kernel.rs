@@ -96,6 +96,25 @@ pub struct KernelAttrs {
     /// The layouts of parallel loop nests, keyed by each nest's outermost loop variable, from
     /// layout inference.
     pub nest_layouts: Vec<(Var, crate::fragment::Fragment)>,
+    /// A kernel that runs on several ranks (one per GPU) and addresses peers' copies of its
+    /// symmetric buffers.
+    pub dist: Option<DistAttrs>,
+}
+
+/// What a multi-rank kernel's code needs to address peers: every rank's symmetric heap is
+/// mapped into one range at `base + r·heap_stride`, so rank `p`'s copy of an element is the
+/// element's address plus `(p − rank)·heap_stride` bytes.
+#[derive(Clone, PartialEq, Debug)]
+pub struct DistAttrs {
+    /// This rank (an i32 scalar parameter).
+    pub rank: Var,
+    /// How many ranks run the kernel (an i32 scalar parameter).
+    pub num_ranks: Var,
+    /// Bytes between consecutive ranks' heaps (an i64 scalar parameter).
+    pub heap_stride: Var,
+    /// The tensor parameters that live in the symmetric heap (by buffer id): the only ones a
+    /// peer may be named for.
+    pub symmetric: Vec<u64>,
 }
 
 #[derive(Clone, PartialEq, Debug)]

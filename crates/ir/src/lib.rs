@@ -27,8 +27,8 @@ pub use diag::{DiagKind, Diagnostic, Diagnostics};
 pub use dtype::DType;
 pub use expr::{BinOp, CmpOp, Expr, ExprKind, UnOp, Var};
 pub use fragment::{Fragment, Mode};
-pub use intrinsic::{Intrinsic, MfmaOp, WgmmaOp};
-pub use kernel::{Kernel, KernelAttrs, Param, Role};
+pub use intrinsic::{Intrinsic, MemScope, MemSem, MfmaOp, WgmmaOp};
+pub use kernel::{DistAttrs, Kernel, KernelAttrs, Param, Role};
 pub use simplify::{simplify, Analyzer};
 pub use span::Span;
 pub use stmt::{

@@ -12,6 +12,20 @@ use tl_target::Target;
 use crate::tile_util::*;
 
 pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
+    if k.attrs.dist.is_some() {
+        // Its ranks would need threads that run at once and wait for each other's signals;
+        // the CPU backend runs a launch's blocks one by one.
+        return Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            k.body.span,
+            format!(
+                "kernel `{}` is a multi-rank (distributed) kernel, which the CPU backend cannot run",
+                k.name
+            ),
+        )
+        .help("lower it for a GPU target; without a GPU, run the lowered kernel on several simulated ranks with `tl_sim::run_ranks`, and check it against a single-device reference")
+        .into());
+    }
     let mut errors = vec![];
     // The block is one thread: its fragments are plain per-thread arrays.
     let mut map = crate::remap::BufferMap::new();

@@ -30,6 +30,9 @@ pub enum E {
     IfThenElse(Box<(E, E, E)>),
     Cast(DType, Box<E>),
     Load(Box<MemRef>),
+    /// A memory-model load (`ld.{sem}.{scope}`) of an element, on the rank `peer` evaluates to
+    /// (this rank's copy when absent).
+    MemLoad(Box<MemRef>, Option<Box<E>>),
     /// A known pure device function (`Extern { pure: true }`).
     Pure(PureFn, DType, Vec<E>),
 }
@@ -199,6 +202,32 @@ pub enum Instr {
         addr: MemRef,
         value: E,
     },
+    /// `st.{sem}.{scope}` (or, with `add`, `red.{sem}.{scope}.add`) of `value` into `addr` on
+    /// rank `peer` (this rank when absent).
+    MemStore {
+        addr: MemRef,
+        value: E,
+        peer: Option<E>,
+        add: bool,
+    },
+    /// `fence.{acq_rel|sc}.{scope}`.
+    Fence,
+    /// Spin until `addr cmp value` (an acquire load each time) on rank `peer`.
+    WaitUntil {
+        addr: MemRef,
+        cmp: CmpOp,
+        value: E,
+        peer: Option<E>,
+    },
+    /// Copy `lanes` elements from `src` to `dst`, the destination (`put`) or the source on
+    /// rank `peer`, the other side on this rank.
+    PeerCopy {
+        lanes: u32,
+        put: bool,
+        dst: MemRef,
+        src: MemRef,
+        peer: E,
+    },
     /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).
     MbarInit {
         bar: MemRef,
@@ -277,6 +306,12 @@ pub struct Program {
     pub shared_bytes: usize,
     /// Threads per warp (wave): `KernelAttrs::warp_size`, 32 when unset.
     pub warp_size: u32,
+    /// The program waits on flags other blocks (or ranks) set: its blocks must run
+    /// concurrently.
+    pub waits: bool,
+    /// Global buffers (by index in `bufs`) in the symmetric heap: the ones a peer may be
+    /// named for.
+    pub symmetric: Vec<u32>,
 }
 
 impl Program {

@@ -77,6 +77,10 @@ struct Compiler<'a> {
     /// `KernelAttrs::tma_pitched_inputs`: TMA may read tensors whose rows are not whole
     /// 16-byte units (the runtime stages them pitched).
     tma_pitched: bool,
+    /// Some instruction waits on a flag.
+    waits: bool,
+    /// Global buffers in the symmetric heap.
+    symmetric: Vec<u32>,
 }
 
 /// The kernel's warp (wave) size: `KernelAttrs::warp_size`, 32 when unset; 32 and 64 are
@@ -107,6 +111,8 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         shared_bytes: 0,
         warp_size,
         tma_pitched: k.attrs.tma_pitched_inputs,
+        waits: false,
+        symmetric: vec![],
     };
     let block_regs: Vec<u32> = k.block_vars.iter().map(|v| c.def_var(v)).collect();
     for (i, p) in k.params.iter().enumerate() {
@@ -115,6 +121,14 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
                 SimError::BadArgs(format!("no shape for tensor `{}`", buffer.name()))
             })?;
             c.add_buf(buffer, shape, i)?;
+        }
+    }
+    if let Some(d) = &k.attrs.dist {
+        for (b, _) in k.tensors() {
+            if d.symmetric.contains(&b.id()) {
+                let id = c.buf(b)?;
+                c.symmetric.push(id);
+            }
         }
     }
     c.allocs(&k.body)?;
@@ -131,6 +145,8 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         local_bytes: c.local_bytes,
         shared_bytes: c.shared_bytes,
         warp_size,
+        waits: c.waits,
+        symmetric: c.symmetric,
     })
 }
 
@@ -316,6 +332,31 @@ impl Compiler<'_> {
             self.span,
             e.map(|e| e.to_string()).unwrap_or_else(|| "nothing".into())
         )))
+    }
+
+    /// A memory-model or peer operand must be an element of a global buffer.
+    fn global_operand(&self, m: &MemRef, what: &str) -> Result<(), SimError> {
+        let info = &self.bufs[m.buf as usize];
+        if info.scope != Scope::Global {
+            return Err(SimError::InvalidIr(format!(
+                "{what} at {} on {} buffer `{}` (global buffers only)",
+                self.span, info.scope, info.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// The rank operand of an access to `m`: `m` must be a symmetric buffer (its peers'
+    /// copies exist only in the symmetric heap).
+    fn peer_operand(&mut self, m: &MemRef, rank: &Expr, what: &str) -> Result<E, SimError> {
+        if !self.symmetric.contains(&m.buf) {
+            let info = &self.bufs[m.buf as usize];
+            return Err(SimError::InvalidIr(format!(
+                "{what} at {} names a rank for `{}`, which is not a symmetric buffer",
+                self.span, info.name
+            )));
+        }
+        self.expr(rank)
     }
 
     fn var_reg(&self, b: &Buffer) -> Result<u32, SimError> {
@@ -598,6 +639,63 @@ impl Compiler<'_> {
                     pred,
                 }
             }
+            Intrinsic::MemStore { .. } | Intrinsic::MemRedAdd { .. } => {
+                if args.len() != 2 && args.len() != 3 {
+                    need(2)?;
+                }
+                let addr = self.address(args.first(), &name)?;
+                self.global_operand(&addr, &name)?;
+                let value = self.expr(&args[1])?;
+                let peer = match args.get(2) {
+                    Some(p) => Some(self.peer_operand(&addr, p, &name)?),
+                    None => None,
+                };
+                Instr::MemStore {
+                    addr,
+                    value,
+                    peer,
+                    add: matches!(op, Intrinsic::MemRedAdd { .. }),
+                }
+            }
+            Intrinsic::Fence { .. } => {
+                need(0)?;
+                Instr::Fence
+            }
+            Intrinsic::WaitUntil { cmp, .. } => {
+                if args.len() != 2 && args.len() != 3 {
+                    need(2)?;
+                }
+                let addr = self.address(args.first(), &name)?;
+                self.global_operand(&addr, &name)?;
+                let value = self.expr(&args[1])?;
+                let peer = match args.get(2) {
+                    Some(p) => Some(self.peer_operand(&addr, p, &name)?),
+                    None => None,
+                };
+                self.waits = true;
+                Instr::WaitUntil {
+                    addr,
+                    cmp: *cmp,
+                    value,
+                    peer,
+                }
+            }
+            Intrinsic::PeerCopy { lanes, put } => {
+                need(3)?;
+                let dst = self.address(args.first(), &name)?;
+                let src = self.address(args.get(1), &name)?;
+                self.global_operand(&dst, &name)?;
+                self.global_operand(&src, &name)?;
+                let remote = if *put { &dst } else { &src };
+                let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
+                Instr::PeerCopy {
+                    lanes: *lanes,
+                    put: *put,
+                    dst,
+                    src,
+                    peer,
+                }
+            }
             Intrinsic::AtomicAdd => {
                 need(2)?;
                 let addr = self.address(args.first(), &name)?;
@@ -869,6 +967,16 @@ impl Compiler<'_> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
             Intrinsic::WaveIdx => return Ok(E::WaveIdx),
+            Intrinsic::MemLoad { .. } => {
+                let name = op.name();
+                let m = self.address(args.first(), &name)?;
+                self.global_operand(&m, &name)?;
+                let peer = match args.get(1) {
+                    Some(p) => Some(Box::new(self.peer_operand(&m, p, &name)?)),
+                    None => None,
+                };
+                return Ok(E::MemLoad(Box::new(m), peer));
+            }
             Intrinsic::ShflXor { width } => (ShflKind::Xor, *width),
             Intrinsic::ShflDown { width } => (ShflKind::Down, *width),
             Intrinsic::ShflIdx { width } => (ShflKind::Idx, *width),

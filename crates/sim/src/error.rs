@@ -267,6 +267,34 @@ pub enum SimError {
         state: Box<MbarrierState>,
     },
 
+    /// A peer access named a rank that does not exist.
+    #[error("rank {rank} named at {span} by thread {thread} of block {} on rank {on}, but there are {ranks} rank(s) (0 to {})", fmt_block(.block), .ranks.saturating_sub(1))]
+    BadRank {
+        rank: i64,
+        ranks: usize,
+        on: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
+    /// Every thread that has not finished waits — for a flag no running thread will set, or
+    /// at a barrier behind such a thread — on every rank and block.
+    #[error("deadlock: no thread on any rank can go on; {}", .waits.join("; "))]
+    SignalDeadlock {
+        /// One line per stuck block: where its threads wait and for what.
+        waits: Vec<String>,
+    },
+
+    /// Ranks that launch a multi-rank kernel with different sizes for a symmetric buffer.
+    #[error("symmetric buffer `{buffer}` has {bytes} bytes on rank {rank} but {first} on rank 0: every rank must allocate the same symmetric buffers alike")]
+    SymmetricMismatch {
+        buffer: String,
+        rank: usize,
+        bytes: usize,
+        first: usize,
+    },
+
     #[error("division by zero in thread {thread} of block {} at {span}: {detail}", fmt_block(.block))]
     DivisionByZero {
         block: [i64; 3],

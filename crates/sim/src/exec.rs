@@ -31,6 +31,8 @@ pub enum State {
     Warp,
     /// Waits (`mbarrier_wait` at its pc) for a phase of the mbarrier in its stash.
     MbarWait,
+    /// Waits (`wait_until` at its pc) for the flag in its stash to compare true.
+    FlagWait,
     Done,
 }
 
@@ -53,6 +55,19 @@ pub enum Stash {
     BufLds(BufLds),
     /// The mbarrier (index in `Mbars`) and parity an `mbarrier_wait` waits for.
     Mbar(u32, u32),
+    /// The flag a `wait_until` waits for.
+    Flag(FlagWait),
+}
+
+/// A flag a thread waits for: rank `rank`'s element at byte `off` of `buf` compared with
+/// `value`.
+#[derive(Clone, Copy, Debug)]
+pub struct FlagWait {
+    pub rank: i64,
+    pub buf: u32,
+    pub off: usize,
+    pub cmp: tl_ir::CmpOp,
+    pub value: Value,
 }
 
 /// One lane's operands of an AMD `buffer_load … lds`.
@@ -214,6 +229,14 @@ impl Interp<'_, '_> {
             E::Load(m) => {
                 let (buf, off) = self.index(th, m, pc)?;
                 self.load(th, buf, off, pc)?
+            }
+            E::MemLoad(m, peer) => {
+                let (buf, off) = self.index(th, m, pc)?;
+                let rank = match peer {
+                    Some(p) => self.eval(th, p, pc)?.as_i64(),
+                    None => self.mem.rank as i64,
+                };
+                self.mem_load(th, rank, buf, off, pc)?
             }
             E::Pure(f, dt, args) => {
                 let mut v = [Value::Int(0); 2];
@@ -492,6 +515,53 @@ impl Interp<'_, '_> {
                     self.buffer_load(th, *bytes as usize, op, pc)?
                 }
                 Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
+                Instr::MemStore {
+                    addr,
+                    value,
+                    peer,
+                    add,
+                    ..
+                } => self.mem_store(th, addr, value, peer.as_ref(), *add, pc)?,
+                // Threads run one at a time and every access is immediately visible to all:
+                // the strongest order, which a fence cannot strengthen.
+                Instr::Fence => {}
+                Instr::WaitUntil {
+                    addr,
+                    cmp,
+                    value,
+                    peer,
+                } => {
+                    let (buf, off) = self.index(th, addr, pc)?;
+                    let rank = match peer {
+                        Some(p) => self.eval(th, p, pc)?.as_i64(),
+                        None => self.mem.rank as i64,
+                    };
+                    let w = FlagWait {
+                        rank,
+                        buf,
+                        off,
+                        cmp: *cmp,
+                        value: self.eval(th, value, pc)?,
+                    };
+                    if !self.flag_holds(&w, th.tid, pc)? {
+                        th.pc = pc;
+                        th.stash = Stash::Flag(w);
+                        th.state = State::FlagWait;
+                        return Ok(());
+                    }
+                }
+                Instr::PeerCopy {
+                    lanes,
+                    put,
+                    dst,
+                    src,
+                    peer,
+                } => {
+                    let p = self.eval(th, peer, pc)?.as_i64();
+                    let own = self.mem.rank as i64;
+                    let (dr, sr) = if *put { (p, own) } else { (own, p) };
+                    self.peer_copy(th, *lanes, (dst, dr), (src, sr), pc)?
+                }
                 Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,
                 Instr::MbarArrive { bar, tx } => self.mbar_arrive(th, bar, tx.as_ref(), pc)?,
                 Instr::MbarWait { bar, parity } => {
@@ -750,5 +820,139 @@ impl Interp<'_, '_> {
             .map_err(|x| SimError::InvalidIr(x.to_string()))?;
         elem::encode(new, dt, cell);
         Ok(())
+    }
+
+    /// A memory-model load of rank `rank`'s element at byte `off` of `buf`.
+    fn mem_load(
+        &mut self,
+        th: &Thread,
+        rank: i64,
+        buf: u32,
+        off: usize,
+        pc: u32,
+    ) -> Result<Value, SimError> {
+        let dt = self.mem.info(buf).dtype;
+        let n = dt.bytes();
+        self.mem
+            .aligned(buf, off, n, self.prog.name(pc as usize), th.tid, pc)?;
+        let b = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
+        Ok(elem::decode(b, dt))
+    }
+
+    /// Whether the flag `w` waits for compares true now.
+    pub fn flag_holds(&mut self, w: &FlagWait, tid: u32, pc: u32) -> Result<bool, SimError> {
+        let dt = self.mem.info(w.buf).dtype;
+        let n = dt.bytes();
+        let b = self.mem.rank_bytes(w.rank, w.buf, w.off, n, tid, pc)?;
+        let v = elem::decode(b, dt);
+        let (a, c) = (v.as_i64(), w.value.as_i64());
+        Ok(if dt.is_signed_int() {
+            w.cmp.eval(a, c)
+        } else {
+            // Unsigned flags compare as unsigned values of their width.
+            let mask = if n >= 8 {
+                u64::MAX
+            } else {
+                (1u64 << (8 * n)) - 1
+            };
+            w.cmp.eval(a as u64 & mask, c as u64 & mask)
+        })
+    }
+
+    /// `st` (or `red.add`) of `value` into `addr` on rank `peer`.
+    fn mem_store(
+        &mut self,
+        th: &mut Thread,
+        addr: &MemRef,
+        value: &E,
+        peer: Option<&E>,
+        add: bool,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let v = self.eval(th, value, pc)?;
+        let (buf, off) = self.index(th, addr, pc)?;
+        let rank = match peer {
+            Some(p) => self.eval(th, p, pc)?.as_i64(),
+            None => self.mem.rank as i64,
+        };
+        let dt = self.mem.info(buf).dtype;
+        let n = dt.bytes();
+        self.mem
+            .aligned(buf, off, n, self.prog.name(pc as usize), th.tid, pc)?;
+        if add
+            && !matches!(
+                dt,
+                DType::F32 | DType::I32 | DType::U32 | DType::I64 | DType::U64
+            )
+        {
+            return Err(SimError::Unsupported(format!(
+                "a reduction on {dt} `{}` at {}",
+                self.mem.info(buf).name,
+                self.prog.span(pc as usize)
+            )));
+        }
+        let cell = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
+        let new = if add {
+            let old = elem::decode(cell, dt);
+            apply_bin(BinOp::Add, old, v, compute_dtype(dt))
+                .map_err(|x| SimError::InvalidIr(x.to_string()))?
+        } else {
+            v
+        };
+        elem::encode(new, dt, cell);
+        Ok(())
+    }
+
+    /// Copy `lanes` elements between global buffers on (possibly) different ranks. An access
+    /// of this rank's own copy goes through the race checker; a peer's does not.
+    fn peer_copy(
+        &mut self,
+        th: &mut Thread,
+        lanes: u32,
+        (dst, dr): (&MemRef, i64),
+        (src, sr): (&MemRef, i64),
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let d = self.addr(th, dst, pc)?;
+        let s = self.addr(th, src, pc)?;
+        let bytes = lanes as usize * self.mem.info(d.buf).dtype.bytes();
+        if !matches!(bytes, 1 | 2 | 4 | 8 | 16) {
+            return Err(SimError::InvalidIr(format!(
+                "{name} of {bytes} bytes at {} (1, 2, 4, 8 or 16)",
+                self.prog.span(pc as usize)
+            )));
+        }
+        let doff = self.mem.range(d.buf, d.elem, bytes, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, bytes, name, th.tid, pc)?;
+        let soff = self.mem.range(s.buf, s.elem, bytes, th.tid, pc)?;
+        self.mem.aligned(s.buf, soff, bytes, name, th.tid, pc)?;
+        let own = self.mem.rank as i64;
+        let mut data = [0u8; 16];
+        if sr == own {
+            data = self.mem.read(
+                &th.local,
+                s.buf,
+                soff,
+                bytes,
+                rec(th.tid, Kind::IntrinsicRead, pc),
+            )?;
+        } else {
+            data[..bytes].copy_from_slice(self.mem.rank_bytes(sr, s.buf, soff, bytes, th.tid, pc)?);
+        }
+        if dr == own {
+            self.mem.write(
+                &mut th.local,
+                d.buf,
+                doff,
+                &data[..bytes],
+                rec(th.tid, Kind::Write, pc),
+            )
+        } else {
+            self.mem
+                .rank_bytes(dr, d.buf, doff, bytes, th.tid, pc)?
+                .copy_from_slice(&data[..bytes]);
+            Ok(())
+        }
     }
 }

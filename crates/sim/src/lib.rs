@@ -178,7 +178,37 @@ pub struct SimReport {
 }
 
 /// Run `kernel` on `args` (in `Kernel::params` order); tensor arguments receive the results.
+///
+/// A multi-rank kernel (one with `KernelAttrs::dist`) runs here as rank 0 of 1; see
+/// [`run_ranks`] for several.
 pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<SimReport, SimError> {
+    // Moved out and back, not copied: the tensors may be large.
+    let owned = args
+        .iter_mut()
+        .map(|a| std::mem::replace(a, SimArg::Int(0)))
+        .collect();
+    let mut ranks = vec![owned];
+    let r = run_ranks(kernel, &mut ranks, opts);
+    for (a, b) in args.iter_mut().zip(ranks.remove(0)) {
+        *a = b;
+    }
+    r
+}
+
+/// Run a multi-rank kernel on `ranks.len()` simulated devices in one process: `ranks[r]` are
+/// rank `r`'s arguments (its `rank` argument must be `r`, its `num_ranks` the number of ranks),
+/// and every rank's tensors receive its results. A symmetric buffer's copies are the
+/// same-named tensors of the ranks; a peer access reads or writes the named rank's copy.
+///
+/// Blocks of a kernel that waits on flags run concurrently — every block of every rank in
+/// turn, each until it finishes or waits — so that signals between blocks and ranks are
+/// delivered; when no thread anywhere can go on, the run fails with
+/// [`SimError::SignalDeadlock`], naming each waiting thread, its flag and the flag's value.
+pub fn run_ranks(
+    kernel: &Kernel,
+    ranks: &mut [Vec<SimArg>],
+    opts: &SimOptions,
+) -> Result<SimReport, SimError> {
     if opts.verify {
         verify_level(kernel, Level::Thread).map_err(|d| SimError::InvalidIr(d.to_string()))?;
     }
@@ -188,24 +218,76 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
             kernel.name, kernel.threads
         )));
     }
-    let bound = bind::bind(kernel, args)?;
-    let prog = compile::compile(kernel, &bound)?;
-    let blocks = bind::blocks(bound.grid, opts.blocks.as_deref())?;
-    let globals: Vec<Option<&mut [u8]>> = args
-        .iter_mut()
-        .map(|a| match a {
-            SimArg::Tensor { bytes, .. } => Some(bytes.as_mut_slice()),
-            _ => None,
-        })
-        .collect();
+    if ranks.is_empty() {
+        return Err(SimError::BadArgs("no ranks to run".into()));
+    }
+    let n = ranks.len();
+    if n > 1 && kernel.attrs.dist.is_none() {
+        return Err(SimError::BadArgs(format!(
+            "kernel `{}` is not distributed but was given {n} ranks",
+            kernel.name
+        )));
+    }
+    // Each rank's program: scalar arguments (the rank among them) are constants in it.
+    let mut bounds = vec![];
+    let mut progs = vec![];
+    for (r, args) in ranks.iter().enumerate() {
+        if let Some(d) = &kernel.attrs.dist {
+            check_rank_args(kernel, d, args, r, n)?;
+        }
+        let bound = bind::bind(kernel, args)?;
+        progs.push(compile::compile(kernel, &bound)?);
+        bounds.push(bound);
+    }
+    let prog0 = &progs[0];
+    for &b in &prog0.symmetric {
+        let first = prog0.bufs[b as usize].bytes();
+        for (r, p) in progs.iter().enumerate().skip(1) {
+            let bytes = p.bufs[b as usize].bytes();
+            if bytes != first {
+                return Err(SimError::SymmetricMismatch {
+                    buffer: p.bufs[b as usize].name.clone(),
+                    rank: r,
+                    bytes,
+                    first,
+                });
+            }
+        }
+    }
+    let mut launch_blocks = vec![];
+    for (r, bound) in bounds.iter().enumerate() {
+        for b in bind::blocks(bound.grid, opts.blocks.as_deref())? {
+            let vars = bind::block_var_values(
+                b,
+                bound.grid,
+                kernel.grid.len(),
+                kernel.attrs.swizzle_panel,
+                kernel.attrs.xcd_remap,
+            );
+            launch_blocks.push((r, b, vars));
+        }
+    }
+    let mut tensors = ranks.iter_mut().map(|args| {
+        args.iter_mut()
+            .map(|a| match a {
+                SimArg::Tensor { bytes, .. } => Some(bytes.as_mut_slice()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    });
+    let globals = tensors.next().unwrap_or_default();
+    let mut peers: Vec<Vec<Option<&mut [u8]>>> = vec![vec![]];
+    peers.extend(tensors);
     let mut it = Interp {
-        prog: &prog,
+        prog: &progs[0],
         mem: Mem {
-            prog: &prog,
+            prog: &progs[0],
             globals,
+            rank: 0,
+            peers,
             shared: vec![],
             shadow: Shadow::new(0, false, false),
-            global_writes: GlobalWrites::new(opts.check_races).warp_size(prog.warp_size),
+            global_writes: GlobalWrites::new(opts.check_races).warp_size(prog0.warp_size),
             block: [0; 3],
             epoch: 1,
             global_epoch: 1,
@@ -217,24 +299,22 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
         stats: Stats::default(),
         max_steps: opts.max_steps,
     };
-    for &b in &blocks {
-        let vars = bind::block_var_values(
-            b,
-            bound.grid,
-            kernel.grid.len(),
-            kernel.attrs.swizzle_panel,
-            kernel.attrs.xcd_remap,
-        );
-        sched::run_block(
-            &mut it,
-            kernel.threads,
-            b,
-            vars,
-            (opts.check_races, opts.check_uninit),
-        )?;
+    let checks = (opts.check_races, opts.check_uninit);
+    if progs.iter().any(|p| p.waits) || n > 1 {
+        let ctxs = launch_blocks
+            .iter()
+            .map(|&(r, b, vars)| {
+                sched::BlockCtx::new(&progs[r], r, kernel.threads, b, vars, checks)
+            })
+            .collect();
+        sched::run_concurrent(&mut it, &progs, ctxs)?;
+    } else {
+        for &(_, b, vars) in &launch_blocks {
+            sched::run_block(&mut it, kernel.threads, b, vars, checks)?;
+        }
     }
     Ok(SimReport {
-        blocks: blocks.len() as u64,
+        blocks: launch_blocks.len() as u64,
         threads_per_block: kernel.threads,
         instructions: it.stats.instructions,
         barriers: it.stats.barriers,
@@ -244,8 +324,37 @@ pub fn run(kernel: &Kernel, args: &mut [SimArg], opts: &SimOptions) -> Result<Si
         cp_async_unwaited: it.stats.cp_async_unwaited,
         tma_copies: it.stats.tma_copies,
         tma_unlanded: it.stats.tma_unlanded,
-        shared_bytes: prog.shared_bytes,
-        local_bytes_per_thread: prog.local_bytes,
-        registers_per_thread: prog.nregs,
+        shared_bytes: prog0.shared_bytes,
+        local_bytes_per_thread: prog0.local_bytes,
+        registers_per_thread: prog0.nregs,
     })
+}
+
+/// A rank's `rank` and `num_ranks` arguments must say which rank it is and how many there are.
+fn check_rank_args(
+    kernel: &Kernel,
+    d: &tl_ir::DistAttrs,
+    args: &[SimArg],
+    r: usize,
+    n: usize,
+) -> Result<(), SimError> {
+    let arg_of = |v: &tl_ir::Var| {
+        kernel
+            .params
+            .iter()
+            .position(|p| matches!(p, tl_ir::Param::Scalar(s) if s == v))
+            .and_then(|i| args.get(i))
+    };
+    for (v, want) in [(&d.rank, r), (&d.num_ranks, n)] {
+        match arg_of(v) {
+            Some(SimArg::Int(x)) if *x == want as i64 => {}
+            other => {
+                return Err(SimError::BadArgs(format!(
+                    "rank {r} of {n}: its `{}` argument must be {want}, got {other:?}",
+                    v.name()
+                )))
+            }
+        }
+    }
+    Ok(())
 }

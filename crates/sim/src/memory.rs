@@ -17,6 +17,10 @@ pub struct Mem<'p, 'g> {
     pub prog: &'p Program,
     /// Tensor bytes by parameter index (`None` for scalars).
     pub globals: Vec<Option<&'g mut [u8]>>,
+    /// The rank whose block is running (its tensors are `globals`).
+    pub rank: usize,
+    /// The other ranks' tensors by rank (the running rank's entry is empty while it runs).
+    pub peers: Vec<Vec<Option<&'g mut [u8]>>>,
     pub shared: Vec<u8>,
     pub shadow: Shadow,
     pub global_writes: GlobalWrites,
@@ -302,6 +306,46 @@ impl<'p, 'g> Mem<'p, 'g> {
             }
         }
         Ok(())
+    }
+
+    /// How many ranks run the kernel.
+    pub fn ranks(&self) -> usize {
+        self.peers.len().max(1)
+    }
+
+    /// The bytes `off..off + len` of rank `rank`'s copy of global buffer `buf` (range-checked
+    /// by the caller), unchecked by the race checker: memory-model accesses and peer copies.
+    pub fn rank_bytes(
+        &mut self,
+        rank: i64,
+        buf: u32,
+        off: usize,
+        len: usize,
+        tid: u32,
+        pc: u32,
+    ) -> Result<&mut [u8], SimError> {
+        let info = self.info(buf);
+        if rank < 0 || rank as usize >= self.ranks() {
+            return Err(SimError::BadRank {
+                rank,
+                ranks: self.ranks(),
+                on: self.rank,
+                block: self.block,
+                thread: tid,
+                span: self.prog.span(pc as usize),
+            });
+        }
+        let g = if rank as usize == self.rank {
+            self.globals.get_mut(info.base)
+        } else {
+            self.peers
+                .get_mut(rank as usize)
+                .and_then(|p| p.get_mut(info.base))
+        };
+        match g {
+            Some(Some(g)) => g.get_mut(off..off + len).ok_or_else(|| missing(info)),
+            _ => Err(missing(info)),
+        }
     }
 
     /// The bytes `off..off + len` of `buf`, unchecked by the race checker (callers check).

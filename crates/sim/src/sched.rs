@@ -11,7 +11,7 @@
 use tl_ir::eval::Value;
 use tl_ir::{DType, Scope};
 
-use crate::bytecode::{Instr, ShflKind};
+use crate::bytecode::{Instr, Program, ShflKind};
 use crate::cp_async::Copy;
 use crate::error::SimError;
 use crate::exec::{BufLds, Interp, Loc, Stash, State, Thread};
@@ -39,7 +39,17 @@ pub fn run_block(
     it.mem.proxy_fences = vec![vec![]; threads as usize];
     it.mem.wgmma_reads.clear();
     it.mem.mbars.clear();
-    let mut ths: Vec<Thread> = (0..threads)
+    let mut ths = new_threads(prog, threads, vars);
+    let r = schedule(it, &mut ths).and_then(|s| match s {
+        Sched::Done => Ok(()),
+        // Only programs that wait on flags block, and those run concurrently.
+        Sched::Blocked => Err(stuck(it, &ths)),
+    });
+    finish_block(it, r)
+}
+
+fn new_threads(prog: &Program, threads: u32, vars: [i64; 3]) -> Vec<Thread> {
+    (0..threads)
         .map(|tid| {
             let mut regs = prog.reg_init.clone();
             for (r, v) in prog.block_regs.iter().zip(vars) {
@@ -56,8 +66,11 @@ pub fn run_block(
                 wg: Default::default(),
             }
         })
-        .collect();
-    let r = schedule(it, &mut ths);
+        .collect()
+}
+
+/// What a block that ran to its end (or failed) reports.
+fn finish_block(it: &mut Interp, r: Result<(), SimError>) -> Result<(), SimError> {
     // A read of uninitialized shared memory happened before whatever else went wrong (a race
     // excepted, which explains it better), and is likely its cause.
     match r {
@@ -70,7 +83,195 @@ pub fn run_block(
     }
 }
 
-fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
+/// How a scheduling round of a block ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Sched {
+    Done,
+    /// Some threads wait for flags that other blocks (or ranks) have yet to set, and nothing
+    /// else in the block can go on until they do.
+    Blocked,
+}
+
+/// A block in flight in a concurrent run (programs that wait on flags: their blocks, on
+/// every rank, must all be resident at once, as a GPU that runs them needs them to be): its
+/// threads and the per-block memory state, swapped into the interpreter while it runs.
+pub struct BlockCtx {
+    pub rank: usize,
+    hw: [i64; 3],
+    ths: Vec<Thread>,
+    shared: Vec<u8>,
+    shadow: Shadow,
+    global_writes: crate::race::GlobalWrites,
+    epoch: u32,
+    global_epoch: u32,
+    warp_epochs: Vec<u32>,
+    proxy_fences: Vec<Vec<u32>>,
+    wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
+    mbars: crate::mbarrier::Mbars,
+    done: bool,
+}
+
+impl BlockCtx {
+    pub fn new(
+        prog: &Program,
+        rank: usize,
+        threads: u32,
+        hw: [i64; 3],
+        vars: [i64; 3],
+        checks: (bool, bool),
+    ) -> BlockCtx {
+        BlockCtx {
+            rank,
+            hw,
+            ths: new_threads(prog, threads, vars),
+            shared: vec![POISON; prog.shared_bytes],
+            shadow: Shadow::new(prog.shared_bytes, checks.0, checks.1).warp_size(prog.warp_size),
+            global_writes: crate::race::GlobalWrites::new(checks.0).warp_size(prog.warp_size),
+            epoch: 1,
+            global_epoch: 1,
+            warp_epochs: vec![0; (threads as usize).div_ceil(prog.warp_size as usize)],
+            proxy_fences: vec![vec![]; threads as usize],
+            wgmma_reads: Default::default(),
+            mbars: Default::default(),
+            done: false,
+        }
+    }
+
+    /// Exchange this block's state with the interpreter's.
+    fn swap(&mut self, it: &mut Interp) {
+        let m = &mut it.mem;
+        std::mem::swap(&mut self.hw, &mut m.block);
+        std::mem::swap(&mut self.shared, &mut m.shared);
+        std::mem::swap(&mut self.shadow, &mut m.shadow);
+        std::mem::swap(&mut self.global_writes, &mut m.global_writes);
+        std::mem::swap(&mut self.epoch, &mut m.epoch);
+        std::mem::swap(&mut self.global_epoch, &mut m.global_epoch);
+        std::mem::swap(&mut self.warp_epochs, &mut m.warp_epochs);
+        std::mem::swap(&mut self.proxy_fences, &mut m.proxy_fences);
+        std::mem::swap(&mut self.wgmma_reads, &mut m.wgmma_reads);
+        std::mem::swap(&mut self.mbars, &mut m.mbars);
+    }
+}
+
+/// Make `rank` the running rank: its program and its tensors.
+fn enter_rank<'p>(it: &mut Interp<'p, '_>, progs: &'p [Program], rank: usize) {
+    if it.mem.rank != rank {
+        let old = it.mem.rank;
+        std::mem::swap(&mut it.mem.globals, &mut it.mem.peers[old]);
+        std::mem::swap(&mut it.mem.globals, &mut it.mem.peers[rank]);
+        it.mem.rank = rank;
+    }
+    it.prog = &progs[rank];
+    it.mem.prog = &progs[rank];
+}
+
+/// Run every block of every rank concurrently: each block runs until it finishes or blocks
+/// on a flag, in turn, until all have finished — or until none can go on, a deadlock, which
+/// is reported with what every stuck thread waits for.
+pub fn run_concurrent<'p>(
+    it: &mut Interp<'p, '_>,
+    progs: &'p [Program],
+    mut ctxs: Vec<BlockCtx>,
+) -> Result<(), SimError> {
+    loop {
+        let mut progressed = false;
+        for c in ctxs.iter_mut().filter(|c| !c.done) {
+            enter_rank(it, progs, c.rank);
+            c.swap(it);
+            let before = (
+                it.stats.instructions,
+                it.stats.barriers,
+                it.stats.collectives,
+            );
+            let r = schedule(it, &mut c.ths);
+            let after = (
+                it.stats.instructions,
+                it.stats.barriers,
+                it.stats.collectives,
+            );
+            let r = match r {
+                Ok(Sched::Done) => {
+                    c.done = true;
+                    progressed = true;
+                    finish_block(it, Ok(()))
+                }
+                Ok(Sched::Blocked) => {
+                    progressed |= before != after;
+                    Ok(())
+                }
+                Err(e) => finish_block(it, Err(e)),
+            };
+            c.swap(it);
+            r?;
+        }
+        if ctxs.iter().all(|c| c.done) {
+            return Ok(());
+        }
+        if !progressed {
+            let mut waits = vec![];
+            for c in ctxs.iter_mut().filter(|c| !c.done) {
+                enter_rank(it, progs, c.rank);
+                c.swap(it);
+                waits.push(describe_blocked(it, c.rank, &c.ths));
+                c.swap(it);
+            }
+            return Err(SimError::SignalDeadlock { waits });
+        }
+    }
+}
+
+/// Where the threads of a blocked block wait, for the deadlock report.
+fn describe_blocked(it: &mut Interp, rank: usize, ths: &[Thread]) -> String {
+    let b = it.mem.block;
+    let mut parts: Vec<String> = vec![];
+    let mut seen: Vec<(u32, &'static str)> = vec![];
+    for t in ths.iter().filter(|t| t.state != State::Done) {
+        let what = match t.state {
+            State::FlagWait => "flag",
+            State::Barrier => "barrier",
+            _ => "other",
+        };
+        if seen.contains(&(t.pc, what)) {
+            continue;
+        }
+        seen.push((t.pc, what));
+        let n = ths
+            .iter()
+            .filter(|u| u.pc == t.pc && u.state == t.state)
+            .count();
+        let span = it.prog.span(t.pc as usize);
+        let text = match (t.state, t.stash) {
+            (State::FlagWait, Stash::Flag(w)) => {
+                let info = it.mem.info(w.buf);
+                let (name, dt) = (info.name.clone(), info.dtype);
+                let elem = w.off / dt.bytes().max(1);
+                let now = it
+                    .mem
+                    .rank_bytes(w.rank, w.buf, w.off, dt.bytes(), t.tid, t.pc)
+                    .map(|c| crate::elem::decode(c, dt).as_i64().to_string())
+                    .unwrap_or_else(|_| "?".into());
+                format!(
+                    "{n} thread(s) (first: {}) wait at {span} until `{name}`[{elem}] on rank {} {} {} (it is {now})",
+                    t.tid,
+                    w.rank,
+                    w.cmp.symbol(),
+                    w.value.as_i64()
+                )
+            }
+            _ => format!("{n} thread(s) (first: {}) {}", t.tid, describe(it, t)),
+        };
+        parts.push(text);
+    }
+    format!(
+        "rank {rank} block [{}, {}, {}]: {}",
+        b[0],
+        b[1],
+        b[2],
+        parts.join(", ")
+    )
+}
+
+fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
     let ws = it.prog.warp_size as usize;
     loop {
         for th in ths.iter_mut() {
@@ -84,6 +285,19 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
             if lanes.iter().all(|t| t.state == State::Warp && t.pc == pc) {
                 collective(it, lanes, w)?;
                 progressed = true;
+            }
+        }
+        // Threads waiting for a flag that now compares true go on past the wait.
+        for th in ths.iter_mut() {
+            if th.state == State::FlagWait {
+                if let Stash::Flag(w) = th.stash {
+                    if it.flag_holds(&w, th.tid, th.pc)? {
+                        th.state = State::Ready;
+                        th.stash = Stash::None;
+                        th.pc += 1;
+                        progressed = true;
+                    }
+                }
             }
         }
         // Threads waiting on an mbarrier whose phase has completed go on (they run the wait
@@ -106,7 +320,12 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<(), SimError> {
             // Copies nobody waited for would still land, but nothing can observe them now.
             it.stats.cp_async_unwaited += ths.iter().map(|t| t.cp.in_flight() as u64).sum::<u64>();
             it.stats.tma_unlanded += it.mem.mbars.in_flight();
-            return Ok(());
+            return Ok(Sched::Done);
+        }
+        // A thread waiting for a flag another block or rank will set may be what the rest
+        // waits for: let the others run first.
+        if ths.iter().any(|t| t.state == State::FlagWait) {
+            return Ok(Sched::Blocked);
         }
         // A thread waiting for an mbarrier phase nothing can complete is the likely cause of
         // whatever else is stuck.
@@ -149,6 +368,7 @@ fn describe(it: &Interp, t: &Thread) -> String {
         State::Barrier => format!("waits at the barrier at {span}"),
         State::Warp => format!("is at {} ({span})", it.prog.name(t.pc as usize)),
         State::MbarWait => format!("waits on an mbarrier at {span}"),
+        State::FlagWait => format!("waits for a flag at {span}"),
         State::Ready => "is still running".into(),
     }
 }

@@ -324,10 +324,16 @@ impl KernelBuilder {
                 }
             }
         };
+        let mut params = self.params;
+        if let Some(d) = &attrs.dist {
+            for v in [&d.rank, &d.num_ranks, &d.heap_stride] {
+                params.push(Param::Scalar(v.clone()));
+            }
+        }
         let k = tl_ir::Kernel {
             name: self.name,
             dims: self.dims,
-            params: self.params,
+            params,
             grid: launch.grid,
             block_vars: launch.block_vars,
             threads: launch.threads,

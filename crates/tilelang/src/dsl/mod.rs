@@ -2,10 +2,12 @@
 
 mod args;
 mod builder;
+mod dist;
 mod scope;
 
 pub use args::{BufferExt, IntoExprs, Tile};
 pub use builder::{KernelBuilder, OpenLaunch};
+pub use dist::{Dist, SignalOp};
 pub use scope::{
     CumsumHandle, GemmHandle, IfHandle, OpenIf, OpenLoop, PipelineHandle, ReduceHandle, TileScope,
 };

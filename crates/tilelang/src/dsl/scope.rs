@@ -12,7 +12,7 @@ use super::builder::Shared;
 
 pub struct TileScope {
     stmts: Vec<Stmt>,
-    state: Shared,
+    pub(super) state: Shared,
     threads: u32,
 }
 
@@ -41,7 +41,7 @@ impl TileScope {
 
     /// The location to record (see `KernelBuilder::set_span`).
     #[track_caller]
-    fn here(&self) -> Span {
+    pub(super) fn here(&self) -> Span {
         super::builder::here(&self.state)
     }
 
@@ -51,11 +51,11 @@ impl TileScope {
         self.state.borrow_mut().span = span;
     }
 
-    fn push(&mut self, kind: StmtKind, span: Span) {
+    pub(super) fn push(&mut self, kind: StmtKind, span: Span) {
         self.stmts.push(Stmt::new(kind, span));
     }
 
-    fn error(&self, d: Diagnostic) {
+    pub(super) fn error(&self, d: Diagnostic) {
         self.state.borrow_mut().errors.push(d);
     }
 

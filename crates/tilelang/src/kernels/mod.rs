@@ -1,5 +1,6 @@
 //! The kernels the examples, tests and benches share, each with a plain-Rust f64 reference.
 
+pub mod dist;
 pub mod elementwise;
 pub mod flash_attention;
 pub mod gemm;

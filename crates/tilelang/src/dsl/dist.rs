@@ -1,0 +1,452 @@
+//! Multi-rank kernels (the TileScale model): symmetric buffers every rank allocates alike,
+//! whose peers' copies a kernel reads and writes by rank; loads and stores with memory-model
+//! semantics; signals, waits and fences. The same kernel runs on every rank, with its rank
+//! and the number of ranks as scalar parameters.
+//!
+//! Every statement here runs on each thread that reaches it (guard it with
+//! `t.if_(t.thread_idx().eq(0), ..)` where one thread should signal), except
+//! [`put_block`](TileScope::put_block) and [`get_block`](TileScope::get_block), which the
+//! whole block runs together.
+
+use tl_ir::{
+    CmpOp, DType, DiagKind, Diagnostic, DistAttrs, Expr, ExprKind, Intrinsic, MemScope, MemSem,
+    Role, Scope, StmtKind, Var,
+};
+
+use super::args::IntoExprs;
+use super::builder::KernelBuilder;
+use super::scope::TileScope;
+
+/// This rank and the number of ranks, as expressions of the kernel's scalar parameters.
+#[derive(Clone, Debug)]
+pub struct Dist {
+    pub rank: Expr,
+    pub num_ranks: Expr,
+}
+
+/// How a signal changes its flag.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SignalOp {
+    Set,
+    Add,
+}
+
+impl KernelBuilder {
+    /// Make this a multi-rank kernel: adds the scalar parameters `rank` (i32), `num_ranks`
+    /// (i32) and `heap_stride` (i64, the bytes between consecutive ranks' symmetric heaps,
+    /// which the runtime maps into one address range), in that order after all the others.
+    /// Idempotent.
+    pub fn distributed(&mut self) -> Dist {
+        if let Some(d) = &self.state.borrow().attrs.dist {
+            return Dist {
+                rank: d.rank.expr(),
+                num_ranks: d.num_ranks.expr(),
+            };
+        }
+        // `finish` appends them to the parameters, after the user's.
+        let var = |name: &str, dt: DType| Var::new(self.state.borrow_mut().unique(name), dt);
+        let (rank, num_ranks, heap_stride) = (
+            var("rank", DType::I32),
+            var("num_ranks", DType::I32),
+            var("heap_stride", DType::I64),
+        );
+        let d = Dist {
+            rank: rank.expr(),
+            num_ranks: num_ranks.expr(),
+        };
+        self.state.borrow_mut().attrs.dist = Some(DistAttrs {
+            rank,
+            num_ranks,
+            heap_stride,
+            symmetric: vec![],
+        });
+        d
+    }
+
+    /// A tensor in the symmetric heap: every rank has a copy of the same shape at the same
+    /// heap offset, which peers may read and write (`put_block`, `st` on a peer, signals).
+    /// Read and written by the kernel (its role is in-out). Makes the kernel distributed.
+    #[track_caller]
+    pub fn symmetric(&mut self, name: &str, shape: impl IntoExprs, dtype: DType) -> tl_ir::Buffer {
+        self.distributed();
+        let b = self.param(name, shape, dtype, Role::InOut);
+        if let Some(d) = self.state.borrow_mut().attrs.dist.as_mut() {
+            d.symmetric.push(b.id());
+        }
+        b
+    }
+}
+
+/// The buffer and indices of an element argument (`buf.at([..])`).
+fn element(e: &Expr) -> Option<(&tl_ir::Buffer, &[Expr])> {
+    match e.kind() {
+        ExprKind::Load(b, idx) => Some((b, idx.as_slice())),
+        _ => None,
+    }
+}
+
+fn address_of(e: Expr) -> Expr {
+    Expr::call(Intrinsic::AddressOf, vec![e], DType::U64)
+}
+
+/// The flat (row-major) element offset of `idx` in `b`.
+fn flatten(b: &tl_ir::Buffer, idx: &[Expr]) -> Expr {
+    let mut flat = Expr::int(0);
+    for (i, ext) in idx.iter().zip(b.shape()) {
+        flat = flat * ext.clone() + i.clone();
+    }
+    tl_ir::simplify(&flat)
+}
+
+/// Row-major indices of the flat element offset `flat` in `b`.
+fn unflatten(b: &tl_ir::Buffer, flat: &Expr) -> Vec<Expr> {
+    let shape = b.shape();
+    let mut idx = vec![Expr::int(0); shape.len()];
+    let mut rest = flat.clone();
+    for d in (0..shape.len()).rev() {
+        if d == 0 {
+            idx[d] = rest.clone();
+        } else {
+            idx[d] = tl_ir::ops::floormod(rest.clone(), shape[d].clone());
+            rest = tl_ir::ops::floordiv(rest, shape[d].clone());
+        }
+    }
+    idx.iter().map(tl_ir::simplify).collect()
+}
+
+impl TileScope {
+    fn dist(&self, what: &str, span: tl_ir::Span) -> Option<DistAttrs> {
+        let d = self.state.borrow().attrs.dist.clone();
+        if d.is_none() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("`{what}` in a kernel that is not distributed"),
+                )
+                .help("call `k.distributed()` (or declare a `k.symmetric(..)` buffer) before the launch"),
+            );
+        }
+        d
+    }
+
+    /// This rank (i32). An error outside a distributed kernel.
+    #[track_caller]
+    pub fn rank(&self) -> Expr {
+        let span = self.here();
+        self.dist("rank", span)
+            .map_or(Expr::int(0), |d| d.rank.expr())
+    }
+
+    /// The number of ranks (i32). An error outside a distributed kernel.
+    #[track_caller]
+    pub fn num_ranks(&self) -> Expr {
+        let span = self.here();
+        self.dist("num_ranks", span)
+            .map_or(Expr::int(1), |d| d.num_ranks.expr())
+    }
+
+    /// Check an element argument: a global buffer's element, and a symmetric one where a
+    /// peer is named. Reports and returns false otherwise.
+    fn check_element(&self, what: &str, e: &Expr, peer: bool, span: tl_ir::Span) -> bool {
+        let Some((b, idx)) = element(e) else {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "`{what}` takes an element of a global buffer (`buf.at([..])`), got `{e}`"
+                    ),
+                )
+                .help("pass the element itself, e.g. `flags.at([peer])`"),
+            );
+            return false;
+        };
+        if b.scope() != Scope::Global || idx.len() != b.shape().len() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "`{what}` on `{}`, a {} buffer: memory-model accesses and peer copies are for global buffers",
+                        b.name(),
+                        b.scope()
+                    ),
+                )
+                .note(b.span(), format!("`{}` declared here", b.name())),
+            );
+            return false;
+        }
+        if peer {
+            let symmetric = self
+                .state
+                .borrow()
+                .attrs
+                .dist
+                .as_ref()
+                .is_some_and(|d| d.symmetric.contains(&b.id()));
+            if !symmetric {
+                self.error(
+                    Diagnostic::new(
+                        DiagKind::InvalidArgument,
+                        span,
+                        format!(
+                            "`{what}` names a peer's copy of `{}`, which is not a symmetric buffer",
+                            b.name()
+                        ),
+                    )
+                    .note(b.span(), format!("`{}` declared here", b.name()))
+                    .help("declare it with `k.symmetric(name, shape, dtype)` so every rank has a copy peers can address"),
+                );
+                return false;
+            }
+        }
+        true
+    }
+
+    /// The arguments of a memory-model intrinsic: the element's address, `values`, then the
+    /// peer (when one is named).
+    fn mem_args(
+        &self,
+        what: &str,
+        elem: Expr,
+        values: Vec<Expr>,
+        peer: Option<Expr>,
+        span: tl_ir::Span,
+    ) -> Vec<Expr> {
+        self.check_element(what, &elem, peer.is_some(), span);
+        let dt = elem.dtype();
+        let mut args = vec![address_of(elem)];
+        args.extend(values.into_iter().map(|v| v.cast(dt)));
+        args.extend(peer.map(|p| p.cast(DType::I32)));
+        args
+    }
+
+    fn bad_sem(&self, what: &str, sem: MemSem, allowed: &str, span: tl_ir::Span) {
+        self.error(
+            Diagnostic::new(
+                DiagKind::InvalidArgument,
+                span,
+                format!("{what} with {} semantics", sem.name()),
+            )
+            .help(format!("{what}s are {allowed}")),
+        );
+    }
+
+    /// `ld.{sem}.{scope}` of an element of a global buffer: this rank's copy, or (with `peer`)
+    /// that rank's copy of a symmetric buffer.
+    #[track_caller]
+    pub fn ld(&mut self, elem: Expr, peer: Option<Expr>, sem: MemSem, scope: MemScope) -> Expr {
+        let span = self.here();
+        if sem.releases() {
+            self.bad_sem("a load", sem, "weak, volatile, relaxed or acquire", span);
+        }
+        let dt = elem.dtype();
+        let args = self.mem_args("ld", elem, vec![], peer, span);
+        Expr::call(Intrinsic::MemLoad { sem, scope }, args, dt)
+    }
+
+    /// `st.{sem}.{scope}` of `value` into an element (of `peer`'s copy, when given).
+    #[track_caller]
+    pub fn st(
+        &mut self,
+        elem: Expr,
+        peer: Option<Expr>,
+        value: impl Into<Expr>,
+        sem: MemSem,
+        scope: MemScope,
+    ) {
+        let span = self.here();
+        if sem.acquires() {
+            self.bad_sem("a store", sem, "weak, volatile, relaxed or release", span);
+        }
+        let args = self.mem_args("st", elem, vec![value.into()], peer, span);
+        let call = Expr::call(Intrinsic::MemStore { sem, scope }, args, DType::Bool);
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// `red.{sem}.{scope}.add` of `value` to an element (of `peer`'s copy, when given).
+    #[track_caller]
+    pub fn red_add(
+        &mut self,
+        elem: Expr,
+        peer: Option<Expr>,
+        value: impl Into<Expr>,
+        sem: MemSem,
+        scope: MemScope,
+    ) {
+        let span = self.here();
+        if matches!(sem, MemSem::Weak | MemSem::Volatile) {
+            self.bad_sem(
+                "a reduction",
+                sem,
+                "relaxed, acquire, release or acq_rel",
+                span,
+            );
+        }
+        let args = self.mem_args("red_add", elem, vec![value.into()], peer, span);
+        let call = Expr::call(Intrinsic::MemRedAdd { sem, scope }, args, DType::Bool);
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// `fence.acq_rel.{scope}`: this thread's accesses before it are ordered before those
+    /// after it, for every thread of `scope`.
+    #[track_caller]
+    pub fn fence(&mut self, scope: MemScope) {
+        let span = self.here();
+        let call = Expr::call(Intrinsic::Fence { scope, sc: false }, vec![], DType::Bool);
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// Signal `peer`: a release store (`Set`) or release add (`Add`) of `value` into `peer`'s
+    /// copy of the flag, at system scope, so that everything this thread wrote before (and
+    /// what its block wrote before a barrier it passed) is visible to whoever waits for it.
+    #[track_caller]
+    pub fn signal(&mut self, flag: Expr, peer: Expr, value: impl Into<Expr>, op: SignalOp) {
+        let span = self.here();
+        let args = self.mem_args("signal", flag, vec![value.into()], Some(peer), span);
+        let intr = match op {
+            SignalOp::Set => Intrinsic::MemStore {
+                sem: MemSem::Release,
+                scope: MemScope::Sys,
+            },
+            SignalOp::Add => Intrinsic::MemRedAdd {
+                sem: MemSem::Release,
+                scope: MemScope::Sys,
+            },
+        };
+        self.push(StmtKind::Eval(Expr::call(intr, args, DType::Bool)), span);
+    }
+
+    /// Wait until `flag cmp value` holds on this rank's copy of the flag (an acquire at system
+    /// scope: what the signaller wrote before its signal is visible after the wait).
+    #[track_caller]
+    pub fn wait(&mut self, flag: Expr, cmp: CmpOp, value: impl Into<Expr>) {
+        let span = self.here();
+        if !flag.dtype().is_int() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("a wait on a {} flag", flag.dtype()),
+                )
+                .help("flags are integers (i32, u32, i64 or u64)"),
+            );
+        }
+        let args = self.mem_args("wait", flag, vec![value.into()], None, span);
+        let call = Expr::call(
+            Intrinsic::WaitUntil {
+                cmp,
+                scope: MemScope::Sys,
+            },
+            args,
+            DType::Bool,
+        );
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// `__syncthreads()`: every thread of the block arrives before any goes on, and what each
+    /// wrote before is visible to all after (the step between a block's puts and the one
+    /// thread that signals them).
+    #[track_caller]
+    pub fn sync_threads(&mut self) {
+        let span = self.here();
+        let call = Expr::call(Intrinsic::SyncThreads, vec![], DType::Bool);
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// The whole block copies `count` consecutive elements (row-major) starting at `src` on
+    /// this rank into `peer`'s copy of the symmetric buffer of `dst`, 16 bytes per access where
+    /// the sizes allow. Not ordered for the peer until a signal after a block barrier.
+    #[track_caller]
+    pub fn put_block(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
+        let span = self.here();
+        self.dist("put_block", span);
+        self.block_copy(true, src, dst, peer, count.into(), span);
+    }
+
+    /// The whole block copies `count` consecutive elements from `peer`'s copy of the symmetric
+    /// buffer of `src` into this rank's `dst`.
+    #[track_caller]
+    pub fn get_block(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
+        let span = self.here();
+        self.dist("get_block", span);
+        self.block_copy(false, src, dst, peer, count.into(), span);
+    }
+
+    fn block_copy(
+        &mut self,
+        put: bool,
+        src: Expr,
+        dst: Expr,
+        peer: Expr,
+        count: Expr,
+        span: tl_ir::Span,
+    ) {
+        let what = if put { "put_block" } else { "get_block" };
+        if !self.check_element(what, &src, !put, span) || !self.check_element(what, &dst, put, span)
+        {
+            return;
+        }
+        let (Some((sb, sidx)), Some((db, didx))) = (element(&src), element(&dst)) else {
+            return;
+        };
+        if sb.dtype() != db.dtype() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "`{what}` from {} `{}` to {} `{}`",
+                        sb.dtype(),
+                        sb.name(),
+                        db.dtype(),
+                        db.name()
+                    ),
+                )
+                .help("copy between buffers of the same element type"),
+            );
+            return;
+        }
+        let (sflat, dflat) = (flatten(sb, sidx), flatten(db, didx));
+        // The widest vector (16 bytes at most) that the count and both offsets are multiples
+        // of; symbolic ones must be provably so.
+        let divides = |e: &Expr, n: i64| {
+            tl_ir::simplify(&tl_ir::ops::floormod(e.clone(), Expr::int(n))).as_int() == Some(0)
+        };
+        let mut lanes = (16 / sb.dtype().bytes().max(1)) as i64;
+        while lanes > 1
+            && !(divides(&count, lanes) && divides(&sflat, lanes) && divides(&dflat, lanes))
+        {
+            lanes /= 2;
+        }
+        let chunks = tl_ir::simplify(&tl_ir::ops::ceildiv(count.clone(), Expr::int(lanes)));
+        let threads = self.threads() as i64;
+        let tid = self.thread_idx();
+        let (sb, db) = (sb.clone(), db.clone());
+        self.serial(
+            tl_ir::ops::ceildiv(chunks.clone(), Expr::int(threads)),
+            |t, i| {
+                let c = t.let_("chunk", i * threads + tid.clone());
+                t.if_(c.lt(chunks.clone()), |t| {
+                    let off = c.clone() * lanes;
+                    let s = unflatten(&sb, &(sflat.clone() + off.clone()));
+                    let d = unflatten(&db, &(dflat.clone() + off));
+                    let call = Expr::call(
+                        Intrinsic::PeerCopy {
+                            lanes: lanes as u32,
+                            put,
+                        },
+                        vec![
+                            address_of(Expr::load(&db, d)),
+                            address_of(Expr::load(&sb, s)),
+                            peer.clone().cast(DType::I32),
+                        ],
+                        DType::Bool,
+                    );
+                    t.push(StmtKind::Eval(call), span);
+                });
+            },
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! Multi-rank kernels in the simulator: several ranks in one process, each with its own
+//! tensors, peers' copies of symmetric buffers reached by rank, signals and waits between
+//! blocks of different ranks — and the errors a wrong protocol must produce (a wait nothing
+//! satisfies, a rank that does not exist, a peer access to a buffer outside the symmetric
+//! heap).
+
+use tilelang::dsl::SignalOp;
+use tilelang::ir::{MemScope, MemSem};
+use tilelang::kernels::dist::all_gather;
+use tilelang::prelude::*;
+use tilelang::Target;
+use tl_sim::{SimArg, SimError, SimOptions};
+
+const TARGETS: [Target; 2] = [Target::SM80, Target::SM90];
+
+/// Rank `r`'s shard: values no other rank has.
+fn shard(r: usize, n: usize) -> Vec<f64> {
+    (0..n).map(|i| (r * 1000 + i) as f64 * 0.5).collect()
+}
+
+fn all_gather_args(r: usize, ranks: usize, n: usize, epoch: i64, flags: i64) -> Vec<SimArg> {
+    vec![
+        SimArg::tensor(F32, &[n], &shard(r, n)),
+        SimArg::tensor(F32, &[ranks, n], &vec![f64::NAN; ranks * n]),
+        SimArg::tensor(I32, &[ranks], &vec![flags as f64; ranks]),
+        SimArg::Int(epoch),
+        SimArg::Int(r as i64),
+        SimArg::Int(ranks as i64),
+        SimArg::Int(0),
+    ]
+}
+
+#[test]
+fn all_gather_on_1_2_and_4_ranks() {
+    let k = all_gather(F32, 64);
+    for target in TARGETS {
+        let lowered = k.lower(target).unwrap_or_else(|d| panic!("{target}: {d}"));
+        for ranks in [1usize, 2, 4] {
+            // 37 elements: not a multiple of the vector, so the copy is element-wise.
+            for n in [37usize, 64] {
+                let mut args: Vec<Vec<SimArg>> = (0..ranks)
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .collect();
+                tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+                    .unwrap_or_else(|e| panic!("{target}, {ranks} ranks, N={n}: {e}"));
+                let want: Vec<f64> = (0..ranks).flat_map(|r| shard(r, n)).collect();
+                for (r, a) in args.iter().enumerate() {
+                    assert_eq!(
+                        a[1].to_f64(F32),
+                        want,
+                        "rank {r} of {ranks}, N={n}, {target}"
+                    );
+                    assert_eq!(a[2].to_f64(I32), vec![1.0; ranks], "flags on rank {r}");
+                }
+            }
+        }
+    }
+}
+
+/// The second call (epoch 2) works on flags the first left at 1, without a reset.
+#[test]
+fn all_gather_epochs_need_no_reset() {
+    let k = all_gather(F32, 32);
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 2, 16, 2, 1)).collect();
+    tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("epoch 2");
+    assert_eq!(args[0][1].to_f64(F32), args[1][1].to_f64(F32));
+}
+
+/// A rank that waits for an epoch no peer signals is a deadlock, reported with the flag, the
+/// comparison and the flag's value — not a hang.
+#[test]
+fn a_wait_nothing_satisfies_is_a_reported_deadlock() {
+    let k = all_gather(F32, 32);
+    let lowered = k.lower(Target::SM90).expect("lower");
+    // Rank 1 signals epoch 1 while rank 0 waits for epoch 2.
+    let mut args = vec![
+        all_gather_args(0, 2, 8, 2, 0),
+        all_gather_args(1, 2, 8, 1, 0),
+    ];
+    let e = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+        .expect_err("rank 0 cannot finish");
+    let msg = e.to_string();
+    assert!(matches!(e, SimError::SignalDeadlock { .. }), "{msg}");
+    assert!(
+        msg.contains("rank 0") && msg.contains("`FLAGS`[1] on rank 0 >= 2 (it is 1)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn rank_arguments_are_checked() {
+    let k = all_gather(F32, 32);
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut args = vec![
+        all_gather_args(0, 2, 8, 1, 0),
+        all_gather_args(0, 2, 8, 1, 0),
+    ];
+    let e =
+        tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect_err("two rank 0s");
+    assert!(
+        e.to_string()
+            .contains("rank 1 of 2: its `rank` argument must be 1"),
+        "{e}"
+    );
+    let mut bad = vec![
+        all_gather_args(0, 2, 8, 1, 0),
+        all_gather_args(1, 2, 9, 1, 0),
+    ];
+    let e =
+        tl_sim::run_ranks(&lowered, &mut bad, &SimOptions::default()).expect_err("sizes differ");
+    assert!(matches!(e, SimError::SymmetricMismatch { .. }), "{e}");
+}
+
+/// A store to a rank past the last is caught at the access.
+#[test]
+fn a_peer_that_does_not_exist_is_an_error() {
+    let k = Kernel::build("bad_peer", |k| {
+        let flags = k.symmetric("F", [4], I32);
+        k.launch([1], 32, |t, [_]| {
+            let r = t.rank();
+            t.st(
+                flags.at([0]),
+                Some(r + 1),
+                1,
+                MemSem::Relaxed,
+                MemScope::Sys,
+            );
+        });
+    });
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut args = vec![vec![
+        SimArg::zeros(I32, &[4]),
+        SimArg::Int(0),
+        SimArg::Int(1),
+        SimArg::Int(0),
+    ]];
+    let e =
+        tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect_err("rank 1 of 1");
+    assert!(
+        matches!(
+            e,
+            SimError::BadRank {
+                rank: 1,
+                ranks: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
+
+/// Naming a peer for a buffer outside the symmetric heap is refused when the kernel is built.
+#[test]
+fn a_peer_access_needs_a_symmetric_buffer() {
+    let k = Kernel::build("not_symmetric", |k| {
+        let x = k.inout("X", [4], I32);
+        k.distributed();
+        k.launch([1], 32, |t, [_]| {
+            t.signal(x.at([0]), Expr::int(0), 1, SignalOp::Add);
+        });
+    });
+    let e = k.verify().expect_err("X is not symmetric").to_string();
+    assert!(
+        e.contains("not a symmetric buffer") && e.contains("k.symmetric"),
+        "{e}"
+    );
+}
+
+/// The CPU backend has no peers: a distributed kernel is refused with a clear error.
+#[test]
+fn the_cpu_backend_refuses_distributed_kernels() {
+    let k = all_gather(F32, 32);
+    let e = k
+        .lower(Target::Cpu)
+        .expect_err("no peers on the CPU")
+        .to_string();
+    assert!(e.contains("multi-rank") || e.contains("distributed"), "{e}");
+}
+
+/// The all-gather's CUDA C++ compiles (NVRTC, sm_90a and sm_80) into the memory-model
+/// instructions the protocol needs: the signal is a release store at system scope into the
+/// peer's flag, the wait an acquire load at system scope in a loop. (The PTX printer does not
+/// cover multi-rank kernels yet; they take the CUDA C++ path, which says so.)
+#[test]
+fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
+    if tl_nvrtc::testing::nvrtc_or_skip("all_gather_compiles_to_release_and_acquire").is_none() {
+        return;
+    }
+    let k = all_gather(F32, 128);
+    for target in TARGETS {
+        let src = k
+            .emit_general(target)
+            .unwrap_or_else(|d| panic!("{target}: {d}"));
+        assert!(src.contains("tl_peer("), "{src}");
+        let opts = tl_nvrtc::CompileOptions {
+            resource_usage: true,
+            ..Default::default()
+        };
+        let c = tl_nvrtc::compile(&src, &target.arch(), &opts)
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let ptx = c.ptx();
+        for want in ["st.release.sys.global.b32", "ld.acquire.sys.global.b32"] {
+            assert!(ptx.contains(want), "{target}: no `{want}` in\n{ptx}");
+        }
+        assert!(c.warnings().is_empty(), "{target}: {:?}", c.warnings());
+        println!("all_gather {target}: {:?}", c.functions);
+    }
+}
