@@ -207,3 +207,16 @@ fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
         println!("all_gather {target}: {:?}", c.functions);
     }
 }
+
+/// Targets that do not cover multi-rank kernels say so instead of printing wrong code: the PTX
+/// printer (the driver then takes the CUDA C++ path) and the AMD backend.
+#[test]
+fn uncovered_backends_refuse_multi_rank_kernels() {
+    let k = all_gather(F32, 64);
+    let e = k
+        .emit_ptx(Target::SM90)
+        .expect_err("the PTX printer does not cover it");
+    assert!(e.to_string().contains("through CUDA C++"), "{e}");
+    let e = k.emit(Target::GFX950).expect_err("no AMD multi-rank path");
+    assert!(e.to_string().contains("NVIDIA targets only"), "{e}");
+}

@@ -23,6 +23,16 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let threads = k.threads as i64;
     match target {
         Target::Cuda { .. } => select(k, &nvidia::Nvidia::new(*target, threads)),
+        Target::Hip { .. } if k.attrs.dist.is_some() => Err(Diagnostic::new(
+            tl_ir::DiagKind::Unsupported,
+            k.body.span,
+            format!(
+                "kernel `{}` is a multi-rank (distributed) kernel; multi-rank kernels lower for NVIDIA targets only so far",
+                k.name
+            ),
+        )
+        .help("lower it for sm_80 or sm_90a (docs/distributed.md says what exists)")
+        .into()),
         Target::Hip { .. } => select(k, &amd::Amd::new(*target, threads)),
         // Targets without a selector keep what the kernel asked for; lowering checks it.
         _ => Ok(k),
