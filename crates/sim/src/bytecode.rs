@@ -32,7 +32,7 @@ pub enum E {
     Load(Box<MemRef>),
     /// A memory-model load (`ld.{sem}.{scope}`) of an element, on the rank `peer` evaluates to
     /// (this rank's copy when absent).
-    MemLoad(Box<MemRef>, Option<Box<E>>),
+    MemLoad(Box<MemRef>, Option<Box<E>>, tl_ir::MemSem),
     /// A known pure device function (`Extern { pure: true }`).
     Pure(PureFn, DType, Vec<E>),
 }
@@ -209,6 +209,7 @@ pub enum Instr {
         value: E,
         peer: Option<E>,
         add: bool,
+        sem: tl_ir::MemSem,
     },
     /// `fence.{acq_rel|sc}.{scope}`.
     Fence,

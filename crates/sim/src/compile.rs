@@ -639,7 +639,7 @@ impl Compiler<'_> {
                     pred,
                 }
             }
-            Intrinsic::MemStore { .. } | Intrinsic::MemRedAdd { .. } => {
+            Intrinsic::MemStore { sem, .. } | Intrinsic::MemRedAdd { sem, .. } => {
                 if args.len() != 2 && args.len() != 3 {
                     need(2)?;
                 }
@@ -655,6 +655,7 @@ impl Compiler<'_> {
                     value,
                     peer,
                     add: matches!(op, Intrinsic::MemRedAdd { .. }),
+                    sem: *sem,
                 }
             }
             Intrinsic::Fence { .. } => {
@@ -967,7 +968,7 @@ impl Compiler<'_> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
             Intrinsic::WaveIdx => return Ok(E::WaveIdx),
-            Intrinsic::MemLoad { .. } => {
+            Intrinsic::MemLoad { sem, .. } => {
                 let name = op.name();
                 let m = self.address(args.first(), &name)?;
                 self.global_operand(&m, &name)?;
@@ -975,7 +976,7 @@ impl Compiler<'_> {
                     Some(p) => Some(Box::new(self.peer_operand(&m, p, &name)?)),
                     None => None,
                 };
-                return Ok(E::MemLoad(Box::new(m), peer));
+                return Ok(E::MemLoad(Box::new(m), peer, *sem));
             }
             Intrinsic::ShflXor { width } => (ShflKind::Xor, *width),
             Intrinsic::ShflDown { width } => (ShflKind::Down, *width),

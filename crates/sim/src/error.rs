@@ -286,6 +286,18 @@ pub enum SimError {
         waits: Vec<String>,
     },
 
+    /// A plain access of a symmetric buffer that no signal, wait, fence or barrier orders after
+    /// the write before it (on a GPU it may see the old bytes, or be overwritten).
+    #[error("unordered {access} of `{buffer}`[{element}] on rank {rank} by {by}: it is not ordered after the write by {writer} (a signal released after that write and acquired before this access — a wait, or a block barrier within a block — is missing)")]
+    UnorderedAccess {
+        buffer: String,
+        rank: usize,
+        element: usize,
+        access: &'static str,
+        by: String,
+        writer: String,
+    },
+
     /// Ranks that launch a multi-rank kernel with different sizes for a symmetric buffer.
     #[error("symmetric buffer `{buffer}` has {bytes} bytes on rank {rank} but {first} on rank 0: every rank must allocate the same symmetric buffers alike")]
     SymmetricMismatch {

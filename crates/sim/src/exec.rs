@@ -10,7 +10,7 @@ use tl_ir::eval::{
     apply_bin, apply_cast, apply_cmp, apply_unary, floordiv_i, floormod_i, wrap_int, EvalError,
     Value,
 };
-use tl_ir::{BinOp, DType, Scope};
+use tl_ir::{BinOp, DType, MemSem, Scope};
 
 use crate::bytecode::{Instr, MemRef, Program, PureFn, E};
 use crate::compile::compute_dtype;
@@ -230,13 +230,21 @@ impl Interp<'_, '_> {
                 let (buf, off) = self.index(th, m, pc)?;
                 self.load(th, buf, off, pc)?
             }
-            E::MemLoad(m, peer) => {
+            E::MemLoad(m, peer, sem) => {
                 let (buf, off) = self.index(th, m, pc)?;
                 let rank = match peer {
                     Some(p) => self.eval(th, p, pc)?.as_i64(),
                     None => self.mem.rank as i64,
                 };
-                self.mem_load(th, rank, buf, off, pc)?
+                let v = self.mem_load(th, rank, buf, off, pc)?;
+                let n = self.mem.info(buf).dtype.bytes();
+                if *sem == MemSem::Weak {
+                    self.mem
+                        .order_access(rank as usize, buf, off, n, th.tid, pc, false)?;
+                } else if let Some(o) = self.mem.order.as_mut() {
+                    o.load((rank as usize, buf, off), th.tid, sem.acquires());
+                }
+                v
             }
             E::Pure(f, dt, args) => {
                 let mut v = [Value::Int(0); 2];
@@ -520,11 +528,15 @@ impl Interp<'_, '_> {
                     value,
                     peer,
                     add,
-                    ..
-                } => self.mem_store(th, addr, value, peer.as_ref(), *add, pc)?,
-                // Threads run one at a time and every access is immediately visible to all:
-                // the strongest order, which a fence cannot strengthen.
-                Instr::Fence => {}
+                    sem,
+                } => self.mem_store(th, addr, value, peer.as_ref(), (*add, *sem), pc)?,
+                // Threads run one at a time and every access is immediately visible to all; the
+                // order checker follows what the fence would order on a GPU.
+                Instr::Fence => {
+                    if let Some(o) = self.mem.order.as_mut() {
+                        o.fence(th.tid);
+                    }
+                }
                 Instr::WaitUntil {
                     addr,
                     cmp,
@@ -548,6 +560,9 @@ impl Interp<'_, '_> {
                         th.stash = Stash::Flag(w);
                         th.state = State::FlagWait;
                         return Ok(());
+                    }
+                    if let Some(o) = self.mem.order.as_mut() {
+                        o.load((w.rank as usize, w.buf, w.off), th.tid, true);
                     }
                 }
                 Instr::PeerCopy {
@@ -866,7 +881,7 @@ impl Interp<'_, '_> {
         addr: &MemRef,
         value: &E,
         peer: Option<&E>,
-        add: bool,
+        (add, sem): (bool, MemSem),
         pc: u32,
     ) -> Result<(), SimError> {
         let v = self.eval(th, value, pc)?;
@@ -890,6 +905,16 @@ impl Interp<'_, '_> {
                 self.mem.info(buf).name,
                 self.prog.span(pc as usize)
             )));
+        }
+        if sem == MemSem::Weak {
+            self.mem
+                .order_access(rank as usize, buf, off, n, th.tid, pc, true)?;
+        } else if let Some(o) = self.mem.order.as_mut() {
+            let key = (rank as usize, buf, off);
+            if add && sem.acquires() {
+                o.load(key, th.tid, true);
+            }
+            o.store(key, th.tid, sem.releases());
         }
         let cell = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
         let new = if add {
@@ -938,6 +963,8 @@ impl Interp<'_, '_> {
                 rec(th.tid, Kind::IntrinsicRead, pc),
             )?;
         } else {
+            self.mem
+                .order_access(sr as usize, s.buf, soff, bytes, th.tid, pc, false)?;
             data[..bytes].copy_from_slice(self.mem.rank_bytes(sr, s.buf, soff, bytes, th.tid, pc)?);
         }
         if dr == own {
@@ -949,6 +976,8 @@ impl Interp<'_, '_> {
                 rec(th.tid, Kind::Write, pc),
             )
         } else {
+            self.mem
+                .order_access(dr as usize, d.buf, doff, bytes, th.tid, pc, true)?;
             self.mem
                 .rank_bytes(dr, d.buf, doff, bytes, th.tid, pc)?
                 .copy_from_slice(&data[..bytes]);

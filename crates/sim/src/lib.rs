@@ -50,6 +50,7 @@ mod error;
 mod exec;
 mod mbarrier;
 mod memory;
+mod order;
 mod race;
 mod sched;
 pub mod tensor_core;
@@ -175,6 +176,10 @@ pub struct SimReport {
     pub local_bytes_per_thread: usize,
     /// Scalar registers per thread (variables, `Var` buffers, temporaries).
     pub registers_per_thread: usize,
+    /// A multi-rank run checked the memory order of its symmetric buffers (reads ordered
+    /// after the writes they see); false when race checks are off or when there are more
+    /// threads in all than the check keeps clocks for.
+    pub order_checked: bool,
 }
 
 /// Run `kernel` on `args` (in `Kernel::params` order); tensor arguments receive the results.
@@ -295,16 +300,36 @@ pub fn run_ranks(
             proxy_fences: vec![],
             wgmma_reads: Default::default(),
             mbars: Default::default(),
+            order: None,
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,
     };
     let checks = (opts.check_races, opts.check_uninit);
-    if progs.iter().any(|p| p.waits) || n > 1 {
+    let agents = launch_blocks.len() * kernel.threads as usize;
+    if kernel.attrs.dist.is_some() && opts.check_races && agents <= order::MAX_AGENTS {
+        let info = launch_blocks
+            .iter()
+            .flat_map(|&(rank, block, _)| {
+                (0..kernel.threads).map(move |thread| order::AgentInfo {
+                    rank,
+                    block,
+                    thread,
+                })
+            })
+            .collect();
+        it.mem.order = Some(order::Order::new(info));
+    }
+    let order_checked = it.mem.order.is_some();
+    // Multi-rank kernels always run concurrently: each block has its own threads in the
+    // order checker.
+    if progs.iter().any(|p| p.waits) || n > 1 || kernel.attrs.dist.is_some() {
         let ctxs = launch_blocks
             .iter()
-            .map(|&(r, b, vars)| {
-                sched::BlockCtx::new(&progs[r], r, kernel.threads, b, vars, checks)
+            .enumerate()
+            .map(|(i, &(r, b, vars))| {
+                let base = (i * kernel.threads as usize) as u32;
+                sched::BlockCtx::new(&progs[r], r, kernel.threads, b, vars, checks, base)
             })
             .collect();
         sched::run_concurrent(&mut it, &progs, ctxs)?;
@@ -327,6 +352,7 @@ pub fn run_ranks(
         shared_bytes: prog0.shared_bytes,
         local_bytes_per_thread: prog0.local_bytes,
         registers_per_thread: prog0.nregs,
+        order_checked,
     })
 }
 

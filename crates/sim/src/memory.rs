@@ -21,6 +21,8 @@ pub struct Mem<'p, 'g> {
     pub rank: usize,
     /// The other ranks' tensors by rank (the running rank's entry is empty while it runs).
     pub peers: Vec<Vec<Option<&'g mut [u8]>>>,
+    /// The memory-order checker of a multi-rank run (symmetric buffers only).
+    pub order: Option<crate::order::Order>,
     pub shared: Vec<u8>,
     pub shadow: Shadow,
     pub global_writes: GlobalWrites,
@@ -254,6 +256,9 @@ impl<'p, 'g> Mem<'p, 'g> {
             _ => Ok(()),
         };
         r.map_err(|c| self.conflict(c, buf, who))?;
+        if info.scope == Scope::Global && who.kind != crate::race::Kind::Atomic {
+            self.order_access(self.rank, buf, off, len, who.tid as u32, who.pc, true)?;
+        }
         if info.scope == Scope::Shared {
             self.check_wgmma_reads(buf, off, len, who)?;
         }
@@ -306,6 +311,38 @@ impl<'p, 'g> Mem<'p, 'g> {
             }
         }
         Ok(())
+    }
+
+    /// Check a plain access of rank `rank`'s copy of `buf` against the memory order (a no-op
+    /// unless the run checks it and `buf` is symmetric).
+    #[allow(clippy::too_many_arguments)]
+    pub fn order_access(
+        &mut self,
+        rank: usize,
+        buf: u32,
+        off: usize,
+        len: usize,
+        tid: u32,
+        pc: u32,
+        write: bool,
+    ) -> Result<(), SimError> {
+        let prog = self.prog;
+        let Some(o) = self.order.as_mut() else {
+            return Ok(());
+        };
+        if !prog.symmetric.contains(&buf) {
+            return Ok(());
+        }
+        let info = &prog.bufs[buf as usize];
+        o.access(rank, buf, info.bytes(), off, len, tid, pc, write)
+            .map_err(|u| SimError::UnorderedAccess {
+                buffer: info.name.clone(),
+                rank,
+                element: off / info.dtype.bytes().max(1),
+                access: if u.is_write { "write" } else { "read" },
+                by: crate::order::describe(&u.reader, prog.span(pc as usize)),
+                writer: crate::order::describe(&u.writer, prog.span(u.write_pc as usize)),
+            })
     }
 
     /// How many ranks run the kernel.
@@ -393,6 +430,7 @@ impl<'p, 'g> Mem<'p, 'g> {
                 self.global_writes
                     .read(info.base, off, len, who, when)
                     .map_err(|c| self.conflict(c, buf, who))?;
+                self.order_access(self.rank, buf, off, len, who.tid as u32, who.pc, false)?;
                 match self.globals.get(info.base) {
                     Some(Some(g)) => g,
                     _ => return Err(missing(info)),

@@ -109,6 +109,8 @@ pub struct BlockCtx {
     wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
     mbars: crate::mbarrier::Mbars,
     done: bool,
+    /// The memory-order checker's index of this block's thread 0.
+    agent_base: u32,
 }
 
 impl BlockCtx {
@@ -119,6 +121,7 @@ impl BlockCtx {
         hw: [i64; 3],
         vars: [i64; 3],
         checks: (bool, bool),
+        agent_base: u32,
     ) -> BlockCtx {
         BlockCtx {
             rank,
@@ -134,6 +137,7 @@ impl BlockCtx {
             wgmma_reads: Default::default(),
             mbars: Default::default(),
             done: false,
+            agent_base,
         }
     }
 
@@ -150,6 +154,9 @@ impl BlockCtx {
         std::mem::swap(&mut self.proxy_fences, &mut m.proxy_fences);
         std::mem::swap(&mut self.wgmma_reads, &mut m.wgmma_reads);
         std::mem::swap(&mut self.mbars, &mut m.mbars);
+        if let Some(o) = m.order.as_mut() {
+            o.base = self.agent_base;
+        }
     }
 }
 
@@ -292,6 +299,9 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
             if th.state == State::FlagWait {
                 if let Stash::Flag(w) = th.stash {
                     if it.flag_holds(&w, th.tid, th.pc)? {
+                        if let Some(o) = it.mem.order.as_mut() {
+                            o.load((w.rank as usize, w.buf, w.off), th.tid, true);
+                        }
                         th.state = State::Ready;
                         th.stash = Stash::None;
                         th.pc += 1;
@@ -349,6 +359,9 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
             // An LDS barrier orders shared memory only; `sync_threads` orders global memory too.
             if !matches!(it.prog.code.get(pc as usize), Some(Instr::BarrierLds)) {
                 it.mem.global_epoch += 1;
+                if let Some(o) = it.mem.order.as_mut() {
+                    o.barrier(ths.len() as u32);
+                }
             }
             it.stats.barriers += 1;
             for t in ths.iter_mut() {

@@ -220,3 +220,95 @@ fn uncovered_backends_refuse_multi_rank_kernels() {
     let e = k.emit(Target::GFX950).expect_err("no AMD multi-rank path");
     assert!(e.to_string().contains("NVIDIA targets only"), "{e}");
 }
+
+/// Gather every rank's `X` into the symmetric `OUT`, then sum its rows into `Y` — with the
+/// barrier between the block's puts and its signal (`ordered`), or without it, when the signal
+/// releases only the signalling thread's own puts.
+const GATHER_N: i64 = 40;
+
+fn gather_sum(ordered: bool) -> Kernel {
+    Kernel::build("gather_sum", |k| {
+        let (r, n) = (k.dim("R"), Expr::int(GATHER_N));
+        let x = k.input("X", [&n], F32);
+        let out = k.symmetric("OUT", [&r, &n], F32);
+        let flags = k.symmetric("FLAGS", [&r], I32);
+        let y = k.output("Y", [&n], F32);
+        let d = k.distributed();
+        let threads = 32;
+        k.launch([1], threads, |t, [_]| {
+            t.serial(&d.num_ranks, |t, p| {
+                t.put_block(x.at([0]), out.at([d.rank.clone(), Expr::int(0)]), &n, p);
+            });
+            if ordered {
+                t.sync_threads();
+            }
+            let tid = t.thread_idx();
+            t.if_(tid.eq_(0), |t| {
+                t.serial(&d.num_ranks, |t, p| {
+                    t.signal(flags.at([d.rank.clone()]), p, 1, SignalOp::Set);
+                });
+                t.serial(&d.num_ranks, |t, p| {
+                    t.wait(flags.at([p]), tilelang::ir::CmpOp::Eq, 1);
+                });
+            });
+            t.sync_threads();
+            // Each thread sums its elements over the ranks' rows.
+            t.parallel([GATHER_N], |t, [e]| {
+                t.store(&y, [e.clone()], Expr::float(0.0));
+                t.serial(&d.num_ranks, |t, p| {
+                    t.store(&y, [e.clone()], y.at([e.clone()]) + out.at([p, e.clone()]));
+                });
+            });
+        });
+    })
+}
+
+fn gather_sum_args(r: usize, ranks: usize, n: usize) -> Vec<SimArg> {
+    vec![
+        SimArg::tensor(F32, &[n], &shard(r, n)),
+        SimArg::tensor(F32, &[ranks, n], &vec![f64::NAN; ranks * n]),
+        SimArg::zeros(I32, &[ranks]),
+        SimArg::tensor(F32, &[n], &vec![f64::NAN; n]),
+        SimArg::Int(r as i64),
+        SimArg::Int(ranks as i64),
+        SimArg::Int(0),
+    ]
+}
+
+/// With the barrier, every rank reads every peer's rows after acquiring their signals, and the
+/// sums are right; the memory-order check ran.
+#[test]
+fn gathered_rows_read_after_the_signal_are_ordered() {
+    let lowered = gather_sum(true).lower(Target::SM90).expect("lower");
+    for ranks in [2usize, 3] {
+        let n = GATHER_N as usize;
+        let mut args: Vec<Vec<SimArg>> = (0..ranks).map(|r| gather_sum_args(r, ranks, n)).collect();
+        let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
+        assert!(rep.order_checked);
+        let want: Vec<f64> = (0..n)
+            .map(|i| (0..ranks).map(|r| shard(r, n)[i]).sum())
+            .collect();
+        for a in &args {
+            assert_eq!(a[3].to_f64(F32), want);
+        }
+    }
+}
+
+/// Without the barrier, thread 0's release covers only its own puts: a peer that reads the
+/// rows other threads put reads data nothing orders — on a GPU it may still be in flight. The
+/// simulator's sums happen to be right; its order check reports the read.
+#[test]
+fn a_signal_before_the_block_barrier_is_an_unordered_read() {
+    let lowered = gather_sum(false).lower(Target::SM90).expect("lower");
+    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| gather_sum_args(r, 2, 40)).collect();
+    let e =
+        tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect_err("unordered read");
+    let msg = e.to_string();
+    assert!(matches!(e, SimError::UnorderedAccess { .. }), "{msg}");
+    assert!(
+        msg.contains("`OUT`") && msg.contains("not ordered after the write by thread"),
+        "{msg}"
+    );
+    println!("{msg}");
+}

@@ -1,0 +1,207 @@
+//! The memory order of multi-rank kernels: which plain accesses of symmetric buffers are
+//! ordered after the writes they read, by the signals, waits, fences and barriers between.
+//!
+//! The simulator runs one thread at a time, so every write is at once visible to every later
+//! read; a GPU gives no such guarantee across blocks and ranks. A consumer that reads a peer's
+//! data without an acquire of the signal released after it (or a producer that signals before
+//! the block barrier that orders the other threads' puts) works here by luck and fails there.
+//! This module finds those reads with vector clocks (one clock per thread of every block of
+//! every rank): a thread's clock says how much of each other thread's history it is ordered
+//! after. A plain write records its writer and the writer's own clock; a release (store or
+//! reduction with release semantics, or a relaxed one after a fence) publishes the writer's
+//! clock on the flag, and an acquire (a load with acquire semantics, a satisfied wait, or a
+//! relaxed load followed by a fence) joins it; `sync_threads` joins the clocks of a block.
+//! A plain read (or write) of a byte whose last writer is not ordered before it is reported.
+//!
+//! Only symmetric buffers are tracked (where ranks communicate); flag accesses themselves
+//! (memory-model operations) never race. Clocks take `threads²` words, so the check runs only
+//! up to [`MAX_AGENTS`] threads in all; beyond that the report says it did not run.
+
+use std::collections::HashMap;
+
+use tl_ir::Span;
+
+/// The largest number of threads (all blocks of all ranks) whose order is checked.
+pub const MAX_AGENTS: usize = 4096;
+
+/// Who an agent (thread) is, for reports.
+#[derive(Clone, Copy, Debug)]
+pub struct AgentInfo {
+    pub rank: usize,
+    pub block: [i64; 3],
+    pub thread: u32,
+}
+
+/// The last plain write of a byte: its writer, the writer's clock then, and where.
+#[derive(Clone, Copy, Debug)]
+struct LastWrite {
+    agent: u32,
+    clock: u32,
+    pc: u32,
+}
+
+/// A read or write that is not ordered after the write before it.
+#[derive(Clone, Debug)]
+pub struct Unordered {
+    pub reader: AgentInfo,
+    pub writer: AgentInfo,
+    pub write_pc: u32,
+    pub is_write: bool,
+}
+
+pub struct Order {
+    pub agents: Vec<AgentInfo>,
+    clocks: Vec<Vec<u32>>,
+    /// Per agent, its clock at its last fence (what a relaxed store after it releases).
+    fenced: Vec<Option<Vec<u32>>>,
+    /// Per agent, what relaxed loads since its last fence observed (a fence acquires it).
+    pending: Vec<Option<Vec<u32>>>,
+    /// The clock released on each flag: (rank, buffer, byte offset).
+    flags: HashMap<(usize, u32, usize), Vec<u32>>,
+    /// Last plain writes of symmetric bytes: (rank, buffer) → per byte.
+    writes: HashMap<(usize, u32), Vec<Option<LastWrite>>>,
+    /// The agent index of thread 0 of the running block.
+    pub base: u32,
+}
+
+fn join(into: &mut [u32], from: &[u32]) {
+    for (a, b) in into.iter_mut().zip(from) {
+        *a = (*a).max(*b);
+    }
+}
+
+impl Order {
+    /// `agents[i]`: who agent `i` is; every agent starts at clock 1 of its own history.
+    pub fn new(agents: Vec<AgentInfo>) -> Order {
+        let n = agents.len();
+        let clocks = (0..n)
+            .map(|i| {
+                let mut c = vec![0u32; n];
+                c[i] = 1;
+                c
+            })
+            .collect();
+        Order {
+            agents,
+            clocks,
+            fenced: vec![None; n],
+            pending: vec![None; n],
+            flags: HashMap::new(),
+            writes: HashMap::new(),
+            base: 0,
+        }
+    }
+
+    fn agent(&self, tid: u32) -> usize {
+        (self.base + tid) as usize
+    }
+
+    /// Check a plain access of `len` bytes at `off` of rank `rank`'s copy of `buf` (of `size`
+    /// bytes) by thread `tid` of the running block; a write is then recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub fn access(
+        &mut self,
+        rank: usize,
+        buf: u32,
+        size: usize,
+        off: usize,
+        len: usize,
+        tid: u32,
+        pc: u32,
+        write: bool,
+    ) -> Result<(), Unordered> {
+        let a = self.agent(tid);
+        let bytes = self
+            .writes
+            .entry((rank, buf))
+            .or_insert_with(|| vec![None; size]);
+        let own = &self.clocks[a];
+        for b in bytes.iter_mut().skip(off).take(len) {
+            if let Some(w) = *b {
+                if w.agent as usize != a && own[w.agent as usize] < w.clock {
+                    return Err(Unordered {
+                        reader: self.agents[a],
+                        writer: self.agents[w.agent as usize],
+                        write_pc: w.pc,
+                        is_write: write,
+                    });
+                }
+            }
+            if write {
+                *b = Some(LastWrite {
+                    agent: a as u32,
+                    clock: own[a],
+                    pc,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A store or reduction on a flag: with `release` it publishes this thread's clock (after
+    /// a fence, a relaxed one publishes the clock at the fence).
+    pub fn store(&mut self, key: (usize, u32, usize), tid: u32, release: bool) {
+        let a = self.agent(tid);
+        let published = if release {
+            let c = self.clocks[a].clone();
+            self.clocks[a][a] += 1;
+            Some(c)
+        } else {
+            self.fenced[a].clone()
+        };
+        if let Some(c) = published {
+            let f = self.flags.entry(key).or_insert_with(|| vec![0; c.len()]);
+            join(f, &c);
+        }
+    }
+
+    /// A load of a flag: with `acquire` it joins what was released on it; a relaxed one
+    /// keeps it for the next fence.
+    pub fn load(&mut self, key: (usize, u32, usize), tid: u32, acquire: bool) {
+        let a = self.agent(tid);
+        let Some(f) = self.flags.get(&key) else {
+            return;
+        };
+        if acquire {
+            join(&mut self.clocks[a], f);
+        } else {
+            let p = self.pending[a].get_or_insert_with(|| vec![0; f.len()]);
+            join(p, f);
+        }
+    }
+
+    /// A fence: acquires what relaxed loads since the last one observed, and marks the point
+    /// a later relaxed store releases.
+    pub fn fence(&mut self, tid: u32) {
+        let a = self.agent(tid);
+        if let Some(p) = self.pending[a].take() {
+            join(&mut self.clocks[a], &p);
+        }
+        self.fenced[a] = Some(self.clocks[a].clone());
+        self.clocks[a][a] += 1;
+    }
+
+    /// `sync_threads` in the running block of `threads` threads: each is ordered after what
+    /// every other was ordered after, and after their accesses before the barrier.
+    pub fn barrier(&mut self, threads: u32) {
+        let lo = self.base as usize;
+        let hi = lo + threads as usize;
+        let n = self.clocks.first().map_or(0, |c| c.len());
+        let mut all = vec![0u32; n];
+        for c in &self.clocks[lo..hi] {
+            join(&mut all, c);
+        }
+        for (i, c) in self.clocks[lo..hi].iter_mut().enumerate() {
+            c.copy_from_slice(&all);
+            c[lo + i] += 1;
+        }
+    }
+}
+
+/// Where a report's thread is.
+pub fn describe(a: &AgentInfo, span: Span) -> String {
+    format!(
+        "thread {} of block [{}, {}, {}] on rank {} at {span}",
+        a.thread, a.block[0], a.block[1], a.block[2], a.rank
+    )
+}
