@@ -208,17 +208,58 @@ fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
     }
 }
 
-/// Targets that do not cover multi-rank kernels say so instead of printing wrong code: the PTX
-/// printer (the driver then takes the CUDA C++ path) and the AMD backend.
+/// The AMD backend does not cover multi-rank kernels and says so instead of printing wrong
+/// code.
 #[test]
-fn uncovered_backends_refuse_multi_rank_kernels() {
+fn amd_targets_refuse_multi_rank_kernels() {
     let k = all_gather(F32, 64);
-    let e = k
-        .emit_ptx(Target::SM90)
-        .expect_err("the PTX printer does not cover it");
-    assert!(e.to_string().contains("through CUDA C++"), "{e}");
     let e = k.emit(Target::GFX950).expect_err("no AMD multi-rank path");
     assert!(e.to_string().contains("NVIDIA targets only"), "{e}");
+}
+
+/// The PTX printer (the default NVIDIA path) prints the memory-model instructions itself, and
+/// nvJitLink assembles the result for sm_90a and sm_80 without spills.
+#[test]
+fn multi_rank_kernels_print_as_ptx_and_assemble() {
+    if tl_nvrtc::testing::nvrtc_or_skip("multi_rank_kernels_print_as_ptx_and_assemble").is_none() {
+        return;
+    }
+    for (k, wants) in [
+        (
+            all_gather(F32, 128),
+            &[
+                "st.release.sys.global.b32",
+                "ld.acquire.sys.global.b32",
+                "setp.ge.s32",
+            ][..],
+        ),
+        (
+            gather_sum(true),
+            &[
+                "st.release.sys.global.b32",
+                "ld.acquire.sys.global.b32",
+                "setp.eq.s32",
+            ][..],
+        ),
+    ] {
+        for target in TARGETS {
+            let ptx = k
+                .emit_ptx(target)
+                .unwrap_or_else(|e| panic!("{} {target}: {e}", k.name()));
+            for want in wants {
+                assert!(
+                    ptx.contains(want),
+                    "{} {target}: no `{want}` in\n{ptx}",
+                    k.name()
+                );
+            }
+            let opts = tl_nvrtc::CheckOptions::default();
+            match tl_nvrtc::check_with(&ptx, &target.arch(), &opts) {
+                Ok(r) => println!("{} {target}: {r}", k.name()),
+                Err(e) => panic!("{} {target}: {e}\n{ptx}", k.name()),
+            }
+        }
+    }
 }
 
 /// Gather every rank's `X` into the symmetric `OUT`, then sum its rows into `Y` — with the

@@ -73,6 +73,8 @@ pub(super) struct Emitter {
     pub tmaps: HashMap<(u64, Vec<u32>, u32), String>,
     pub tid: String,
     pub sm: u32,
+    /// A multi-rank kernel's rank and heap-stride parameters, for peer addresses.
+    pub dist: Option<tl_ir::DistAttrs>,
     /// Use only division and square-root forms that ptxas expands inline. IEEE `div.rn`,
     /// `rcp.rn` and `sqrt.rn` have a slow path that nvJitLink links as an external subroutine,
     /// and ptxas serializes every wgmma of a function that makes any external call (C7509:
@@ -202,6 +204,7 @@ impl Emitter {
             nonneg: HashSet::new(),
             preheaders: vec![],
             hoist_invariants: false,
+            dist: None,
         }
     }
 

@@ -84,6 +84,20 @@ impl Emitter {
         }
     }
 
+    /// Rank `peer`'s copy of the element at `a`: every rank's symmetric heap is mapped at
+    /// `base + r·heap_stride`, so it is `a + (peer − rank)·heap_stride`.
+    fn peer_addr(&mut self, a: Addr, peer: &Expr) -> R<Addr> {
+        let Some(d) = self.dist.clone() else {
+            return Err("a peer address in a kernel that is not distributed".into());
+        };
+        let delta = (peer.clone() - d.rank.expr()).cast(DType::I64) * d.heap_stride.expr();
+        let v = self.expr(&delta)?;
+        let v = self.reg(&v, Class::B64);
+        let base = self.fresh(Class::B64);
+        self.ins(&format!("add.s64 {base}, {}, {v}", a.base));
+        Ok(Addr { base, ..a })
+    }
+
     /// Whether the global tensor behind a source address is read-only in this kernel.
     fn read_only(&self, arg: Option<&Expr>) -> bool {
         target(arg)
@@ -123,6 +137,21 @@ impl Emitter {
                 self.ins(&format!("shfl.sync.{mode}.b32 {d}, {v}, {lane}, {c}, -1"));
                 Ok(Val::Reg(d, class))
             }
+            Intrinsic::MemLoad { sem, scope } => {
+                if args.len() != 1 && args.len() != 2 {
+                    return Err(format!("{op} with {} arguments", args.len()));
+                }
+                let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
+                let a = match args.get(1) {
+                    Some(peer) => self.peer_addr(a, peer)?,
+                    None => a,
+                };
+                let (ty, class) = flag_type(b.dtype())?;
+                let d = self.fresh(class);
+                let q = mem_qualifier(*sem, *scope);
+                self.ins(&format!("ld{q}.global.{ty} {d}, {}", a.operand()));
+                Ok(Val::Reg(d, class))
+            }
             other => Err(format!("the intrinsic {other} in an expression")),
         }
     }
@@ -142,6 +171,92 @@ impl Emitter {
             Intrinsic::WgmmaFence => self.ins("wgmma.fence.sync.aligned"),
             Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
+            Intrinsic::Fence { scope, sc } => {
+                let kind = if *sc { "sc" } else { "acq_rel" };
+                self.ins(&format!("fence.{kind}.{}", scope.name()));
+            }
+            Intrinsic::MemStore { sem, scope } | Intrinsic::MemRedAdd { sem, scope } => {
+                if args.len() != 2 && args.len() != 3 {
+                    return Err(format!("{op} with {} arguments", args.len()));
+                }
+                let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
+                let a = match args.get(2) {
+                    Some(peer) => self.peer_addr(a, peer)?,
+                    None => a,
+                };
+                let (ty, class) = flag_type(b.dtype())?;
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, class);
+                let q = mem_qualifier(*sem, *scope);
+                if matches!(op, Intrinsic::MemStore { .. }) {
+                    self.ins(&format!("st{q}.global.{ty} {}, {v}", a.operand()));
+                } else {
+                    let ty = match b.dtype() {
+                        DType::F32 => "f32",
+                        DType::I32 | DType::U32 => "u32",
+                        DType::I64 | DType::U64 => "u64",
+                        other => return Err(format!("{op} on {other}")),
+                    };
+                    self.ins(&format!("red{q}.global.add.{ty} {}, {v}", a.operand()));
+                }
+            }
+            Intrinsic::WaitUntil { cmp, scope } => {
+                if args.len() != 2 && args.len() != 3 {
+                    return Err(format!("{op} with {} arguments", args.len()));
+                }
+                let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
+                let a = match args.get(2) {
+                    Some(peer) => self.peer_addr(a, peer)?,
+                    None => a,
+                };
+                let (ty, class, cmp_ty) = match b.dtype() {
+                    DType::I32 => ("b32", Class::B32, "s32"),
+                    DType::U32 => ("b32", Class::B32, "u32"),
+                    DType::I64 => ("b64", Class::B64, "s64"),
+                    DType::U64 => ("b64", Class::B64, "u64"),
+                    other => return Err(format!("{op} on a {other} flag")),
+                };
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, class);
+                let (r, p) = (self.fresh(class), self.fresh(Class::Pred));
+                let top = self.label();
+                self.place(&top);
+                self.ins(&format!(
+                    "ld.acquire.{}.global.{ty} {r}, {}",
+                    scope.name(),
+                    a.operand()
+                ));
+                self.ins(&format!("setp.{}.{cmp_ty} {p}, {r}, {v}", cmp.name()));
+                self.ins(&format!("@!{p} bra {top}"));
+            }
+            Intrinsic::PeerCopy { lanes, put } => {
+                Self::nargs(op, args, 3)?;
+                let (d, db) = self.mem_arg(args.first(), GLOBAL)?;
+                let (s, _) = self.mem_arg(args.get(1), GLOBAL)?;
+                let (d, s) = if *put {
+                    (self.peer_addr(d, &args[2])?, s)
+                } else {
+                    let s = self.peer_addr(s, &args[2])?;
+                    (d, s)
+                };
+                let bytes = *lanes as usize * db.dtype().bytes();
+                let (ty, words) = match bytes {
+                    16 => (".v4.b32", 4),
+                    8 => (".v2.b32", 2),
+                    4 => (".b32", 1),
+                    2 => (".u16", 1),
+                    1 => (".u8", 1),
+                    _ => return Err(format!("a {bytes}-byte peer copy")),
+                };
+                let regs: Vec<String> = (0..words).map(|_| self.fresh(Class::B32)).collect();
+                let list = if words == 1 {
+                    regs[0].clone()
+                } else {
+                    format!("{{{}}}", regs.join(", "))
+                };
+                self.ins(&format!("ld.global{ty} {list}, {}", s.operand()));
+                self.ins(&format!("st.global{ty} {}, {list}", d.operand()));
+            }
             Intrinsic::MbarrierInit { count } => {
                 Self::nargs(op, args, 1)?;
                 let (b, _) = self.mem_arg(args.first(), SHARED)?;
@@ -480,5 +595,24 @@ impl Emitter {
             ));
         }
         Ok(())
+    }
+}
+
+/// The PTX type and register class of a memory-model access to a `dt` element.
+fn flag_type(dt: DType) -> R<(&'static str, Class)> {
+    Ok(match dt {
+        DType::F32 => ("f32", Class::F32),
+        DType::I32 | DType::U32 => ("b32", Class::B32),
+        DType::I64 | DType::U64 => ("b64", Class::B64),
+        other => return Err(format!("a memory-model access of a {other} element")),
+    })
+}
+
+/// `.sem.scope` of a load, store or reduction (`.volatile` has no scope; weak is plain).
+fn mem_qualifier(sem: tl_ir::MemSem, scope: tl_ir::MemScope) -> String {
+    match sem {
+        tl_ir::MemSem::Weak => String::new(),
+        tl_ir::MemSem::Volatile => ".volatile".into(),
+        s => format!(".{}.{}", s.name(), scope.name()),
     }
 }

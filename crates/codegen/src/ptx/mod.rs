@@ -66,6 +66,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     let written = written_buffers(&k.body);
 
     let mut em = Emitter::new(sm);
+    em.dist = k.attrs.dist.clone();
     k.body.walk(&mut |st| {
         for e in st.exprs() {
             em.inline_math |=

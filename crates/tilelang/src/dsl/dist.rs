@@ -98,8 +98,11 @@ fn flatten(b: &tl_ir::Buffer, idx: &[Expr]) -> Expr {
     tl_ir::simplify(&flat)
 }
 
-/// Row-major indices of the flat element offset `flat` in `b`.
+/// Row-major indices of the flat element offset `flat` (non-negative) in `b`. Truncating
+/// division, which equals floor division here and which every backend prints for symbolic
+/// extents.
 fn unflatten(b: &tl_ir::Buffer, flat: &Expr) -> Vec<Expr> {
+    use tl_ir::BinOp;
     let shape = b.shape();
     let mut idx = vec![Expr::int(0); shape.len()];
     let mut rest = flat.clone();
@@ -107,8 +110,8 @@ fn unflatten(b: &tl_ir::Buffer, flat: &Expr) -> Vec<Expr> {
         if d == 0 {
             idx[d] = rest.clone();
         } else {
-            idx[d] = tl_ir::ops::floormod(rest.clone(), shape[d].clone());
-            rest = tl_ir::ops::floordiv(rest, shape[d].clone());
+            idx[d] = Expr::binary(BinOp::Mod, rest.clone(), shape[d].clone());
+            rest = Expr::binary(BinOp::Div, rest, shape[d].clone());
         }
     }
     idx.iter().map(tl_ir::simplify).collect()
