@@ -287,15 +287,16 @@ pub enum SimError {
     },
 
     /// A plain access of a symmetric buffer that no signal, wait, fence or barrier orders after
-    /// the write before it (on a GPU it may see the old bytes, or be overwritten).
-    #[error("unordered {access} of `{buffer}`[{element}] on rank {rank} by {by}: it is not ordered after the write by {writer} (a signal released after that write and acquired before this access — a wait, or a block barrier within a block — is missing)")]
+    /// an earlier access of the same bytes by another thread, one of them a write: on a GPU a
+    /// read may see the old or the new bytes, and of two writes either may land last.
+    #[error("unordered access ({kind}) of `{buffer}`[{element}] on rank {rank} by {by}: nothing orders it after the access by {other} (a signal released after the first and acquired before the second — a wait, or a block barrier within a block — is missing)")]
     UnorderedAccess {
         buffer: String,
         rank: usize,
         element: usize,
-        access: &'static str,
+        kind: &'static str,
         by: String,
-        writer: String,
+        other: String,
     },
 
     /// Ranks that launch a multi-rank kernel with different sizes for a symmetric buffer.

@@ -131,6 +131,12 @@ pub struct Interp<'p, 'g> {
     pub mem: Mem<'p, 'g>,
     pub stats: Stats,
     pub max_steps: u64,
+    /// Concurrent runs: a thread stops right after a flag store or reduction, so that the
+    /// blocks it may wake run before the signaller goes on (the earliest a GPU could run
+    /// them, where premature reads show).
+    pub yield_on_signal: bool,
+    /// Set when a thread stopped for that reason.
+    pub signalled: bool,
 }
 
 /// `apply_bin` for the index arithmetic that dominates kernels (i32/i64, no division by
@@ -529,7 +535,13 @@ impl Interp<'_, '_> {
                     peer,
                     add,
                     sem,
-                } => self.mem_store(th, addr, value, peer.as_ref(), (*add, *sem), pc)?,
+                } => {
+                    self.mem_store(th, addr, value, peer.as_ref(), (*add, *sem), pc)?;
+                    if self.yield_on_signal && *sem != MemSem::Weak {
+                        self.signalled = true;
+                        return Ok(());
+                    }
+                }
                 // Threads run one at a time and every access is immediately visible to all; the
                 // order checker follows what the fence would order on a GPU.
                 Instr::Fence => {

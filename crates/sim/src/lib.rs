@@ -304,6 +304,8 @@ pub fn run_ranks(
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,
+        yield_on_signal: false,
+        signalled: false,
     };
     let checks = (opts.check_races, opts.check_uninit);
     let agents = launch_blocks.len() * kernel.threads as usize;

@@ -339,9 +339,9 @@ impl<'p, 'g> Mem<'p, 'g> {
                 buffer: info.name.clone(),
                 rank,
                 element: off / info.dtype.bytes().max(1),
-                access: if u.is_write { "write" } else { "read" },
-                by: crate::order::describe(&u.reader, prog.span(pc as usize)),
-                writer: crate::order::describe(&u.writer, prog.span(u.write_pc as usize)),
+                kind: u.kind,
+                by: crate::order::describe(&u.by, prog.span(pc as usize)),
+                other: crate::order::describe(&u.other, prog.span(u.other_pc as usize)),
             })
     }
 

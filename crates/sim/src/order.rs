@@ -40,13 +40,19 @@ struct LastWrite {
     pc: u32,
 }
 
-/// A read or write that is not ordered after the write before it.
+/// A byte's last plain write and last plain read.
+type ByteHistory = (Option<LastWrite>, Option<LastWrite>);
+
+/// Two accesses of a byte that nothing orders.
 #[derive(Clone, Debug)]
 pub struct Unordered {
-    pub reader: AgentInfo,
-    pub writer: AgentInfo,
-    pub write_pc: u32,
-    pub is_write: bool,
+    /// The access being made.
+    pub by: AgentInfo,
+    /// The earlier access it is not ordered after, and where it was.
+    pub other: AgentInfo,
+    pub other_pc: u32,
+    /// What the two are: a read after a write, a write after a write, a write after a read.
+    pub kind: &'static str,
 }
 
 pub struct Order {
@@ -58,8 +64,8 @@ pub struct Order {
     pending: Vec<Option<Vec<u32>>>,
     /// The clock released on each flag: (rank, buffer, byte offset).
     flags: HashMap<(usize, u32, usize), Vec<u32>>,
-    /// Last plain writes of symmetric bytes: (rank, buffer) → per byte.
-    writes: HashMap<(usize, u32), Vec<Option<LastWrite>>>,
+    /// Last plain write and last plain read of symmetric bytes: (rank, buffer) → per byte.
+    writes: HashMap<(usize, u32), Vec<ByteHistory>>,
     /// The agent index of thread 0 of the running block.
     pub base: u32,
 }
@@ -114,25 +120,32 @@ impl Order {
         let bytes = self
             .writes
             .entry((rank, buf))
-            .or_insert_with(|| vec![None; size]);
+            .or_insert_with(|| vec![(None, None); size]);
         let own = &self.clocks[a];
-        for b in bytes.iter_mut().skip(off).take(len) {
-            if let Some(w) = *b {
-                if w.agent as usize != a && own[w.agent as usize] < w.clock {
-                    return Err(Unordered {
-                        reader: self.agents[a],
-                        writer: self.agents[w.agent as usize],
-                        write_pc: w.pc,
-                        is_write: write,
-                    });
-                }
-            }
+        let agents = &self.agents;
+        let unordered = |x: &Option<LastWrite>, kind: &'static str| match *x {
+            Some(w) if w.agent as usize != a && own[w.agent as usize] < w.clock => Err(Unordered {
+                by: agents[a],
+                other: agents[w.agent as usize],
+                other_pc: w.pc,
+                kind,
+            }),
+            _ => Ok(()),
+        };
+        let me = Some(LastWrite {
+            agent: a as u32,
+            clock: own[a],
+            pc,
+        });
+        for (last_write, last_read) in bytes.iter_mut().skip(off).take(len) {
             if write {
-                *b = Some(LastWrite {
-                    agent: a as u32,
-                    clock: own[a],
-                    pc,
-                });
+                unordered(last_write, "write after a write")?;
+                unordered(last_read, "write after a read")?;
+                *last_write = me;
+                *last_read = None;
+            } else {
+                unordered(last_write, "read after a write")?;
+                *last_read = me;
             }
         }
         Ok(())

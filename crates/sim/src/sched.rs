@@ -180,6 +180,7 @@ pub fn run_concurrent<'p>(
     progs: &'p [Program],
     mut ctxs: Vec<BlockCtx>,
 ) -> Result<(), SimError> {
+    it.yield_on_signal = true;
     loop {
         let mut progressed = false;
         for c in ctxs.iter_mut().filter(|c| !c.done) {
@@ -210,6 +211,12 @@ pub fn run_concurrent<'p>(
             };
             c.swap(it);
             r?;
+            if std::mem::take(&mut it.signalled) {
+                // Start the next pass from the first block: a waiter before this one may
+                // go on now.
+                progressed = true;
+                break;
+            }
         }
         if ctxs.iter().all(|c| c.done) {
             return Ok(());
@@ -284,6 +291,10 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
         for th in ths.iter_mut() {
             if th.state == State::Ready {
                 it.run_thread(th)?;
+                if it.signalled {
+                    // The thread stays ready; blocks it may have woken run first.
+                    return Ok(Sched::Blocked);
+                }
             }
         }
         let mut progressed = false;

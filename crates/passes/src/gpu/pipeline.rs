@@ -310,6 +310,12 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         } else {
             Default::default()
         },
+        symmetric: k
+            .attrs
+            .dist
+            .as_ref()
+            .map(|d| d.symmetric.iter().copied().collect())
+            .unwrap_or_default(),
     };
     let body = px.rewrite(&k.body);
     if !px.errors.is_empty() {
@@ -347,6 +353,10 @@ struct Pipeliner {
     /// Input tensors the runtime may stage into pitched copies for TMA
     /// (`KernelAttrs::tma_pitched_inputs`), by buffer id.
     pitchable: std::collections::HashSet<u64>,
+    /// Symmetric buffers of a multi-rank kernel: peers write them with generic stores that an
+    /// acquire orders for the generic proxy, which TMA (the async proxy) is not; their copies
+    /// stay cp.async.
+    symmetric: std::collections::HashSet<u64>,
 }
 
 /// The tensor parameters the kernel reads and never writes.
@@ -656,6 +666,9 @@ impl Pipeliner {
             let StmtKind::Op(TileOp::Copy(c)) = &body[i].kind else {
                 return None;
             };
+            if self.symmetric.contains(&c.src.buffer.id()) {
+                return None;
+            }
             let aligned = self.pitchable.contains(&c.src.buffer.id())
                 || super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
             let t = super::tma::TmaTile::of(

@@ -43,3 +43,124 @@ pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
         });
     })
 }
+
+/// Tiles of the all-gather + GEMM.
+#[derive(Clone, Copy, Debug)]
+pub struct AgGemmConfig {
+    pub bm: i64,
+    pub bn: i64,
+    pub bk: i64,
+    pub stages: u32,
+    pub threads: u32,
+}
+
+impl AgGemmConfig {
+    pub fn tiles(bm: i64, bn: i64, bk: i64, stages: u32, threads: u32) -> AgGemmConfig {
+        AgGemmConfig {
+            bm,
+            bn,
+            bk,
+            stages,
+            threads,
+        }
+    }
+}
+
+/// All-gather + GEMM, overlapped in one kernel (tensor parallelism's column-parallel layer):
+/// rank `r` holds `A` (`[M, K]`, its rows of the activations) and `B` (`[N, K]`, its columns of
+/// the weights, NT); every rank computes `C[s] = A_s · Bᵀ` for every rank's shard `A_s`.
+///
+/// The grid is `[⌈N/bn⌉, ⌈M/bm⌉, 2R]`. Blocks with `z < R` produce: block `(x, y, p)` pushes
+/// its share of row tile `y` of this rank's `A` — a contiguous run of whole rows — into row
+/// tile `y` of rank `p`'s gathered copy `AG[rank]`, then adds 1 to rank `p`'s
+/// `FLAGS[rank, y]` with a release at system scope. Blocks with `z = R + s` consume: block
+/// `(x, y, R + s)` waits until `FLAGS[s, y]` has all `⌈N/bn⌉` arrivals of this call
+/// (`epoch · ⌈N/bn⌉`: the flags count up across calls and need no reset), then computes
+/// output tile `(y, x)` of `C[s]` from `AG[s]` as a pipelined GEMM. A consumer waits only for
+/// the rows its tile reads, so tiles of shards that have arrived run while the rest is in
+/// flight.
+///
+/// Arguments: `A`, `B`, `AG` (`[R, M, K]`, symmetric), `C` (`[R, M, N]`), `FLAGS` (`[R,
+/// ⌈M/bm⌉]` i32, symmetric, zero before the first call), `epoch` (1, 2, … per call), then
+/// `rank`, `num_ranks`, `heap_stride`.
+pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
+    let AgGemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+    } = cfg;
+    Kernel::build("ag_gemm", |k| {
+        let (r, m, n, kd) = (k.dim("R"), k.dim("M"), k.dim("N"), k.dim("K"));
+        let tiles_m = k.dim("TM");
+        let a = k.input("A", [&m, &kd], dtype);
+        let b = k.input("B", [&n, &kd], dtype);
+        let ag = k.symmetric("AG", [&r, &m, &kd], dtype);
+        let c = k.output("C", [&r, &m, &n], F32);
+        let flags = k.symmetric("FLAGS", [&r, &tiles_m], I32);
+        let epoch = k.scalar("epoch", I32);
+        let d = k.distributed();
+        let tiles_n = ceildiv(&n, bn);
+        k.launch(
+            [tiles_n.clone(), ceildiv(&m, bm), d.num_ranks.clone() * 2],
+            threads,
+            |t, [bx, by, bz]| {
+                let tid = t.thread_idx();
+                t.if_(bz.lt(&d.num_ranks), |t| {
+                    // Producer: rows [lo, hi) of row tile `by`, this block's share.
+                    // ⌈bm / tiles_n⌉ by truncating division (both positive), which every
+                    // backend prints for a symbolic divisor.
+                    let share = Expr::binary(
+                        crate::ir::BinOp::Div,
+                        Expr::int(bm) + tiles_n.clone() - 1,
+                        tiles_n.clone(),
+                    );
+                    let lo = t.let_("lo", min(&by * bm + &bx * &share, m.clone()));
+                    let hi = t.let_(
+                        "hi",
+                        min(&by * bm + (&bx + 1) * &share, min(&by * bm + bm, m.clone())),
+                    );
+                    let rows = t.let_("rows", max(&hi - &lo, 0));
+                    t.put_block(
+                        a.at([lo.clone(), Expr::int(0)]),
+                        ag.at([d.rank.clone(), lo.clone(), Expr::int(0)]),
+                        &rows * &kd,
+                        bz.clone(),
+                    );
+                    t.sync_threads();
+                    t.if_(tid.eq_(0), |t| {
+                        t.signal(
+                            flags.at([d.rank.clone(), by.clone()]),
+                            bz.clone(),
+                            1,
+                            SignalOp::Add,
+                        );
+                    });
+                })
+                .else_(|t| {
+                    // Consumer: output tile (by, bx) of C[s].
+                    let s = t.let_("s", &bz - &d.num_ranks);
+                    t.if_(tid.eq_(0), |t| {
+                        t.wait(
+                            flags.at([s.clone(), by.clone()]),
+                            CmpOp::Ge,
+                            &epoch * tiles_n.clone(),
+                        );
+                    });
+                    t.sync_threads();
+                    let a_s = t.alloc_shared_named("A_s", [bm, bk], dtype);
+                    let b_s = t.alloc_shared_named("B_s", [bn, bk], dtype);
+                    let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+                    t.clear(&acc);
+                    t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
+                        t.copy(ag.tile([s.clone(), &by * bm, &ko * bk]), &a_s);
+                        t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
+                        t.gemm(&a_s, &b_s, &acc).transpose_b();
+                    });
+                    t.copy(&acc, c.tile([s.clone(), &by * bm, &bx * bn]));
+                });
+            },
+        );
+    })
+}
