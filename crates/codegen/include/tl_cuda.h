@@ -217,6 +217,17 @@ TL_DEVICE void tl_red_add_##SEM##_##SCOPE##_u64(void* p, uint64_t v) {          
 TL_DEVICE void tl_red_add_##SEM##_##SCOPE##_f32(void* p, float v) {                            \
     asm volatile("red" QUAL ".global.add.f32 [%0], %1;" :: "l"(p), "f"(v) : "memory");          \
 }
+#define TL_DEFINE_ATOM_OPS(SEM, SCOPE, QUAL)                                                     \
+TL_DEVICE uint32_t tl_atom_add_##SEM##_##SCOPE##_u32(void* p, uint32_t v) {                    \
+    uint32_t old;                                                                              \
+    asm volatile("atom" QUAL ".global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory"); \
+    return old;                                                                                \
+}                                                                                              \
+TL_DEVICE uint64_t tl_atom_add_##SEM##_##SCOPE##_u64(void* p, uint64_t v) {                    \
+    uint64_t old;                                                                              \
+    asm volatile("atom" QUAL ".global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory"); \
+    return old;                                                                                \
+}
 #define TL_DEFINE_SCOPED(SCOPE)                                                                  \
 TL_DEFINE_MEM_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                           \
 TL_DEFINE_MEM_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                           \
@@ -226,6 +237,10 @@ TL_DEFINE_RED_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                           
 TL_DEFINE_RED_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                           \
 TL_DEFINE_RED_OPS(release, SCOPE, ".release." #SCOPE)                                           \
 TL_DEFINE_RED_OPS(acq_rel, SCOPE, ".acq_rel." #SCOPE)                                           \
+TL_DEFINE_ATOM_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                          \
+TL_DEFINE_ATOM_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                          \
+TL_DEFINE_ATOM_OPS(release, SCOPE, ".release." #SCOPE)                                          \
+TL_DEFINE_ATOM_OPS(acq_rel, SCOPE, ".acq_rel." #SCOPE)                                          \
 TL_DEVICE void tl_fence_acq_rel_##SCOPE() { asm volatile("fence.acq_rel." #SCOPE ";" ::: "memory"); } \
 TL_DEVICE void tl_fence_sc_##SCOPE() { asm volatile("fence.sc." #SCOPE ";" ::: "memory"); }
 TL_DEFINE_SCOPED(cta)

@@ -791,6 +791,30 @@ impl Printer<'_> {
         };
         let ty = b.dtype();
         let nvals = usize::from(!matches!(op, Intrinsic::MemLoad { .. }));
+        if let Intrinsic::MemAtomAdd { sem, scope } = op {
+            let p = match args.get(2) {
+                Some(peer) => self.cuda_peer(op, p, peer),
+                None => p,
+            };
+            let v = args.get(1).map(|v| self.expr(v)).unwrap_or_default();
+            let (suffix, cast) = match ty {
+                DType::I32 | DType::U32 => ("u32", "uint32_t"),
+                DType::I64 | DType::U64 => ("u64", "uint64_t"),
+                other => {
+                    return self.cuda_error(
+                        DiagKind::Unsupported,
+                        format!("{op} on `{}` of type {other}", b.name()),
+                        "atomic adds with a value are on i32, u32, i64 or u64 elements",
+                    )
+                }
+            };
+            return format!(
+                "(({})tl_atom_add_{}_{}_{suffix}({p}, ({cast})({v})))",
+                crate::cfamily::storage_type(dt),
+                sem.name(),
+                scope.name()
+            );
+        }
         let p = match args.get(1 + nvals) {
             Some(peer) => self.cuda_peer(op, p, peer),
             None => p,
@@ -881,6 +905,7 @@ impl Printer<'_> {
             Intrinsic::MemLoad { .. }
             | Intrinsic::MemStore { .. }
             | Intrinsic::MemRedAdd { .. }
+            | Intrinsic::MemAtomAdd { .. }
             | Intrinsic::WaitUntil { .. }
             | Intrinsic::Fence { .. }
             | Intrinsic::PeerCopy { .. } => self.cuda_dist_call(op, args, dt),

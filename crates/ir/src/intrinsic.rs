@@ -167,6 +167,10 @@ pub enum Intrinsic {
     /// `red.{sem}.{scope}.global.add` on one element (an integer or f32). args: the element,
     /// the value to add, and optionally the rank whose copy to update.
     MemRedAdd { sem: MemSem, scope: MemScope },
+    /// `atom.{sem}.{scope}.global.add` on one integer element: as `MemRedAdd`, and the value
+    /// is the element's old value. args: the element, the value to add, and optionally the
+    /// rank whose copy to update.
+    MemAtomAdd { sem: MemSem, scope: MemScope },
     /// `fence.acq_rel.{scope}` (with `sc`: `fence.sc.{scope}`): orders this thread's memory
     /// accesses before the fence against those after it, as seen at `scope`.
     Fence { scope: MemScope, sc: bool },
@@ -356,6 +360,9 @@ impl Intrinsic {
             Intrinsic::MemStore { sem, scope } => format!("st_{}_{}", sem.name(), scope.name()),
             Intrinsic::MemRedAdd { sem, scope } => {
                 format!("red_add_{}_{}", sem.name(), scope.name())
+            }
+            Intrinsic::MemAtomAdd { sem, scope } => {
+                format!("atom_add_{}_{}", sem.name(), scope.name())
             }
             Intrinsic::Fence { scope, sc } => {
                 format!(

@@ -26,6 +26,27 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         .help("lower it for a GPU target; without a GPU, run the lowered kernel on several simulated ranks with `tl_sim::run_ranks`, and check it against a single-device reference")
         .into());
     }
+    let mut waits = None;
+    k.body.walk(&mut |s| {
+        for e in s.exprs() {
+            if e.any(&mut |x| matches!(x.kind(), ExprKind::Call(Intrinsic::WaitUntil { .. }, _))) {
+                waits.get_or_insert(s.span);
+            }
+        }
+    });
+    if let Some(span) = waits {
+        // A wait for another block would spin forever: the CPU runs blocks one by one.
+        return Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            span,
+            format!(
+                "kernel `{}` waits for a flag another block sets (a wait or a block barrier), which the CPU backend cannot run: it runs a launch's blocks one by one",
+                k.name
+            ),
+        )
+        .help("lower it for a GPU target and check it in the simulator (`tl_sim::run`), which runs every block at once")
+        .into());
+    }
     let mut errors = vec![];
     // The block is one thread: its fragments are plain per-thread arrays.
     let mut map = crate::remap::BufferMap::new();

@@ -33,6 +33,8 @@ pub enum E {
     /// A memory-model load (`ld.{sem}.{scope}`) of an element, on the rank `peer` evaluates to
     /// (this rank's copy when absent).
     MemLoad(Box<MemRef>, Option<Box<E>>, tl_ir::MemSem),
+    /// An atomic add of `value` (the second) to an element on rank `peer`; the old value.
+    MemAtomAdd(Box<(MemRef, E, Option<E>)>, tl_ir::MemSem),
     /// A known pure device function (`Extern { pure: true }`).
     Pure(PureFn, DType, Vec<E>),
 }

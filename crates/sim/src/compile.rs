@@ -968,6 +968,24 @@ impl Compiler<'_> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
             Intrinsic::WaveIdx => return Ok(E::WaveIdx),
+            Intrinsic::MemAtomAdd { sem, .. } => {
+                let name = op.name();
+                if args.len() != 2 && args.len() != 3 {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} takes 2 or 3 arguments, got {} at {}",
+                        args.len(),
+                        self.span
+                    )));
+                }
+                let m = self.address(args.first(), &name)?;
+                self.global_operand(&m, &name)?;
+                let v = self.expr(&args[1])?;
+                let peer = match args.get(2) {
+                    Some(p) => Some(self.peer_operand(&m, p, &name)?),
+                    None => None,
+                };
+                return Ok(E::MemAtomAdd(Box::new((m, v, peer)), *sem));
+            }
             Intrinsic::MemLoad { sem, .. } => {
                 let name = op.name();
                 let m = self.address(args.first(), &name)?;

@@ -236,6 +236,16 @@ impl Interp<'_, '_> {
                 let (buf, off) = self.index(th, m, pc)?;
                 self.load(th, buf, off, pc)?
             }
+            E::MemAtomAdd(mvp, sem) => {
+                let (m, value, peer) = &**mvp;
+                let v = self.eval(th, value, pc)?;
+                let (buf, off) = self.index(th, m, pc)?;
+                let rank = match peer {
+                    Some(p) => self.eval(th, p, pc)?.as_i64(),
+                    None => self.mem.rank as i64,
+                };
+                self.atom_add(th, (rank, buf, off), v, *sem, pc)?
+            }
             E::MemLoad(m, peer, sem) => {
                 let (buf, off) = self.index(th, m, pc)?;
                 let rank = match peer {
@@ -995,5 +1005,38 @@ impl Interp<'_, '_> {
                 .copy_from_slice(&data[..bytes]);
             Ok(())
         }
+    }
+
+    /// `atom.add` on rank `rank`'s element at byte `off` of `buf`: the old value.
+    fn atom_add(
+        &mut self,
+        th: &Thread,
+        (rank, buf, off): (i64, u32, usize),
+        v: Value,
+        sem: MemSem,
+        pc: u32,
+    ) -> Result<Value, SimError> {
+        let dt = self.mem.info(buf).dtype;
+        let n = dt.bytes();
+        if !matches!(dt, DType::I32 | DType::U32 | DType::I64 | DType::U64) {
+            return Err(SimError::Unsupported(format!(
+                "an atomic add on {dt} `{}` at {} (integers only)",
+                self.mem.info(buf).name,
+                self.prog.span(pc as usize)
+            )));
+        }
+        self.mem
+            .aligned(buf, off, n, self.prog.name(pc as usize), th.tid, pc)?;
+        if let Some(o) = self.mem.order.as_mut() {
+            let key = (rank as usize, buf, off);
+            o.load(key, th.tid, sem.acquires());
+            o.store(key, th.tid, sem.releases());
+        }
+        let cell = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
+        let old = elem::decode(cell, dt);
+        let new = apply_bin(BinOp::Add, old, v, compute_dtype(dt))
+            .map_err(|x| SimError::InvalidIr(x.to_string()))?;
+        elem::encode(new, dt, cell);
+        Ok(old)
     }
 }

@@ -252,6 +252,27 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
                 "setp.ge.s32",
             ][..],
         ),
+        (
+            tilelang::kernels::dist::gemm_rs(
+                BF16,
+                tilelang::kernels::dist::AgGemmConfig::tiles(128, 128, 64, 3, 256),
+            ),
+            &[
+                "red.release.sys.global.add.u32",
+                "ld.acquire.sys.global.b32",
+            ][..],
+        ),
+        (
+            tilelang::kernels::dist::all_reduce(256, 256),
+            &["ld.relaxed.sys.global.b32", "st.release.sys.global.b32"][..],
+        ),
+        (
+            block_exchange(),
+            &[
+                "atom.release.gpu.global.add.u32",
+                "ld.acquire.gpu.global.b32",
+            ][..],
+        ),
     ] {
         for target in TARGETS {
             let ptx = k
@@ -465,5 +486,156 @@ fn ag_gemm_with_stale_flags_reads_unordered_rows() {
             "{target}: {e}"
         );
         assert!(e.to_string().contains("`AG`"), "{target}: {e}");
+    }
+}
+
+/// One-shot all-reduce on 1, 2 and 4 ranks, twice in a row on the same barrier slots (the
+/// second call's rounds follow the first's): every rank's `Y` is the sum of all ranks' `X`.
+#[test]
+fn all_reduce_sums_every_rank() {
+    use tilelang::kernels::dist::all_reduce;
+    let (block, threads) = (64, 64);
+    let k = all_reduce(block, threads);
+    for target in TARGETS {
+        let lowered = k.lower(target).unwrap_or_else(|d| panic!("{target}: {d}"));
+        for ranks in [1usize, 2, 4] {
+            let n: usize = 150;
+            let g = n.div_ceil(block as usize);
+            let mut args: Vec<Vec<SimArg>> = (0..ranks)
+                .map(|r| {
+                    vec![
+                        SimArg::tensor(F32, &[n], &shard(r, n)),
+                        SimArg::tensor(F32, &[n], &vec![f64::NAN; n]),
+                        SimArg::zeros(I32, &[g, ranks]),
+                        SimArg::Int(r as i64),
+                        SimArg::Int(ranks as i64),
+                        SimArg::Int(0),
+                    ]
+                })
+                .collect();
+            let want: Vec<f64> = (0..n)
+                .map(|i| (0..ranks).map(|r| shard(r, n)[i]).sum())
+                .collect();
+            for call in 0..2 {
+                tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+                    .unwrap_or_else(|e| panic!("{target}, {ranks} ranks, call {call}: {e}"));
+                for (r, a) in args.iter().enumerate() {
+                    assert_eq!(
+                        a[1].to_f64(F32),
+                        want,
+                        "{target}: rank {r} of {ranks}, call {call}"
+                    );
+                }
+            }
+            // Both barriers of both calls: every slot holds round 4.
+            assert_eq!(args[0][2].to_f64(I32), vec![4.0; g * ranks]);
+        }
+    }
+}
+
+/// GEMM + reduce-scatter on 1, 2 and 3 ranks, row blocks not a multiple of the tile: rank
+/// `q`'s `C` equals `Σ_r A_r[q] · B_rᵀ` computed on one device, with the order checked.
+#[test]
+fn gemm_rs_matches_the_single_device_sum() {
+    use tilelang::kernels::dist::{gemm_rs, AgGemmConfig};
+    use tilelang::kernels::reference;
+    let (bm, bn) = (64usize, 64usize);
+    let k = gemm_rs(BF16, AgGemmConfig::tiles(bm as i64, bn as i64, 32, 2, 128));
+    for target in TARGETS {
+        let lowered = k.lower(target).unwrap_or_else(|d| panic!("{target}: {d}"));
+        for (ranks, (mq, n, kk)) in [
+            (1usize, (64usize, 64usize, 32usize)),
+            (2, (70, 72, 48)),
+            (3, (40, 64, 32)),
+        ] {
+            let (tm, tn) = (mq.div_ceil(bm), n.div_ceil(bn));
+            let mut args: Vec<Vec<SimArg>> = (0..ranks)
+                .map(|r| {
+                    vec![
+                        SimArg::tensor(BF16, &[ranks, mq, kk], &pattern(r, ranks * mq * kk)),
+                        SimArg::tensor(BF16, &[n, kk], &pattern(50 + r, n * kk)),
+                        SimArg::zeros(F32, &[ranks, mq, n]),
+                        SimArg::tensor(F32, &[ranks, mq, n], &vec![f64::NAN; ranks * mq * n]),
+                        SimArg::tensor(F32, &[mq, n], &vec![f64::NAN; mq * n]),
+                        SimArg::zeros(I32, &[tm, tn]),
+                        SimArg::Int(1),
+                        SimArg::Int(r as i64),
+                        SimArg::Int(ranks as i64),
+                        SimArg::Int(0),
+                    ]
+                })
+                .collect();
+            let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+                .unwrap_or_else(|e| panic!("{target}, {ranks} ranks, {mq}x{n}x{kk}: {e}"));
+            assert!(rep.order_checked);
+            for (q, a) in args.iter().enumerate() {
+                let mut want = vec![0.0; mq * n];
+                for r in 0..ranks {
+                    let a_r = pattern(r, ranks * mq * kk);
+                    let b_r = pattern(50 + r, n * kk);
+                    let p = reference::gemm(
+                        &a_r[q * mq * kk..(q + 1) * mq * kk],
+                        &b_r,
+                        mq,
+                        n,
+                        kk,
+                        false,
+                        true,
+                    );
+                    want.iter_mut().zip(p).for_each(|(w, x)| *w += x);
+                }
+                assert_eq!(
+                    a[4].to_f64(F32),
+                    want,
+                    "{target}: rank {q}'s C, {ranks} ranks"
+                );
+            }
+        }
+    }
+}
+
+/// Each block writes a value, passes a barrier of all blocks, and reads its neighbour's.
+fn block_exchange() -> Kernel {
+    Kernel::build("block_exchange", |k| {
+        let g = k.dim("G");
+        let w = k.inout("W", [&g], I32);
+        let y = k.output("Y", [&g], I32);
+        let counter = k.inout("COUNTER", [1], I32);
+        k.launch([g.clone()], 64, |t, [bx]| {
+            t.store(&w, [bx.clone()], &bx * 10 + 1);
+            t.barrier_blocks(counter.at([0]), g.clone());
+            t.store(&y, [bx.clone()], w.at([floormod(&bx + 1, &g)]));
+        });
+    })
+}
+
+/// A barrier of all blocks of a launch (the simulator runs them at once): every block reads
+/// its neighbour's value, on two launches over the same counter. The CPU backend, which runs
+/// blocks one by one, refuses the kernel instead of spinning forever.
+#[test]
+fn barrier_blocks_orders_every_block() {
+    let k = block_exchange();
+    let e = k
+        .lower(Target::Cpu)
+        .expect_err("the CPU cannot wait for other blocks");
+    assert!(
+        e.to_string().contains("runs a launch's blocks one by one"),
+        "{e}"
+    );
+    for target in TARGETS {
+        let lowered = k.lower(target).unwrap_or_else(|d| panic!("{target}: {d}"));
+        let g = 5usize;
+        let mut args = vec![
+            SimArg::zeros(I32, &[g]),
+            SimArg::zeros(I32, &[g]),
+            SimArg::zeros(I32, &[1]),
+        ];
+        for call in 1..=2 {
+            tl_sim::run(&lowered, &mut args, &SimOptions::default())
+                .unwrap_or_else(|e| panic!("{target}, call {call}: {e}"));
+            let want: Vec<f64> = (0..g).map(|b| (((b + 1) % g) * 10 + 1) as f64).collect();
+            assert_eq!(args[1].to_f64(I32), want, "{target}, call {call}");
+            assert_eq!(args[2].to_f64(I32), vec![(call * g) as f64]);
+        }
     }
 }

@@ -137,6 +137,30 @@ impl Emitter {
                 self.ins(&format!("shfl.sync.{mode}.b32 {d}, {v}, {lane}, {c}, -1"));
                 Ok(Val::Reg(d, class))
             }
+            Intrinsic::MemAtomAdd { sem, scope } => {
+                if args.len() != 2 && args.len() != 3 {
+                    return Err(format!("{op} with {} arguments", args.len()));
+                }
+                let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
+                let a = match args.get(2) {
+                    Some(peer) => self.peer_addr(a, peer)?,
+                    None => a,
+                };
+                let (ty, class) = match b.dtype() {
+                    DType::I32 | DType::U32 => ("u32", Class::B32),
+                    DType::I64 | DType::U64 => ("u64", Class::B64),
+                    other => return Err(format!("{op} on {other}")),
+                };
+                let v = self.expr(&args[1])?;
+                let v = self.reg(&v, class);
+                let d = self.fresh(class);
+                let q = mem_qualifier(*sem, *scope);
+                self.ins(&format!(
+                    "atom{q}.global.add.{ty} {d}, {}, {v}",
+                    a.operand()
+                ));
+                Ok(Val::Reg(d, class))
+            }
             Intrinsic::MemLoad { sem, scope } => {
                 if args.len() != 1 && args.len() != 2 {
                     return Err(format!("{op} with {} arguments", args.len()));

@@ -292,6 +292,120 @@ impl TileScope {
         self.push(StmtKind::Eval(call), span);
     }
 
+    /// `atom.{sem}.{scope}.add` of `value` to an integer element (of `peer`'s copy, when
+    /// given); the element's old value.
+    #[track_caller]
+    pub fn atom_add(
+        &mut self,
+        elem: Expr,
+        peer: Option<Expr>,
+        value: impl Into<Expr>,
+        sem: MemSem,
+        scope: MemScope,
+    ) -> Expr {
+        let span = self.here();
+        if matches!(sem, MemSem::Weak | MemSem::Volatile) {
+            self.bad_sem(
+                "an atomic add",
+                sem,
+                "relaxed, acquire, release or acq_rel",
+                span,
+            );
+        }
+        if !elem.dtype().is_int() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("an atomic add with a value on a {} element", elem.dtype()),
+                )
+                .help("use an i32, u32, i64 or u64 element (or `red_add` for f32)"),
+            );
+        }
+        let dt = elem.dtype();
+        let args = self.mem_args("atom_add", elem, vec![value.into()], peer, span);
+        let v = Expr::call(Intrinsic::MemAtomAdd { sem, scope }, args, dt);
+        self.let_("old", v)
+    }
+
+    /// A barrier of all `blocks` blocks of this launch on this rank: every block's threads
+    /// arrive, and none goes on before all have (and what each wrote before is visible to all
+    /// after). `counter` is an i32 element of a global buffer, zero before the first launch;
+    /// it counts arrivals across calls and launches, so it needs no reset. Every block of the
+    /// grid must call it the same number of times, and all blocks must be resident at once
+    /// (a grid no larger than the device holds).
+    #[track_caller]
+    pub fn barrier_blocks(&mut self, counter: Expr, blocks: impl Into<Expr>) {
+        let span = self.here();
+        let blocks = blocks.into().cast(DType::I32);
+        self.check_element("barrier_blocks", &counter, false, span);
+        self.sync_threads();
+        let tid = self.thread_idx();
+        self.if_(tid.eq_(0), |t| {
+            let old = t.atom_add(counter.clone(), None, 1, MemSem::Release, MemScope::Gpu);
+            // The arrivals that complete this round: the next multiple of `blocks`.
+            let round = Expr::binary(tl_ir::BinOp::Div, old, blocks.clone()) + 1;
+            let target = t.let_("target", round * blocks.clone());
+            let args = t.mem_args("barrier_blocks", counter.clone(), vec![target], None, span);
+            let call = Expr::call(
+                Intrinsic::WaitUntil {
+                    cmp: CmpOp::Ge,
+                    scope: MemScope::Gpu,
+                },
+                args,
+                DType::Bool,
+            );
+            t.push(StmtKind::Eval(call), span);
+        });
+        self.sync_threads();
+    }
+
+    /// A barrier of this block with the blocks that pass the same `row` on every rank: none
+    /// goes on before all have arrived, and what each wrote before (to any rank's memory) is
+    /// visible to all after. `bar` is a symmetric i32 buffer `[rows, R]`, zero before the
+    /// first use; row `row` of rank `q`'s copy holds, per rank, the last round that rank
+    /// arrived at, so the barrier needs no reset (the NCCL inbox design).
+    #[track_caller]
+    pub fn barrier_ranks(&mut self, bar: &tl_ir::Buffer, row: impl Into<Expr>) {
+        let span = self.here();
+        let row = row.into();
+        let Some(d) = self.dist("barrier_ranks", span) else {
+            return;
+        };
+        let (rank, ranks) = (d.rank.expr(), d.num_ranks.expr());
+        self.check_element(
+            "barrier_ranks",
+            &bar.at([row.clone(), rank.clone()]),
+            true,
+            span,
+        );
+        self.sync_threads();
+        let tid = self.thread_idx();
+        self.if_(tid.eq_(0), |t| {
+            // This rank's own slot on its own copy: the round it last arrived at.
+            let mine = t.ld(
+                bar.at([row.clone(), rank.clone()]),
+                None,
+                MemSem::Relaxed,
+                MemScope::Sys,
+            );
+            let round = t.let_("round", mine + 1);
+            t.serial(ranks.clone(), |t, p| {
+                t.st(
+                    bar.at([row.clone(), rank.clone()]),
+                    Some(p),
+                    round.clone(),
+                    MemSem::Release,
+                    MemScope::Sys,
+                );
+            });
+            t.serial(ranks.clone(), |t, p| {
+                t.wait(bar.at([row.clone(), p]), CmpOp::Ge, round.clone());
+            });
+        });
+        self.sync_threads();
+    }
+
     /// `fence.acq_rel.{scope}`: this thread's accesses before it are ordered before those
     /// after it, for every thread of `scope`.
     #[track_caller]

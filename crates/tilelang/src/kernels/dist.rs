@@ -2,7 +2,7 @@
 //! signals and waits), each checked against a single-device reference.
 
 use crate::dsl::SignalOp;
-use crate::ir::CmpOp;
+use crate::ir::{CmpOp, MemScope, MemSem};
 use crate::prelude::*;
 
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
@@ -159,6 +159,142 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         t.gemm(&a_s, &b_s, &acc).transpose_b();
                     });
                     t.copy(&acc, c.tile([s.clone(), &by * bm, &bx * bn]));
+                });
+            },
+        );
+    })
+}
+
+/// One-shot all-reduce (sum) for small messages: every rank's `X` (`[N]`, symmetric) summed
+/// into every rank's `Y`. Block `b` handles elements `[b·block, (b+1)·block)`: a barrier with
+/// block `b` of every rank (their `X` is ready), each thread reads its element from every
+/// rank's `X` and adds them, and a second barrier keeps any rank from changing its `X` while a
+/// peer may still read it.
+///
+/// Arguments: `X`, `Y`, `BAR` (`[G, R]` i32, symmetric, zero before the first call, `G` the
+/// number of blocks `⌈N/block⌉`), then `rank`, `num_ranks`, `heap_stride`.
+pub fn all_reduce(block: i64, threads: u32) -> Kernel {
+    Kernel::build("all_reduce", |k| {
+        let (r, n, g) = (k.dim("R"), k.dim("N"), k.dim("G"));
+        let x = k.symmetric("X", [&n], F32);
+        let y = k.output("Y", [&n], F32);
+        let bar = k.symmetric("BAR", [&g, &r], I32);
+        let d = k.distributed();
+        k.launch([ceildiv(&n, block)], threads, |t, [bx]| {
+            t.barrier_ranks(&bar, bx.clone());
+            t.parallel([block], |t, [i]| {
+                let e = &bx * block + &i;
+                t.if_(e.lt(&n), |t| {
+                    t.store(&y, [e.clone()], Expr::float(0.0));
+                    t.serial(&d.num_ranks, |t, p| {
+                        let v = t.ld(x.at([e.clone()]), Some(p), MemSem::Weak, MemScope::Sys);
+                        t.store(&y, [e.clone()], y.at([e.clone()]) + v);
+                    });
+                });
+            });
+            t.barrier_ranks(&bar, bx.clone());
+        });
+    })
+}
+
+/// GEMM + reduce-scatter, overlapped in one kernel (tensor parallelism's row-parallel layer):
+/// rank `r` holds its slice of the reduction dim, `A` (`[R, MQ, K]`: row block `q` is the rows
+/// rank `q` keeps) and `B` (`[N, K]`, NT); rank `q` receives `C = Σ_r A_r[q] · B_rᵀ`
+/// (`[MQ, N]`).
+///
+/// The grid is `[⌈N/bn⌉, ⌈MQ/bm⌉, 2R]`. Blocks with `z = q < R` compute tile `(y, x)` of this
+/// rank's partial product for rank `q`'s rows, stage it in this rank's `STAGE[q]`, push its
+/// rows into rank `q`'s `PART[rank]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at
+/// system scope). Blocks with `z = R + ·` reduce: block `(x, y, ·)` waits until its tile has
+/// all `R` arrivals of this call (`epoch · R`), then sums the partials into `C`. Reducers of
+/// tiles whose partials have arrived run while other tiles are still being computed.
+///
+/// Arguments: `A`, `B`, `STAGE` (`[R, MQ, N]` f32, scratch), `PART` (`[R, MQ, N]` f32,
+/// symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero before the first
+/// call; `TM = ⌈MQ/bm⌉`, `TN = ⌈N/bn⌉`), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
+    let AgGemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+    } = cfg;
+    Kernel::build("gemm_rs", |k| {
+        let (r, mq, n, kd) = (k.dim("R"), k.dim("MQ"), k.dim("N"), k.dim("K"));
+        let (tm, tn) = (k.dim("TM"), k.dim("TN"));
+        let a = k.input("A", [&r, &mq, &kd], dtype);
+        let b = k.input("B", [&n, &kd], dtype);
+        let stage = k.inout("STAGE", [&r, &mq, &n], F32);
+        let part = k.symmetric("PART", [&r, &mq, &n], F32);
+        let c = k.output("C", [&mq, &n], F32);
+        let flags = k.symmetric("FLAGS", [&tm, &tn], I32);
+        let epoch = k.scalar("epoch", I32);
+        let d = k.distributed();
+        k.launch(
+            [ceildiv(&n, bn), ceildiv(&mq, bm), d.num_ranks.clone() * 2],
+            threads,
+            |t, [bx, by, bz]| {
+                let tid = t.thread_idx();
+                t.if_(bz.lt(&d.num_ranks), |t| {
+                    let q = bz.clone();
+                    let a_s = t.alloc_shared_named("A_s", [bm, bk], dtype);
+                    let b_s = t.alloc_shared_named("B_s", [bn, bk], dtype);
+                    let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+                    t.clear(&acc);
+                    t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
+                        t.copy(a.tile([q.clone(), &by * bm, &ko * bk]), &a_s);
+                        t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
+                        t.gemm(&a_s, &b_s, &acc).transpose_b();
+                    });
+                    t.copy(&acc, stage.tile([q.clone(), &by * bm, &bx * bn]));
+                    t.sync_threads();
+                    // The tile's rows, each a contiguous run of up to `bn` columns.
+                    let cols = t.let_("cols", max(min(n.clone() - &bx * bn, bn), 0));
+                    t.serial(bm, |t, i| {
+                        let row = &by * bm + &i;
+                        t.if_(row.lt(&mq), |t| {
+                            t.put_block(
+                                stage.at([q.clone(), row.clone(), &bx * bn]),
+                                part.at([d.rank.clone(), row.clone(), &bx * bn]),
+                                cols.clone(),
+                                q.clone(),
+                            );
+                        });
+                    });
+                    t.sync_threads();
+                    t.if_(tid.eq_(0), |t| {
+                        t.signal(
+                            flags.at([by.clone(), bx.clone()]),
+                            q.clone(),
+                            1,
+                            SignalOp::Add,
+                        );
+                    });
+                })
+                .else_(|t| {
+                    t.if_(tid.eq_(0), |t| {
+                        t.wait(
+                            flags.at([by.clone(), bx.clone()]),
+                            CmpOp::Ge,
+                            &epoch * d.num_ranks.clone(),
+                        );
+                    });
+                    t.sync_threads();
+                    t.parallel([bm, bn], |t, [i, j]| {
+                        let (row, col) = (&by * bm + &i, &bx * bn + &j);
+                        t.if_(row.lt(&mq).and(col.lt(&n)), |t| {
+                            t.store(&c, [row.clone(), col.clone()], Expr::float(0.0));
+                            t.serial(&d.num_ranks, |t, s| {
+                                t.store(
+                                    &c,
+                                    [row.clone(), col.clone()],
+                                    c.at([row.clone(), col.clone()])
+                                        + part.at([s, row.clone(), col.clone()]),
+                                );
+                            });
+                        });
+                    });
                 });
             },
         );
