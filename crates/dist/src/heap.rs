@@ -1,0 +1,283 @@
+//! The symmetric heap: every rank allocates one block of device memory of the same size, and
+//! every rank maps all of them, in rank order, into one reserved address range — rank `r`'s at
+//! `base + r·stride` — so that a kernel reaches rank `p`'s copy of any element by adding
+//! `(p − rank)·stride` to its address (`heap_stride`, the last scalar argument of every
+//! multi-rank kernel). Buffers are carved from it by a bump allocator that every rank runs
+//! alike; the rendezvous checks that they did.
+//!
+//! CUDA's virtual memory management (driver API): `cuMemCreate` with a POSIX file-descriptor
+//! handle, `cuMemExportToShareableHandle`, the descriptors passed between ranks
+//! ([`crate::fdpass`]), `cuMemImportFromShareableHandle`, `cuMemAddressReserve`, `cuMemMap`
+//! and `cuMemSetAccess` for this rank's GPU. No multicast (NVLS), which must stay off on the
+//! machines here.
+//!
+//! **Not yet run on a GPU** (no multi-GPU time has been lent since it was written); the
+//! rendezvous and descriptor passing under it are tested.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use cudarc::driver::sys;
+
+use crate::error::{DistError, Result};
+use crate::fdpass::exchange_fds;
+use crate::rendezvous::Rendezvous;
+
+/// A buffer in the symmetric heap: the same offset and size on every rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SymmetricBuffer {
+    pub offset: u64,
+    pub bytes: u64,
+}
+
+pub struct SymmetricHeap {
+    rank: usize,
+    world: usize,
+    ordinal: usize,
+    /// The reserved range: `world · stride` bytes from `base`.
+    base: u64,
+    stride: u64,
+    /// Every rank's allocation handle (this rank's own first created, the rest imported),
+    /// mapped at `base + r·stride`.
+    handles: Vec<sys::CUmemGenericAllocationHandle>,
+    next: u64,
+    _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+}
+
+fn check(me: usize, op: &str, r: sys::CUresult) -> Result<()> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(DistError::Driver {
+            me,
+            op: op.to_string(),
+            detail: format!("{r:?}"),
+        })
+    }
+}
+
+impl SymmetricHeap {
+    /// Set up a heap of at least `bytes` per rank on GPU `ordinal` (collective: every rank
+    /// calls it with the same size).
+    pub fn new(rv: &Rendezvous, ordinal: usize, bytes: u64) -> Result<SymmetricHeap> {
+        let me = rv.rank();
+        tl_runtime::cuda_probe::check(ordinal).map_err(|e| DistError::Driver {
+            me,
+            op: format!("opening cuda:{ordinal} for the symmetric heap"),
+            detail: e.to_string(),
+        })?;
+        let ctx = std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(ordinal))
+            .map_err(|_| DistError::Driver {
+                me,
+                op: "loading the CUDA driver".into(),
+                detail: "cudarc's loader failed".into(),
+            })?
+            .map_err(|e| DistError::Driver {
+                me,
+                op: format!("creating the context of cuda:{ordinal}"),
+                detail: e.to_string(),
+            })?;
+        ctx.bind_to_thread().map_err(|e| DistError::Driver {
+            me,
+            op: "making the context current".into(),
+            detail: e.to_string(),
+        })?;
+        let prop = sys::CUmemAllocationProp {
+            type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
+            requestedHandleTypes:
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal as i32,
+            },
+            win32HandleMetaData: std::ptr::null_mut(),
+            allocFlags: Default::default(),
+        };
+        let mut gran = 0usize;
+        // SAFETY: `prop` is a valid property struct and `gran` a valid out-pointer.
+        check(me, "cuMemGetAllocationGranularity", unsafe {
+            sys::cuMemGetAllocationGranularity(
+                &mut gran,
+                &prop,
+                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+            )
+        })?;
+        let gran = (gran as u64).max(2 << 20);
+        let stride = bytes.max(1).div_ceil(gran) * gran;
+        // The ranks must agree on the size (and so on the stride).
+        let sizes = rv.all_gather(&stride.to_le_bytes())?;
+        for (r, s) in sizes.iter().enumerate() {
+            if s.as_slice() != stride.to_le_bytes() {
+                return Err(DistError::Mismatch {
+                    what: "the symmetric heap's size".into(),
+                    detail: format!("rank {r} asked for a different size than rank {me}"),
+                });
+            }
+        }
+        let mut own = 0 as sys::CUmemGenericAllocationHandle;
+        // SAFETY: valid out-pointer and property struct.
+        check(me, "cuMemCreate", unsafe {
+            sys::cuMemCreate(&mut own, stride as usize, &prop, 0)
+        })?;
+        let mut fd: i32 = -1;
+        // SAFETY: the out-pointer receives an int descriptor for a POSIX FD handle type.
+        check(me, "cuMemExportToShareableHandle", unsafe {
+            sys::cuMemExportToShareableHandle(
+                &mut fd as *mut i32 as *mut std::ffi::c_void,
+                own,
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                0,
+            )
+        })?;
+        // SAFETY: the driver returned a fresh descriptor that we now own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let job = rv.config().addr.replace([':', '.'], "_");
+        let fds = exchange_fds(rv, &job, fd.as_fd())?;
+        let world = rv.world();
+        let mut handles = Vec::with_capacity(world);
+        for (r, f) in fds.iter().enumerate() {
+            if r == me {
+                handles.push(own);
+                continue;
+            }
+            let mut h = 0 as sys::CUmemGenericAllocationHandle;
+            let raw = f.as_raw_fd() as usize;
+            // SAFETY: for POSIX FD handles the OS handle argument is the descriptor itself.
+            check(me, &format!("importing rank {r}'s heap"), unsafe {
+                sys::cuMemImportFromShareableHandle(
+                    &mut h,
+                    raw as *mut std::ffi::c_void,
+                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                )
+            })?;
+            handles.push(h);
+        }
+        let total = stride * world as u64;
+        let mut base: sys::CUdeviceptr = 0;
+        // SAFETY: valid out-pointer; alignment = the granularity.
+        check(me, "cuMemAddressReserve", unsafe {
+            sys::cuMemAddressReserve(&mut base, total as usize, gran as usize, 0, 0)
+        })?;
+        for (r, h) in handles.iter().enumerate() {
+            // SAFETY: the range is reserved above and `h` is a live handle of `stride` bytes.
+            check(me, &format!("mapping rank {r}'s heap"), unsafe {
+                sys::cuMemMap(base + r as u64 * stride, stride as usize, 0, *h, 0)
+            })?;
+        }
+        let access = sys::CUmemAccessDesc {
+            location: sys::CUmemLocation {
+                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                id: ordinal as i32,
+            },
+            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: the whole range is mapped.
+        check(
+            me,
+            "cuMemSetAccess (can this GPU reach its peers' memory? check `nvidia-smi topo -m`)",
+            unsafe { sys::cuMemSetAccess(base, total as usize, &access, 1) },
+        )?;
+        rv.barrier()?;
+        Ok(SymmetricHeap {
+            rank: me,
+            world,
+            ordinal,
+            base,
+            stride,
+            handles,
+            next: 0,
+            _ctx: ctx,
+        })
+    }
+
+    /// `heap_stride`: bytes between consecutive ranks' heaps.
+    pub fn stride(&self) -> u64 {
+        self.stride
+    }
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// Carve `bytes` (aligned to 256) from the heap (collective: every rank makes the same
+    /// allocations in the same order; the rendezvous checks it).
+    pub fn alloc(&mut self, rv: &Rendezvous, bytes: u64) -> Result<SymmetricBuffer> {
+        let offset = self.next.div_ceil(256) * 256;
+        if offset + bytes > self.stride {
+            return Err(DistError::Heap(format!(
+                "the symmetric heap ({} bytes per rank) has {} bytes left, {bytes} asked for: make it larger",
+                self.stride,
+                self.stride - offset.min(self.stride)
+            )));
+        }
+        let mine = [offset.to_le_bytes(), bytes.to_le_bytes()].concat();
+        let all = rv.all_gather(&mine)?;
+        if let Some((r, _)) = all.iter().enumerate().find(|(_, a)| a.as_slice() != mine) {
+            return Err(DistError::Mismatch {
+                what: "a symmetric allocation".into(),
+                detail: format!(
+                    "rank {} asked for {bytes} bytes at offset {offset}; rank {r} for something else",
+                    self.rank
+                ),
+            });
+        }
+        self.next = offset + bytes;
+        Ok(SymmetricBuffer { offset, bytes })
+    }
+
+    /// The device address of rank `rank`'s copy of `buf`.
+    pub fn ptr(&self, buf: SymmetricBuffer, rank: usize) -> u64 {
+        self.base + rank as u64 * self.stride + buf.offset
+    }
+
+    /// This rank's copy of `buf` as a tensor argument of `shape` elements of `dtype`.
+    pub fn tensor(
+        &self,
+        buf: SymmetricBuffer,
+        dtype: tl_ir::DType,
+        shape: &[usize],
+    ) -> Result<tl_runtime::external::ExternalTensor> {
+        let n: usize = shape.iter().product();
+        if (n * dtype.bytes()) as u64 > buf.bytes {
+            return Err(DistError::Heap(format!(
+                "a {shape:?} {dtype} tensor needs {} bytes; the buffer has {}",
+                n * dtype.bytes(),
+                buf.bytes
+            )));
+        }
+        let mut strides = vec![1isize; shape.len()];
+        for d in (0..shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * shape[d + 1] as isize;
+        }
+        // SAFETY: the buffer lies in this rank's mapped heap, which lives as long as `self`;
+        // callers keep the heap alive across the launches that use the tensor.
+        unsafe {
+            tl_runtime::external::ExternalTensor::new(
+                self.ptr(buf, self.rank) as *mut std::ffi::c_void,
+                dtype,
+                shape.to_vec(),
+                strides,
+                tl_runtime::Device::Cuda(self.ordinal),
+            )
+        }
+        .map_err(|e| DistError::Heap(e.to_string()))
+    }
+}
+
+impl Drop for SymmetricHeap {
+    fn drop(&mut self) {
+        let total = self.stride as usize * self.world;
+        // SAFETY: unmapping and releasing what `new` mapped and created/imported, once.
+        unsafe {
+            sys::cuMemUnmap(self.base, total);
+            sys::cuMemAddressFree(self.base, total);
+            for h in &self.handles {
+                sys::cuMemRelease(*h);
+            }
+        }
+    }
+}
