@@ -234,6 +234,49 @@ impl SymmetricHeap {
         self.base + rank as u64 * self.stride + buf.offset
     }
 
+    /// Copy `data` into this rank's copy of `buf` (from its start; synchronous).
+    pub fn write(&self, buf: SymmetricBuffer, data: &[u8]) -> Result<()> {
+        if data.len() as u64 > buf.bytes {
+            return Err(DistError::Heap(format!(
+                "{} bytes written into a {}-byte symmetric buffer",
+                data.len(),
+                buf.bytes
+            )));
+        }
+        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
+            me: self.rank,
+            op: "making the context current".into(),
+            detail: e.to_string(),
+        })?;
+        // SAFETY: the destination lies in this rank's mapped heap (checked size).
+        check(self.rank, "cuMemcpyHtoD into the symmetric heap", unsafe {
+            sys::cuMemcpyHtoD_v2(
+                self.ptr(buf, self.rank),
+                data.as_ptr() as *const std::ffi::c_void,
+                data.len(),
+            )
+        })
+    }
+
+    /// This rank's copy of `buf`, copied to the host (synchronous).
+    pub fn read(&self, buf: SymmetricBuffer) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; buf.bytes as usize];
+        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
+            me: self.rank,
+            op: "making the context current".into(),
+            detail: e.to_string(),
+        })?;
+        // SAFETY: the source lies in this rank's mapped heap; `out` has `bytes` bytes.
+        check(self.rank, "cuMemcpyDtoH from the symmetric heap", unsafe {
+            sys::cuMemcpyDtoH_v2(
+                out.as_mut_ptr() as *mut std::ffi::c_void,
+                self.ptr(buf, self.rank),
+                out.len(),
+            )
+        })?;
+        Ok(out)
+    }
+
     /// This rank's copy of `buf` as a tensor argument of `shape` elements of `dtype`.
     pub fn tensor(
         &self,

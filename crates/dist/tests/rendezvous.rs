@@ -176,3 +176,46 @@ fn the_heap_without_a_gpu_is_a_clear_error() {
         .expect("no GPU");
     assert!(e.to_string().contains("cuda:0"), "{e}");
 }
+
+fn dist_run(n: &str, cmd: &[&str]) -> std::process::Output {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/dist-run.sh");
+    std::process::Command::new("bash")
+        .arg(script)
+        .arg(n)
+        .args(cmd)
+        .env_remove("MASTER_PORT")
+        .output()
+        .expect("bash runs")
+}
+
+/// The launcher gives every rank its variables, and when one rank fails it stops the others
+/// (one would otherwise wait forever) and exits with the failure's status.
+#[test]
+fn the_launcher_sets_ranks_and_stops_the_job_on_a_failure() {
+    let ok = dist_run(
+        "3",
+        &[
+            "sh",
+            "-c",
+            "echo $RANK/$WORLD_SIZE/$LOCAL_RANK $MASTER_ADDR",
+        ],
+    );
+    assert!(ok.status.success());
+    let out = String::from_utf8_lossy(&ok.stdout);
+    for r in 0..3 {
+        assert!(
+            out.contains(&format!("[rank {r}] {r}/3/{r} 127.0.0.1")),
+            "{out}"
+        );
+    }
+    let t = Instant::now();
+    let bad = dist_run(
+        "2",
+        &["sh", "-c", "if [ $RANK = 1 ]; then exit 3; fi; sleep 60"],
+    );
+    assert_eq!(bad.status.code(), Some(3));
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "the sleeping rank was not stopped"
+    );
+}

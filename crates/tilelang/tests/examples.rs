@@ -307,3 +307,21 @@ fn every_example_in_the_simulator_for_gfx950_and_gfx942() {
         }
     }
 }
+
+/// The multi-rank example on simulated ranks: every kernel agrees with its single-device
+/// reference on 1, 2 and 3 ranks (the simulator's memory-order check on).
+#[test]
+fn distributed_kernels_on_simulated_ranks() {
+    for kernel in ["all-gather", "ag-gemm", "gemm-rs", "all-reduce"] {
+        for ranks in ["1", "3"] {
+            let last = run_on(
+                "distributed",
+                &[
+                    "--kernel", kernel, "--ranks", ranks, "--m", "70", "--n", "40", "--k", "48",
+                ],
+                "sim",
+            );
+            assert!(last.ends_with("PASS"), "{last}");
+        }
+    }
+}
