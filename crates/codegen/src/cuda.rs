@@ -767,7 +767,7 @@ impl Printer<'_> {
             return format!("tl_fence_{kind}_{}()", scope.name());
         }
         if let Intrinsic::PeerCopy { lanes, put } = op {
-            if !self.cuda_nargs(op, args, 3) {
+            if !self.cuda_nargs(op, args, 4) {
                 return "0".into();
             }
             let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", GLOBAL, None)
@@ -778,6 +778,9 @@ impl Printer<'_> {
                 return "0".into();
             };
             let bytes = *lanes as usize * db.dtype().bytes();
+            // Both advance by the same number of elements.
+            let off = self.expr(&args[3]);
+            let (d, s) = (format!("({d} + {off})"), format!("({s} + {off})"));
             let (d, s) = if *put {
                 (self.cuda_peer(op, d, &args[2]), s)
             } else {

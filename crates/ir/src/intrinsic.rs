@@ -186,7 +186,9 @@ pub enum Intrinsic {
     /// global buffers, one side on a peer: with `put`, from this rank's source into the
     /// peer's copy of the destination (a symmetric buffer); else from the peer's copy of the
     /// source (symmetric) into this rank's destination. args: the destination element, the
-    /// source element, the peer's rank (i32).
+    /// source element, the peer's rank (i32), and an offset (i64 elements, row-major) added to
+    /// both elements — a copy loop passes its start elements unchanged and only the offset
+    /// varies, so no index is re-derived per access.
     PeerCopy { lanes: u32, put: bool },
 }
 

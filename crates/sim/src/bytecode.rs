@@ -230,6 +230,8 @@ pub enum Instr {
         dst: MemRef,
         src: MemRef,
         peer: E,
+        /// Elements added to both addresses.
+        offset: E,
     },
     /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).
     MbarInit {

@@ -682,19 +682,21 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::PeerCopy { lanes, put } => {
-                need(3)?;
+                need(4)?;
                 let dst = self.address(args.first(), &name)?;
                 let src = self.address(args.get(1), &name)?;
                 self.global_operand(&dst, &name)?;
                 self.global_operand(&src, &name)?;
                 let remote = if *put { &dst } else { &src };
                 let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
+                let offset = self.expr(&args[3])?;
                 Instr::PeerCopy {
                     lanes: *lanes,
                     put: *put,
                     dst,
                     src,
                     peer,
+                    offset,
                 }
             }
             Intrinsic::AtomicAdd => {

@@ -593,11 +593,13 @@ impl Interp<'_, '_> {
                     dst,
                     src,
                     peer,
+                    offset,
                 } => {
                     let p = self.eval(th, peer, pc)?.as_i64();
+                    let off = self.eval(th, offset, pc)?.as_i64();
                     let own = self.mem.rank as i64;
                     let (dr, sr) = if *put { (p, own) } else { (own, p) };
-                    self.peer_copy(th, *lanes, (dst, dr), (src, sr), pc)?
+                    self.peer_copy(th, *lanes, (dst, dr), (src, sr), off, pc)?
                 }
                 Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,
                 Instr::MbarArrive { bar, tx } => self.mbar_arrive(th, bar, tx.as_ref(), pc)?,
@@ -958,11 +960,14 @@ impl Interp<'_, '_> {
         lanes: u32,
         (dst, dr): (&MemRef, i64),
         (src, sr): (&MemRef, i64),
+        offset: i64,
         pc: u32,
     ) -> Result<(), SimError> {
         let name = self.prog.name(pc as usize);
-        let d = self.addr(th, dst, pc)?;
-        let s = self.addr(th, src, pc)?;
+        let mut d = self.addr(th, dst, pc)?;
+        let mut s = self.addr(th, src, pc)?;
+        d.elem += offset;
+        s.elem += offset;
         let bytes = lanes as usize * self.mem.info(d.buf).dtype.bytes();
         if !matches!(bytes, 1 | 2 | 4 | 8 | 16) {
             return Err(SimError::InvalidIr(format!(

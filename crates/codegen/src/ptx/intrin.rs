@@ -84,6 +84,13 @@ impl Emitter {
         }
     }
 
+    /// `a` moved by the byte count in register `bytes`.
+    fn offset_addr(&mut self, a: Addr, bytes: &str) -> Addr {
+        let base = self.fresh(Class::B64);
+        self.ins(&format!("add.s64 {base}, {}, {bytes}", a.base));
+        Addr { base, ..a }
+    }
+
     /// Rank `peer`'s copy of the element at `a`: every rank's symmetric heap is mapped at
     /// `base + r·heap_stride`, so it is `a + (peer − rank)·heap_stride`.
     fn peer_addr(&mut self, a: Addr, peer: &Expr) -> R<Addr> {
@@ -254,9 +261,15 @@ impl Emitter {
                 self.ins(&format!("@!{p} bra {top}"));
             }
             Intrinsic::PeerCopy { lanes, put } => {
-                Self::nargs(op, args, 3)?;
+                Self::nargs(op, args, 4)?;
                 let (d, db) = self.mem_arg(args.first(), GLOBAL)?;
                 let (s, _) = self.mem_arg(args.get(1), GLOBAL)?;
+                // Both advance by the same number of elements.
+                let step =
+                    args[3].cast(DType::I64) * Expr::int_of(db.dtype().bytes() as i64, DType::I64);
+                let v = self.expr(&step)?;
+                let v = self.reg(&v, Class::B64);
+                let (d, s) = (self.offset_addr(d, &v), self.offset_addr(s, &v));
                 let (d, s) = if *put {
                     (self.peer_addr(d, &args[2])?, s)
                 } else {

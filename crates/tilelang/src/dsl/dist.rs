@@ -98,25 +98,6 @@ fn flatten(b: &tl_ir::Buffer, idx: &[Expr]) -> Expr {
     tl_ir::simplify(&flat)
 }
 
-/// Row-major indices of the flat element offset `flat` (non-negative) in `b`. Truncating
-/// division, which equals floor division here and which every backend prints for symbolic
-/// extents.
-fn unflatten(b: &tl_ir::Buffer, flat: &Expr) -> Vec<Expr> {
-    use tl_ir::BinOp;
-    let shape = b.shape();
-    let mut idx = vec![Expr::int(0); shape.len()];
-    let mut rest = flat.clone();
-    for d in (0..shape.len()).rev() {
-        if d == 0 {
-            idx[d] = rest.clone();
-        } else {
-            idx[d] = Expr::binary(BinOp::Mod, rest.clone(), shape[d].clone());
-            rest = Expr::binary(BinOp::Div, rest, shape[d].clone());
-        }
-    }
-    idx.iter().map(tl_ir::simplify).collect()
-}
-
 impl TileScope {
     fn dist(&self, what: &str, span: tl_ir::Span) -> Option<DistAttrs> {
         let d = self.state.borrow().attrs.dist.clone();
@@ -526,44 +507,58 @@ impl TileScope {
             return;
         }
         let (sflat, dflat) = (flatten(sb, sidx), flatten(db, didx));
-        // The widest vector (16 bytes at most) that the count and both offsets are multiples
-        // of; symbolic ones must be provably so.
+        // 16 bytes per access where the count and both start offsets are multiples of the
+        // vector: proved here when the sizes say so, else tested at run time (a block-uniform
+        // branch between the vector loop and the widest provable one).
         let divides = |e: &Expr, n: i64| {
             tl_ir::simplify(&tl_ir::ops::floormod(e.clone(), Expr::int(n))).as_int() == Some(0)
         };
-        let mut lanes = (16 / sb.dtype().bytes().max(1)) as i64;
-        while lanes > 1
-            && !(divides(&count, lanes) && divides(&sflat, lanes) && divides(&dflat, lanes))
+        let widest = (16 / sb.dtype().bytes().max(1)) as i64;
+        let mut proved = widest;
+        while proved > 1
+            && !(divides(&count, proved) && divides(&sflat, proved) && divides(&dflat, proved))
         {
-            lanes /= 2;
+            proved /= 2;
         }
-        let chunks = tl_ir::simplify(&tl_ir::ops::ceildiv(count.clone(), Expr::int(lanes)));
-        let threads = self.threads() as i64;
-        let tid = self.thread_idx();
         let (sb, db) = (sb.clone(), db.clone());
-        self.serial(
-            tl_ir::ops::ceildiv(chunks.clone(), Expr::int(threads)),
-            |t, i| {
-                let c = t.let_("chunk", i * threads + tid.clone());
-                t.if_(c.lt(chunks.clone()), |t| {
-                    let off = c.clone() * lanes;
-                    let s = unflatten(&sb, &(sflat.clone() + off.clone()));
-                    let d = unflatten(&db, &(dflat.clone() + off));
-                    let call = Expr::call(
-                        Intrinsic::PeerCopy {
-                            lanes: lanes as u32,
-                            put,
-                        },
-                        vec![
-                            address_of(Expr::load(&db, d)),
-                            address_of(Expr::load(&sb, s)),
-                            peer.clone().cast(DType::I32),
-                        ],
-                        DType::Bool,
-                    );
-                    t.push(StmtKind::Eval(call), span);
-                });
-            },
+        let (s0, d0) = (
+            address_of(Expr::load(&sb, sidx.to_vec())),
+            address_of(Expr::load(&db, didx.to_vec())),
         );
+        let copy_loop = |t: &mut TileScope, lanes: i64| {
+            let chunks = tl_ir::simplify(&tl_ir::ops::ceildiv(count.clone(), Expr::int(lanes)));
+            let threads = t.threads() as i64;
+            let tid = t.thread_idx();
+            t.serial(
+                tl_ir::ops::ceildiv(chunks.clone(), Expr::int(threads)),
+                |t, i| {
+                    let c = t.let_("chunk", i * threads + tid.clone());
+                    t.if_(c.lt(chunks.clone()), |t| {
+                        let call = Expr::call(
+                            Intrinsic::PeerCopy {
+                                lanes: lanes as u32,
+                                put,
+                            },
+                            vec![
+                                d0.clone(),
+                                s0.clone(),
+                                peer.clone().cast(DType::I32),
+                                (c.clone() * lanes).cast(DType::I64),
+                            ],
+                            DType::Bool,
+                        );
+                        t.push(StmtKind::Eval(call), span);
+                    });
+                },
+            );
+        };
+        if proved == widest {
+            copy_loop(self, widest);
+        } else {
+            let m = |e: &Expr| tl_ir::ops::floormod(e.clone(), Expr::int(widest)).eq_(0);
+            let aligned = m(&count).and(m(&sflat)).and(m(&dflat));
+            self.if_(aligned, |t| copy_loop(t, widest))
+                .else_(|t| copy_loop(t, proved));
+        }
     }
 }
