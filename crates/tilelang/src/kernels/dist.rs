@@ -300,3 +300,132 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         );
     })
 }
+
+/// Mixture-of-experts dispatch (all-to-all with a count per destination, top-1 routing): rank
+/// `r`'s token `t` (a row of `X`, `[T, H]`) goes to rank `DEST[t]`. Block `p` walks the tokens
+/// in order and pushes each one routed to rank `p` into the next free row of rank `p`'s
+/// `RECV[rank]` (`[R, CAP, H]`, symmetric), recording the row in `SLOT[t]`; it then stores the
+/// count into rank `p`'s `COUNTS[rank]` and signals rank `p`'s `FLAGS[rank]` with `epoch` (a
+/// release), and waits for rank `p`'s signal here: when the kernel ends, `RECV[s]` holds the
+/// `COUNTS[s]` tokens rank `s` routed to this rank, in rank `s`'s token order. A token past
+/// `CAP` rows is dropped (its `SLOT` is -1), as capacity-limited MoE layers do.
+///
+/// Arguments: `X`, `DEST` (`[T]` i32), `SLOT` (`[T]` i32, out), `RECV`, `COUNTS` (`[R]` i32,
+/// symmetric), `FLAGS` (`[R]` i32, symmetric, zero before the first call), `epoch`, then
+/// `rank`, `num_ranks`, `heap_stride`.
+pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
+    Kernel::build("moe_dispatch", |k| {
+        let (r, t_n, h, cap) = (k.dim("R"), k.dim("T"), k.dim("H"), k.dim("CAP"));
+        let x = k.input("X", [&t_n, &h], dtype);
+        let dest = k.input("DEST", [&t_n], I32);
+        let slot = k.output("SLOT", [&t_n], I32);
+        let recv = k.symmetric("RECV", [&r, &cap, &h], dtype);
+        let counts = k.symmetric("COUNTS", [&r], I32);
+        let flags = k.symmetric("FLAGS", [&r], I32);
+        let epoch = k.scalar("epoch", I32);
+        let d = k.distributed();
+        k.launch([d.num_ranks.clone()], threads, |t, [p]| {
+            let n = t.alloc_var(I32);
+            t.store(&n, [0], 0);
+            t.serial(&t_n, |t, tok| {
+                t.if_(dest.at([tok.clone()]).eq_(p.clone()), |t| {
+                    let row = t.let_("row", n.at([0]));
+                    t.if_(row.lt(&cap), |t| {
+                        t.put_block(
+                            x.at([tok.clone(), Expr::int(0)]),
+                            recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
+                            &h,
+                            p.clone(),
+                        );
+                        t.store(&slot, [tok.clone()], row.clone());
+                    })
+                    .else_(|t| t.store(&slot, [tok.clone()], -1));
+                    t.store(&n, [0], row + 1);
+                });
+            });
+            t.sync_threads();
+            let tid = t.thread_idx();
+            t.if_(tid.eq_(0), |t| {
+                t.st(
+                    counts.at([d.rank.clone()]),
+                    Some(p.clone()),
+                    min(n.at([0]), cap.clone()),
+                    MemSem::Relaxed,
+                    MemScope::Sys,
+                );
+                t.signal(
+                    flags.at([d.rank.clone()]),
+                    p.clone(),
+                    epoch.clone(),
+                    SignalOp::Set,
+                );
+                t.wait(flags.at([p.clone()]), CmpOp::Ge, epoch.clone());
+            });
+            t.sync_threads();
+        });
+    })
+}
+
+/// Mixture-of-experts combine, the reverse of [`moe_dispatch`]: this rank's expert outputs
+/// for the tokens rank `s` sent (`YR[s]`, `[R, CAP, H]`, in the order they arrived, `COUNTS[s]`
+/// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric) in one contiguous push
+/// per rank; after the signals, every token owner gathers its outputs: `Y[t] =
+/// BACK[DEST[t], SLOT[t]]` (zeros for a dropped token).
+///
+/// Arguments: `YR`, `COUNTS` (`[R]` i32, as dispatch left them), `DEST`, `SLOT` (`[T]` i32, as
+/// dispatch wrote them), `BACK`, `Y` (`[T, H]`), `FLAGS` (`[R]` i32, symmetric, zero before the
+/// first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+pub fn moe_combine(dtype: DType, threads: u32, block_h: i64) -> Kernel {
+    Kernel::build("moe_combine", |k| {
+        let (r, t_n, h, cap) = (k.dim("R"), k.dim("T"), k.dim("H"), k.dim("CAP"));
+        let yr = k.input("YR", [&r, &cap, &h], dtype);
+        let counts = k.input("COUNTS", [&r], I32);
+        let dest = k.input("DEST", [&t_n], I32);
+        let slot = k.input("SLOT", [&t_n], I32);
+        let back = k.symmetric("BACK", [&r, &cap, &h], dtype);
+        let y = k.output("Y", [&t_n, &h], dtype);
+        let flags = k.symmetric("FLAGS", [&r], I32);
+        let epoch = k.scalar("epoch", I32);
+        let d = k.distributed();
+        k.launch([d.num_ranks.clone()], threads, |t, [s]| {
+            // Return rank s's tokens.
+            t.put_block(
+                yr.at([s.clone(), Expr::int(0), Expr::int(0)]),
+                back.at([d.rank.clone(), Expr::int(0), Expr::int(0)]),
+                counts.at([s.clone()]) * h.clone(),
+                s.clone(),
+            );
+            t.sync_threads();
+            let tid = t.thread_idx();
+            t.if_(tid.eq_(0), |t| {
+                t.signal(
+                    flags.at([d.rank.clone()]),
+                    s.clone(),
+                    epoch.clone(),
+                    SignalOp::Set,
+                );
+                t.wait(flags.at([s.clone()]), CmpOp::Ge, epoch.clone());
+            });
+            t.sync_threads();
+            // Gather this rank's tokens that went to rank s (each block: one source of rows).
+            t.serial(&t_n, |t, tok| {
+                t.if_(dest.at([tok.clone()]).eq_(s.clone()), |t| {
+                    let row = t.let_("row", slot.at([tok.clone()]));
+                    t.serial(ceildiv(&h, block_h), |t, c| {
+                        t.parallel([block_h], |t, [j]| {
+                            let col = &c * block_h + &j;
+                            t.if_(col.lt(&h), |t| {
+                                let v = select(
+                                    row.ge(0),
+                                    back.at([s.clone(), max(row.clone(), 0), col.clone()]),
+                                    Expr::float(0.0).cast(dtype),
+                                );
+                                t.store(&y, [tok.clone(), col.clone()], v);
+                            });
+                        });
+                    });
+                });
+            });
+        });
+    })
+}
