@@ -32,9 +32,9 @@ pub enum E {
     Load(Box<MemRef>),
     /// A memory-model load (`ld.{sem}.{scope}`) of an element, on the rank `peer` evaluates to
     /// (this rank's copy when absent).
-    MemLoad(Box<MemRef>, Option<Box<E>>, tl_ir::MemSem),
+    MemLoad(Box<MemRef>, Option<Box<E>>, tl_ir::MemSem, tl_ir::MemScope),
     /// An atomic add of `value` (the second) to an element on rank `peer`; the old value.
-    MemAtomAdd(Box<(MemRef, E, Option<E>)>, tl_ir::MemSem),
+    MemAtomAdd(Box<(MemRef, E, Option<E>)>, tl_ir::MemSem, tl_ir::MemScope),
     /// A known pure device function (`Extern { pure: true }`).
     Pure(PureFn, DType, Vec<E>),
 }
@@ -212,6 +212,7 @@ pub enum Instr {
         peer: Option<E>,
         add: bool,
         sem: tl_ir::MemSem,
+        scope: tl_ir::MemScope,
     },
     /// `fence.{acq_rel|sc}.{scope}`.
     Fence,
@@ -221,6 +222,7 @@ pub enum Instr {
         cmp: CmpOp,
         value: E,
         peer: Option<E>,
+        scope: tl_ir::MemScope,
     },
     /// Copy `lanes` elements from `src` to `dst`, the destination (`put`) or the source on
     /// rank `peer`, the other side on this rank.

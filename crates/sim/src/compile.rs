@@ -639,7 +639,7 @@ impl Compiler<'_> {
                     pred,
                 }
             }
-            Intrinsic::MemStore { sem, .. } | Intrinsic::MemRedAdd { sem, .. } => {
+            Intrinsic::MemStore { sem, scope } | Intrinsic::MemRedAdd { sem, scope } => {
                 if args.len() != 2 && args.len() != 3 {
                     need(2)?;
                 }
@@ -656,13 +656,14 @@ impl Compiler<'_> {
                     peer,
                     add: matches!(op, Intrinsic::MemRedAdd { .. }),
                     sem: *sem,
+                    scope: *scope,
                 }
             }
             Intrinsic::Fence { .. } => {
                 need(0)?;
                 Instr::Fence
             }
-            Intrinsic::WaitUntil { cmp, .. } => {
+            Intrinsic::WaitUntil { cmp, scope } => {
                 if args.len() != 2 && args.len() != 3 {
                     need(2)?;
                 }
@@ -679,6 +680,7 @@ impl Compiler<'_> {
                     cmp: *cmp,
                     value,
                     peer,
+                    scope: *scope,
                 }
             }
             Intrinsic::PeerCopy { lanes, put } => {
@@ -970,7 +972,7 @@ impl Compiler<'_> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
             Intrinsic::WaveIdx => return Ok(E::WaveIdx),
-            Intrinsic::MemAtomAdd { sem, .. } => {
+            Intrinsic::MemAtomAdd { sem, scope } => {
                 let name = op.name();
                 if args.len() != 2 && args.len() != 3 {
                     return Err(SimError::InvalidIr(format!(
@@ -986,9 +988,9 @@ impl Compiler<'_> {
                     Some(p) => Some(self.peer_operand(&m, p, &name)?),
                     None => None,
                 };
-                return Ok(E::MemAtomAdd(Box::new((m, v, peer)), *sem));
+                return Ok(E::MemAtomAdd(Box::new((m, v, peer)), *sem, *scope));
             }
-            Intrinsic::MemLoad { sem, .. } => {
+            Intrinsic::MemLoad { sem, scope } => {
                 let name = op.name();
                 let m = self.address(args.first(), &name)?;
                 self.global_operand(&m, &name)?;
@@ -996,7 +998,7 @@ impl Compiler<'_> {
                     Some(p) => Some(Box::new(self.peer_operand(&m, p, &name)?)),
                     None => None,
                 };
-                return Ok(E::MemLoad(Box::new(m), peer, *sem));
+                return Ok(E::MemLoad(Box::new(m), peer, *sem, *scope));
             }
             Intrinsic::ShflXor { width } => (ShflKind::Xor, *width),
             Intrinsic::ShflDown { width } => (ShflKind::Down, *width),

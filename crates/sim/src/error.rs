@@ -299,6 +299,16 @@ pub enum SimError {
         other: String,
     },
 
+    /// A release and an acquire of one flag whose scopes do not reach each other's thread: on
+    /// a GPU they do not synchronize.
+    #[error("{detail}")]
+    ScopeTooNarrow {
+        /// The flag buffer.
+        flag: String,
+        /// Both threads, their scopes and the scope they need.
+        detail: String,
+    },
+
     /// Ranks that launch a multi-rank kernel with different sizes for a symmetric buffer.
     #[error("symmetric buffer `{buffer}` has {bytes} bytes on rank {rank} but {first} on rank 0: every rank must allocate the same symmetric buffers alike")]
     SymmetricMismatch {

@@ -68,6 +68,7 @@ pub struct FlagWait {
     pub off: usize,
     pub cmp: tl_ir::CmpOp,
     pub value: Value,
+    pub scope: tl_ir::MemScope,
 }
 
 /// One lane's operands of an AMD `buffer_load … lds`.
@@ -236,7 +237,7 @@ impl Interp<'_, '_> {
                 let (buf, off) = self.index(th, m, pc)?;
                 self.load(th, buf, off, pc)?
             }
-            E::MemAtomAdd(mvp, sem) => {
+            E::MemAtomAdd(mvp, sem, scope) => {
                 let (m, value, peer) = &**mvp;
                 let v = self.eval(th, value, pc)?;
                 let (buf, off) = self.index(th, m, pc)?;
@@ -244,9 +245,9 @@ impl Interp<'_, '_> {
                     Some(p) => self.eval(th, p, pc)?.as_i64(),
                     None => self.mem.rank as i64,
                 };
-                self.atom_add(th, (rank, buf, off), v, *sem, pc)?
+                self.atom_add(th, (rank, buf, off), v, (*sem, *scope), pc)?
             }
-            E::MemLoad(m, peer, sem) => {
+            E::MemLoad(m, peer, sem, scope) => {
                 let (buf, off) = self.index(th, m, pc)?;
                 let rank = match peer {
                     Some(p) => self.eval(th, p, pc)?.as_i64(),
@@ -257,8 +258,9 @@ impl Interp<'_, '_> {
                 if *sem == MemSem::Weak {
                     self.mem
                         .order_access(rank as usize, buf, off, n, th.tid, pc, false)?;
-                } else if let Some(o) = self.mem.order.as_mut() {
-                    o.load((rank as usize, buf, off), th.tid, sem.acquires());
+                } else {
+                    let key = (rank as usize, buf, off);
+                    self.order_load(key, th.tid, sem.acquires(), *scope, pc)?;
                 }
                 v
             }
@@ -545,8 +547,9 @@ impl Interp<'_, '_> {
                     peer,
                     add,
                     sem,
+                    scope,
                 } => {
-                    self.mem_store(th, addr, value, peer.as_ref(), (*add, *sem), pc)?;
+                    self.mem_store(th, addr, value, peer.as_ref(), (*add, *sem, *scope), pc)?;
                     if self.yield_on_signal && *sem != MemSem::Weak {
                         self.signalled = true;
                         return Ok(());
@@ -564,6 +567,7 @@ impl Interp<'_, '_> {
                     cmp,
                     value,
                     peer,
+                    scope,
                 } => {
                     let (buf, off) = self.index(th, addr, pc)?;
                     let rank = match peer {
@@ -576,6 +580,7 @@ impl Interp<'_, '_> {
                         off,
                         cmp: *cmp,
                         value: self.eval(th, value, pc)?,
+                        scope: *scope,
                     };
                     if !self.flag_holds(&w, th.tid, pc)? {
                         th.pc = pc;
@@ -583,9 +588,7 @@ impl Interp<'_, '_> {
                         th.state = State::FlagWait;
                         return Ok(());
                     }
-                    if let Some(o) = self.mem.order.as_mut() {
-                        o.load((w.rank as usize, w.buf, w.off), th.tid, true);
-                    }
+                    self.order_load((w.rank as usize, w.buf, w.off), th.tid, true, w.scope, pc)?;
                 }
                 Instr::PeerCopy {
                     lanes,
@@ -905,7 +908,7 @@ impl Interp<'_, '_> {
         addr: &MemRef,
         value: &E,
         peer: Option<&E>,
-        (add, sem): (bool, MemSem),
+        (add, sem, scope): (bool, MemSem, tl_ir::MemScope),
         pc: u32,
     ) -> Result<(), SimError> {
         let v = self.eval(th, value, pc)?;
@@ -933,12 +936,14 @@ impl Interp<'_, '_> {
         if sem == MemSem::Weak {
             self.mem
                 .order_access(rank as usize, buf, off, n, th.tid, pc, true)?;
-        } else if let Some(o) = self.mem.order.as_mut() {
+        } else {
             let key = (rank as usize, buf, off);
             if add && sem.acquires() {
-                o.load(key, th.tid, true);
+                self.order_load(key, th.tid, true, scope, pc)?;
             }
-            o.store(key, th.tid, sem.releases());
+            if let Some(o) = self.mem.order.as_mut() {
+                o.store(key, th.tid, sem.releases(), scope);
+            }
         }
         let cell = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
         let new = if add {
@@ -1018,7 +1023,7 @@ impl Interp<'_, '_> {
         th: &Thread,
         (rank, buf, off): (i64, u32, usize),
         v: Value,
-        sem: MemSem,
+        (sem, scope): (MemSem, tl_ir::MemScope),
         pc: u32,
     ) -> Result<Value, SimError> {
         let dt = self.mem.info(buf).dtype;
@@ -1032,10 +1037,10 @@ impl Interp<'_, '_> {
         }
         self.mem
             .aligned(buf, off, n, self.prog.name(pc as usize), th.tid, pc)?;
+        let key = (rank as usize, buf, off);
+        self.order_load(key, th.tid, sem.acquires(), scope, pc)?;
         if let Some(o) = self.mem.order.as_mut() {
-            let key = (rank as usize, buf, off);
-            o.load(key, th.tid, sem.acquires());
-            o.store(key, th.tid, sem.releases());
+            o.store(key, th.tid, sem.releases(), scope);
         }
         let cell = self.mem.rank_bytes(rank, buf, off, n, th.tid, pc)?;
         let old = elem::decode(cell, dt);
@@ -1043,5 +1048,40 @@ impl Interp<'_, '_> {
             .map_err(|x| SimError::InvalidIr(x.to_string()))?;
         elem::encode(new, dt, cell);
         Ok(old)
+    }
+
+    /// The order checker's view of a flag load (acquire or relaxed) at `scope`.
+    pub fn order_load(
+        &mut self,
+        key: (usize, u32, usize),
+        tid: u32,
+        acquire: bool,
+        scope: tl_ir::MemScope,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let Some(o) = self.mem.order.as_mut() else {
+            return Ok(());
+        };
+        o.load(key, tid, acquire, scope).map_err(|n| {
+            let info = self.mem.info(key.1);
+            SimError::ScopeTooNarrow {
+                flag: info.name.clone(),
+                detail: format!(
+                    "the acquire of `{}`[{}] on rank {} by {} (.{}) reads a release by thread {} of block [{}, {}, {}] on rank {} (.{}); between these threads both need .{} scope (.cta orders a block, .gpu one GPU, .sys every rank)",
+                    info.name,
+                    key.2 / info.dtype.bytes().max(1),
+                    key.0,
+                    crate::order::describe(&n.acquirer, self.prog.span(pc as usize)),
+                    n.acquire_scope.name(),
+                    n.releaser.thread,
+                    n.releaser.block[0],
+                    n.releaser.block[1],
+                    n.releaser.block[2],
+                    n.releaser.rank,
+                    n.release_scope.name(),
+                    n.needed.name()
+                ),
+            }
+        })
     }
 }

@@ -133,6 +133,11 @@ pub struct SimOptions {
     pub check_uninit: bool,
     /// Check the kernel with `verify_level(Level::Thread)` first.
     pub verify: bool,
+    /// Kernels whose blocks wait for each other: at most this many blocks of each rank run at
+    /// once, started in launch order as earlier ones finish (a GPU holds only so many); `None`
+    /// runs every block at once. A grid that deadlocks only when not all of it is resident
+    /// (consumers spinning in every slot while their producers wait to start) is reported.
+    pub resident_blocks: Option<usize>,
 }
 
 impl Default for SimOptions {
@@ -143,6 +148,7 @@ impl Default for SimOptions {
             check_races: true,
             check_uninit: true,
             verify: true,
+            resident_blocks: None,
         }
     }
 }
@@ -334,7 +340,7 @@ pub fn run_ranks(
                 sched::BlockCtx::new(&progs[r], r, kernel.threads, b, vars, checks, base)
             })
             .collect();
-        sched::run_concurrent(&mut it, &progs, ctxs)?;
+        sched::run_concurrent(&mut it, &progs, ctxs, opts.resident_blocks)?;
     } else {
         for &(_, b, vars) in &launch_blocks {
             sched::run_block(&mut it, kernel.threads, b, vars, checks)?;

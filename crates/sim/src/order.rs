@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use tl_ir::Span;
+use tl_ir::{MemScope, Span};
 
 /// The largest number of threads (all blocks of all ranks) whose order is checked.
 pub const MAX_AGENTS: usize = 4096;
@@ -39,6 +39,10 @@ struct LastWrite {
     clock: u32,
     pc: u32,
 }
+
+/// What has been released on a flag: the joined clocks, and the last release's thread and
+/// scope.
+type Released = (Vec<u32>, Option<(u32, MemScope)>);
 
 /// A byte's last plain write and last plain read.
 type ByteHistory = (Option<LastWrite>, Option<LastWrite>);
@@ -62,8 +66,9 @@ pub struct Order {
     fenced: Vec<Option<Vec<u32>>>,
     /// Per agent, what relaxed loads since its last fence observed (a fence acquires it).
     pending: Vec<Option<Vec<u32>>>,
-    /// The clock released on each flag: (rank, buffer, byte offset).
-    flags: HashMap<(usize, u32, usize), Vec<u32>>,
+    /// The clock released on each flag: (rank, buffer, byte offset), and the last release's
+    /// thread and scope.
+    flags: HashMap<(usize, u32, usize), Released>,
     /// Last plain write and last plain read of symmetric bytes: (rank, buffer) → per byte.
     writes: HashMap<(usize, u32), Vec<ByteHistory>>,
     /// The agent index of thread 0 of the running block.
@@ -151,9 +156,9 @@ impl Order {
         Ok(())
     }
 
-    /// A store or reduction on a flag: with `release` it publishes this thread's clock (after
-    /// a fence, a relaxed one publishes the clock at the fence).
-    pub fn store(&mut self, key: (usize, u32, usize), tid: u32, release: bool) {
+    /// A store or reduction on a flag at `scope`: with `release` it publishes this thread's
+    /// clock (after a fence, a relaxed one publishes the clock at the fence).
+    pub fn store(&mut self, key: (usize, u32, usize), tid: u32, release: bool, scope: MemScope) {
         let a = self.agent(tid);
         let published = if release {
             let c = self.clocks[a].clone();
@@ -163,24 +168,57 @@ impl Order {
             self.fenced[a].clone()
         };
         if let Some(c) = published {
-            let f = self.flags.entry(key).or_insert_with(|| vec![0; c.len()]);
-            join(f, &c);
+            let f = self
+                .flags
+                .entry(key)
+                .or_insert_with(|| (vec![0; c.len()], None));
+            join(&mut f.0, &c);
+            f.1 = Some((a as u32, scope));
         }
     }
 
-    /// A load of a flag: with `acquire` it joins what was released on it; a relaxed one
-    /// keeps it for the next fence.
-    pub fn load(&mut self, key: (usize, u32, usize), tid: u32, acquire: bool) {
+    /// A load of a flag at `scope`: with `acquire` it joins what was released on it; a relaxed
+    /// one keeps it for the next fence. A release and an acquire synchronize only when both
+    /// scopes include the other thread: `.cta` within a block, `.gpu` within a rank, `.sys`
+    /// across ranks; narrower ones are reported (they would not synchronize on a GPU).
+    pub fn load(
+        &mut self,
+        key: (usize, u32, usize),
+        tid: u32,
+        acquire: bool,
+        scope: MemScope,
+    ) -> Result<(), ScopeTooNarrow> {
         let a = self.agent(tid);
-        let Some(f) = self.flags.get(&key) else {
-            return;
+        let Some((f, last)) = self.flags.get(&key) else {
+            return Ok(());
         };
+        if let Some((w, wscope)) = *last {
+            let (me, them) = (self.agents[a], self.agents[w as usize]);
+            let needed = if me.rank != them.rank {
+                MemScope::Sys
+            } else if me.block != them.block {
+                MemScope::Gpu
+            } else {
+                MemScope::Cta
+            };
+            if w as usize != a && (wscope < needed || scope < needed) {
+                return Err(ScopeTooNarrow {
+                    releaser: them,
+                    release_scope: wscope,
+                    acquirer: me,
+                    acquire_scope: scope,
+                    needed,
+                });
+            }
+        }
         if acquire {
-            join(&mut self.clocks[a], f);
+            let f = f.clone();
+            join(&mut self.clocks[a], &f);
         } else {
             let p = self.pending[a].get_or_insert_with(|| vec![0; f.len()]);
             join(p, f);
         }
+        Ok(())
     }
 
     /// A fence: acquires what relaxed loads since the last one observed, and marks the point
@@ -209,6 +247,16 @@ impl Order {
             c[lo + i] += 1;
         }
     }
+}
+
+/// A release and an acquire of one flag whose scopes do not include each other's thread.
+#[derive(Clone, Debug)]
+pub struct ScopeTooNarrow {
+    pub releaser: AgentInfo,
+    pub release_scope: MemScope,
+    pub acquirer: AgentInfo,
+    pub acquire_scope: MemScope,
+    pub needed: MemScope,
 }
 
 /// Where a report's thread is.

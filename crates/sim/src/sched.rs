@@ -109,6 +109,9 @@ pub struct BlockCtx {
     wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
     mbars: crate::mbarrier::Mbars,
     done: bool,
+    /// Resident: running or ready to run (blocks start in launch order, a limited number at
+    /// once when the run models residency).
+    started: bool,
     /// The memory-order checker's index of this block's thread 0.
     agent_base: u32,
 }
@@ -137,6 +140,7 @@ impl BlockCtx {
             wgmma_reads: Default::default(),
             mbars: Default::default(),
             done: false,
+            started: false,
             agent_base,
         }
     }
@@ -179,11 +183,25 @@ pub fn run_concurrent<'p>(
     it: &mut Interp<'p, '_>,
     progs: &'p [Program],
     mut ctxs: Vec<BlockCtx>,
+    resident: Option<usize>,
 ) -> Result<(), SimError> {
     it.yield_on_signal = true;
+    let ranks = ctxs.iter().map(|c| c.rank + 1).max().unwrap_or(1);
     loop {
+        // Blocks start in launch order, at most `resident` per rank at once (a GPU's limit);
+        // a block that finishes frees its slot.
+        let mut active = vec![0usize; ranks];
+        for c in ctxs.iter().filter(|c| c.started && !c.done) {
+            active[c.rank] += 1;
+        }
+        for c in ctxs.iter_mut().filter(|c| !c.started) {
+            if resident.is_none_or(|n| active[c.rank] < n) {
+                c.started = true;
+                active[c.rank] += 1;
+            }
+        }
         let mut progressed = false;
-        for c in ctxs.iter_mut().filter(|c| !c.done) {
+        for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
             enter_rank(it, progs, c.rank);
             c.swap(it);
             let before = (
@@ -223,11 +241,19 @@ pub fn run_concurrent<'p>(
         }
         if !progressed {
             let mut waits = vec![];
-            for c in ctxs.iter_mut().filter(|c| !c.done) {
+            for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
                 enter_rank(it, progs, c.rank);
                 c.swap(it);
                 waits.push(describe_blocked(it, c.rank, &c.ths));
                 c.swap(it);
+            }
+            for r in 0..ranks {
+                let waiting = ctxs.iter().filter(|c| c.rank == r && !c.started).count();
+                if let (true, Some(n)) = (waiting > 0, resident) {
+                    waits.push(format!(
+                        "rank {r}: {waiting} block(s) never started, with {n} resident per rank (the most a GPU holds at once here): the blocks that run wait for ones that cannot start — launch fewer blocks, or put the producers first or in another kernel"
+                    ));
+                }
             }
             return Err(SimError::SignalDeadlock { waits });
         }
@@ -310,9 +336,13 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
             if th.state == State::FlagWait {
                 if let Stash::Flag(w) = th.stash {
                     if it.flag_holds(&w, th.tid, th.pc)? {
-                        if let Some(o) = it.mem.order.as_mut() {
-                            o.load((w.rank as usize, w.buf, w.off), th.tid, true);
-                        }
+                        it.order_load(
+                            (w.rank as usize, w.buf, w.off),
+                            th.tid,
+                            true,
+                            w.scope,
+                            th.pc,
+                        )?;
                         th.state = State::Ready;
                         th.stash = Stash::None;
                         th.pc += 1;

@@ -750,3 +750,97 @@ fn moe_dispatch_and_combine_round_trip() {
         }
     }
 }
+
+/// A signal to another rank released at `.gpu` scope does not synchronize with its waiter on a
+/// GPU: the simulator reports the pair instead of letting the data through.
+#[test]
+fn a_release_too_narrow_for_its_waiter_is_reported() {
+    for (scope, ok) in [
+        (MemScope::Gpu, false),
+        (MemScope::Cta, false),
+        (MemScope::Sys, true),
+    ] {
+        let k = Kernel::build("narrow", |k| {
+            let data = k.symmetric("DATA", [4], F32);
+            let flag = k.symmetric("FLAG", [1], I32);
+            let d = k.distributed();
+            k.launch([1], 32, |t, [_]| {
+                let tid = t.thread_idx();
+                let other = Expr::int(1) - d.rank.clone();
+                t.if_(tid.eq_(0), |t| {
+                    t.st(
+                        data.at([0]),
+                        Some(other.clone()),
+                        5.0f64,
+                        MemSem::Weak,
+                        MemScope::Sys,
+                    );
+                    t.st(flag.at([0]), Some(other.clone()), 1, MemSem::Release, scope);
+                    t.wait(flag.at([0]), tilelang::ir::CmpOp::Eq, 1);
+                    let v = t.ld(data.at([0]), None, MemSem::Weak, MemScope::Sys);
+                    t.st(data.at([1]), None, v, MemSem::Weak, MemScope::Sys);
+                });
+            });
+        });
+        let lowered = k.lower(Target::SM90).expect("lower");
+        let mut args: Vec<Vec<SimArg>> = (0..2)
+            .map(|r| {
+                vec![
+                    SimArg::zeros(F32, &[4]),
+                    SimArg::zeros(I32, &[1]),
+                    SimArg::Int(r),
+                    SimArg::Int(2),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        let r = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default());
+        match (ok, r) {
+            (true, Ok(_)) => assert_eq!(args[0][0].to_f64(F32)[1], 5.0),
+            (false, Err(e @ SimError::ScopeTooNarrow { .. })) => {
+                assert!(e.to_string().contains("both need .sys scope"), "{e}");
+            }
+            (_, other) => panic!("{scope:?}: {other:?}"),
+        }
+    }
+}
+
+/// A barrier of all blocks needs them all resident: with room for one block fewer than the
+/// grid, the simulator reports the blocks that never started instead of hanging; the
+/// all-gather + GEMM, whose producers come first in launch order, finishes even with two
+/// blocks resident per rank.
+#[test]
+fn residency_limits_are_modelled() {
+    let lowered = block_exchange().lower(Target::SM90).expect("lower");
+    let g = 5usize;
+    let args = || {
+        vec![
+            SimArg::zeros(I32, &[g]),
+            SimArg::zeros(I32, &[g]),
+            SimArg::zeros(I32, &[1]),
+        ]
+    };
+    let few = SimOptions {
+        resident_blocks: Some(g - 1),
+        ..SimOptions::default()
+    };
+    let e = tl_sim::run(&lowered, &mut args(), &few).expect_err("one block cannot start");
+    assert!(e.to_string().contains("1 block(s) never started"), "{e}");
+    let enough = SimOptions {
+        resident_blocks: Some(g),
+        ..SimOptions::default()
+    };
+    tl_sim::run(&lowered, &mut args(), &enough).expect("all resident");
+
+    use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
+    let k = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 32, 2, 128));
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut ranks: Vec<Vec<SimArg>> = (0..2)
+        .map(|r| ag_gemm_args(r, 2, (70, 72, 40), 64, 1))
+        .collect();
+    let two = SimOptions {
+        resident_blocks: Some(2),
+        ..SimOptions::default()
+    };
+    tl_sim::run_ranks(&lowered, &mut ranks, &two).expect("producers first");
+}
