@@ -17,6 +17,7 @@ from .jit import JITKernel, compile, jit, precompile
 from .profiler import Profiler
 from .autotuner import autotune
 from . import layout
+from .distributed import sim_ranks
 
 __version__ = _native.__version__
 
@@ -30,5 +31,6 @@ __all__ = [
     "Profiler",
     "autotune",
     "layout",
+    "sim_ranks",
     "__version__",
 ]

@@ -800,7 +800,10 @@ def trace(fn: Callable, outer: dict | None = None) -> tuple["_native.Kernel", li
             except Exception as e:
                 raise tracer.fail("python", f"{type(e).__name__}: {e}") from e
             if isinstance(ann, TensorSpec):
-                buf = b.param(a.arg, list(ann.shape), str(ann.dtype))
+                if getattr(ann, "symmetric", False):
+                    buf = b.symmetric_param(a.arg, list(ann.shape), str(ann.dtype))
+                else:
+                    buf = b.param(a.arg, list(ann.shape), str(ann.dtype))
                 ns[a.arg] = buf
                 params.append(ParamSpec(a.arg, "tensor", list(ann.shape), _native.canonical_dtype(str(ann.dtype))))
             elif isinstance(ann, (DType, str)):

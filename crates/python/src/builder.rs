@@ -492,6 +492,199 @@ impl Builder {
 
     /// The kernel, verified (a `TileLangError` with every diagnostic otherwise). Parameters
     /// the body never writes become inputs (read-only in generated code), the rest in-out.
+    /// A tensor parameter in the symmetric heap (`T.SymmTensor`): every rank has one, peers
+    /// may read and write it. Makes the kernel distributed.
+    fn symmetric_param(
+        &mut self,
+        name: &str,
+        shape: &Bound<'_, PyAny>,
+        dtype: &str,
+    ) -> PyResult<PyBuffer> {
+        let shape = to_exprs(shape)?;
+        let dtype = dtype_arg(dtype)?;
+        let kb = self.kb()?;
+        for e in &shape {
+            let mut vars = vec![];
+            e.visit(&mut |x| {
+                if let Some(v) = x.as_var() {
+                    vars.push(v.clone());
+                }
+            });
+            for v in vars {
+                kb.dim_var(&v);
+            }
+        }
+        Ok(PyBuffer {
+            b: kb.symmetric(name, shape, dtype),
+        })
+    }
+
+    /// (rank, num_ranks) of a distributed kernel (makes the kernel distributed).
+    fn ranks(&mut self) -> PyResult<(PyExpr, PyExpr)> {
+        let d = self.kb()?.distributed();
+        Ok((PyExpr::new(d.rank), PyExpr::new(d.num_ranks)))
+    }
+
+    /// `T.ld`: a memory-model load (of `peer`'s copy when given).
+    #[pyo3(signature = (elem, sem, scope, peer=None))]
+    fn mem_ld(
+        &mut self,
+        elem: &Bound<'_, PyAny>,
+        sem: &str,
+        scope: &str,
+        peer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyExpr> {
+        let (e, p) = (to_expr(elem)?, peer.map(to_expr).transpose()?);
+        let (sem, scope) = (mem_sem(sem)?, mem_scope(scope)?);
+        Ok(PyExpr::new(self.scope()?.ld(e, p, sem, scope)))
+    }
+
+    /// `T.st` / `T.red_add` (`add`): a memory-model store or reduction.
+    #[pyo3(signature = (elem, value, sem, scope, peer=None, add=false))]
+    fn mem_st(
+        &mut self,
+        elem: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        sem: &str,
+        scope: &str,
+        peer: Option<&Bound<'_, PyAny>>,
+        add: bool,
+    ) -> PyResult<()> {
+        let (e, v, p) = (
+            to_expr(elem)?,
+            to_expr(value)?,
+            peer.map(to_expr).transpose()?,
+        );
+        let (sem, scope) = (mem_sem(sem)?, mem_scope(scope)?);
+        let t = self.scope()?;
+        if add {
+            t.red_add(e, p, v, sem, scope);
+        } else {
+            t.st(e, p, v, sem, scope);
+        }
+        Ok(())
+    }
+
+    /// `T.atom_add`: an atomic add; the old value.
+    #[pyo3(signature = (elem, value, sem, scope, peer=None))]
+    fn mem_atom_add(
+        &mut self,
+        elem: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        sem: &str,
+        scope: &str,
+        peer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyExpr> {
+        let (e, v, p) = (
+            to_expr(elem)?,
+            to_expr(value)?,
+            peer.map(to_expr).transpose()?,
+        );
+        let (sem, scope) = (mem_sem(sem)?, mem_scope(scope)?);
+        Ok(PyExpr::new(self.scope()?.atom_add(e, p, v, sem, scope)))
+    }
+
+    fn fence(&mut self, scope: &str) -> PyResult<()> {
+        let scope = mem_scope(scope)?;
+        self.scope()?.fence(scope);
+        Ok(())
+    }
+
+    /// `T.signal`: a release store (`set`) or add (`add`) of `value` into `peer`'s flag.
+    fn signal(
+        &mut self,
+        flag: &Bound<'_, PyAny>,
+        peer: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        op: &str,
+    ) -> PyResult<()> {
+        let op = match op {
+            "set" => tilelang::dsl::SignalOp::Set,
+            "add" => tilelang::dsl::SignalOp::Add,
+            other => {
+                return Err(type_error(format!(
+                    "T.signal op={other:?}: \"set\" or \"add\""
+                )))
+            }
+        };
+        let (f, p, v) = (to_expr(flag)?, to_expr(peer)?, to_expr(value)?);
+        self.scope()?.signal(f, p, v, op);
+        Ok(())
+    }
+
+    /// `T.wait_{cmp}`: spin until this rank's flag compares true (an acquire).
+    fn wait(
+        &mut self,
+        flag: &Bound<'_, PyAny>,
+        cmp: &str,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        use tilelang::ir::CmpOp;
+        let cmp = match cmp {
+            "eq" => CmpOp::Eq,
+            "ne" => CmpOp::Ne,
+            "lt" => CmpOp::Lt,
+            "le" => CmpOp::Le,
+            "gt" => CmpOp::Gt,
+            "ge" => CmpOp::Ge,
+            other => return Err(type_error(format!("a wait with comparison {other:?}"))),
+        };
+        let (f, v) = (to_expr(flag)?, to_expr(value)?);
+        self.scope()?.wait(f, cmp, v);
+        Ok(())
+    }
+
+    /// `T.put_block` (`put`) / `T.get_block`: the block copies `count` elements to or from a
+    /// peer.
+    fn block_copy(
+        &mut self,
+        src: &Bound<'_, PyAny>,
+        dst: &Bound<'_, PyAny>,
+        count: &Bound<'_, PyAny>,
+        peer: &Bound<'_, PyAny>,
+        put: bool,
+    ) -> PyResult<()> {
+        let (s, d, n, p) = (
+            to_expr(src)?,
+            to_expr(dst)?,
+            to_expr(count)?,
+            to_expr(peer)?,
+        );
+        let t = self.scope()?;
+        if put {
+            t.put_block(s, d, n, p);
+        } else {
+            t.get_block(s, d, n, p);
+        }
+        Ok(())
+    }
+
+    /// `threadIdx.x` (TileLang's `T.get_thread_binding()`).
+    fn thread_idx(&mut self) -> PyResult<PyExpr> {
+        Ok(PyExpr::new(self.scope()?.thread_idx()))
+    }
+
+    fn sync_threads(&mut self) -> PyResult<()> {
+        self.scope()?.sync_threads();
+        Ok(())
+    }
+
+    fn barrier_blocks(
+        &mut self,
+        counter: &Bound<'_, PyAny>,
+        blocks: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (c, n) = (to_expr(counter)?, to_expr(blocks)?);
+        self.scope()?.barrier_blocks(c, n);
+        Ok(())
+    }
+
+    fn barrier_ranks(&mut self, bar: &Bound<'_, PyBuffer>, row: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (b, r) = (bar.get().b.clone(), to_expr(row)?);
+        self.scope()?.barrier_ranks(&b, r);
+        Ok(())
+    }
+
     fn finish(&mut self) -> PyResult<PyKernel> {
         if !self.frames.is_empty() {
             return Err(internal("finished with scopes still open"));
@@ -504,9 +697,16 @@ impl Builder {
         kernel.verify().map_err(diagnostics)?;
         let mut ir = kernel.ir().clone();
         let w = written(&ir.body);
+        // Peers write symmetric buffers: never read-only.
+        let symmetric: Vec<u64> = ir
+            .attrs
+            .dist
+            .as_ref()
+            .map(|d| d.symmetric.clone())
+            .unwrap_or_default();
         for p in &mut ir.params {
             if let Param::Tensor { buffer, role } = p {
-                *role = if w.contains(&buffer.id()) {
+                *role = if w.contains(&buffer.id()) || symmetric.contains(&buffer.id()) {
                     Role::InOut
                 } else {
                     Role::Input
@@ -515,6 +715,33 @@ impl Builder {
         }
         Ok(PyKernel::new(Kernel::from_ir(ir)))
     }
+}
+
+fn mem_sem(s: &str) -> PyResult<tilelang::ir::MemSem> {
+    use tilelang::ir::MemSem::*;
+    Ok(match s {
+        "weak" => Weak,
+        "volatile" => Volatile,
+        "relaxed" => Relaxed,
+        "acquire" => Acquire,
+        "release" => Release,
+        "acq_rel" => AcqRel,
+        other => {
+            return Err(type_error(format!(
+                "sem={other:?}: weak, volatile, relaxed, acquire, release or acq_rel"
+            )))
+        }
+    })
+}
+
+fn mem_scope(s: &str) -> PyResult<tilelang::ir::MemScope> {
+    use tilelang::ir::MemScope::*;
+    Ok(match s {
+        "cta" => Cta,
+        "gpu" => Gpu,
+        "sys" => Sys,
+        other => return Err(type_error(format!("scope={other:?}: cta, gpu or sys"))),
+    })
 }
 
 /// The dtype of an expression's value, by name (for the tracer's constant folding).

@@ -20,6 +20,9 @@ type ParamRow<'py> = (
     &'static str,
 );
 
+/// Each rank's tensor arguments' bytes after a simulated run (None for scalars).
+type RankBytes = Vec<Vec<Option<Vec<u8>>>>;
+
 #[pyclass(name = "Kernel", module = "tilelang_rs._native", frozen)]
 pub struct PyKernel {
     pub k: Kernel,
@@ -104,6 +107,62 @@ impl PyKernel {
             return py.detach(|| k.emit_ptx(t)).map_err(compile);
         }
         py.detach(|| k.emit(t)).map_err(compile)
+    }
+
+    /// Run the kernel, lowered for `target`, on `len(ranks)` simulated devices in one process
+    /// (`tl_sim::run_ranks`): `ranks[r]` is rank `r`'s arguments in parameter order — a tensor
+    /// as `(bytes, shape)` (its row-major storage), a scalar as an int or float. Returns each
+    /// rank's tensors' bytes after the run (None for scalars) and whether the memory order was
+    /// checked; a deadlock, an unordered access or a too-narrow scope is an error that says so.
+    fn sim_ranks(
+        &self,
+        py: Python<'_>,
+        target: &str,
+        ranks: Vec<Vec<Bound<'_, PyAny>>>,
+    ) -> PyResult<(RankBytes, bool)> {
+        use tl_sim::SimArg;
+        let t = target_arg(target)?;
+        let mut args: Vec<Vec<SimArg>> = vec![];
+        for rank in &ranks {
+            let mut v = vec![];
+            for a in rank {
+                if let Ok((bytes, shape)) = a.extract::<(Vec<u8>, Vec<usize>)>() {
+                    v.push(SimArg::Tensor { bytes, shape });
+                } else if let Ok(i) = a.extract::<i64>() {
+                    v.push(SimArg::Int(i));
+                } else if let Ok(f) = a.extract::<f64>() {
+                    v.push(SimArg::Float(f));
+                } else {
+                    return Err(type_error(format!(
+                        "a simulator argument must be (bytes, shape), an int or a float, got {}",
+                        a.repr()?
+                    )));
+                }
+            }
+            args.push(v);
+        }
+        let k = &self.k;
+        let lowered = py
+            .detach(|| k.lower(t))
+            .map_err(crate::error::diagnostics)?;
+        let report = py
+            .detach(|| {
+                tl_sim::run_ranks(&lowered, &mut args, &tl_sim::SimOptions::default())
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| value_error(format!("in the simulator ({t}): {e}")))?;
+        let out = args
+            .into_iter()
+            .map(|v| {
+                v.into_iter()
+                    .map(|a| match a {
+                        SimArg::Tensor { bytes, .. } => Some(bytes),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok((out, report.order_checked))
     }
 
     /// The thread-level IR after the target's passes.

@@ -94,6 +94,7 @@ class TensorSpec:
 
     shape: tuple
     dtype: str
+    symmetric: bool = False
 
 
 def _shape(shape: Any) -> tuple:
@@ -116,6 +117,18 @@ class _TensorType:
 
 Tensor = _TensorType()
 Buffer = Tensor  # TileLang's older name for the same annotation
+
+
+class _SymmTensorType(_TensorType):
+    """``T.SymmTensor((R, N), dtype)``: a tensor in the symmetric heap of a multi-rank kernel.
+    Every rank has one, allocated alike; peers read and write it by rank (``T.put_block``,
+    ``T.st(..., dst_pe=p)``, ``T.signal``)."""
+
+    def __call__(self, shape: Any, dtype: Any = "float32") -> TensorSpec:
+        return TensorSpec(_shape(shape), _dtype(dtype), symmetric=True)
+
+
+SymmTensor = _SymmTensorType()
 
 
 def StridedTensor(shape: Any, strides: Any, dtype: Any = "float32") -> TensorSpec:
@@ -550,3 +563,121 @@ def annotate_layout(layouts: dict) -> None:
         if not isinstance(buf, TileBuffer):
             raise TypeError(f"annotate_layout keys are buffers, got {buf!r}")
         t.b.annotate_layout(buf, str(layout))
+
+
+# ----- multi-rank kernels (the TileScale model; docs/distributed.md) -----
+#
+# Each call runs on every thread that reaches it (guard with ``if T.get_thread_binding() ==
+# 0``-style conditions where one thread should signal), except put_block, get_block and the
+# barriers, which the whole block runs.
+
+
+def get_thread_binding(dim: int = 0) -> Expr:
+    """This thread's index in the block (``threadIdx.x``; blocks are one-dimensional)."""
+    if dim != 0:
+        raise TypeError("T.get_thread_binding: blocks are one-dimensional here (dim=0)")
+    return _trace.current().b.thread_idx()
+
+
+def get_rank() -> Expr:
+    """This rank (i32). Makes the kernel distributed: its last three arguments are then
+    ``rank``, ``num_ranks`` and ``heap_stride``."""
+    return _trace.current().b.ranks()[0]
+
+
+def get_num_ranks() -> Expr:
+    """The number of ranks (i32)."""
+    return _trace.current().b.ranks()[1]
+
+
+def _pe(pe: Any) -> Any:
+    return None if pe is None or (isinstance(pe, int) and pe < 0) else pe
+
+
+def ld(src: Expr, scope: str = "gpu", sem: str = "weak", src_pe: Any = None) -> Expr:
+    """A memory-model load of the element ``src`` (of rank ``src_pe``'s copy of a symmetric
+    tensor when given)."""
+    return _trace.current().b.mem_ld(src, sem, scope, _pe(src_pe))
+
+
+def st(dst: Expr, value: Value, scope: str = "gpu", sem: str = "weak", dst_pe: Any = None) -> None:
+    """A memory-model store into the element ``dst`` (of rank ``dst_pe``'s copy)."""
+    _trace.current().b.mem_st(dst, value, sem, scope, _pe(dst_pe))
+
+
+def red_add(dst: Expr, value: Value, scope: str = "gpu", sem: str = "relaxed", dst_pe: Any = None) -> None:
+    """``red.add`` on the element ``dst`` (no value returned)."""
+    _trace.current().b.mem_st(dst, value, sem, scope, _pe(dst_pe), True)
+
+
+def atom_add(target: Expr, value: Value, scope: str = "gpu", sem: str = "relaxed", dst_pe: Any = None) -> Expr:
+    """An atomic add on an integer element; the old value."""
+    return _trace.current().b.mem_atom_add(target, value, sem, scope, _pe(dst_pe))
+
+
+def fence_cta() -> None:
+    _trace.current().b.fence("cta")
+
+
+def fence_gpu() -> None:
+    _trace.current().b.fence("gpu")
+
+
+def fence_sys() -> None:
+    _trace.current().b.fence("sys")
+
+
+def signal(flag: Expr, value: Value, dst_pe: Value, op: str = "set") -> None:
+    """A release at system scope: store (``set``) or add (``add``) ``value`` into rank
+    ``dst_pe``'s copy of ``flag``, after everything this thread wrote (and what its block wrote
+    before a ``T.sync_threads``)."""
+    _trace.current().b.signal(flag, dst_pe, value, op)
+
+
+def _wait(cmp: str) -> Callable[..., None]:
+    def wait(value: Expr, expected: Value, peer: Any = None) -> None:
+        if _pe(peer) is not None:
+            raise TypeError(f"T.wait_{cmp}(..., peer=...): waits are on this rank's own flag; "
+                            "have the peer signal it (T.signal)")
+        _trace.current().b.wait(value, cmp, expected)
+
+    wait.__name__ = f"wait_{cmp}"
+    wait.__doc__ = (f"Spin until the flag element compares {cmp} to ``expected`` (an acquire at "
+                    "system scope: what the signaller wrote before is visible after).")
+    return wait
+
+
+wait_eq = _wait("eq")
+wait_ne = _wait("ne")
+wait_lt = _wait("lt")
+wait_le = _wait("le")
+wait_gt = _wait("gt")
+wait_ge = _wait("ge")
+
+
+def put_block(src: Expr, dst: Expr, size: Value, dst_pe: Value) -> None:
+    """The whole block copies ``size`` consecutive elements from ``src`` (this rank) to rank
+    ``dst_pe``'s copy of the symmetric tensor of ``dst`` (elements, e.g. ``A[i, 0]``)."""
+    _trace.current().b.block_copy(src, dst, size, dst_pe, True)
+
+
+def get_block(src: Expr, dst: Expr, size: Value, src_pe: Value) -> None:
+    """The whole block copies ``size`` consecutive elements from rank ``src_pe``'s copy of the
+    symmetric tensor of ``src`` into ``dst`` on this rank."""
+    _trace.current().b.block_copy(src, dst, size, src_pe, False)
+
+
+def sync_threads() -> None:
+    _trace.current().b.sync_threads()
+
+
+def barrier_blocks(counter: Expr, num_blocks: Value) -> None:
+    """All ``num_blocks`` blocks of this launch meet (``counter``: an int32 element, zero
+    before the first launch; it counts rounds, no reset). All blocks must be resident."""
+    _trace.current().b.barrier_blocks(counter, num_blocks)
+
+
+def barrier_ranks(bar: TileBuffer, row: Value = 0) -> None:
+    """This block meets the blocks passing the same ``row`` on every rank (``bar``: a
+    ``T.SymmTensor((rows, R), "int32")``, zero before the first use; no reset)."""
+    _trace.current().b.barrier_ranks(bar, row)

@@ -1,0 +1,74 @@
+"""Multi-rank kernels in T.* (TileScale's names), run on simulated ranks: an all-gather with
+signals and waits, a deadlock that names the flag, and a scope too narrow for its waiter."""
+
+import numpy as np
+import pytest
+
+import tilelang_rs as tilelang
+from tilelang_rs import TileLangError
+from tilelang_rs import language as T
+
+R, N = T.symbolic("R"), T.symbolic("N")
+
+
+@T.prim_func
+def all_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+               FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
+    with T.Kernel(T.get_num_ranks(), threads=64) as p:
+        rank = T.get_rank()
+        T.put_block(X[0], OUT[rank, 0], N, p)
+        T.sync_threads()
+        if T.get_thread_binding() == 0:
+            T.signal(FLAGS[rank], epoch, p)
+            T.wait_ge(FLAGS[p], epoch)
+        T.sync_threads()
+
+
+def args(r, ranks, n, epoch=1):
+    x = (np.arange(n, dtype=np.float32) + 1000 * r) * 0.5
+    return [x, np.full((ranks, n), np.nan, np.float32), np.zeros(ranks, np.int32), epoch]
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_all_gather_on_simulated_ranks(ranks):
+    n = 37
+    per_rank = [args(r, ranks, n) for r in range(ranks)]
+    assert tilelang.sim_ranks(all_gather, per_rank)
+    want = np.stack([a[0] for a in per_rank])
+    for a in per_rank:
+        np.testing.assert_array_equal(a[1], want)
+        np.testing.assert_array_equal(a[2], np.ones(ranks, np.int32))
+
+
+def test_a_wait_nothing_satisfies_is_a_deadlock_error():
+    per_rank = [args(0, 2, 8, epoch=2), args(1, 2, 8, epoch=1)]
+    with pytest.raises(ValueError, match=r"deadlock.*`FLAGS`\[1\] on rank 0 >= 2 \(it is 1\)"):
+        tilelang.sim_ranks(all_gather, per_rank)
+
+
+def test_the_cpu_backend_refuses_a_multi_rank_kernel():
+    with pytest.raises(TileLangError, match="multi-rank"):
+        tilelang.compile(all_gather, target="cpu")
+
+
+def test_a_gpu_scope_release_to_a_peer_is_reported():
+    @T.prim_func
+    def narrow(D: T.SymmTensor((4,), "float32"), F: T.SymmTensor((1,), "int32")):
+        with T.Kernel(1, threads=32) as bx:
+            other = 1 - T.get_rank()
+            if T.get_thread_binding() == 0:
+                T.st(D[0], 5.0, scope="sys", dst_pe=other)
+                T.st(F[0], 1, scope="gpu", sem="release", dst_pe=other)
+                T.wait_eq(F[0], 1)
+
+    per_rank = [[np.zeros(4, np.float32), np.zeros(1, np.int32)] for _ in range(2)]
+    with pytest.raises(ValueError, match=r"both need \.sys scope"):
+        tilelang.sim_ranks(narrow, per_rank)
+
+
+def test_a_peer_of_a_plain_tensor_is_refused_at_trace_time():
+    with pytest.raises(TileLangError, match="not a symmetric buffer"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "int32"), F: T.SymmTensor((1,), "int32")):
+            with T.Kernel(1, threads=32) as bx:
+                T.st(A[0], 1, dst_pe=0)
