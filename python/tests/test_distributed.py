@@ -72,3 +72,30 @@ def test_a_peer_of_a_plain_tensor_is_refused_at_trace_time():
         def bad(A: T.Tensor((4,), "int32"), F: T.SymmTensor((1,), "int32")):
             with T.Kernel(1, threads=32) as bx:
                 T.st(A[0], 1, dst_pe=0)
+
+
+def test_peer_tables_add_a_table_per_symmetric_tensor():
+    @T.prim_func
+    def ag(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+           FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
+        T.use_peer_tables()
+        with T.Kernel(T.get_num_ranks(), threads=64) as p:
+            rank = T.get_rank()
+            T.put_block(X[0], OUT[rank, 0], N, p)
+            T.sync_threads()
+            if T.get_thread_binding() == 0:
+                T.signal(FLAGS[rank], epoch, p)
+                T.wait_ge(FLAGS[p], epoch)
+
+    names = [p[0] for p in ag.kernel.params()]
+    assert names == ["X", "OUT", "FLAGS", "epoch", "OUT_peers", "FLAGS_peers", "rank",
+                     "num_ranks", "heap_stride"], names
+    src = ag.kernel.source("sm_90a")
+    assert "tl_peer_table(" in src
+    per_rank = []
+    for r in range(2):
+        a = args(r, 2, 16)
+        a += [np.zeros(2, np.int64), np.zeros(2, np.int64)]
+        per_rank.append(a)
+    assert tilelang.sim_ranks(ag, per_rank)
+    np.testing.assert_array_equal(per_rank[0][1], np.stack([per_rank[0][0], per_rank[1][0]]))

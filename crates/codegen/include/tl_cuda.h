@@ -190,6 +190,11 @@ TL_DEFINE_VEC_COPY_ZFILL(1, uint8_t, (uint8_t)0)
 template <typename T> TL_DEVICE T* tl_peer(T* p, int32_t peer, int32_t rank, int64_t stride) {
     return (T*)((char*)p + (int64_t)(peer - rank) * stride);
 }
+/* Peer tables (memory another library mapped): rank `peer`'s copy of the tensor whose own
+ * copy starts at `own` starts at `entry`. */
+template <typename T, typename U> TL_DEVICE T* tl_peer_table(T* p, int64_t entry, U* own) {
+    return (T*)((char*)p + (entry - (int64_t)own));
+}
 /* Memory-model loads, stores and reductions of 4- and 8-byte elements, by PTX name. */
 #define TL_DEFINE_MEM_OPS(SEM, SCOPE, QUAL)                                                      \
 TL_DEVICE uint32_t tl_ld_##SEM##_##SCOPE##_b32(const void* p) {                                \

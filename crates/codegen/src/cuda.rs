@@ -743,7 +743,7 @@ impl Printer<'_> {
     }
 
     /// The address of rank `peer`'s copy of the element `ptr` points to.
-    fn cuda_peer(&mut self, op: &Intrinsic, ptr: String, peer: &Expr) -> String {
+    fn cuda_peer(&mut self, op: &Intrinsic, ptr: String, buf: &Buffer, peer: &Expr) -> String {
         let Some(d) = self.dist.clone() else {
             return self.cuda_error(
                 DiagKind::InvalidArgument,
@@ -751,6 +751,22 @@ impl Printer<'_> {
                 "declare the kernel distributed (`k.distributed()`)",
             );
         };
+        if let Some((_, table)) = d.peer_tables.iter().find(|(id, _)| *id == buf.id()) {
+            // Peer tables: rank `peer`'s copy is at `table[peer]`, this one at the parameter.
+            let entry = self.expr(&Expr::load(table, vec![peer.clone()]));
+            let zero = vec![Expr::int(0); buf.rank()];
+            let base_elem = Expr::call(
+                Intrinsic::AddressOf,
+                vec![Expr::load(buf, zero)],
+                DType::U64,
+            );
+            let Some((own, _)) =
+                self.cuda_addr(op, Some(&base_elem), "tensor", &[Scope::Global], None)
+            else {
+                return "0".into();
+            };
+            return format!("tl_peer_table({ptr}, {entry}, {own})");
+        }
         let (peer, rank, stride) = (
             self.expr(peer),
             self.expr(&d.rank.expr()),
@@ -774,7 +790,7 @@ impl Printer<'_> {
             else {
                 return "0".into();
             };
-            let Some((s, _)) = self.cuda_addr(op, args.get(1), "source", GLOBAL, None) else {
+            let Some((s, sb)) = self.cuda_addr(op, args.get(1), "source", GLOBAL, None) else {
                 return "0".into();
             };
             let bytes = *lanes as usize * db.dtype().bytes();
@@ -782,9 +798,9 @@ impl Printer<'_> {
             let off = self.expr(&args[3]);
             let (d, s) = (format!("({d} + {off})"), format!("({s} + {off})"));
             let (d, s) = if *put {
-                (self.cuda_peer(op, d, &args[2]), s)
+                (self.cuda_peer(op, d, &db, &args[2]), s)
             } else {
-                let s = self.cuda_peer(op, s, &args[2]);
+                let s = self.cuda_peer(op, s, &sb, &args[2]);
                 (d, s)
             };
             return format!("tl_vec_copy_{bytes}({d}, {s})");
@@ -796,7 +812,7 @@ impl Printer<'_> {
         let nvals = usize::from(!matches!(op, Intrinsic::MemLoad { .. }));
         if let Intrinsic::MemAtomAdd { sem, scope } = op {
             let p = match args.get(2) {
-                Some(peer) => self.cuda_peer(op, p, peer),
+                Some(peer) => self.cuda_peer(op, p, &b, peer),
                 None => p,
             };
             let v = args.get(1).map(|v| self.expr(v)).unwrap_or_default();
@@ -819,7 +835,7 @@ impl Printer<'_> {
             );
         }
         let p = match args.get(1 + nvals) {
-            Some(peer) => self.cuda_peer(op, p, peer),
+            Some(peer) => self.cuda_peer(op, p, &b, peer),
             None => p,
         };
         let bits = match ty {

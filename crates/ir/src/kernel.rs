@@ -115,6 +115,12 @@ pub struct DistAttrs {
     /// The tensor parameters that live in the symmetric heap (by buffer id): the only ones a
     /// peer may be named for.
     pub symmetric: Vec<u64>,
+    /// Peer tables instead of the flat heap (for symmetric memory that another library
+    /// allocated, e.g. torch's `buffer_ptrs_dev`): per symmetric buffer (by id), an i64 tensor
+    /// parameter of every rank's address of that buffer; rank `p`'s copy of an element is its
+    /// address plus `table[p]` minus the parameter's own address. Empty: the flat heap
+    /// (`heap_stride`).
+    pub peer_tables: Vec<(u64, crate::buffer::Buffer)>,
 }
 
 #[derive(Clone, PartialEq, Debug)]

@@ -659,6 +659,12 @@ impl Builder {
         Ok(())
     }
 
+    /// Address peers through per-buffer tables (`T.use_peer_tables()`).
+    fn peer_tables(&mut self) -> PyResult<()> {
+        self.kb()?.peer_tables();
+        Ok(())
+    }
+
     /// `threadIdx.x` (TileLang's `T.get_thread_binding()`).
     fn thread_idx(&mut self) -> PyResult<PyExpr> {
         Ok(PyExpr::new(self.scope()?.thread_idx()))

@@ -844,3 +844,65 @@ fn residency_limits_are_modelled() {
     };
     tl_sim::run_ranks(&lowered, &mut ranks, &two).expect("producers first");
 }
+
+/// Peer tables (for symmetric memory another library mapped, like torch's): the kernel takes
+/// each symmetric buffer's per-rank addresses; the PTX and CUDA C++ compute a peer's address
+/// from the table (no heap stride), both compile, and the simulator (which keeps each rank's
+/// copy itself) agrees with the reference.
+#[test]
+fn peer_tables_replace_the_flat_heap() {
+    use tilelang::kernels::dist::all_gather_peer_tables;
+    let k = all_gather_peer_tables(F32, 64);
+    let names: Vec<String> = k
+        .ir()
+        .params
+        .iter()
+        .map(|p| match p {
+            tilelang::ir::Param::Tensor { buffer, .. } => buffer.name().to_string(),
+            tilelang::ir::Param::Scalar(v) => v.name().to_string(),
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "X",
+            "OUT",
+            "FLAGS",
+            "epoch",
+            "OUT_peers",
+            "FLAGS_peers",
+            "rank",
+            "num_ranks",
+            "heap_stride"
+        ]
+    );
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let ranks = 3;
+    let mut args: Vec<Vec<SimArg>> = (0..ranks)
+        .map(|r| {
+            let mut a = all_gather_args(r, ranks, 20, 1, 0);
+            let tail = a.split_off(4);
+            a.push(SimArg::tensor(I64, &[ranks], &[0.0; 3]));
+            a.push(SimArg::tensor(I64, &[ranks], &[0.0; 3]));
+            a.extend(tail);
+            a
+        })
+        .collect();
+    tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("sim");
+    let want: Vec<f64> = (0..ranks).flat_map(|r| shard(r, 20)).collect();
+    for a in &args {
+        assert_eq!(a[1].to_f64(F32), want);
+    }
+    if tl_nvrtc::testing::nvrtc_or_skip("peer_tables_replace_the_flat_heap").is_none() {
+        return;
+    }
+    for target in TARGETS {
+        let ptx = k.emit_ptx(target).expect("ptx");
+        assert!(ptx.contains("sub.s64"), "{ptx}");
+        tl_nvrtc::check_with(&ptx, &target.arch(), &tl_nvrtc::CheckOptions::default())
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let cuda = k.emit_general(target).expect("cuda");
+        assert!(cuda.contains("tl_peer_table("), "{cuda}");
+        tl_nvrtc::check(&cuda, &target.arch()).unwrap_or_else(|e| panic!("{target}: {e}"));
+    }
+}

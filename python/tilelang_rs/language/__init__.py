@@ -579,6 +579,15 @@ def get_thread_binding(dim: int = 0) -> Expr:
     return _trace.current().b.thread_idx()
 
 
+def use_peer_tables() -> None:
+    """Address peers through tables instead of the flat symmetric heap: every
+    ``T.SymmTensor`` parameter ``X`` gets a companion ``X_peers`` (``[NR]`` int64, every rank's
+    address of its ``X``), after the kernel's own parameters and before ``rank``,
+    ``num_ranks``, ``heap_stride``. This is how memory that torch's symmetric memory mapped is
+    passed: ``torch.tensor(handle.buffer_ptrs, dtype=torch.int64, device="cuda")``."""
+    _trace.current().b.peer_tables()
+
+
 def get_rank() -> Expr:
     """This rank (i32). Makes the kernel distributed: its last three arguments are then
     ``rank``, ``num_ranks`` and ``heap_stride``."""

@@ -93,16 +93,25 @@ impl Emitter {
 
     /// Rank `peer`'s copy of the element at `a`: every rank's symmetric heap is mapped at
     /// `base + r·heap_stride`, so it is `a + (peer − rank)·heap_stride`.
-    fn peer_addr(&mut self, a: Addr, peer: &Expr) -> R<Addr> {
+    fn peer_addr(&mut self, a: Addr, buf: &Buffer, peer: &Expr) -> R<Addr> {
         let Some(d) = self.dist.clone() else {
             return Err("a peer address in a kernel that is not distributed".into());
         };
+        if let Some((_, table)) = d.peer_tables.iter().find(|(id, _)| *id == buf.id()) {
+            // Peer tables: rank `peer`'s copy is at `table[peer]`, this one at the parameter.
+            let entry = self.expr(&Expr::load(table, vec![peer.clone()]))?;
+            let entry = self.reg(&entry, Class::B64);
+            let Some((own, _)) = self.globals.get(&buf.id()).cloned() else {
+                return Err(format!("the tensor `{}` is not a parameter", buf.name()));
+            };
+            let delta = self.fresh(Class::B64);
+            self.ins(&format!("sub.s64 {delta}, {entry}, {own}"));
+            return Ok(self.offset_addr(a, &delta));
+        }
         let delta = (peer.clone() - d.rank.expr()).cast(DType::I64) * d.heap_stride.expr();
         let v = self.expr(&delta)?;
         let v = self.reg(&v, Class::B64);
-        let base = self.fresh(Class::B64);
-        self.ins(&format!("add.s64 {base}, {}, {v}", a.base));
-        Ok(Addr { base, ..a })
+        Ok(self.offset_addr(a, &v))
     }
 
     /// Whether the global tensor behind a source address is read-only in this kernel.
@@ -150,7 +159,7 @@ impl Emitter {
                 }
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
                 let a = match args.get(2) {
-                    Some(peer) => self.peer_addr(a, peer)?,
+                    Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
                 };
                 let (ty, class) = match b.dtype() {
@@ -174,7 +183,7 @@ impl Emitter {
                 }
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
                 let a = match args.get(1) {
-                    Some(peer) => self.peer_addr(a, peer)?,
+                    Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
                 };
                 let (ty, class) = flag_type(b.dtype())?;
@@ -212,7 +221,7 @@ impl Emitter {
                 }
                 let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
                 let a = match args.get(2) {
-                    Some(peer) => self.peer_addr(a, peer)?,
+                    Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
                 };
                 let (ty, class) = flag_type(b.dtype())?;
@@ -237,7 +246,7 @@ impl Emitter {
                 }
                 let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
                 let a = match args.get(2) {
-                    Some(peer) => self.peer_addr(a, peer)?,
+                    Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
                 };
                 let (ty, class, cmp_ty) = match b.dtype() {
@@ -263,7 +272,7 @@ impl Emitter {
             Intrinsic::PeerCopy { lanes, put } => {
                 Self::nargs(op, args, 4)?;
                 let (d, db) = self.mem_arg(args.first(), GLOBAL)?;
-                let (s, _) = self.mem_arg(args.get(1), GLOBAL)?;
+                let (s, sb) = self.mem_arg(args.get(1), GLOBAL)?;
                 // Both advance by the same number of elements.
                 let step =
                     args[3].cast(DType::I64) * Expr::int_of(db.dtype().bytes() as i64, DType::I64);
@@ -271,9 +280,9 @@ impl Emitter {
                 let v = self.reg(&v, Class::B64);
                 let (d, s) = (self.offset_addr(d, &v), self.offset_addr(s, &v));
                 let (d, s) = if *put {
-                    (self.peer_addr(d, &args[2])?, s)
+                    (self.peer_addr(d, &db, &args[2])?, s)
                 } else {
-                    let s = self.peer_addr(s, &args[2])?;
+                    let s = self.peer_addr(s, &sb, &args[2])?;
                     (d, s)
                 };
                 let bytes = *lanes as usize * db.dtype().bytes();

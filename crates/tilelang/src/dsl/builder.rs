@@ -24,6 +24,8 @@ pub(crate) struct BuildState {
     /// one traces a function's AST and knows the user's line before each call); `None` means
     /// the Rust caller's location (`#[track_caller]`).
     pub span: Option<Span>,
+    /// `peer_tables()` was asked for: `finish` adds a table parameter per symmetric buffer.
+    pub peer_tables: bool,
 }
 
 /// The location to record: the front end's, when it set one, else the Rust caller's. Must be
@@ -325,14 +327,42 @@ impl KernelBuilder {
             }
         };
         let mut params = self.params;
-        if let Some(d) = &attrs.dist {
+        let mut dims = self.dims;
+        let mut attrs = attrs;
+        let tables = self.state.borrow().peer_tables;
+        if let Some(d) = attrs.dist.as_mut() {
+            if tables {
+                let nr = Var::new(self.state.borrow_mut().unique("NR"), DType::I32);
+                dims.push(nr.clone());
+                let symmetric: Vec<Buffer> = params
+                    .iter()
+                    .filter_map(|p| match p {
+                        Param::Tensor { buffer, .. } if d.symmetric.contains(&buffer.id()) => {
+                            Some(buffer.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                for b in symmetric {
+                    let name = self
+                        .state
+                        .borrow_mut()
+                        .unique(&format!("{}_peers", b.name()));
+                    let t = Buffer::new(name, vec![nr.expr()], DType::I64, Scope::Global, b.span());
+                    params.push(Param::Tensor {
+                        buffer: t.clone(),
+                        role: Role::Input,
+                    });
+                    d.peer_tables.push((b.id(), t));
+                }
+            }
             for v in [&d.rank, &d.num_ranks, &d.heap_stride] {
                 params.push(Param::Scalar(v.clone()));
             }
         }
         let k = tl_ir::Kernel {
             name: self.name,
-            dims: self.dims,
+            dims,
             params,
             grid: launch.grid,
             block_vars: launch.block_vars,

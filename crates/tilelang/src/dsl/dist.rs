@@ -59,8 +59,19 @@ impl KernelBuilder {
             num_ranks,
             heap_stride,
             symmetric: vec![],
+            peer_tables: vec![],
         });
         d
+    }
+
+    /// Address peers through tables instead of the flat heap: every symmetric buffer `X` gets
+    /// a companion parameter `X_peers` (`[NR]` i64: each rank's address of its `X`, as torch's
+    /// symmetric memory gives them in `buffer_ptrs_dev`), after the user's parameters and
+    /// before `rank`, `num_ranks`, `heap_stride` (then unused). For memory another library
+    /// allocated and mapped.
+    pub fn peer_tables(&mut self) {
+        self.distributed();
+        self.state.borrow_mut().peer_tables = true;
     }
 
     /// A tensor in the symmetric heap: every rank has a copy of the same shape at the same

@@ -14,7 +14,22 @@ use crate::prelude::*;
 /// Arguments: `X`, `OUT`, `FLAGS` (`[R]` i32, symmetric, zero before the first call), `epoch`,
 /// then the scalars every distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
 pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
+    all_gather_with(dtype, threads, false)
+}
+
+/// [`all_gather`] addressing peers through tables (torch's symmetric memory, or any library
+/// that maps the peers' buffers itself): after `epoch` come `OUT_peers` and `FLAGS_peers`
+/// (`[NR]` i64, every rank's address of its `OUT` and `FLAGS`), then `rank`, `num_ranks`,
+/// `heap_stride` (unused).
+pub fn all_gather_peer_tables(dtype: DType, threads: u32) -> Kernel {
+    all_gather_with(dtype, threads, true)
+}
+
+fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
     Kernel::build("all_gather", |k| {
+        if tables {
+            k.peer_tables();
+        }
         let (r, n) = (k.dim("R"), k.dim("N"));
         let x = k.input("X", [&n], dtype);
         let out = k.symmetric("OUT", [&r, &n], dtype);
