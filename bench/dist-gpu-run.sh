@@ -25,3 +25,12 @@ for o in $ops; do
     torchrun --standalone --nproc_per_node "$peers" bench/dist_peers.py --op "$o" --m "$m" --n "$n" --k "$k" 2>&1 | grep -E "^dist_peers" | tail -n 8
   done
 done
+# The T.* all-gather on torch's symmetric memory (peer tables), beside NCCL, where the Python
+# package is importable (python/tests/gpu-run.sh stage installs it) and there is a GPU per rank.
+if python3 -c "import tilelang_rs, torch" 2>/dev/null; then
+  for r in 2 4 8; do
+    [ "$r" -gt "$gpus" ] && continue
+    echo "== T.* all-gather on torch symmetric memory, $r ranks"
+    torchrun --standalone --nproc_per_node "$r" python/tests/dist_torch.py 2>&1 | grep -E "^dist_torch|Error" | tail -n 3
+  done
+fi
