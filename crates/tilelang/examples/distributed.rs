@@ -19,7 +19,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use tilelang::kernels::dist::{ag_gemm, all_gather, all_reduce, gemm_rs, AgGemmConfig};
+use tilelang::kernels::dist::{
+    ag_gemm, all_gather, all_reduce, all_reduce_two_shot, gemm_rs, AgGemmConfig,
+};
 use tilelang::kernels::reference;
 use tilelang::prelude::*;
 use tilelang::runtime::external::ExternalTensor;
@@ -28,7 +30,7 @@ use tl_sim::{SimArg, SimOptions};
 #[derive(Parser, Debug)]
 #[command(about = "Multi-rank kernels with a single-device reference check")]
 struct Args {
-    /// all-gather, ag-gemm, gemm-rs or all-reduce
+    /// all-gather, ag-gemm, gemm-rs, all-reduce or all-reduce-two-shot
     #[arg(long, default_value = "ag-gemm")]
     kernel: String,
     /// Rows per rank (M; MQ for gemm-rs; N for the vector kernels)
@@ -95,7 +97,10 @@ fn kernel(name: &str, sim: bool) -> anyhow::Result<Kernel> {
         "ag-gemm" => ag_gemm(BF16, tiles(sim)),
         "gemm-rs" => gemm_rs(BF16, tiles(sim)),
         "all-reduce" => all_reduce(256, 256),
-        other => anyhow::bail!("--kernel {other:?}: all-gather, ag-gemm, gemm-rs or all-reduce"),
+        "all-reduce-two-shot" => all_reduce_two_shot(256, 256),
+        other => anyhow::bail!(
+            "--kernel {other:?}: all-gather, ag-gemm, gemm-rs, all-reduce or all-reduce-two-shot"
+        ),
     })
 }
 
@@ -253,6 +258,39 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 ],
                 epoch: false,
                 out: 1,
+                want: (0..n)
+                    .map(|i| (0..world).map(|s| pattern(s, n)[i]).sum())
+                    .collect(),
+                flops: 0.0,
+            }
+        }
+        "all-reduce-two-shot" => {
+            let g = n.div_ceil(world).div_ceil(256);
+            Plan {
+                bufs: vec![
+                    Symmetric {
+                        shape: vec![n],
+                        dtype: F32,
+                        init: pattern(r, n),
+                    },
+                    Symmetric {
+                        shape: vec![n],
+                        dtype: F32,
+                        init: vec![0.0; n],
+                    },
+                    Local {
+                        shape: vec![n],
+                        dtype: F32,
+                        init: vec![f64::NAN; n],
+                    },
+                    Symmetric {
+                        shape: vec![g, world],
+                        dtype: I32,
+                        init: vec![0.0; g * world],
+                    },
+                ],
+                epoch: false,
+                out: 2,
                 want: (0..n)
                     .map(|i| (0..world).map(|s| pattern(s, n)[i]).sum())
                     .collect(),

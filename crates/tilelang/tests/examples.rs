@@ -312,7 +312,13 @@ fn every_example_in_the_simulator_for_gfx950_and_gfx942() {
 /// reference on 1, 2 and 3 ranks (the simulator's memory-order check on).
 #[test]
 fn distributed_kernels_on_simulated_ranks() {
-    for kernel in ["all-gather", "ag-gemm", "gemm-rs", "all-reduce"] {
+    for kernel in [
+        "all-gather",
+        "ag-gemm",
+        "gemm-rs",
+        "all-reduce",
+        "all-reduce-two-shot",
+    ] {
         for ranks in ["1", "3"] {
             let last = run_on(
                 "distributed",

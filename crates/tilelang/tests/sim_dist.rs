@@ -279,6 +279,10 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
             &["st.release.sys.global.b32", "ld.acquire.sys.global.b32"][..],
         ),
         (
+            tilelang::kernels::dist::all_reduce_two_shot(256, 256),
+            &["ld.relaxed.sys.global.b32", "st.release.sys.global.b32"][..],
+        ),
+        (
             block_exchange(),
             &[
                 "atom.release.gpu.global.add.u32",
@@ -904,5 +908,44 @@ fn peer_tables_replace_the_flat_heap() {
         let cuda = k.emit_general(target).expect("cuda");
         assert!(cuda.contains("tl_peer_table("), "{cuda}");
         tl_nvrtc::check(&cuda, &target.arch()).unwrap_or_else(|e| panic!("{target}: {e}"));
+    }
+}
+
+/// Two-shot all-reduce on 1-4 ranks, lengths not a multiple of the ranks or the block, twice
+/// over the same barrier slots.
+#[test]
+fn two_shot_all_reduce_sums_every_rank() {
+    use tilelang::kernels::dist::all_reduce_two_shot;
+    let block = 32usize;
+    let lowered = all_reduce_two_shot(block as i64, 64)
+        .lower(Target::SM90)
+        .expect("lower");
+    for ranks in [1usize, 2, 3, 4] {
+        let n = 101usize;
+        let g = n.div_ceil(ranks).div_ceil(block);
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                vec![
+                    SimArg::tensor(F32, &[n], &shard(r, n)),
+                    SimArg::tensor(F32, &[n], &vec![f64::NAN; n]),
+                    SimArg::tensor(F32, &[n], &vec![f64::NAN; n]),
+                    SimArg::zeros(I32, &[g, ranks]),
+                    SimArg::Int(r as i64),
+                    SimArg::Int(ranks as i64),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        let want: Vec<f64> = (0..n)
+            .map(|i| (0..ranks).map(|r| shard(r, n)[i]).sum())
+            .collect();
+        for call in 0..2 {
+            let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+                .unwrap_or_else(|e| panic!("{ranks} ranks, call {call}: {e}"));
+            assert!(rep.order_checked);
+            for (r, a) in args.iter().enumerate() {
+                assert_eq!(a[2].to_f64(F32), want, "rank {r} of {ranks}, call {call}");
+            }
+        }
     }
 }

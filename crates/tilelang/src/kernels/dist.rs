@@ -444,3 +444,54 @@ pub fn moe_combine(dtype: DType, threads: u32, block_h: i64) -> Kernel {
         });
     })
 }
+
+/// Two-shot all-reduce (sum), for messages too large for [`all_reduce`]'s every-rank-reads-
+/// everything: rank `r` owns chunk `r` (`C = ⌈N/R⌉` elements). First each rank sums its chunk
+/// over all ranks' `X` into its `RED` (a reduce-scatter), then each rank reads every chunk
+/// from its owner's `RED` into `Y` (an all-gather): every element crosses the links twice
+/// instead of `R` times. Block `b` handles offsets `[b·block, (b+1)·block)` of every chunk; a
+/// barrier with block `b` of every rank precedes each phase and follows the last.
+///
+/// Arguments: `X` (`[N]`, symmetric), `RED` (`[N]`, symmetric scratch), `Y` (`[N]`), `BAR`
+/// (`[G, R]` i32, symmetric, zero before the first call; `G = ⌈C/block⌉` blocks), then `rank`,
+/// `num_ranks`, `heap_stride`.
+pub fn all_reduce_two_shot(block: i64, threads: u32) -> Kernel {
+    Kernel::build("all_reduce_two_shot", |k| {
+        let (r, n, g) = (k.dim("R"), k.dim("N"), k.dim("G"));
+        let x = k.symmetric("X", [&n], F32);
+        let red = k.symmetric("RED", [&n], F32);
+        let y = k.output("Y", [&n], F32);
+        let bar = k.symmetric("BAR", [&g, &r], I32);
+        let d = k.distributed();
+        let chunk = ceildiv(&n, d.num_ranks.clone());
+        k.launch([ceildiv(chunk.clone(), block)], threads, |t, [bx]| {
+            let c = t.let_("chunk_len", chunk.clone());
+            t.barrier_ranks(&bar, bx.clone());
+            // Reduce-scatter: this rank's chunk, summed over every rank's X.
+            t.parallel([block], |t, [i]| {
+                let e = &bx * block + &i;
+                let at = d.rank.clone() * c.clone() + e.clone();
+                t.if_(e.lt(&c).and(at.lt(&n)), |t| {
+                    t.store(&red, [at.clone()], Expr::float(0.0));
+                    t.serial(&d.num_ranks, |t, p| {
+                        let v = t.ld(x.at([at.clone()]), Some(p), MemSem::Weak, MemScope::Sys);
+                        t.store(&red, [at.clone()], red.at([at.clone()]) + v);
+                    });
+                });
+            });
+            t.barrier_ranks(&bar, bx.clone());
+            // All-gather: every chunk from its owner.
+            t.parallel([block], |t, [i]| {
+                let e = &bx * block + &i;
+                t.serial(&d.num_ranks, |t, q| {
+                    let at = q.clone() * c.clone() + e.clone();
+                    t.if_(e.lt(&c).and(at.lt(&n)), |t| {
+                        let v = t.ld(red.at([at.clone()]), Some(q), MemSem::Weak, MemScope::Sys);
+                        t.store(&y, [at.clone()], v);
+                    });
+                });
+            });
+            t.barrier_ranks(&bar, bx.clone());
+        });
+    })
+}
