@@ -463,7 +463,13 @@ pub fn all_reduce_two_shot(block: i64, threads: u32) -> Kernel {
         let y = k.output("Y", [&n], F32);
         let bar = k.symmetric("BAR", [&g, &r], I32);
         let d = k.distributed();
-        let chunk = ceildiv(&n, d.num_ranks.clone());
+        // ⌈N/R⌉ by truncating division (both positive), which every backend prints for a
+        // symbolic divisor.
+        let chunk = Expr::binary(
+            crate::ir::BinOp::Div,
+            n.clone() + d.num_ranks.clone() - 1,
+            d.num_ranks.clone(),
+        );
         k.launch([ceildiv(chunk.clone(), block)], threads, |t, [bx]| {
             let c = t.let_("chunk_len", chunk.clone());
             t.barrier_ranks(&bar, bx.clone());
