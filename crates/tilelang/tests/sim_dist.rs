@@ -275,7 +275,7 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
             ][..],
         ),
         (
-            tilelang::kernels::dist::moe_combine(BF16, 256, 256),
+            tilelang::kernels::dist::moe_combine(BF16, 256),
             &["st.release.sys.global.b32", "ld.acquire.sys.global.b32"][..],
         ),
         (
@@ -656,32 +656,36 @@ fn barrier_blocks_orders_every_block() {
     }
 }
 
-/// Mixture-of-experts dispatch then combine on 2 and 3 ranks, with routing that overflows a
-/// destination's capacity: every rank receives exactly the tokens routed to it (in the
-/// sender's order, counted, the overflow dropped), and after an "expert" that doubles each
-/// row, combine returns every token's output to its owner (zeros for the dropped ones).
+/// Mixture-of-experts dispatch, expert, combine and gather on 2 and 3 ranks, top-2 routing
+/// that overflows a destination's capacity: every rank receives exactly the rows routed to it
+/// (in the sender's order, with their experts, counted, the overflow dropped); after an
+/// "expert" that maps a row x of expert e to 2x + e, combine and gather give every token
+/// Σ_j w_j·(2x + e_j) over its kept choices.
 #[test]
 fn moe_dispatch_and_combine_round_trip() {
-    use tilelang::kernels::dist::{moe_combine, moe_dispatch};
+    use tilelang::kernels::dist::{moe_combine, moe_dispatch, moe_gather};
     let disp = moe_dispatch(F32, 64).lower(Target::SM90).expect("dispatch");
-    let comb = moe_combine(F32, 64, 32)
-        .lower(Target::SM90)
-        .expect("combine");
-    for (ranks, tokens, h, cap) in [(2usize, 9usize, 24usize, 4usize), (3, 10, 20, 3)] {
+    let comb = moe_combine(F32, 64).lower(Target::SM90).expect("combine");
+    let gath = moe_gather(F32, 64, 32).lower(Target::SM90).expect("gather");
+    let k = 2usize;
+    for (ranks, tokens, h, cap) in [(2usize, 9usize, 24usize, 6usize), (3, 10, 20, 5)] {
         let x = |r: usize| pattern(r, tokens * h);
-        let dest =
-            |r: usize| -> Vec<usize> { (0..tokens).map(|t| (t * 7 + r * 3) % ranks).collect() };
+        let dest = |r: usize, t: usize, j: usize| (t * 7 + r * 3 + j * 5) % ranks;
+        let expert = |r: usize, t: usize, j: usize| (dest(r, t, j) * 4 + (t + j) % 4) as f64;
+        let w = |j: usize| 0.25 * (j + 1) as f64;
         let mut args: Vec<Vec<SimArg>> = (0..ranks)
             .map(|r| {
+                let d: Vec<f64> = (0..tokens * k)
+                    .map(|i| dest(r, i / k, i % k) as f64)
+                    .collect();
+                let e: Vec<f64> = (0..tokens * k).map(|i| expert(r, i / k, i % k)).collect();
                 vec![
                     SimArg::tensor(F32, &[tokens, h], &x(r)),
-                    SimArg::tensor(
-                        I32,
-                        &[tokens],
-                        &dest(r).iter().map(|&d| d as f64).collect::<Vec<_>>(),
-                    ),
-                    SimArg::tensor(I32, &[tokens], &vec![-7.0; tokens]),
-                    SimArg::tensor(F32, &[ranks, cap, h], &vec![0.0; ranks * cap * h]),
+                    SimArg::tensor(I32, &[tokens, k], &d),
+                    SimArg::tensor(I32, &[tokens, k], &e),
+                    SimArg::tensor(I32, &[tokens, k], &vec![-7.0; tokens * k]),
+                    SimArg::zeros(F32, &[ranks, cap, h]),
+                    SimArg::tensor(I32, &[ranks, cap], &vec![-1.0; ranks * cap]),
                     SimArg::zeros(I32, &[ranks]),
                     SimArg::zeros(I32, &[ranks]),
                     SimArg::Int(1),
@@ -693,42 +697,41 @@ fn moe_dispatch_and_combine_round_trip() {
             .collect();
         tl_sim::run_ranks(&disp, &mut args, &SimOptions::default())
             .unwrap_or_else(|e| panic!("dispatch, {ranks} ranks: {e}"));
-        // What each rank must have received from each sender.
         for p in 0..ranks {
-            let recv = args[p][3].to_f64(F32);
-            let counts = args[p][4].to_f64(I32);
+            let (recv, experts) = (args[p][4].to_f64(F32), args[p][5].to_f64(I32));
+            let counts = args[p][6].to_f64(I32);
             for q in 0..ranks {
-                let routed: Vec<usize> = (0..tokens).filter(|&t| dest(q)[t] == p).collect();
+                let routed: Vec<(usize, usize)> = (0..tokens)
+                    .flat_map(|t| (0..k).map(move |j| (t, j)))
+                    .filter(|&(t, j)| dest(q, t, j) == p)
+                    .collect();
                 let kept = routed.len().min(cap);
                 assert_eq!(counts[q], kept as f64, "rank {p}'s count from rank {q}");
-                for (row, &t) in routed.iter().take(kept).enumerate() {
+                for (row, &(t, j)) in routed.iter().take(kept).enumerate() {
                     let got = &recv[(q * cap + row) * h..(q * cap + row + 1) * h];
                     assert_eq!(
                         got,
                         &x(q)[t * h..(t + 1) * h],
-                        "rank {p} row {row} from rank {q}"
+                        "rank {p} row {row} from {q}"
                     );
+                    assert_eq!(experts[q * cap + row], expert(q, t, j));
                 }
             }
-            let slots = args[p][2].to_f64(I32);
-            let d = dest(p);
-            for (t, got) in slots.iter().enumerate() {
-                let before = (0..t).filter(|&u| d[u] == d[t]).count();
-                let want = if before < cap { before as f64 } else { -1.0 };
-                assert_eq!(*got, want, "rank {p} token {t}'s slot");
-            }
         }
-        // The expert: double every received row; then combine.
+        // The expert, then combine.
         let mut cargs: Vec<Vec<SimArg>> = (0..ranks)
             .map(|r| {
-                let yr: Vec<f64> = args[r][3].to_f64(F32).iter().map(|v| 2.0 * v).collect();
+                let recv = args[r][4].to_f64(F32);
+                let experts = args[r][5].to_f64(I32);
+                let yr: Vec<f64> = recv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| 2.0 * v + experts[i / h].max(0.0))
+                    .collect();
                 vec![
                     SimArg::tensor(F32, &[ranks, cap, h], &yr),
-                    args[r][4].clone(),
-                    args[r][1].clone(),
-                    args[r][2].clone(),
+                    args[r][6].clone(),
                     SimArg::tensor(F32, &[ranks, cap, h], &vec![f64::NAN; ranks * cap * h]),
-                    SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
                     SimArg::zeros(I32, &[ranks]),
                     SimArg::Int(1),
                     SimArg::Int(r as i64),
@@ -741,14 +744,26 @@ fn moe_dispatch_and_combine_round_trip() {
             .unwrap_or_else(|e| panic!("combine, {ranks} ranks: {e}"));
         assert!(rep.order_checked);
         for r in 0..ranks {
-            let y = cargs[r][5].to_f64(F32);
-            let slots = args[r][2].to_f64(I32);
+            let weights: Vec<f64> = (0..tokens * k).map(|i| w(i % k)).collect();
+            let mut g = vec![
+                cargs[r][2].clone(),
+                args[r][1].clone(),
+                args[r][3].clone(),
+                SimArg::tensor(F32, &[tokens, k], &weights),
+                SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
+            ];
+            tl_sim::run(&gath, &mut g, &SimOptions::default()).expect("gather");
+            let y = g[4].to_f64(F32);
+            let slots = args[r][3].to_f64(I32);
             for t in 0..tokens {
-                let want: Vec<f64> = if slots[t] >= 0.0 {
-                    x(r)[t * h..(t + 1) * h].iter().map(|v| 2.0 * v).collect()
-                } else {
-                    vec![0.0; h]
-                };
+                let mut want = vec![0.0; h];
+                for j in 0..k {
+                    if slots[t * k + j] >= 0.0 {
+                        for (c, wv) in want.iter_mut().enumerate() {
+                            *wv += w(j) * (2.0 * x(r)[t * h + c] + expert(r, t, j));
+                        }
+                    }
+                }
                 assert_eq!(&y[t * h..(t + 1) * h], &want[..], "rank {r} token {t}");
             }
         }

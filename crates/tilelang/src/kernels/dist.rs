@@ -316,25 +316,29 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     })
 }
 
-/// Mixture-of-experts dispatch (all-to-all with a count per destination, top-1 routing): rank
-/// `r`'s token `t` (a row of `X`, `[T, H]`) goes to rank `DEST[t]`. Block `p` walks the tokens
-/// in order and pushes each one routed to rank `p` into the next free row of rank `p`'s
-/// `RECV[rank]` (`[R, CAP, H]`, symmetric), recording the row in `SLOT[t]`; it then stores the
-/// count into rank `p`'s `COUNTS[rank]` and signals rank `p`'s `FLAGS[rank]` with `epoch` (a
-/// release), and waits for rank `p`'s signal here: when the kernel ends, `RECV[s]` holds the
-/// `COUNTS[s]` tokens rank `s` routed to this rank, in rank `s`'s token order. A token past
-/// `CAP` rows is dropped (its `SLOT` is -1), as capacity-limited MoE layers do.
+/// Mixture-of-experts dispatch (all-to-all with a count per destination, top-`K` routing):
+/// choice `j` of rank `r`'s token `t` (a row of `X`, `[T, H]`) goes to rank `DEST[t, j]` for
+/// expert `EXPERT[t, j]`. Block `p` walks the (token, choice) pairs in order and pushes each
+/// one routed to rank `p` into the next free row of rank `p`'s `RECV[rank]` (`[R, CAP, H]`,
+/// symmetric) with its expert in `RECV_EXPERT[rank, row]`, recording the row in `SLOT[t, j]`;
+/// it then stores the count into rank `p`'s `COUNTS[rank]`, signals rank `p`'s `FLAGS[rank]`
+/// with `epoch` (a release) and waits for rank `p`'s signal here: when the kernel ends, `RECV[s]`
+/// holds the `COUNTS[s]` rows rank `s` routed to this rank, in its (token, choice) order. A row
+/// past `CAP` is dropped (its `SLOT` is -1), as capacity-limited MoE layers do.
 ///
-/// Arguments: `X`, `DEST` (`[T]` i32), `SLOT` (`[T]` i32, out), `RECV`, `COUNTS` (`[R]` i32,
-/// symmetric), `FLAGS` (`[R]` i32, symmetric, zero before the first call), `epoch`, then
-/// `rank`, `num_ranks`, `heap_stride`.
+/// Arguments: `X`, `DEST` (`[T, K]` i32), `EXPERT` (`[T, K]` i32), `SLOT` (`[T, K]` i32, out),
+/// `RECV`, `RECV_EXPERT` (`[R, CAP]` i32, symmetric), `COUNTS` (`[R]` i32, symmetric), `FLAGS`
+/// (`[R]` i32, symmetric, zero before the first call), `epoch`, then `rank`, `num_ranks`,
+/// `heap_stride`.
 pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
     Kernel::build("moe_dispatch", |k| {
-        let (r, t_n, h, cap) = (k.dim("R"), k.dim("T"), k.dim("H"), k.dim("CAP"));
+        let (r, t_n, kk, h, cap) = (k.dim("R"), k.dim("T"), k.dim("K"), k.dim("H"), k.dim("CAP"));
         let x = k.input("X", [&t_n, &h], dtype);
-        let dest = k.input("DEST", [&t_n], I32);
-        let slot = k.output("SLOT", [&t_n], I32);
+        let dest = k.input("DEST", [&t_n, &kk], I32);
+        let expert = k.input("EXPERT", [&t_n, &kk], I32);
+        let slot = k.output("SLOT", [&t_n, &kk], I32);
         let recv = k.symmetric("RECV", [&r, &cap, &h], dtype);
+        let recv_expert = k.symmetric("RECV_EXPERT", [&r, &cap], I32);
         let counts = k.symmetric("COUNTS", [&r], I32);
         let flags = k.symmetric("FLAGS", [&r], I32);
         let epoch = k.scalar("epoch", I32);
@@ -342,24 +346,35 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
         k.launch([d.num_ranks.clone()], threads, |t, [p]| {
             let n = t.alloc_var(I32);
             t.store(&n, [0], 0);
+            let tid = t.thread_idx();
             t.serial(&t_n, |t, tok| {
-                t.if_(dest.at([tok.clone()]).eq_(p.clone()), |t| {
-                    let row = t.let_("row", n.at([0]));
-                    t.if_(row.lt(&cap), |t| {
-                        t.put_block(
-                            x.at([tok.clone(), Expr::int(0)]),
-                            recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
-                            &h,
-                            p.clone(),
-                        );
-                        t.store(&slot, [tok.clone()], row.clone());
-                    })
-                    .else_(|t| t.store(&slot, [tok.clone()], -1));
-                    t.store(&n, [0], row + 1);
+                t.serial(&kk, |t, j| {
+                    t.if_(dest.at([tok.clone(), j.clone()]).eq_(p.clone()), |t| {
+                        let row = t.let_("row", n.at([0]));
+                        t.if_(row.lt(&cap), |t| {
+                            t.put_block(
+                                x.at([tok.clone(), Expr::int(0)]),
+                                recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
+                                &h,
+                                p.clone(),
+                            );
+                            t.if_(tid.eq_(0), |t| {
+                                t.st(
+                                    recv_expert.at([d.rank.clone(), row.clone()]),
+                                    Some(p.clone()),
+                                    expert.at([tok.clone(), j.clone()]),
+                                    MemSem::Weak,
+                                    MemScope::Sys,
+                                );
+                            });
+                            t.store(&slot, [tok.clone(), j.clone()], row.clone());
+                        })
+                        .else_(|t| t.store(&slot, [tok.clone(), j.clone()], -1));
+                        t.store(&n, [0], row + 1);
+                    });
                 });
             });
             t.sync_threads();
-            let tid = t.thread_idx();
             t.if_(tid.eq_(0), |t| {
                 t.st(
                     counts.at([d.rank.clone()]),
@@ -381,29 +396,25 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
     })
 }
 
-/// Mixture-of-experts combine, the reverse of [`moe_dispatch`]: this rank's expert outputs
-/// for the tokens rank `s` sent (`YR[s]`, `[R, CAP, H]`, in the order they arrived, `COUNTS[s]`
+/// Mixture-of-experts combine, the return half of the all-to-all: this rank's expert outputs
+/// for the rows rank `s` sent (`YR[s]`, `[R, CAP, H]`, in the order they arrived, `COUNTS[s]`
 /// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric) in one contiguous push
-/// per rank; after the signals, every token owner gathers its outputs: `Y[t] =
-/// BACK[DEST[t], SLOT[t]]` (zeros for a dropped token).
+/// per rank, with a release signal each; when the kernel ends, `BACK[q]` holds the outputs of
+/// the rows this rank sent to rank `q`. [`moe_gather`] then weighs them into each token's
+/// output.
 ///
-/// Arguments: `YR`, `COUNTS` (`[R]` i32, as dispatch left them), `DEST`, `SLOT` (`[T]` i32, as
-/// dispatch wrote them), `BACK`, `Y` (`[T, H]`), `FLAGS` (`[R]` i32, symmetric, zero before the
-/// first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
-pub fn moe_combine(dtype: DType, threads: u32, block_h: i64) -> Kernel {
+/// Arguments: `YR`, `COUNTS` (`[R]` i32, as dispatch left them), `BACK`, `FLAGS` (`[R]` i32,
+/// symmetric, zero before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
     Kernel::build("moe_combine", |k| {
-        let (r, t_n, h, cap) = (k.dim("R"), k.dim("T"), k.dim("H"), k.dim("CAP"));
+        let (r, h, cap) = (k.dim("R"), k.dim("H"), k.dim("CAP"));
         let yr = k.input("YR", [&r, &cap, &h], dtype);
         let counts = k.input("COUNTS", [&r], I32);
-        let dest = k.input("DEST", [&t_n], I32);
-        let slot = k.input("SLOT", [&t_n], I32);
         let back = k.symmetric("BACK", [&r, &cap, &h], dtype);
-        let y = k.output("Y", [&t_n, &h], dtype);
         let flags = k.symmetric("FLAGS", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch([d.num_ranks.clone()], threads, |t, [s]| {
-            // Return rank s's tokens.
             t.put_block(
                 yr.at([s.clone(), Expr::int(0), Expr::int(0)]),
                 back.at([d.rank.clone(), Expr::int(0), Expr::int(0)]),
@@ -422,26 +433,63 @@ pub fn moe_combine(dtype: DType, threads: u32, block_h: i64) -> Kernel {
                 t.wait(flags.at([s.clone()]), CmpOp::Ge, epoch.clone());
             });
             t.sync_threads();
-            // Gather this rank's tokens that went to rank s (each block: one source of rows).
-            t.serial(&t_n, |t, tok| {
-                t.if_(dest.at([tok.clone()]).eq_(s.clone()), |t| {
-                    let row = t.let_("row", slot.at([tok.clone()]));
-                    t.serial(ceildiv(&h, block_h), |t, c| {
-                        t.parallel([block_h], |t, [j]| {
-                            let col = &c * block_h + &j;
-                            t.if_(col.lt(&h), |t| {
-                                let v = select(
-                                    row.ge(0),
-                                    back.at([s.clone(), max(row.clone(), 0), col.clone()]),
-                                    Expr::float(0.0).cast(dtype),
-                                );
-                                t.store(&y, [tok.clone(), col.clone()], v);
-                            });
-                        });
+        });
+    })
+}
+
+/// The last step of the MoE layer, on one rank (no peers): `Y[t] = Σ_j W[t, j] · BACK[DEST[t,
+/// j], SLOT[t, j]]` in f32, a dropped choice (`SLOT` -1) adding nothing.
+///
+/// Arguments: `BACK` (`[R, CAP, H]`), `DEST`, `SLOT` (`[T, K]` i32), `W` (`[T, K]` f32), `Y`
+/// (`[T, H]`).
+pub fn moe_gather(dtype: DType, threads: u32, block_h: i64) -> Kernel {
+    Kernel::build("moe_gather", |k| {
+        let (r, t_n, kk, h, cap) = (k.dim("R"), k.dim("T"), k.dim("K"), k.dim("H"), k.dim("CAP"));
+        let back = k.input("BACK", [&r, &cap, &h], dtype);
+        let dest = k.input("DEST", [&t_n, &kk], I32);
+        let slot = k.input("SLOT", [&t_n, &kk], I32);
+        let w = k.input("W", [&t_n, &kk], F32);
+        let y = k.output("Y", [&t_n, &h], dtype);
+        k.launch(
+            [ceildiv(&h, block_h), t_n.clone()],
+            threads,
+            |t, [bx, tok]| {
+                let acc = t.alloc_fragment_named("acc", [block_h], F32);
+                t.clear(&acc);
+                t.serial(&kk, |t, j| {
+                    let (p, row) = (
+                        dest.at([tok.clone(), j.clone()]),
+                        slot.at([tok.clone(), j.clone()]),
+                    );
+                    let wt = w.at([tok.clone(), j.clone()]);
+                    t.parallel([block_h], |t, [i]| {
+                        let col = &bx * block_h + &i;
+                        let v = back.at([
+                            p.clone(),
+                            max(row.clone(), 0),
+                            min(col.clone(), h.clone() - 1),
+                        ]);
+                        let take = row.ge(0).and(col.lt(&h));
+                        t.store(
+                            &acc,
+                            [i.clone()],
+                            acc.at([i.clone()])
+                                + select(take, wt.clone() * v.cast(F32), Expr::float(0.0)),
+                        );
                     });
                 });
-            });
-        });
+                t.parallel([block_h], |t, [i]| {
+                    let col = &bx * block_h + &i;
+                    t.if_(col.lt(&h), |t| {
+                        t.store(
+                            &y,
+                            [tok.clone(), col.clone()],
+                            acc.at([i.clone()]).cast(dtype),
+                        );
+                    });
+                });
+            },
+        );
     })
 }
 
