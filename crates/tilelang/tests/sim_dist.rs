@@ -964,3 +964,220 @@ fn two_shot_all_reduce_sums_every_rank() {
         }
     }
 }
+
+/// A fence makes a relaxed flag store a release (`fence.sys; st.relaxed.sys`), as the PTX
+/// memory model says: the waiter's read of the data is ordered. Without the fence the relaxed
+/// store releases nothing, and the read is reported.
+#[test]
+fn a_fence_turns_a_relaxed_store_into_a_release() {
+    for producer_fence in [true, false] {
+        let k = Kernel::build("fenced", |k| {
+            let data = k.symmetric("DATA", [4], F32);
+            let flag = k.symmetric("FLAG", [1], I32);
+            let out = k.output("OUT", [1], F32);
+            let d = k.distributed();
+            k.launch([1], 32, |t, [_]| {
+                let tid = t.thread_idx();
+                let other = Expr::int(1) - d.rank.clone();
+                t.if_(tid.eq_(0), |t| {
+                    t.st(
+                        data.at([0]),
+                        Some(other.clone()),
+                        5.0f64,
+                        MemSem::Weak,
+                        MemScope::Sys,
+                    );
+                    if producer_fence {
+                        t.fence(MemScope::Sys);
+                    }
+                    t.st(
+                        flag.at([0]),
+                        Some(other.clone()),
+                        1,
+                        MemSem::Relaxed,
+                        MemScope::Sys,
+                    );
+                    t.wait(flag.at([0]), tilelang::ir::CmpOp::Eq, 1);
+                    let v = t.ld(data.at([0]), None, MemSem::Weak, MemScope::Sys);
+                    t.store(&out, [0], v);
+                });
+            });
+        });
+        let lowered = k.lower(Target::SM90).expect("lower");
+        let mut args: Vec<Vec<SimArg>> = (0..2)
+            .map(|r| {
+                vec![
+                    SimArg::zeros(F32, &[4]),
+                    SimArg::zeros(I32, &[1]),
+                    SimArg::zeros(F32, &[1]),
+                    SimArg::Int(r),
+                    SimArg::Int(2),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        let r = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default());
+        match (producer_fence, r) {
+            (true, Ok(_)) => {
+                assert_eq!(args[0][2].to_f64(F32), vec![5.0]);
+                assert_eq!(args[1][2].to_f64(F32), vec![5.0]);
+            }
+            (false, Err(e @ SimError::UnorderedAccess { .. })) => {
+                assert!(e.to_string().contains("`DATA`[0]"), "{e}");
+            }
+            (f, other) => panic!("producer fence {f}: {other:?}"),
+        }
+    }
+}
+
+/// A small campaign over random multi-rank launches (kernel, ranks 1-4, sizes, target): each
+/// must agree with its single-device reference, with the simulator's deadlock, order and scope
+/// checks on. Deterministic (splitmix64 from a fixed seed).
+#[test]
+fn random_multi_rank_launches_agree_with_their_references() {
+    use tilelang::kernels::dist::{
+        ag_gemm, all_gather, all_reduce, all_reduce_two_shot, gemm_rs, AgGemmConfig,
+    };
+    use tilelang::kernels::reference;
+    let mut state = 0x15_d157u64;
+    let mut next = |n: usize| {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    };
+    let cfg = AgGemmConfig::tiles(64, 64, 32, 2, 128);
+    let kernels = [
+        all_gather(F32, 64),
+        all_reduce(64, 64),
+        all_reduce_two_shot(64, 64),
+        ag_gemm(BF16, cfg),
+        gemm_rs(BF16, cfg),
+    ];
+    let lowered: Vec<Vec<tilelang::ir::Kernel>> = kernels
+        .iter()
+        .map(|k| {
+            TARGETS
+                .iter()
+                .map(|&t| k.lower(t).expect("lower"))
+                .collect()
+        })
+        .collect();
+    for case in 0..20 {
+        let (which, t) = (next(kernels.len()), next(TARGETS.len()));
+        let ranks = 1 + next(4);
+        let (n, m, kk) = (1 + next(150), 1 + next(80), 8 * (1 + next(6)));
+        let (mut args, want, out): (Vec<Vec<SimArg>>, Vec<Vec<f64>>, usize) = match which {
+            0 => (
+                (0..ranks)
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .collect(),
+                vec![(0..ranks).flat_map(|s| shard(s, n)).collect(); ranks],
+                1,
+            ),
+            1 | 2 => {
+                let two = which == 2;
+                let g = if two {
+                    n.div_ceil(ranks).div_ceil(64)
+                } else {
+                    n.div_ceil(64)
+                };
+                let sum: Vec<f64> = (0..n)
+                    .map(|i| (0..ranks).map(|s| shard(s, n)[i]).sum())
+                    .collect();
+                let a = (0..ranks)
+                    .map(|r| {
+                        let mut v = vec![SimArg::tensor(F32, &[n], &shard(r, n))];
+                        if two {
+                            v.push(SimArg::zeros(F32, &[n]));
+                        }
+                        v.push(SimArg::tensor(F32, &[n], &vec![f64::NAN; n]));
+                        v.push(SimArg::zeros(I32, &[g, ranks]));
+                        v.extend([
+                            SimArg::Int(r as i64),
+                            SimArg::Int(ranks as i64),
+                            SimArg::Int(0),
+                        ]);
+                        v
+                    })
+                    .collect();
+                (a, vec![sum; ranks], if two { 2 } else { 1 })
+            }
+            3 => {
+                let nn = 1 + next(100);
+                let a = (0..ranks)
+                    .map(|r| ag_gemm_args(r, ranks, (m, nn, kk), 64, 1))
+                    .collect();
+                let want = (0..ranks)
+                    .map(|r| {
+                        let b = pattern(100 + r, nn * kk);
+                        (0..ranks)
+                            .flat_map(|s| {
+                                reference::gemm(&pattern(s, m * kk), &b, m, nn, kk, false, true)
+                            })
+                            .collect()
+                    })
+                    .collect();
+                (a, want, 3)
+            }
+            _ => {
+                let nn = 1 + next(100);
+                let (tm, tn) = (m.div_ceil(64), nn.div_ceil(64));
+                let a = (0..ranks)
+                    .map(|r| {
+                        vec![
+                            SimArg::tensor(BF16, &[ranks, m, kk], &pattern(r, ranks * m * kk)),
+                            SimArg::tensor(BF16, &[nn, kk], &pattern(50 + r, nn * kk)),
+                            SimArg::zeros(F32, &[ranks, m, nn]),
+                            SimArg::zeros(F32, &[ranks, m, nn]),
+                            SimArg::tensor(F32, &[m, nn], &vec![f64::NAN; m * nn]),
+                            SimArg::zeros(I32, &[tm, tn]),
+                            SimArg::Int(1),
+                            SimArg::Int(r as i64),
+                            SimArg::Int(ranks as i64),
+                            SimArg::Int(0),
+                        ]
+                    })
+                    .collect();
+                let want = (0..ranks)
+                    .map(|q| {
+                        let mut w = vec![0.0; m * nn];
+                        for s in 0..ranks {
+                            let a_s = pattern(s, ranks * m * kk);
+                            let p = reference::gemm(
+                                &a_s[q * m * kk..(q + 1) * m * kk],
+                                &pattern(50 + s, nn * kk),
+                                m,
+                                nn,
+                                kk,
+                                false,
+                                true,
+                            );
+                            w.iter_mut().zip(p).for_each(|(x, y)| *x += y);
+                        }
+                        w
+                    })
+                    .collect();
+                (a, want, 4)
+            }
+        };
+        let name = kernels[which].name();
+        tl_sim::run_ranks(&lowered[which][t], &mut args, &SimOptions::default()).unwrap_or_else(
+            |e| {
+                panic!(
+                    "case {case}: {name} on {} ranks, {}: {e}",
+                    ranks, TARGETS[t]
+                )
+            },
+        );
+        for (r, (a, w)) in args.iter().zip(&want).enumerate() {
+            // Every output here is f32.
+            assert_eq!(
+                &a[out].to_f64(F32),
+                w,
+                "case {case}: {name}, rank {r} of {ranks}"
+            );
+        }
+    }
+}
