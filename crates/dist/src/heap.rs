@@ -277,6 +277,69 @@ impl SymmetricHeap {
         Ok(out)
     }
 
+    /// The copy engine as producer (no SM time): copy `bytes` from device address `src` (this
+    /// GPU) into rank `peer`'s copy of `buf` at byte `offset`, then write `value` into rank
+    /// `peer`'s 32-bit flag at byte `flag_offset` of `flags` — both queued on `stream`, in
+    /// that order (the driver issues a system-wide fence before a stream write). A consumer
+    /// kernel on the peer waits for the flag (`t.wait`). Not yet run on a GPU.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_signal_async(
+        &self,
+        stream: &CopyStream,
+        src: u64,
+        peer: usize,
+        (buf, offset): (SymmetricBuffer, u64),
+        bytes: u64,
+        (flags, flag_offset): (SymmetricBuffer, u64),
+        value: u32,
+    ) -> Result<()> {
+        if offset + bytes > buf.bytes || flag_offset + 4 > flags.bytes || peer >= self.world {
+            return Err(DistError::Heap(format!(
+                "put_signal_async: {bytes} bytes at {offset} of a {}-byte buffer, flag at {flag_offset} of {} bytes, to rank {peer} of {}",
+                buf.bytes, flags.bytes, self.world
+            )));
+        }
+        // SAFETY: both ranges lie in mapped heap memory (checked above); `src` is the caller's
+        // device memory of at least `bytes` bytes, alive until the stream passes this copy.
+        check(self.rank, "cuMemcpyDtoDAsync to a peer", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(
+                self.ptr(buf, peer) + offset,
+                src,
+                bytes as usize,
+                stream.raw,
+            )
+        })?;
+        // SAFETY: a mapped 4-byte flag.
+        check(self.rank, "cuStreamWriteValue32 to a peer's flag", unsafe {
+            sys::cuStreamWriteValue32_v2(stream.raw, self.ptr(flags, peer) + flag_offset, value, 0)
+        })
+    }
+
+    /// Queue on `stream` a wait until this rank's 32-bit flag at byte `flag_offset` of `flags`
+    /// is at least `value` (`cuStreamWaitValue32`, GEQ).
+    pub fn wait_async(
+        &self,
+        stream: &CopyStream,
+        (flags, flag_offset): (SymmetricBuffer, u64),
+        value: u32,
+    ) -> Result<()> {
+        if flag_offset + 4 > flags.bytes {
+            return Err(DistError::Heap(format!(
+                "wait_async: a flag at byte {flag_offset} of a {}-byte buffer",
+                flags.bytes
+            )));
+        }
+        // SAFETY: a mapped 4-byte flag of this rank.
+        check(self.rank, "cuStreamWaitValue32", unsafe {
+            sys::cuStreamWaitValue32_v2(
+                stream.raw,
+                self.ptr(flags, self.rank) + flag_offset,
+                value,
+                0,
+            )
+        })
+    }
+
     /// This rank's copy of `buf` as a tensor argument of `shape` elements of `dtype`.
     pub fn tensor(
         &self,
@@ -308,6 +371,45 @@ impl SymmetricHeap {
             )
         }
         .map_err(|e| DistError::Heap(e.to_string()))
+    }
+}
+
+/// A CUDA stream of the heap's context, for copy-engine transfers beside the kernels' stream.
+pub struct CopyStream {
+    raw: sys::CUstream,
+    me: usize,
+}
+
+impl CopyStream {
+    pub fn new(heap: &SymmetricHeap) -> Result<CopyStream> {
+        heap._ctx.bind_to_thread().map_err(|e| DistError::Driver {
+            me: heap.rank,
+            op: "making the context current".into(),
+            detail: e.to_string(),
+        })?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; flag 1 = CU_STREAM_NON_BLOCKING.
+        check(heap.rank, "cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut raw, 1)
+        })?;
+        Ok(CopyStream { raw, me: heap.rank })
+    }
+
+    /// Wait for everything queued on the stream.
+    pub fn synchronize(&self) -> Result<()> {
+        // SAFETY: a live stream.
+        check(self.me, "cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.raw)
+        })
+    }
+}
+
+impl Drop for CopyStream {
+    fn drop(&mut self) {
+        // SAFETY: destroying the stream created in `new`, once.
+        unsafe {
+            sys::cuStreamDestroy_v2(self.raw);
+        }
     }
 }
 

@@ -13,5 +13,5 @@ pub mod heap;
 pub mod rendezvous;
 
 pub use error::{DistError, Result};
-pub use heap::{SymmetricBuffer, SymmetricHeap};
+pub use heap::{CopyStream, SymmetricBuffer, SymmetricHeap};
 pub use rendezvous::{JobConfig, Rendezvous};
