@@ -24,6 +24,80 @@ pub struct Signature {
     pub grid: Vec<Expr>,
     pub threads: u32,
     pub abi: Abi,
+    /// A multi-rank kernel's rank, rank-count and heap-stride parameters (by index), and
+    /// whether it addresses peers through tables: checked at each launch.
+    pub dist: Option<DistParams>,
+}
+
+/// Where a multi-rank kernel's own scalars are among its parameters.
+#[derive(Clone, Debug)]
+pub struct DistParams {
+    pub rank: usize,
+    pub num_ranks: usize,
+    pub heap_stride: usize,
+    pub tables: bool,
+}
+
+impl DistParams {
+    fn of(k: &Kernel) -> Option<DistParams> {
+        let d = k.attrs.dist.as_ref()?;
+        let at = |v: &tl_ir::Var| {
+            k.params
+                .iter()
+                .position(|p| matches!(p, Param::Scalar(s) if s == v))
+        };
+        Some(DistParams {
+            rank: at(&d.rank)?,
+            num_ranks: at(&d.num_ranks)?,
+            heap_stride: at(&d.heap_stride)?,
+            tables: !d.peer_tables.is_empty(),
+        })
+    }
+
+    /// A launch on a rank whose heap is not set up (or with impossible rank arguments) would
+    /// address garbage: refuse it with what to pass.
+    fn check(&self, sig: &Signature, args: &[Arg]) -> Result<()> {
+        let int = |i: usize| match args.get(i) {
+            Some(Arg::Int(v)) => Some(*v),
+            _ => None,
+        };
+        let (Some(rank), Some(ranks), Some(stride)) =
+            (int(self.rank), int(self.num_ranks), int(self.heap_stride))
+        else {
+            return Ok(()); // bind_args reports the wrong kinds
+        };
+        let bad = |index: usize, reason: String| RuntimeError::BadArg {
+            kernel: sig.name.clone(),
+            index,
+            name: sig
+                .params
+                .get(index)
+                .map(|p| p.name().to_string())
+                .unwrap_or_default(),
+            reason,
+        };
+        if ranks < 1 {
+            return Err(bad(
+                self.num_ranks,
+                format!("{ranks} ranks: a job has at least one"),
+            ));
+        }
+        if rank < 0 || rank >= ranks {
+            return Err(bad(
+                self.rank,
+                format!("rank {rank} of {ranks}: ranks run from 0 to num_ranks - 1"),
+            ));
+        }
+        if ranks > 1 && !self.tables && stride <= 0 {
+            return Err(bad(
+                self.heap_stride,
+                format!(
+                    "heap_stride {stride} with {ranks} ranks: this rank's symmetric heap is not set up (pass `SymmetricHeap::stride()` from tl_dist, or build the kernel with peer tables for memory another library mapped)"
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Signature {
@@ -35,6 +109,7 @@ impl Signature {
             grid: k.grid.clone(),
             threads: k.threads,
             abi: Abi::of(k),
+            dist: DistParams::of(k),
         }
     }
 }
@@ -769,6 +844,9 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
                 .join(", "),
         });
     }
+    if let Some(d) = &sig.dist {
+        d.check(sig, args)?;
+    }
     let mut env: HashMap<u64, Value> = HashMap::new();
     // Pass 1: kinds, dtypes, ranks, devices; bind sizes from bare-variable extents.
     for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
@@ -997,6 +1075,7 @@ mod tests {
             grid: vec![tl_ir::ops::ceildiv(&n, 64i64)],
             threads: 128,
             abi,
+            dist: None,
         }
     }
 

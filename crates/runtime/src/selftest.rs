@@ -90,6 +90,7 @@ fn signature(
         grid: vec![grid],
         threads,
         abi,
+        dist: None,
     }
 }
 

@@ -1181,3 +1181,35 @@ fn random_multi_rank_launches_agree_with_their_references() {
         }
     }
 }
+
+/// Launching a multi-rank kernel through the runtime checks its rank arguments: a rank past
+/// the count, and several ranks with no heap (`heap_stride` 0), are refused with what to pass.
+#[test]
+fn launches_on_a_rank_without_a_heap_are_refused() {
+    let k = all_gather(F32, 32);
+    let dev = Device::parse("sim").expect("sim device");
+    let exe = k.compile(&dev).expect("compile for the simulator");
+    let x = Tensor::zeros(&[8], F32, &dev).expect("x");
+    let out = Tensor::zeros(&[2, 8], F32, &dev).expect("out");
+    let flags = Tensor::zeros(&[2], I32, &dev).expect("flags");
+    let run = |rank: i64, ranks: i64, stride: i64| {
+        exe.run_args(&[
+            Arg::Tensor(&x),
+            Arg::Tensor(&out),
+            Arg::Tensor(&flags),
+            Arg::Int(1),
+            Arg::Int(rank),
+            Arg::Int(ranks),
+            Arg::Int(stride),
+        ])
+        .expect_err("refused")
+        .to_string()
+    };
+    let e = run(0, 2, 0);
+    assert!(
+        e.contains("symmetric heap is not set up") && e.contains("heap_stride"),
+        "{e}"
+    );
+    let e = run(2, 2, 1 << 30);
+    assert!(e.contains("rank 2 of 2"), "{e}");
+}
