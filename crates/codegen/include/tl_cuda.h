@@ -239,9 +239,7 @@ TL_DEFINE_MEM_OPS(acquire, SCOPE, ".acquire." #SCOPE)                           
 TL_DEFINE_ST_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                            \
 TL_DEFINE_ST_OPS(release, SCOPE, ".release." #SCOPE)                                            \
 TL_DEFINE_RED_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                           \
-TL_DEFINE_RED_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                           \
 TL_DEFINE_RED_OPS(release, SCOPE, ".release." #SCOPE)                                           \
-TL_DEFINE_RED_OPS(acq_rel, SCOPE, ".acq_rel." #SCOPE)                                           \
 TL_DEFINE_ATOM_OPS(relaxed, SCOPE, ".relaxed." #SCOPE)                                          \
 TL_DEFINE_ATOM_OPS(acquire, SCOPE, ".acquire." #SCOPE)                                          \
 TL_DEFINE_ATOM_OPS(release, SCOPE, ".release." #SCOPE)                                          \

@@ -176,8 +176,16 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
                 } else {
                     ""
                 };
+                // Peers write symmetric buffers while the kernel runs: no `__restrict__`,
+                // which would let the compiler read them through the non-coherent path.
+                let symmetric = k
+                    .attrs
+                    .dist
+                    .as_ref()
+                    .is_some_and(|d| d.symmetric.contains(&buffer.id()));
+                let restrict = if symmetric { "" } else { " __restrict__" };
                 params.push(format!(
-                    "{konst}{}* __restrict__ {n}",
+                    "{konst}{}*{restrict} {n}",
                     storage_type(buffer.dtype())
                 ));
             }
@@ -869,6 +877,11 @@ impl Printer<'_> {
                 };
                 format!("tl_st_{}_{}_{bits}({p}, {v})", sem.name(), scope.name())
             }
+            Intrinsic::MemRedAdd { sem, .. } if sem.acquires() => self.cuda_error(
+                DiagKind::Unsupported,
+                format!("{op}: PTX reductions have no acquire semantics"),
+                "use an atomic add (`atom_add`) for acquire or acq_rel",
+            ),
             Intrinsic::MemRedAdd { sem, scope } => {
                 let v = value(self);
                 let (suffix, v) = match ty {

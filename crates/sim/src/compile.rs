@@ -640,6 +640,12 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::MemStore { sem, scope } | Intrinsic::MemRedAdd { sem, scope } => {
+                if matches!(op, Intrinsic::MemRedAdd { .. }) && sem.acquires() {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {}: a reduction with acquire semantics (PTX `red` has none; use an atomic)",
+                        self.span
+                    )));
+                }
                 if args.len() != 2 && args.len() != 3 {
                     need(2)?;
                 }

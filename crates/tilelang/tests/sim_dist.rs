@@ -1428,3 +1428,47 @@ fn removing_any_synchronization_is_caught_or_harmless() {
         "mutants that silently changed the answer: {silent:?}"
     );
 }
+
+/// PTX's `red` has no acquire form: the DSL refuses it at the call and points to `atom_add`.
+#[test]
+fn a_reduction_with_acquire_semantics_is_refused() {
+    let k = Kernel::build("red_acquire", |k| {
+        let f = k.symmetric("F", [1], I32);
+        k.launch([1], 32, |t, [_]| {
+            t.red_add(f.at([0]), None, 1, MemSem::Acquire, MemScope::Gpu);
+        });
+    });
+    let e = k.verify().expect_err("no red.acquire").to_string();
+    assert!(
+        e.contains("relaxed or release") && e.contains("atom_add"),
+        "{e}"
+    );
+}
+
+/// Symmetric buffers are not `__restrict__` in CUDA C++ (peers write them during the kernel);
+/// the others still are.
+#[test]
+fn symmetric_parameters_are_not_restrict() {
+    let src = all_gather(F32, 64)
+        .emit_general(Target::SM90)
+        .expect("cuda");
+    let sig = src
+        .lines()
+        .find(|l| l.contains("tl_kernel_all_gather("))
+        .unwrap_or_default()
+        .to_string();
+    let params = src[src.find("tl_kernel_all_gather(").unwrap_or(0)..]
+        .split(')')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(params.contains("__restrict__"), "{sig}\n{params}");
+    let symmetric: Vec<&str> = params
+        .split(',')
+        .filter(|p| p.contains("OUT") || p.contains("FLAGS"))
+        .collect();
+    assert_eq!(symmetric.len(), 2, "{params}");
+    for p in symmetric {
+        assert!(!p.contains("__restrict__"), "{p}");
+    }
+}

@@ -219,6 +219,11 @@ impl Emitter {
                 if args.len() != 2 && args.len() != 3 {
                     return Err(format!("{op} with {} arguments", args.len()));
                 }
+                if matches!(op, Intrinsic::MemRedAdd { .. }) && sem.acquires() {
+                    return Err(format!(
+                        "{op}: PTX reductions have no acquire (use an atomic)"
+                    ));
+                }
                 let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
                 let a = match args.get(2) {
                     Some(peer) => self.peer_addr(a, &b, peer)?,

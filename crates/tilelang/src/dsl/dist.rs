@@ -271,11 +271,12 @@ impl TileScope {
         scope: MemScope,
     ) {
         let span = self.here();
-        if matches!(sem, MemSem::Weak | MemSem::Volatile) {
+        // PTX's `red` takes .relaxed or .release only (an acquire needs the old value: `atom`).
+        if !matches!(sem, MemSem::Relaxed | MemSem::Release) {
             self.bad_sem(
                 "a reduction",
                 sem,
-                "relaxed, acquire, release or acq_rel",
+                "relaxed or release (for acquire semantics use `atom_add`)",
                 span,
             );
         }
