@@ -491,8 +491,11 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     // Timed calls: every rank starts together; the slowest rank's time is the job's.
     rv.barrier()?;
     let t = Instant::now();
+    // These kernels do not yet keep a rank from overwriting what a peer still reads from the
+    // previous call (docs/distributed.md): a rank barrier between calls, counted in the time.
     for e in 0..a.reps {
         launch(2 + e as i64)?;
+        rv.barrier()?;
     }
     let ms = t.elapsed().as_secs_f64() * 1e3 / a.reps.max(1) as f64;
     let all = rv.all_gather(&[ms.to_le_bytes(), err.to_le_bytes()].concat())?;
