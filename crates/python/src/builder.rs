@@ -120,6 +120,21 @@ impl Builder {
     }
 }
 
+/// Symbolic sizes in a parameter's shape become the kernel's dims.
+fn register_dims(kb: &mut KernelBuilder, shape: &[tilelang::ir::Expr]) {
+    for e in shape {
+        let mut vars = vec![];
+        e.visit(&mut |x| {
+            if let Some(v) = x.as_var() {
+                vars.push(v.clone());
+            }
+        });
+        for v in vars {
+            kb.dim_var(&v);
+        }
+    }
+}
+
 /// Which parameters a kernel writes (by buffer id): stores, and the destinations of tile ops.
 fn written(body: &Stmt) -> HashSet<u64> {
     let mut out = HashSet::new();
@@ -163,17 +178,7 @@ impl Builder {
         let shape = to_exprs(shape)?;
         let dtype = dtype_arg(dtype)?;
         let kb = self.kb()?;
-        for e in &shape {
-            let mut vars = vec![];
-            e.visit(&mut |x| {
-                if let Some(v) = x.as_var() {
-                    vars.push(v.clone());
-                }
-            });
-            for v in vars {
-                kb.dim_var(&v);
-            }
-        }
+        register_dims(kb, &shape);
         Ok(PyBuffer {
             b: kb.param(name, shape, dtype, Role::InOut),
         })
@@ -503,17 +508,7 @@ impl Builder {
         let shape = to_exprs(shape)?;
         let dtype = dtype_arg(dtype)?;
         let kb = self.kb()?;
-        for e in &shape {
-            let mut vars = vec![];
-            e.visit(&mut |x| {
-                if let Some(v) = x.as_var() {
-                    vars.push(v.clone());
-                }
-            });
-            for v in vars {
-                kb.dim_var(&v);
-            }
-        }
+        register_dims(kb, &shape);
         Ok(PyBuffer {
             b: kb.symmetric(name, shape, dtype),
         })

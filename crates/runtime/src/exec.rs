@@ -66,16 +66,7 @@ impl DistParams {
         else {
             return Ok(()); // bind_args reports the wrong kinds
         };
-        let bad = |index: usize, reason: String| RuntimeError::BadArg {
-            kernel: sig.name.clone(),
-            index,
-            name: sig
-                .params
-                .get(index)
-                .map(|p| p.name().to_string())
-                .unwrap_or_default(),
-            reason,
-        };
+        let bad = |index: usize, reason: String| sig.bad_arg(index, reason);
         if ranks < 1 {
             return Err(bad(
                 self.num_ranks,
@@ -101,6 +92,20 @@ impl DistParams {
 }
 
 impl Signature {
+    /// The error for argument `index` of a launch, with the parameter's name.
+    fn bad_arg(&self, index: usize, reason: String) -> RuntimeError {
+        RuntimeError::BadArg {
+            kernel: self.name.clone(),
+            index,
+            name: self
+                .params
+                .get(index)
+                .map(|p| p.name().to_string())
+                .unwrap_or_default(),
+            reason,
+        }
+    }
+
     pub fn of(k: &Kernel) -> Signature {
         Signature {
             name: k.name.clone(),
@@ -427,16 +432,7 @@ pub(crate) fn pack_gpu_params_staged(
     mut scratch: Option<ScratchSlots>,
 ) -> Result<ParamBlock> {
     let mut p = ParamBlock::default();
-    let bad = |index: usize, reason: String| RuntimeError::BadArg {
-        kernel: sig.name.clone(),
-        index,
-        name: sig
-            .params
-            .get(index)
-            .map(|p| p.name().to_string())
-            .unwrap_or_default(),
-        reason,
-    };
+    let bad = |index: usize, reason: String| sig.bad_arg(index, reason);
     if b.args.len() != sig.params.len() {
         return Err(RuntimeError::ArgCount {
             kernel: sig.name.clone(),
@@ -821,16 +817,7 @@ impl Executable {
 /// Check `args` for a kernel with signature `sig` running on `device`: count, kinds, dtypes,
 /// ranks, devices, contiguity and sizes; bind the symbolic sizes and compute the grid.
 pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound> {
-    let bad = |index: usize, reason: String| RuntimeError::BadArg {
-        kernel: sig.name.clone(),
-        index,
-        name: sig
-            .params
-            .get(index)
-            .map(|p| p.name().to_string())
-            .unwrap_or_default(),
-        reason,
-    };
+    let bad = |index: usize, reason: String| sig.bad_arg(index, reason);
     if args.len() != sig.params.len() {
         return Err(RuntimeError::ArgCount {
             kernel: sig.name.clone(),

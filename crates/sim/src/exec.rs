@@ -937,10 +937,8 @@ impl Interp<'_, '_> {
             self.mem
                 .order_access(rank as usize, buf, off, n, th.tid, pc, true)?;
         } else {
+            // (A reduction with acquire semantics never compiles: PTX `red` has none.)
             let key = (rank as usize, buf, off);
-            if add && sem.acquires() {
-                self.order_load(key, th.tid, true, scope, pc)?;
-            }
             if let Some(o) = self.mem.order.as_mut() {
                 o.store(key, th.tid, sem.releases(), scope);
             }

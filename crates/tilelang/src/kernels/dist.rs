@@ -5,6 +5,30 @@ use crate::dsl::SignalOp;
 use crate::ir::{CmpOp, MemScope, MemSem};
 use crate::prelude::*;
 
+/// ⌈a/b⌉ of positive values by truncating division, which every backend prints for a
+/// symbolic divisor (floor division by a value of unknown sign is not).
+fn ceil_div_positive(a: Expr, b: Expr) -> Expr {
+    Expr::binary(crate::ir::BinOp::Div, a + b.clone() - 1, b)
+}
+
+/// After this block's pushes to rank `peer`: a block barrier, then one thread signals `peer`
+/// (its `flags[rank] = epoch`, a release) and waits for `peer`'s signal here
+/// (`flags[peer] ≥ epoch`), and a block barrier hands that on to every thread.
+fn exchange_signals(t: &mut TileScope, flags: &Buffer, rank: &Expr, peer: &Expr, epoch: &Expr) {
+    t.sync_threads();
+    let tid = t.thread_idx();
+    t.if_(tid.eq_(0), |t| {
+        t.signal(
+            flags.at([rank.clone()]),
+            peer.clone(),
+            epoch.clone(),
+            SignalOp::Set,
+        );
+        t.wait(flags.at([peer.clone()]), CmpOp::Ge, epoch.clone());
+    });
+    t.sync_threads();
+}
+
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
 /// (`[R, N]`, `R` the number of ranks). Block `p` pushes this rank's shard to rank `p`, then one
 /// thread signals rank `p` by setting its `FLAGS[rank]` to `epoch`, and waits until rank `p`'s
@@ -43,18 +67,7 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
                 &n,
                 p.clone(),
             );
-            t.sync_threads();
-            let tid = t.thread_idx();
-            t.if_(tid.eq_(0), |t| {
-                t.signal(
-                    flags.at([d.rank.clone()]),
-                    p.clone(),
-                    epoch.clone(),
-                    SignalOp::Set,
-                );
-                t.wait(flags.at([p.clone()]), CmpOp::Ge, epoch.clone());
-            });
-            t.sync_threads();
+            exchange_signals(t, &flags, &d.rank, &p, &epoch);
         });
     })
 }
@@ -126,11 +139,7 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                     // Producer: rows [lo, hi) of row tile `by`, this block's share.
                     // ⌈bm / tiles_n⌉ by truncating division (both positive), which every
                     // backend prints for a symbolic divisor.
-                    let share = Expr::binary(
-                        crate::ir::BinOp::Div,
-                        Expr::int(bm) + tiles_n.clone() - 1,
-                        tiles_n.clone(),
-                    );
+                    let share = ceil_div_positive(Expr::int(bm), tiles_n.clone());
                     let lo = t.let_("lo", min(&by * bm + &bx * &share, m.clone()));
                     let hi = t.let_(
                         "hi",
@@ -421,18 +430,7 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
                 counts.at([s.clone()]) * h.clone(),
                 s.clone(),
             );
-            t.sync_threads();
-            let tid = t.thread_idx();
-            t.if_(tid.eq_(0), |t| {
-                t.signal(
-                    flags.at([d.rank.clone()]),
-                    s.clone(),
-                    epoch.clone(),
-                    SignalOp::Set,
-                );
-                t.wait(flags.at([s.clone()]), CmpOp::Ge, epoch.clone());
-            });
-            t.sync_threads();
+            exchange_signals(t, &flags, &d.rank, &s, &epoch);
         });
     })
 }
@@ -511,13 +509,7 @@ pub fn all_reduce_two_shot(block: i64, threads: u32) -> Kernel {
         let y = k.output("Y", [&n], F32);
         let bar = k.symmetric("BAR", [&g, &r], I32);
         let d = k.distributed();
-        // ⌈N/R⌉ by truncating division (both positive), which every backend prints for a
-        // symbolic divisor.
-        let chunk = Expr::binary(
-            crate::ir::BinOp::Div,
-            n.clone() + d.num_ranks.clone() - 1,
-            d.num_ranks.clone(),
-        );
+        let chunk = ceil_div_positive(n.clone(), d.num_ranks.clone());
         k.launch([ceildiv(chunk.clone(), block)], threads, |t, [bx]| {
             let c = t.let_("chunk_len", chunk.clone());
             t.barrier_ranks(&bar, bx.clone());
