@@ -1,36 +1,129 @@
 #!/usr/bin/env bash
 # The multi-GPU run (issue 16), from the repository root on a GPU machine with the `distributed`
-# example staged in .gpu/ (../shared/tools/stage-gpu): for every rank count up to the GPUs (and
-# 2 and 4 ranks sharing one GPU when there is only one), ours (bash scripts/dist-run.sh) and the
-# peers (torchrun bench/dist_peers.py: NCCL + cuBLAS, torch symmetric memory) in the same run.
-#   bash bench/dist-gpu-run.sh [ag-gemm|gemm-rs|all-reduce|all] [M N K]
-# NCCL needs one GPU per rank, so on one GPU the peers run with one rank only.
+# example staged in .gpu/ (../shared/tools/stage-gpu --example distributed) and, for the T.*
+# interop check, the wheel in .gpu/wheels (bash python/tests/gpu-run.sh stage). Ours and the
+# peers (torchrun bench/dist_peers.py: NCCL, cuBLAS, torch symmetric memory) in the same run.
+#
+#   bash bench/dist-gpu-run.sh [PHASE...]      (default: smoke fault torch perf sweep)
+#
+#   smoke  every kernel, small shapes, on 2 and all GPUs, and 2 ranks sharing one GPU
+#   perf   AG+GEMM and GEMM+RS at tensor-parallel shapes of a large transformer (M = 8192
+#          tokens, hidden 8192, MLP 28672, sharded over the ranks) beside NCCL+cuBLAS and
+#          torch's fused symmetric-memory ops
+#   sweep  all-gather bus bandwidth 4 KiB..256 MiB per rank and all-reduce latency
+#          8 KiB..1 MiB, beside NCCL (and torch's one-shot all-reduce)
+#   fault  one rank leaves mid-run; the others must fail with a clear error, none hang
+#   torch  the T.* all-gather on torch's symmetric memory (peer tables) beside NCCL
+#
+# Every step has a time limit (STEP_LIMIT seconds, default 120) and the whole run stops
+# starting steps after DEADLINE seconds (default 540), so one hang cannot eat the machine.
 set -uo pipefail
-op="${1:-all}"
-m="${2:-1024}"; n="${3:-3584}"; k="${4:-8192}"
+cd "$(dirname "$0")/.."
 export TILELANG_CACHE_DIR="${TILELANG_CACHE_DIR:-/tmp/tl-cache}"
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
-ex=.gpu/examples/distributed
+export TILELANG_DIST_TIMEOUT="${TILELANG_DIST_TIMEOUT:-20}"
+step_limit="${STEP_LIMIT:-120}"
+deadline="${DEADLINE:-540}"
+start=$(date +%s)
+ex=.gpu/distributed
 [ -x "$ex" ] || ex=target/release/examples/distributed
 gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-echo "== $gpus GPU(s)"; nvidia-smi topo -m 2>/dev/null | head -20
-ops="$op"; [ "$op" = all ] && ops="ag-gemm gemm-rs all-reduce"
-counts="2 4 8"; [ "$gpus" -le 1 ] && counts="2 4"
-for o in $ops; do
-  for r in $counts; do
-    if [ "$gpus" -gt 1 ] && [ "$r" -gt "$gpus" ]; then continue; fi
-    echo "== $o, $r ranks"
-    bash scripts/dist-run.sh "$r" "$ex" --kernel "$o" --m "$m" --n "$n" --k "$k" --device cuda 2>&1 | grep -E "distributed |error" | tail -n 3
-    peers=$r; [ "$gpus" -le 1 ] && peers=1
-    torchrun --standalone --nproc_per_node "$peers" bench/dist_peers.py --op "$o" --m "$m" --n "$n" --k "$k" 2>&1 | grep -E "^dist_peers" | tail -n 8
-  done
+phases="${*:-smoke fault torch perf sweep}"
+
+left() { [ $(( $(date +%s) - start )) -lt "$deadline" ]; }
+# step NAME COMMAND...: run with the step limit, say how it ended.
+step() {
+  local name="$1"; shift
+  if ! left; then echo "== SKIPPED (deadline) $name"; return; fi
+  echo "== $name"
+  local t0=$(date +%s)
+  timeout -k 5 "$step_limit" "$@" 2>&1 | grep -vE "^\[rank [0-9]+\] *$" | tail -n 25
+  local rc=${PIPESTATUS[0]}
+  echo "-- $name: rc=$rc in $(( $(date +%s) - t0 )) s"
+}
+ours() { local r="$1"; shift; bash scripts/dist-run.sh "$r" "$ex" --device cuda "$@"; }
+peers() { local r="$1"; shift; torchrun --standalone --nproc_per_node "$r" bench/dist_peers.py "$@"; }
+
+echo "== $gpus GPU(s), phases: $phases"
+nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+nvidia-smi topo -m 2>/dev/null | head -12
+all=$gpus; [ "$all" -gt 8 ] && all=8
+
+for phase in $phases; do
+  case "$phase" in
+  smoke)
+    for k in all-gather all-reduce all-reduce-two-shot ag-gemm gemm-rs; do
+      for r in 2 "$all"; do
+        [ "$r" -le "$gpus" ] || continue
+        step "smoke $k $r ranks" ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0
+      done
+    done
+    # Two processes on one GPU: the protocol without NVLink.
+    step "smoke ag-gemm 2 ranks on one GPU" env CUDA_VISIBLE_DEVICES=0 bash scripts/dist-run.sh 2 "$ex" --device cuda --kernel ag-gemm --m 200 --n 1000 --k 520 --reps 5 --check-rows 0
+    step "smoke all-gather 4 ranks on one GPU" env CUDA_VISIBLE_DEVICES=0 bash scripts/dist-run.sh 4 "$ex" --device cuda --kernel all-gather --n 100000 --reps 5
+    ;;
+  perf)
+    # Column-parallel (AG+GEMM): per rank A [8192/R, 8192], B [N/R, 8192].
+    # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
+    for r in $(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
+      m=$((8192 / r))
+      for nn in 8192 28672; do
+        step "perf ag-gemm ours R=$r N=$nn" ours "$r" --kernel ag-gemm --m "$m" --n $((nn / r)) --k 8192 --check-rows 16
+        step "perf ag-gemm peers R=$r N=$nn" peers "$r" --op ag-gemm --m "$m" --n $((nn / r)) --k 8192
+      done
+      for kk in 8192 28672; do
+        step "perf gemm-rs ours R=$r K=$kk" ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((kk / r)) --check-rows 8
+        step "perf gemm-rs peers R=$r K=$kk" peers "$r" --op gemm-rs --m "$m" --n 8192 --k $((kk / r))
+      done
+    done
+    ;;
+  sweep)
+    for r in $(for v in 2 4 8; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
+      for bytes in 4096 65536 1048576 16777216 268435456; do
+        step "sweep all-gather ours R=$r bytes=$bytes" ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --check-rows 0
+      done
+      step "sweep all-gather nccl R=$r" peers "$r" --op all-gather --sweep 1024,16384,262144,4194304,67108864
+      for bytes in 8192 65536 262144 1048576; do
+        step "sweep all-reduce ours R=$r bytes=$bytes" ours "$r" --kernel all-reduce --n $((bytes / 4)) --reps 50
+        step "sweep all-reduce-two-shot ours R=$r bytes=$bytes" ours "$r" --kernel all-reduce-two-shot --n $((bytes / 4)) --reps 50
+      done
+      step "sweep all-reduce nccl R=$r" peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
+    done
+    ;;
+  fault)
+    # Rank 1 leaves after the host barrier of call 4, so the others' kernels wait on it. No
+    # dist-run.sh here (it stops every rank as soon as one fails): each rank runs to its own
+    # end, and each must end, with an error that names the problem, well within the limit.
+    if left; then
+      echo "== fault: rank 1 of $all leaves before call 4"
+      port=$((29600 + RANDOM % 1000))
+      pids=()
+      for ((r = 0; r < all; r++)); do
+        RANK=$r WORLD_SIZE=$all LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+          timeout -k 5 90 "$ex" --device cuda --kernel all-gather --n 1048576 --reps 10 \
+          --kill-rank 1 --kill-at 4 --call-timeout 5 > "/tmp/fault.$r" 2>&1 &
+        pids+=($!)
+      done
+      t0=$(date +%s)
+      for ((r = 0; r < all; r++)); do
+        wait "${pids[$r]}"; rc=$?
+        echo "-- fault rank $r: rc=$rc after $(( $(date +%s) - t0 )) s: $(tail -n 2 /tmp/fault.$r | tr '\n' ' ')"
+      done
+    fi
+    ;;
+  torch)
+    if python3 -c "import sys; sys.exit(0)" && ls .gpu/wheels/tilelang_rs-*.whl >/dev/null 2>&1; then
+      rm -rf /tmp/tl-py
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tl-py .gpu/wheels/tilelang_rs-*.whl
+      for r in 2 "$all"; do
+        [ "$r" -le "$gpus" ] || continue
+        step "torch T.* all-gather R=$r" env PYTHONPATH=/tmp/tl-py torchrun --standalone --nproc_per_node "$r" python/tests/dist_torch.py
+      done
+    else
+      echo "== torch: no wheel in .gpu/wheels"
+    fi
+    ;;
+  *) echo "unknown phase $phase" ;;
+  esac
 done
-# The T.* all-gather on torch's symmetric memory (peer tables), beside NCCL, where the Python
-# package is importable (python/tests/gpu-run.sh stage installs it) and there is a GPU per rank.
-if python3 -c "import tilelang_rs, torch" 2>/dev/null; then
-  for r in 2 4 8; do
-    [ "$r" -gt "$gpus" ] && continue
-    echo "== T.* all-gather on torch symmetric memory, $r ranks"
-    torchrun --standalone --nproc_per_node "$r" python/tests/dist_torch.py 2>&1 | grep -E "^dist_torch|Error" | tail -n 3
-  done
-fi
+echo "== done in $(( $(date +%s) - start )) s"

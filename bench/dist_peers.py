@@ -75,9 +75,31 @@ def symm_mem_group():
         return None
 
 
+def all_reduce_once(args, n, world, r, g, name):
+    x = torch.randn(n, device="cuda", dtype=torch.float32, generator=g)
+    y = x.clone()
+    bus = 2 * (world - 1) / world * n * 4
+    report(args, "nccl", timed(lambda: dist.all_reduce(y), reps=args.reps), 0.0, bus)
+    if name is not None and hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):
+        try:
+            import torch.distributed._symmetric_memory as symm_mem
+
+            buf = symm_mem.empty(n, device="cuda", dtype=torch.float32)
+            symm_mem.rendezvous(buf, name)
+            buf.copy_(x)
+            ms = timed(lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", name), reps=args.reps)
+            report(args, "torch-symm-mem-one-shot", ms, 0.0, bus)
+        except Exception as e:
+            if r == 0:
+                print(f"dist_peers: one_shot_all_reduce failed: {e}", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--op", choices=["ag-gemm", "gemm-rs", "all-to-all", "all-reduce"], default="ag-gemm")
+    p.add_argument("--op", choices=["ag-gemm", "gemm-rs", "all-to-all", "all-reduce", "all-gather"],
+                   default="ag-gemm")
+    p.add_argument("--sweep", default="",
+                   help="comma-separated n values for all-gather/all-reduce, each timed in turn")
     p.add_argument("--m", type=int, default=1024)
     p.add_argument("--n", type=int, default=3584)
     p.add_argument("--k", type=int, default=8192)
@@ -152,23 +174,18 @@ def main():
         y = torch.empty_like(x)
         bus = (world - 1) * m * k * 2
         report(args, "nccl", timed(lambda: dist.all_to_all_single(y, x), reps=args.reps), 0.0, bus)
+    elif args.op == "all-gather":
+        # n floats per rank; bus bytes as nccl-tests count them (what each rank receives).
+        for n in [int(v) for v in args.sweep.split(",") if v] or [n]:
+            args.n = n
+            x = torch.randn(n, device="cuda", dtype=torch.float32, generator=g)
+            out = torch.empty(world * n, device="cuda", dtype=torch.float32)
+            bus = (world - 1) * n * 4
+            report(args, "nccl", timed(lambda: dist.all_gather_into_tensor(out, x), reps=args.reps), 0.0, bus)
     else:
-        x = torch.randn(n, device="cuda", dtype=torch.float32, generator=g)
-        y = x.clone()
-        bus = 2 * (world - 1) / world * n * 4
-        report(args, "nccl", timed(lambda: dist.all_reduce(y), reps=args.reps), 0.0, bus)
-        if name is not None and hasattr(torch.ops.symm_mem, "one_shot_all_reduce"):
-            try:
-                import torch.distributed._symmetric_memory as symm_mem
-
-                buf = symm_mem.empty(n, device="cuda", dtype=torch.float32)
-                symm_mem.rendezvous(buf, name)
-                buf.copy_(x)
-                ms = timed(lambda: torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", name), reps=args.reps)
-                report(args, "torch-symm-mem-one-shot", ms, 0.0, bus)
-            except Exception as e:
-                if r == 0:
-                    print(f"dist_peers: one_shot_all_reduce failed: {e}", flush=True)
+        for n in [int(v) for v in args.sweep.split(",") if v] or [n]:
+            args.n = n
+            all_reduce_once(args, n, world, r, g, name)
     dist.destroy_process_group()
 
 

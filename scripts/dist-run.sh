@@ -19,6 +19,8 @@ fi
 n="$1"; shift
 port="${MASTER_PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 29517)}"
 pids=()
+# Stopped from outside (a timeout, ^C): stop every rank too, not just this script.
+trap 'for p in "${pids[@]}"; do kill -TERM -- "-$p" 2>/dev/null; done; exit 143' TERM INT
 for ((r = 0; r < n; r++)); do
   ( RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       "$@" 2>&1 | sed -u "s/^/[rank $r] /" ; exit "${PIPESTATUS[0]}" ) &

@@ -220,6 +220,29 @@ impl CudaDevice {
         })
     }
 
+    /// Wait for the stream at most `limit`: `Ok(true)` once everything queued has finished,
+    /// `Ok(false)` while something still runs after `limit`. A kernel that waits on another
+    /// process (a multi-rank kernel whose peer died) never finishes; this lets the host notice
+    /// and report it instead of hanging in `cuStreamSynchronize`.
+    pub fn synchronize_within(&self, limit: std::time::Duration) -> Result<bool> {
+        self.bind()?;
+        let start = std::time::Instant::now();
+        let mut pause = std::time::Duration::from_micros(2);
+        loop {
+            // SAFETY: the stream was created by `open` and is never destroyed.
+            match unsafe { sys::cuStreamQuery(self.stream) } {
+                sys::CUresult::CUDA_SUCCESS => return Ok(true),
+                sys::CUresult::CUDA_ERROR_NOT_READY => {}
+                _ => return self.synchronize().map(|_| true),
+            }
+            if start.elapsed() >= limit {
+                return Ok(false);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Free and total device memory in bytes.
     pub fn memory_info(&self) -> Result<(usize, usize)> {
         self.bind()?;
@@ -818,6 +841,27 @@ impl CudaKernel {
                     e,
                 )
             })
+    }
+
+    /// One launch between two CUDA events; its time in ms once the stream has drained, or
+    /// `None` when it still runs after `limit` (see [`CudaDevice::synchronize_within`]).
+    pub(crate) fn launch_timed(
+        &self,
+        params: &mut crate::exec::ParamBlock,
+        grid: [i64; 3],
+        threads: u32,
+        limit: std::time::Duration,
+    ) -> Result<Option<f64>> {
+        let (start, end) = (Event::new(self.dev)?, Event::new(self.dev)?);
+        start.record()?;
+        self.launch(params, grid, threads)?;
+        end.record()?;
+        if !self.dev.synchronize_within(limit)? {
+            // The events stay alive with the process: destroying an event still pending on a
+            // stream is allowed (its resources go when the work completes).
+            return Ok(None);
+        }
+        start.elapsed_ms(&end).map(Some)
     }
 
     /// Time `reps` launches with CUDA events after `warmup` untimed ones, optionally writing

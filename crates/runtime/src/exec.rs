@@ -693,6 +693,42 @@ impl Executable {
         }
     }
 
+    /// [`synchronize`](Self::synchronize), giving up after `limit`: `Ok(false)` while the
+    /// device still runs (e.g. a multi-rank kernel waiting on a peer that died). The CPU and
+    /// the simulator run synchronously: always `Ok(true)`.
+    pub fn synchronize_within(&self, limit: std::time::Duration) -> Result<bool> {
+        match &self.module {
+            Module::Cpu(_) | Module::Sim(_) => Ok(true),
+            Module::Cuda(k) => k.device().synchronize_within(limit),
+            Module::Hip(k) => k.device().synchronize().map(|_| true),
+        }
+    }
+
+    /// Run once and time the launch alone (CUDA events around it, no cache flush), waiting at
+    /// most `limit` for it: `Ok(Some(ms))`, or `Ok(None)` when it still runs after `limit`.
+    /// For kernels that must be timed one call at a time, e.g. multi-rank kernels with a host
+    /// barrier between calls. Elsewhere than on a CUDA GPU the host clock times the call.
+    pub fn run_timed(&self, args: &[Arg], limit: std::time::Duration) -> Result<Option<f64>> {
+        let b = self.bind(args)?;
+        let exe = self.variant_for_bound(&b)?;
+        if !std::ptr::eq(exe, self) {
+            return exe.run_timed(args, limit);
+        }
+        match &self.module {
+            Module::Cuda(k) => {
+                let (mut slots, dev) = self.scratch_slots(k);
+                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((&mut slots, dev)))?;
+                k.launch_timed(&mut p, b.grid, self.sig.threads, limit)
+            }
+            _ => {
+                let t = std::time::Instant::now();
+                self.run_args(args)?;
+                self.synchronize()?;
+                Ok(Some(t.elapsed().as_secs_f64() * 1e3))
+            }
+        }
+    }
+
     pub(crate) fn module(&self) -> &Module {
         &self.module
     }

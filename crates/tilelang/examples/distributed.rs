@@ -22,7 +22,6 @@ use clap::Parser;
 use tilelang::kernels::dist::{
     ag_gemm, all_gather, all_reduce, all_reduce_two_shot, gemm_rs, AgGemmConfig,
 };
-use tilelang::kernels::reference;
 use tilelang::prelude::*;
 use tilelang::runtime::external::ExternalTensor;
 use tl_sim::{SimArg, SimOptions};
@@ -47,9 +46,25 @@ struct Args {
     /// set
     #[arg(long)]
     device: Option<String>,
-    /// Timed calls on a GPU (after one checked call)
+    /// Timed calls on a GPU (after one checked call and `--warmup` untimed ones); the median
+    /// is reported, the slowest rank's
     #[arg(long, default_value_t = 20)]
     reps: usize,
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Output rows compared with the CPU reference (spread evenly; 0 = all)
+    #[arg(long, default_value_t = 64)]
+    check_rows: usize,
+    /// Seconds a call may run on a GPU before this rank reports it hung (a kernel waiting on a
+    /// peer that is gone never finishes)
+    #[arg(long, default_value_t = 30.0)]
+    call_timeout: f64,
+    /// Fault test: this rank leaves (exits with status 9) just before its call number
+    /// `--kill-at`, after the host barrier, so its peers' kernels wait on it
+    #[arg(long)]
+    kill_rank: Option<usize>,
+    #[arg(long, default_value_t = 2)]
+    kill_at: usize,
 }
 
 /// One argument of the kernel, in parameter order.
@@ -67,19 +82,35 @@ enum Buf {
 }
 
 /// A rank's launch: its buffers, whether the kernel takes `epoch`, which buffer holds the
-/// result and what it must be, and the work done (flops) for the report.
+/// result (`rows` rows of `row_len` elements) and a reference for any row, and the work done
+/// (flops; bytes for the bus bandwidth, nccl-tests' way) for the report.
 struct Plan {
     bufs: Vec<Buf>,
     epoch: bool,
     out: usize,
-    want: Vec<f64>,
+    rows: usize,
+    row_len: usize,
+    want_row: Box<dyn Fn(usize) -> Vec<f64>>,
     flops: f64,
+    bus_bytes: f64,
 }
 
-/// Values exact in bf16 (and their products' sums in f32).
+/// Element `i` of the test pattern `seed`: values exact in bf16 (and their products' sums in
+/// f32 up to K = 2^17).
+fn pat(seed: usize, i: usize) -> f64 {
+    (((i * 7 + seed * 13) % 9) as f64 - 4.0) * 0.25
+}
+
 fn pattern(seed: usize, len: usize) -> Vec<f64> {
-    (0..len)
-        .map(|i| (((i * 7 + seed * 13) % 9) as f64 - 4.0) * 0.25)
+    (0..len).map(|i| pat(seed, i)).collect()
+}
+
+/// `Σ_k A[row, k] · B[col, k]` for every `col` of `B` (`[n, k]`), `A` and `B` patterns at
+/// element offsets `a_off`/`b_off`.
+fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) -> Vec<f64> {
+    let a: Vec<f64> = (0..k).map(|kk| pat(a_seed, a_off + kk)).collect();
+    (0..n)
+        .map(|j| (0..k).map(|kk| a[kk] * pat(b_seed, j * k + kk)).sum())
         .collect()
 }
 
@@ -130,73 +161,51 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
             ],
             epoch: true,
             out: 1,
-            want: (0..world).flat_map(|s| pattern(s, n)).collect(),
+            rows: world,
+            row_len: n,
+            want_row: Box::new(move |s| pattern(s, n)),
             flops: 0.0,
+            bus_bytes: ((world - 1) * n * 4) as f64,
         },
-        "ag-gemm" => {
-            let b = pattern(100 + r, n * k);
-            let mut want = vec![];
-            for s in 0..world {
-                want.extend(reference::gemm(
-                    &pattern(s, m * k),
-                    &b,
-                    m,
-                    n,
-                    k,
-                    false,
-                    true,
-                ));
-            }
-            Plan {
-                bufs: vec![
-                    Local {
-                        shape: vec![m, k],
-                        dtype: BF16,
-                        init: pattern(r, m * k),
-                    },
-                    Local {
-                        shape: vec![n, k],
-                        dtype: BF16,
-                        init: b,
-                    },
-                    Symmetric {
-                        shape: vec![world, m, k],
-                        dtype: BF16,
-                        init: vec![0.0; world * m * k],
-                    },
-                    Local {
-                        shape: vec![world, m, n],
-                        dtype: F32,
-                        init: vec![f64::NAN; world * m * n],
-                    },
-                    Symmetric {
-                        shape: vec![world, m.div_ceil(bm)],
-                        dtype: I32,
-                        init: vec![0.0; world * m.div_ceil(bm)],
-                    },
-                ],
-                epoch: true,
-                out: 3,
-                want,
-                flops: 2.0 * (world * m * n * k) as f64,
-            }
-        }
+        "ag-gemm" => Plan {
+            bufs: vec![
+                Local {
+                    shape: vec![m, k],
+                    dtype: BF16,
+                    init: pattern(r, m * k),
+                },
+                Local {
+                    shape: vec![n, k],
+                    dtype: BF16,
+                    init: pattern(100 + r, n * k),
+                },
+                Symmetric {
+                    shape: vec![world, m, k],
+                    dtype: BF16,
+                    init: vec![0.0; world * m * k],
+                },
+                Local {
+                    shape: vec![world, m, n],
+                    dtype: F32,
+                    init: vec![f64::NAN; world * m * n],
+                },
+                Symmetric {
+                    shape: vec![world, m.div_ceil(bm)],
+                    dtype: I32,
+                    init: vec![0.0; world * m.div_ceil(bm)],
+                },
+            ],
+            epoch: true,
+            out: 3,
+            rows: world * m,
+            row_len: n,
+            // Row `i` of C[s] is row `i` of rank s's A times this rank's B.
+            want_row: Box::new(move |row| ref_row_nt(row / m, (row % m) * k, 100 + r, n, k)),
+            flops: 2.0 * (world * m * n * k) as f64,
+            bus_bytes: ((world - 1) * m * k * 2) as f64,
+        },
         "gemm-rs" => {
             let (tm, tn) = (m.div_ceil(bm), n.div_ceil(bn));
-            let mut want = vec![0.0; m * n];
-            for s in 0..world {
-                let a_s = pattern(s, world * m * k);
-                let p = reference::gemm(
-                    &a_s[r * m * k..(r + 1) * m * k],
-                    &pattern(50 + s, n * k),
-                    m,
-                    n,
-                    k,
-                    false,
-                    true,
-                );
-                want.iter_mut().zip(p).for_each(|(w, x)| *w += x);
-            }
             Plan {
                 bufs: vec![
                     Local {
@@ -232,8 +241,19 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 ],
                 epoch: true,
                 out: 4,
-                want,
+                rows: m,
+                row_len: n,
+                // Row `i` of this rank's C: Σ over ranks s of (s's A, row block r, row i) · s's B.
+                want_row: Box::new(move |i| {
+                    let mut acc = vec![0.0; n];
+                    for s in 0..world {
+                        let p = ref_row_nt(s, (r * m + i) * k, 50 + s, n, k);
+                        acc.iter_mut().zip(p).for_each(|(w, x)| *w += x);
+                    }
+                    acc
+                }),
                 flops: 2.0 * (world * m * n * k) as f64,
+                bus_bytes: ((world - 1) * m * n * 4) as f64,
             }
         }
         "all-reduce" => {
@@ -258,10 +278,15 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 ],
                 epoch: false,
                 out: 1,
-                want: (0..n)
-                    .map(|i| (0..world).map(|s| pattern(s, n)[i]).sum())
-                    .collect(),
+                rows: 1,
+                row_len: n,
+                want_row: Box::new(move |_| {
+                    (0..n)
+                        .map(|i| (0..world).map(|s| pat(s, i)).sum())
+                        .collect()
+                }),
                 flops: 0.0,
+                bus_bytes: 2.0 * (world - 1) as f64 / world as f64 * (n * 4) as f64,
             }
         }
         "all-reduce-two-shot" => {
@@ -291,14 +316,40 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 ],
                 epoch: false,
                 out: 2,
-                want: (0..n)
-                    .map(|i| (0..world).map(|s| pattern(s, n)[i]).sum())
-                    .collect(),
+                rows: 1,
+                row_len: n,
+                want_row: Box::new(move |_| {
+                    (0..n)
+                        .map(|i| (0..world).map(|s| pat(s, i)).sum())
+                        .collect()
+                }),
                 flops: 0.0,
+                bus_bytes: 2.0 * (world - 1) as f64 / world as f64 * (n * 4) as f64,
             }
         }
         other => anyhow::bail!("--kernel {other:?}"),
     })
+}
+
+/// The output rows the check compares: all of them, or `limit` spread evenly (the first and
+/// the last included) when there are more.
+fn rows_to_check(rows: usize, limit: usize) -> Vec<usize> {
+    if limit == 0 || rows <= limit {
+        return (0..rows).collect();
+    }
+    let mut v: Vec<usize> = (0..limit).map(|i| i * (rows - 1) / (limit - 1)).collect();
+    v.dedup();
+    v
+}
+
+/// The relative error of the checked rows of `got` (the whole output, row-major).
+fn check(p: &Plan, got: &[f64], limit: usize) -> anyhow::Result<f64> {
+    let (mut g, mut w) = (vec![], vec![]);
+    for row in rows_to_check(p.rows, limit) {
+        g.extend_from_slice(&got[row * p.row_len..(row + 1) * p.row_len]);
+        w.extend((p.want_row)(row));
+    }
+    tilelang::runtime::rel_err(&g, &w).map_err(|e| anyhow::anyhow!(e))
 }
 
 fn main() -> ExitCode {
@@ -326,19 +377,33 @@ fn run() -> anyhow::Result<ExitCode> {
     }
 }
 
-fn summary(a: &Args, world: usize, err: f64, ms: f64, flops: f64, extra: &str) -> ExitCode {
-    let ok = err.is_finite() && err < 1e-6;
+struct Measured {
+    err: f64,
+    ms: f64,
+    flops: f64,
+    bus_bytes: f64,
+}
+
+fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
+    let ok = r.err.is_finite() && r.err < 1e-6;
     if !ok {
-        eprintln!("check FAILED: relative error {err:.3e}");
+        eprintln!("check FAILED: relative error {:.3e}", r.err);
     }
-    let tflops = if flops > 0.0 && ms > 0.0 {
-        format!(" tflops_per_rank={:.1}", flops / (ms * 1e-3) / 1e12)
-    } else {
-        String::new()
-    };
+    let mut rates = String::new();
+    if r.ms > 0.0 && r.flops > 0.0 {
+        rates += &format!(" tflops_per_rank={:.1}", r.flops / (r.ms * 1e-3) / 1e12);
+    }
+    if r.ms > 0.0 && r.bus_bytes > 0.0 {
+        rates += &format!(" busbw_gbs={:.1}", r.bus_bytes / (r.ms * 1e-3) / 1e9);
+    }
     println!(
-        "distributed kernel={} ranks={world} m={} n={} k={} err={err:.2e} ms={ms:.4}{tflops} {extra} {}",
-        a.kernel, a.m, a.n, a.k,
+        "distributed kernel={} ranks={world} m={} n={} k={} err={:.2e} ms={:.4}{rates} {extra} {}",
+        a.kernel,
+        a.m,
+        a.n,
+        a.k,
+        r.err,
+        r.ms,
         if ok { "PASS" } else { "FAIL" }
     );
     if ok {
@@ -387,15 +452,17 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
         let dt = match &p.bufs[p.out] {
             Buf::Local { dtype, .. } | Buf::Symmetric { dtype, .. } => *dtype,
         };
-        let got = v[p.out].to_f64(dt);
-        err = err.max(tilelang::runtime::rel_err(&got, &p.want).map_err(|e| anyhow::anyhow!(e))?);
+        err = err.max(check(p, &v[p.out].to_f64(dt), a.check_rows)?);
     }
     Ok(summary(
         a,
         world,
-        err,
-        ms,
-        0.0,
+        &Measured {
+            err,
+            ms,
+            flops: 0.0,
+            bus_bytes: 0.0,
+        },
         &format!("device=sim(sm_90a) order_checked={}", rep.order_checked),
     ))
 }
@@ -454,7 +521,10 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         }
     }
     rv.barrier()?;
-    let launch = |epoch: i64| -> anyhow::Result<()> {
+    let limit = std::time::Duration::from_secs_f64(a.call_timeout.max(0.001));
+    // One call, timed alone; a call still running after `limit` waits on a peer that is not
+    // coming: say so (naming the rank the rendezvous finds missing) instead of hanging.
+    let launch = |epoch: i64| -> anyhow::Result<f64> {
         let mut args: Vec<Arg> = vec![];
         for (l, s) in locals.iter().zip(&syms) {
             match (l, s) {
@@ -471,9 +541,20 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             Arg::Int(world as i64),
             Arg::Int(heap.stride() as i64),
         ]);
-        exe.run_args(&args)?;
-        exe.synchronize()?;
-        Ok(())
+        match exe.run_timed(&args, limit)? {
+            Some(ms) => Ok(ms),
+            None => {
+                let peers = match rv.barrier() {
+                    Ok(()) => "every rank still answers the rendezvous".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                anyhow::bail!(
+                    "rank {me}: call {epoch} of `{}` still runs after {:.1} s: it waits for a peer's signal that has not come ({peers}); stopping (set --call-timeout to wait longer)",
+                    a.kernel,
+                    a.call_timeout
+                )
+            }
+        }
     };
     launch(1)?;
     let got = match (&locals[p.out], &syms[p.out], &p.bufs[p.out]) {
@@ -487,17 +568,25 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         }
         _ => anyhow::bail!("no output"),
     };
-    let err = tilelang::runtime::rel_err(&got, &p.want).map_err(|e| anyhow::anyhow!(e))?;
-    // Timed calls: every rank starts together; the slowest rank's time is the job's.
-    rv.barrier()?;
-    let t = Instant::now();
-    // These kernels do not yet keep a rank from overwriting what a peer still reads from the
-    // previous call (docs/distributed.md): a rank barrier between calls, counted in the time.
-    for e in 0..a.reps {
-        launch(2 + e as i64)?;
+    let err = check(&p, &got, a.check_rows)?;
+    // Timed calls, as bench/dist_peers.py times its peers: a barrier (here the host
+    // rendezvous, which these kernels also need between calls: docs/distributed.md), then CUDA
+    // events around the one call; the median per rank, the slowest rank's.
+    let mut times = vec![];
+    for e in 0..a.warmup + a.reps {
         rv.barrier()?;
+        let call = 2 + e;
+        if a.kill_rank == Some(me) && call >= a.kill_at {
+            eprintln!("rank {me}: leaving before call {call} (--kill-rank)");
+            std::process::exit(9);
+        }
+        let ms = launch(call as i64)?;
+        if e >= a.warmup {
+            times.push(ms);
+        }
     }
-    let ms = t.elapsed().as_secs_f64() * 1e3 / a.reps.max(1) as f64;
+    times.sort_by(f64::total_cmp);
+    let ms = times.get(times.len() / 2).copied().unwrap_or(0.0);
     let all = rv.all_gather(&[ms.to_le_bytes(), err.to_le_bytes()].concat())?;
     let decode =
         |b: &[u8], i: usize| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or_default());
@@ -508,10 +597,16 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         Ok(summary(
             a,
             world,
-            worst_err,
-            worst_ms,
-            p.flops,
-            &format!("device=cuda gpus={gpus}"),
+            &Measured {
+                err: worst_err,
+                ms: worst_ms,
+                flops: p.flops,
+                bus_bytes: p.bus_bytes,
+            },
+            &format!(
+                "device=cuda gpus={gpus} checked_rows={}",
+                rows_to_check(p.rows, a.check_rows).len()
+            ),
         ))
     } else if worst_err.is_finite() && worst_err < 1e-6 {
         Ok(ExitCode::SUCCESS)

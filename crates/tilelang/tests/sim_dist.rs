@@ -6,7 +6,7 @@
 
 use tilelang::dsl::SignalOp;
 use tilelang::ir::{MemScope, MemSem};
-use tilelang::kernels::dist::all_gather;
+use tilelang::kernels::dist::{all_gather, ALL_GATHER_BLOCKS_PER_PEER as G};
 use tilelang::prelude::*;
 use tilelang::Target;
 use tl_sim::{SimArg, SimError, SimOptions};
@@ -50,19 +50,20 @@ fn all_gather_on_1_2_and_4_ranks() {
                         want,
                         "rank {r} of {ranks}, N={n}, {target}"
                     );
-                    assert_eq!(a[2].to_f64(I32), vec![1.0; ranks], "flags on rank {r}");
+                    // Every one of a peer's G parts counts once.
+                    assert_eq!(a[2].to_f64(I32), vec![G as f64; ranks], "flags on rank {r}");
                 }
             }
         }
     }
 }
 
-/// The second call (epoch 2) works on flags the first left at 1, without a reset.
+/// The second call (epoch 2) works on flags the first left at G, without a reset.
 #[test]
 fn all_gather_epochs_need_no_reset() {
     let k = all_gather(F32, 32);
     let lowered = k.lower(Target::SM90).expect("lower");
-    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 2, 16, 2, 1)).collect();
+    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 2, 16, 2, G)).collect();
     tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("epoch 2");
     assert_eq!(args[0][1].to_f64(F32), args[1][1].to_f64(F32));
 }
@@ -83,7 +84,8 @@ fn a_wait_nothing_satisfies_is_a_reported_deadlock() {
     let msg = e.to_string();
     assert!(matches!(e, SimError::SignalDeadlock { .. }), "{msg}");
     assert!(
-        msg.contains("rank 0") && msg.contains("`FLAGS`[1] on rank 0 >= 2 (it is 1)"),
+        msg.contains("rank 0")
+            && msg.contains(&format!("`FLAGS`[1] on rank 0 >= {} (it is {G})", 2 * G)),
         "{msg}"
     );
 }
@@ -179,8 +181,8 @@ fn the_cpu_backend_refuses_distributed_kernels() {
 }
 
 /// The all-gather's CUDA C++ compiles (NVRTC, sm_90a and sm_80) into the memory-model
-/// instructions the protocol needs: the signal is a release store at system scope into the
-/// peer's flag, the wait an acquire load at system scope in a loop. (The PTX printer does not
+/// instructions the protocol needs: the signal is a release reduction (add) at system scope
+/// into the peer's flag, the wait an acquire load at system scope in a loop. (The PTX printer does not
 /// cover multi-rank kernels yet; they take the CUDA C++ path, which says so.)
 #[test]
 fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
@@ -200,7 +202,7 @@ fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
         let c = tl_nvrtc::compile(&src, &target.arch(), &opts)
             .unwrap_or_else(|e| panic!("{target}: {e}"));
         let ptx = c.ptx();
-        for want in ["st.release.sys.global.b32", "ld.acquire.sys.global.b32"] {
+        for want in ["red.release.sys.global.add", "ld.acquire.sys.global.b32"] {
             assert!(ptx.contains(want), "{target}: no `{want}` in\n{ptx}");
         }
         assert!(c.warnings().is_empty(), "{target}: {:?}", c.warnings());
@@ -228,7 +230,7 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
         (
             all_gather(F32, 128),
             &[
-                "st.release.sys.global.b32",
+                "red.release.sys.global.add.u32",
                 "ld.acquire.sys.global.b32",
                 "setp.ge.s32",
             ][..],

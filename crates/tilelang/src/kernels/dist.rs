@@ -29,11 +29,18 @@ fn exchange_signals(t: &mut TileScope, flags: &Buffer, rank: &Expr, peer: &Expr,
     t.sync_threads();
 }
 
+/// Blocks that push one rank's shard to one peer in [`all_gather`]: one block alone cannot
+/// keep an NVLink port busy, and every block of the grid must be resident at once (each waits
+/// for a peer's blocks), so the grid stays small: `BLOCKS_PER_PEER · R` blocks.
+pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 16;
+
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
-/// (`[R, N]`, `R` the number of ranks). Block `p` pushes this rank's shard to rank `p`, then one
-/// thread signals rank `p` by setting its `FLAGS[rank]` to `epoch`, and waits until rank `p`'s
-/// shard has arrived here (`FLAGS[p] ≥ epoch`): when the kernel ends, this rank's `OUT` is
-/// complete. `epoch` grows by one per call, so the flags never need a reset.
+/// (`[R, N]`, `R` the number of ranks). The grid is `[G, R]` (`G` =
+/// [`ALL_GATHER_BLOCKS_PER_PEER`]): block `(g, p)` pushes part `g` of this rank's shard to rank
+/// `p`, then one thread adds 1 to rank `p`'s `FLAGS[rank]` (a release) and waits until all `G`
+/// parts of rank `p`'s shard have arrived here (`FLAGS[p] ≥ epoch·G`): when the kernel ends,
+/// this rank's `OUT` is complete. `epoch` grows by one per call, so the flags never need a
+/// reset.
 ///
 /// Arguments: `X`, `OUT`, `FLAGS` (`[R]` i32, symmetric, zero before the first call), `epoch`,
 /// then the scalars every distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
@@ -50,6 +57,7 @@ pub fn all_gather_peer_tables(dtype: DType, threads: u32) -> Kernel {
 }
 
 fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
+    let g = ALL_GATHER_BLOCKS_PER_PEER;
     Kernel::build("all_gather", |k| {
         if tables {
             k.peer_tables();
@@ -60,15 +68,30 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
         let flags = k.symmetric("FLAGS", [&r], I32);
         let d = k.distributed();
         let epoch = k.scalar("epoch", I32);
-        k.launch([d.num_ranks.clone()], threads, |t, [p]| {
-            t.put_block(
-                x.at([0]),
-                out.at([d.rank.clone(), Expr::int(0)]),
-                &n,
-                p.clone(),
-            );
-            exchange_signals(t, &flags, &d.rank, &p, &epoch);
-        });
+        k.launch(
+            [Expr::int(g), d.num_ranks.clone()],
+            threads,
+            |t, [part, p]| {
+                // Parts of whole 16-byte units (8 elements cover every element size), so every
+                // part's start stays aligned for vector copies.
+                let share = ceil_div_positive(n.clone(), Expr::int(8 * g)) * 8;
+                let lo = t.let_("lo", min(&part * &share, n.clone()));
+                let hi = t.let_("hi", min(&lo + &share, n.clone()));
+                t.put_block(
+                    x.at([lo.clone()]),
+                    out.at([d.rank.clone(), lo.clone()]),
+                    &hi - &lo,
+                    p.clone(),
+                );
+                t.sync_threads();
+                let tid = t.thread_idx();
+                t.if_(tid.eq_(0), |t| {
+                    t.signal(flags.at([d.rank.clone()]), p.clone(), 1, SignalOp::Add);
+                    t.wait(flags.at([p.clone()]), CmpOp::Ge, &epoch * g);
+                });
+                t.sync_threads();
+            },
+        );
     })
 }
 
