@@ -31,18 +31,28 @@ gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
 phases="${*:-smoke fault torch perf sweep}"
 
 left() { [ $(( $(date +%s) - start )) -lt "$deadline" ]; }
+# Every step's whole output goes to $logs/NN-name.log; the summary shows its result lines.
+logs="${OUT:-/tmp}/dist-logs"
+mkdir -p "$logs"
+n_step=0
 # step NAME COMMAND...: run with the step limit, say how it ended.
 step() {
   local name="$1"; shift
   if ! left; then echo "== SKIPPED (deadline) $name"; return; fi
-  echo "== $name"
-  local t0=$(date +%s)
-  timeout -k 5 "$step_limit" "$@" 2>&1 | grep -vE "^\[rank [0-9]+\] *$" | tail -n 25
-  local rc=${PIPESTATUS[0]}
-  echo "-- $name: rc=$rc in $(( $(date +%s) - t0 )) s"
+  n_step=$((n_step + 1))
+  local log
+  log="$logs/$(printf %02d "$n_step")-$(echo "$name" | tr -c 'A-Za-z0-9=\n-' _).log"
+  local t0
+  t0=$(date +%s)
+  timeout -k 5 "$step_limit" "$@" > "$log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $(( $(date +%s) - t0 )) s"
+  grep -E "^(\[rank [0-9]+\] )?(distributed |dist_peers|dist_torch|error|check FAILED)|Error|panicked" "$log" | head -n 12
+  if [ "$rc" -ne 0 ]; then tail -n 8 "$log"; fi
 }
-ours() { local r="$1"; shift; bash scripts/dist-run.sh "$r" "$ex" --device cuda "$@"; }
-peers() { local r="$1"; shift; torchrun --standalone --nproc_per_node "$r" bench/dist_peers.py "$@"; }
+# ours R ARGS...: our kernels, one process per rank; peers R ARGS...: NCCL, cuBLAS, torch.
+ours() { local r="$1"; shift; step "$name" bash scripts/dist-run.sh "$r" "$ex" --device cuda "$@"; }
+peers() { local r="$1"; shift; step "$name" torchrun --standalone --nproc_per_node "$r" bench/dist_peers.py "$@"; }
 
 echo "== $gpus GPU(s), phases: $phases"
 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
@@ -53,9 +63,9 @@ for phase in $phases; do
   case "$phase" in
   smoke)
     for k in all-gather all-reduce all-reduce-two-shot ag-gemm gemm-rs; do
-      for r in 2 "$all"; do
+      for r in $(printf '%s\n' 2 "$all" | sort -un); do
         [ "$r" -le "$gpus" ] || continue
-        step "smoke $k $r ranks" ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0
+        name="smoke $k $r ranks"; ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0
       done
     done
     # Two processes on one GPU: the protocol without NVLink.
@@ -68,26 +78,26 @@ for phase in $phases; do
     for r in $(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
       m=$((8192 / r))
       for nn in 8192 28672; do
-        step "perf ag-gemm ours R=$r N=$nn" ours "$r" --kernel ag-gemm --m "$m" --n $((nn / r)) --k 8192 --check-rows 16
-        step "perf ag-gemm peers R=$r N=$nn" peers "$r" --op ag-gemm --m "$m" --n $((nn / r)) --k 8192
+        name="perf ag-gemm ours R=$r N=$nn"; ours "$r" --kernel ag-gemm --m "$m" --n $((nn / r)) --k 8192 --check-rows 16
+        name="perf ag-gemm peers R=$r N=$nn"; peers "$r" --op ag-gemm --m "$m" --n $((nn / r)) --k 8192
       done
       for kk in 8192 28672; do
-        step "perf gemm-rs ours R=$r K=$kk" ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((kk / r)) --check-rows 8
-        step "perf gemm-rs peers R=$r K=$kk" peers "$r" --op gemm-rs --m "$m" --n 8192 --k $((kk / r))
+        name="perf gemm-rs ours R=$r K=$kk"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((kk / r)) --check-rows 8
+        name="perf gemm-rs peers R=$r K=$kk"; peers "$r" --op gemm-rs --m "$m" --n 8192 --k $((kk / r))
       done
     done
     ;;
   sweep)
     for r in $(for v in 2 4 8; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
       for bytes in 4096 65536 1048576 16777216 268435456; do
-        step "sweep all-gather ours R=$r bytes=$bytes" ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --check-rows 0
+        name="sweep all-gather ours R=$r bytes=$bytes"; ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --check-rows 0
       done
-      step "sweep all-gather nccl R=$r" peers "$r" --op all-gather --sweep 1024,16384,262144,4194304,67108864
+      name="sweep all-gather nccl R=$r"; peers "$r" --op all-gather --sweep 1024,16384,262144,4194304,67108864
       for bytes in 8192 65536 262144 1048576; do
-        step "sweep all-reduce ours R=$r bytes=$bytes" ours "$r" --kernel all-reduce --n $((bytes / 4)) --reps 50
-        step "sweep all-reduce-two-shot ours R=$r bytes=$bytes" ours "$r" --kernel all-reduce-two-shot --n $((bytes / 4)) --reps 50
+        name="sweep all-reduce ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce --n $((bytes / 4)) --reps 50
+        name="sweep all-reduce-two-shot ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce-two-shot --n $((bytes / 4)) --reps 50
       done
-      step "sweep all-reduce nccl R=$r" peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
+      name="sweep all-reduce nccl R=$r"; peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
     done
     ;;
   fault)
@@ -115,7 +125,7 @@ for phase in $phases; do
     if python3 -c "import sys; sys.exit(0)" && ls .gpu/wheels/tilelang_rs-*.whl >/dev/null 2>&1; then
       rm -rf /tmp/tl-py
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tl-py .gpu/wheels/tilelang_rs-*.whl
-      for r in 2 "$all"; do
+      for r in $(printf '%s\n' 2 "$all" | sort -un); do
         [ "$r" -le "$gpus" ] || continue
         step "torch T.* all-gather R=$r" env PYTHONPATH=/tmp/tl-py torchrun --standalone --nproc_per_node "$r" python/tests/dist_torch.py
       done

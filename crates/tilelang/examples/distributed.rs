@@ -548,11 +548,13 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
                     Ok(()) => "every rank still answers the rendezvous".to_string(),
                     Err(e) => e.to_string(),
                 };
-                anyhow::bail!(
-                    "rank {me}: call {epoch} of `{}` still runs after {:.1} s: it waits for a peer's signal that has not come ({peers}); stopping (set --call-timeout to wait longer)",
-                    a.kernel,
-                    a.call_timeout
-                )
+                eprintln!(
+                    "error: rank {me}: call {epoch} of `{}` still runs after {:.1} s: it waits for a peer's signal that has not come ({peers}); stopping (set --call-timeout to wait longer)",
+                    a.kernel, a.call_timeout
+                );
+                // Exit now: unwinding would unmap the symmetric heap under the running kernel,
+                // which waits for it to finish — forever. Exiting tears the context down.
+                std::process::exit(3)
             }
         }
     };
