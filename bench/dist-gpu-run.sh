@@ -32,7 +32,7 @@ phases="${*:-smoke fault torch perf sweep}"
 
 left() { [ $(( $(date +%s) - start )) -lt "$deadline" ]; }
 # Every step's whole output goes to $logs/NN-name.log; the summary shows its result lines.
-logs="${OUT:-/tmp}/dist-logs"
+logs="${DIST_LOGS:-${OUT:-/tmp}/dist-logs}"
 mkdir -p "$logs"
 n_step=0
 # step NAME COMMAND...: run with the step limit, say how it ended.
@@ -62,10 +62,10 @@ all=$gpus; [ "$all" -gt 8 ] && all=8
 for phase in $phases; do
   case "$phase" in
   smoke)
-    for k in all-gather all-reduce all-reduce-two-shot ag-gemm gemm-rs; do
+    for k in ${SMOKE_KERNELS:-all-gather all-reduce all-reduce-two-shot ag-gemm gemm-rs}; do
       for r in $(printf '%s\n' 2 "$all" | sort -un); do
         [ "$r" -le "$gpus" ] || continue
-        name="smoke $k $r ranks"; ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0
+        name="smoke $k $r ranks"; ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0 --check-every
       done
     done
     # Two processes on one GPU: the protocol without NVLink.
@@ -75,27 +75,32 @@ for phase in $phases; do
   perf)
     # Column-parallel (AG+GEMM): per rank A [8192/R, 8192], B [N/R, 8192].
     # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
-    for r in $(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
+    # PERF_KERNELS and PERF_RANKS pick (default: both kernels, 8/4/2 ranks where there are
+    # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS).
+    for r in ${PERF_RANKS:-$(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done)}; do
       m=$((8192 / r))
-      for nn in 8192 28672; do
-        name="perf ag-gemm ours R=$r N=$nn"; ours "$r" --kernel ag-gemm --m "$m" --n $((nn / r)) --k 8192 --check-rows 16
-        name="perf ag-gemm peers R=$r N=$nn"; peers "$r" --op ag-gemm --m "$m" --n $((nn / r)) --k 8192
-      done
-      for kk in 8192 28672; do
-        name="perf gemm-rs ours R=$r K=$kk"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((kk / r)) --check-rows 8
-        name="perf gemm-rs peers R=$r K=$kk"; peers "$r" --op gemm-rs --m "$m" --n 8192 --k $((kk / r))
+      for kern in ${PERF_KERNELS:-ag-gemm gemm-rs}; do
+        for big in 8192 28672; do
+          if [ "$kern" = ag-gemm ]; then
+            name="perf ag-gemm ours R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 ${TILES:+--tiles "$TILES"}
+            name="perf ag-gemm peers R=$r N=$big"; peers "$r" --op ag-gemm --shape "$m,$((big / r)),8192"
+          else
+            name="perf gemm-rs ours R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 ${TILES:+--tiles "$TILES"}
+            name="perf gemm-rs peers R=$r K=$big"; peers "$r" --op gemm-rs --shape "$m,8192,$((big / r))"
+          fi
+        done
       done
     done
     ;;
   sweep)
     for r in $(for v in 2 4 8; do [ "$v" -le "$gpus" ] && echo "$v"; done); do
       for bytes in 4096 65536 1048576 16777216 268435456; do
-        name="sweep all-gather ours R=$r bytes=$bytes"; ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --check-rows 0
+        name="sweep all-gather ours R=$r bytes=$bytes"; ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --check-rows 0 --call-timeout 10
       done
       name="sweep all-gather nccl R=$r"; peers "$r" --op all-gather --sweep 1024,16384,262144,4194304,67108864
       for bytes in 8192 65536 262144 1048576; do
-        name="sweep all-reduce ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce --n $((bytes / 4)) --reps 50
-        name="sweep all-reduce-two-shot ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce-two-shot --n $((bytes / 4)) --reps 50
+        name="sweep all-reduce ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce --n $((bytes / 4)) --reps 50 --call-timeout 10
+        name="sweep all-reduce-two-shot ours R=$r bytes=$bytes"; ours "$r" --kernel all-reduce-two-shot --n $((bytes / 4)) --reps 50 --call-timeout 10
       done
       name="sweep all-reduce nccl R=$r"; peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
     done

@@ -3,7 +3,7 @@
 all_reduce) and PyTorch's symmetric-memory fused ops where the installed torch has them
 (fused_all_gather_matmul, fused_matmul_reduce_scatter, one_shot_all_reduce).
 
-    torchrun --nproc_per_node N bench/dist_peers.py --op ag-gemm --m 1024 --n 3584 --k 8192
+    torchrun --nproc_per_node N bench/dist_peers.py --op ag-gemm --shape 1024,3584,8192
 
 Shapes per rank, as the Rust example `distributed` takes them: ag-gemm gathers A [m, k] from
 every rank and multiplies by B [n, k]^T; gemm-rs multiplies A [R*m, k] by B [n, k]^T and
@@ -100,11 +100,12 @@ def main():
                    default="ag-gemm")
     p.add_argument("--sweep", default="",
                    help="comma-separated n values for all-gather/all-reduce, each timed in turn")
-    p.add_argument("--m", type=int, default=1024)
-    p.add_argument("--n", type=int, default=3584)
-    p.add_argument("--k", type=int, default=8192)
+    # One option for the sizes: torchrun's own parser takes `--m`, `--n`, `--k` for
+    # abbreviations of its options (ambiguous prefixes), even after the script's name.
+    p.add_argument("--shape", default="1024,3584,8192", help="M,N,K")
     p.add_argument("--reps", type=int, default=20)
     args = p.parse_args()
+    args.m, args.n, args.k = (int(v) for v in args.shape.split(","))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local % torch.cuda.device_count())
     dist.init_process_group("nccl")

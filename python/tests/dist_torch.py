@@ -5,7 +5,6 @@ Needs torch with CUDA and one GPU per rank (NCCL), multicast off:
 
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 torchrun --nproc_per_node 2 python/tests/dist_torch.py
 
-Not run yet (written while no multi-GPU machine was lent).
 """
 
 import os
@@ -54,7 +53,7 @@ def main():
     dist.barrier()
     out_peers = torch.tensor(h_out.buffer_ptrs, dtype=torch.int64, device="cuda")
     flag_peers = torch.tensor(h_flags.buffer_ptrs, dtype=torch.int64, device="cuda")
-    kernel = tilelang.compile(all_gather, target="cuda")
+    kernel = tilelang.compile(all_gather, target=f"cuda:{local}")
     x = torch.randn(n, device="cuda", generator=torch.Generator("cuda").manual_seed(rank))
     epoch = 0
 

@@ -313,8 +313,10 @@ impl<'p, 'g> Mem<'p, 'g> {
         Ok(())
     }
 
-    /// Check a plain access of rank `rank`'s copy of `buf` against the memory order (a no-op
-    /// unless the run checks it and `buf` is symmetric).
+    /// Check a plain access of rank `rank`'s copy of global buffer `buf` against the memory
+    /// order (a no-op unless the run checks it). Every global buffer counts, not only the
+    /// symmetric ones: blocks of a multi-rank kernel run at once, so two of them updating one
+    /// element of a plain output without an order between them race as surely as ranks do.
     #[allow(clippy::too_many_arguments)]
     pub fn order_access(
         &mut self,
@@ -330,9 +332,6 @@ impl<'p, 'g> Mem<'p, 'g> {
         let Some(o) = self.order.as_mut() else {
             return Ok(());
         };
-        if !prog.symmetric.contains(&buf) {
-            return Ok(());
-        }
         let info = &prog.bufs[buf as usize];
         o.access(rank, buf, info.bytes(), off, len, tid, pc, write)
             .map_err(|u| SimError::UnorderedAccess {

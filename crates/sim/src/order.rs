@@ -1,4 +1,4 @@
-//! The memory order of multi-rank kernels: which plain accesses of symmetric buffers are
+//! The memory order of multi-rank kernels: which plain accesses of global buffers are
 //! ordered after the writes they read, by the signals, waits, fences and barriers between.
 //!
 //! The simulator runs one thread at a time, so every write is at once visible to every later
@@ -13,8 +13,9 @@
 //! relaxed load followed by a fence) joins it; `sync_threads` joins the clocks of a block.
 //! A plain read (or write) of a byte whose last writer is not ordered before it is reported.
 //!
-//! Only symmetric buffers are tracked (where ranks communicate); flag accesses themselves
-//! (memory-model operations) never race. Clocks take `threads²` words, so the check runs only
+//! Every global buffer is tracked: symmetric ones (where ranks communicate) and plain ones
+//! (blocks of a multi-rank kernel run at once, so two blocks updating one output element race);
+//! flag accesses themselves (memory-model operations) never race. Clocks take `threads²` words, so the check runs only
 //! up to [`MAX_AGENTS`] threads in all; beyond that the report says it did not run.
 
 use std::collections::HashMap;
@@ -69,7 +70,7 @@ pub struct Order {
     /// The clock released on each flag: (rank, buffer, byte offset), and the last release's
     /// thread and scope.
     flags: HashMap<(usize, u32, usize), Released>,
-    /// Last plain write and last plain read of symmetric bytes: (rank, buffer) → per byte.
+    /// Last plain write and last plain read of global bytes: (rank, buffer) → per byte.
     writes: HashMap<(usize, u32), Vec<ByteHistory>>,
     /// The agent index of thread 0 of the running block.
     pub base: u32,

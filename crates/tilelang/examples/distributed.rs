@@ -55,6 +55,9 @@ struct Args {
     /// Output rows compared with the CPU reference (spread evenly; 0 = all)
     #[arg(long, default_value_t = 64)]
     check_rows: usize,
+    /// Check the output of every call on a GPU (outside the timed region), not only the first
+    #[arg(long)]
+    check_every: bool,
     /// Seconds a call may run on a GPU before this rank reports it hung (a kernel waiting on a
     /// peer that is gone never finishes)
     #[arg(long, default_value_t = 30.0)]
@@ -65,6 +68,10 @@ struct Args {
     kill_rank: Option<usize>,
     #[arg(long, default_value_t = 2)]
     kill_at: usize,
+    /// GEMM tiles: small (64×64×32, 2 stages, 128 threads), large (128×128×64, 3 stages, 256
+    /// threads) or BMxBNxBK:STAGES:THREADS; default small in the simulator, large on a GPU
+    #[arg(long)]
+    tiles: Option<String>,
 }
 
 /// One argument of the kernel, in parameter order.
@@ -114,19 +121,47 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
         .collect()
 }
 
-fn tiles(sim: bool) -> AgGemmConfig {
-    if sim {
-        AgGemmConfig::tiles(64, 64, 32, 2, 128)
-    } else {
-        AgGemmConfig::tiles(128, 128, 64, 3, 256)
+fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
+    let small = AgGemmConfig::tiles(64, 64, 32, 2, 128);
+    let large = AgGemmConfig::tiles(128, 128, 64, 3, 256);
+    Ok(match a.tiles.as_deref() {
+        Some("small") => small,
+        Some("large") => large,
+        None if sim => small,
+        None => large,
+        Some(spec) => parse_tiles(spec).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--tiles {spec:?}: small, large or BMxBNxBK:STAGES:THREADS (e.g. 128x256x64:3:256)"
+            )
+        })?,
+    })
+}
+
+/// `BMxBNxBK:STAGES:THREADS`.
+fn parse_tiles(spec: &str) -> Option<AgGemmConfig> {
+    let (dims, rest) = spec.split_once(':')?;
+    let (stages, threads) = rest.split_once(':')?;
+    let d: Vec<i64> = dims
+        .split('x')
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    match d[..] {
+        [bm, bn, bk] => Some(AgGemmConfig::tiles(
+            bm,
+            bn,
+            bk,
+            stages.parse().ok()?,
+            threads.parse().ok()?,
+        )),
+        _ => None,
     }
 }
 
-fn kernel(name: &str, sim: bool) -> anyhow::Result<Kernel> {
-    Ok(match name {
+fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
+    Ok(match a.kernel.as_str() {
         "all-gather" => all_gather(F32, 256),
-        "ag-gemm" => ag_gemm(BF16, tiles(sim)),
-        "gemm-rs" => gemm_rs(BF16, tiles(sim)),
+        "ag-gemm" => ag_gemm(BF16, tiles(a, sim)?),
+        "gemm-rs" => gemm_rs(BF16, tiles(a, sim)?),
         "all-reduce" => all_reduce(256, 256),
         "all-reduce-two-shot" => all_reduce_two_shot(256, 256),
         other => anyhow::bail!(
@@ -137,7 +172,7 @@ fn kernel(name: &str, sim: bool) -> anyhow::Result<Kernel> {
 
 fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
     let (m, n, k) = (a.m, a.n, a.k);
-    let cfg = tiles(sim);
+    let cfg = tiles(a, sim)?;
     let (bm, bn) = (cfg.bm as usize, cfg.bn as usize);
     use Buf::*;
     Ok(match a.kernel.as_str() {
@@ -342,14 +377,39 @@ fn rows_to_check(rows: usize, limit: usize) -> Vec<usize> {
     v
 }
 
-/// The relative error of the checked rows of `got` (the whole output, row-major).
-fn check(p: &Plan, got: &[f64], limit: usize) -> anyhow::Result<f64> {
+/// The relative error of the checked rows of `got` (the whole output, row-major); on a
+/// mismatch, the count and the first few wrong elements go to stderr (`who` says whose).
+fn check(p: &Plan, got: &[f64], limit: usize, who: &str) -> anyhow::Result<f64> {
     let (mut g, mut w) = (vec![], vec![]);
+    let mut wrong = vec![];
     for row in rows_to_check(p.rows, limit) {
-        g.extend_from_slice(&got[row * p.row_len..(row + 1) * p.row_len]);
-        w.extend((p.want_row)(row));
+        let (have, want) = (
+            &got[row * p.row_len..(row + 1) * p.row_len],
+            (p.want_row)(row),
+        );
+        for (col, (x, y)) in have.iter().zip(&want).enumerate() {
+            if x != y {
+                wrong.push((row, col, *x, *y));
+            }
+        }
+        g.extend_from_slice(have);
+        w.extend(want);
     }
-    tilelang::runtime::rel_err(&g, &w).map_err(|e| anyhow::anyhow!(e))
+    let err = tilelang::runtime::rel_err(&g, &w).map_err(|e| anyhow::anyhow!(e))?;
+    if !(err < 1e-6) {
+        let first: Vec<String> = wrong
+            .iter()
+            .take(8)
+            .map(|(r, c, x, y)| format!("[{r},{c}]={x} (want {y})"))
+            .collect();
+        eprintln!(
+            "{who}: {} of {} checked elements differ; first: {}",
+            wrong.len(),
+            g.len(),
+            first.join(", ")
+        );
+    }
+    Ok(err)
 }
 
 fn main() -> ExitCode {
@@ -415,7 +475,7 @@ fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
 
 fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     let world = a.ranks.max(1);
-    let k = kernel(&a.kernel, true)?;
+    let k = kernel(a, true)?;
     let lowered = k.lower(Target::SM90).map_err(|d| anyhow::anyhow!("{d}"))?;
     let plans: Vec<Plan> = (0..world)
         .map(|r| plan(a, true, r, world))
@@ -452,7 +512,7 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
         let dt = match &p.bufs[p.out] {
             Buf::Local { dtype, .. } | Buf::Symmetric { dtype, .. } => *dtype,
         };
-        err = err.max(check(p, &v[p.out].to_f64(dt), a.check_rows)?);
+        err = err.max(check(p, &v[p.out].to_f64(dt), a.check_rows, "sim")?);
     }
     Ok(summary(
         a,
@@ -495,7 +555,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         })
         .sum();
     let mut heap = SymmetricHeap::new(&rv, ordinal, need.max(1))?;
-    let exe = kernel(&a.kernel, false)?
+    let exe = kernel(a, false)?
         .compile(&dev)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     // Buffers: local tensors, and this rank's copies of the symmetric ones.
@@ -559,18 +619,20 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         }
     };
     launch(1)?;
-    let got = match (&locals[p.out], &syms[p.out], &p.bufs[p.out]) {
-        (Some(t), _, _) => t.to_f64_vec()?,
-        (None, Some((buf, _)), Buf::Symmetric { dtype, shape, .. }) => {
-            let bytes = heap.read(*buf)?;
-            let n = shape.iter().product::<usize>();
-            (0..n)
-                .map(|i| tilelang::runtime::dtype_io::read(&bytes, *dtype, i))
-                .collect()
-        }
-        _ => anyhow::bail!("no output"),
+    let output = || -> anyhow::Result<Vec<f64>> {
+        Ok(match (&locals[p.out], &syms[p.out], &p.bufs[p.out]) {
+            (Some(t), _, _) => t.to_f64_vec()?,
+            (None, Some((buf, _)), Buf::Symmetric { dtype, shape, .. }) => {
+                let bytes = heap.read(*buf)?;
+                let n = shape.iter().product::<usize>();
+                (0..n)
+                    .map(|i| tilelang::runtime::dtype_io::read(&bytes, *dtype, i))
+                    .collect()
+            }
+            _ => anyhow::bail!("no output"),
+        })
     };
-    let err = check(&p, &got, a.check_rows)?;
+    let mut err = check(&p, &output()?, a.check_rows, &format!("rank {me}, call 1"))?;
     // Timed calls, as bench/dist_peers.py times its peers: a barrier (here the host
     // rendezvous, which these kernels also need between calls: docs/distributed.md), then CUDA
     // events around the one call; the median per rank, the slowest rank's.
@@ -585,6 +647,10 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         let ms = launch(call as i64)?;
         if e >= a.warmup {
             times.push(ms);
+        }
+        if a.check_every {
+            let who = format!("rank {me}, call {call}");
+            err = err.max(check(&p, &output()?, a.check_rows, &who)?);
         }
     }
     times.sort_by(f64::total_cmp);

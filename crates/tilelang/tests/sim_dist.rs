@@ -1474,3 +1474,32 @@ fn symmetric_parameters_are_not_restrict() {
         assert!(!p.contains("__restrict__"), "{p}");
     }
 }
+
+/// Two blocks of a multi-rank kernel adding into one element of a plain (not symmetric)
+/// output race on a GPU — they run at once — so the order checker reports it, as it does for
+/// symmetric buffers. (GEMM+RS once had a reducer per rank for every tile; on two H100s the
+/// read-modify-writes of `C` interleaved and some sums came out doubled.)
+#[test]
+fn two_blocks_updating_one_plain_element_are_an_unordered_access() {
+    let k = Kernel::build("double_reducer", |k| {
+        let y = k.inout("Y", [4], F32);
+        k.distributed();
+        k.launch([2], 32, |t, [_]| {
+            let tid = t.thread_idx();
+            t.if_(tid.eq_(0), |t| {
+                t.store(&y, [Expr::int(0)], y.at([Expr::int(0)]) + 1.0);
+            });
+        });
+    });
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut args = vec![vec![
+        SimArg::zeros(F32, &[4]),
+        SimArg::Int(0),
+        SimArg::Int(1),
+        SimArg::Int(0),
+    ]];
+    let e = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+        .expect_err("two blocks update Y[0]");
+    assert!(matches!(e, SimError::UnorderedAccess { .. }), "{e}");
+    assert!(e.to_string().contains("`Y`"), "{e}");
+}

@@ -249,12 +249,13 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// rank `q` keeps) and `B` (`[N, K]`, NT); rank `q` receives `C = Σ_r A_r[q] · B_rᵀ`
 /// (`[MQ, N]`).
 ///
-/// The grid is `[⌈N/bn⌉, ⌈MQ/bm⌉, 2R]`. Blocks with `z = q < R` compute tile `(y, x)` of this
-/// rank's partial product for rank `q`'s rows, stage it in this rank's `STAGE[q]`, push its
-/// rows into rank `q`'s `PART[rank]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at
-/// system scope). Blocks with `z = R + ·` reduce: block `(x, y, ·)` waits until its tile has
-/// all `R` arrivals of this call (`epoch · R`), then sums the partials into `C`. Reducers of
-/// tiles whose partials have arrived run while other tiles are still being computed.
+/// The grid is `[⌈N/bn⌉, ⌈MQ/bm⌉, R + 1]`. Blocks with `z = q < R` compute tile `(y, x)` of
+/// this rank's partial product for rank `q`'s rows, stage it in this rank's `STAGE[q]`, push
+/// its rows into rank `q`'s `PART[rank]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at
+/// system scope). Blocks with `z = R` reduce: block `(x, y, R)` waits until its tile has all
+/// `R` arrivals of this call (`epoch · R`), then sums the partials into `C` — one reducer per
+/// tile, as the sum is a read-modify-write of `C`. Reducers of tiles whose partials have
+/// arrived run while other tiles are still being computed.
 ///
 /// Arguments: `A`, `B`, `STAGE` (`[R, MQ, N]` f32, scratch), `PART` (`[R, MQ, N]` f32,
 /// symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero before the first
@@ -279,7 +280,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch(
-            [ceildiv(&n, bn), ceildiv(&mq, bm), d.num_ranks.clone() * 2],
+            [ceildiv(&n, bn), ceildiv(&mq, bm), d.num_ranks.clone() + 1],
             threads,
             |t, [bx, by, bz]| {
                 let tid = t.thread_idx();
