@@ -23,17 +23,25 @@ from tilelang_rs import language as T  # noqa: E402
 R, N = T.symbolic("R"), T.symbolic("N")
 
 
+# Blocks per peer: one block cannot fill an NVLink port (the Rust all-gather uses the same).
+G = 16
+
+
 @T.prim_func
 def all_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
                FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
     T.use_peer_tables()
-    with T.Kernel(T.get_num_ranks(), threads=512) as p:
+    with T.Kernel(G, T.get_num_ranks(), threads=256) as (g, p):
         rank = T.get_rank()
-        T.put_block(X[0], OUT[rank, 0], N, p)
+        # Part g of the shard, in whole 16-byte units so every part stays aligned.
+        share = (N + 8 * G - 1) // (8 * G) * 8
+        lo = T.min(g * share, N)
+        hi = T.min(lo + share, N)
+        T.put_block(X[lo], OUT[rank, lo], hi - lo, p)
         T.sync_threads()
         if T.get_thread_binding() == 0:
-            T.signal(FLAGS[rank], epoch, p)
-            T.wait_ge(FLAGS[p], epoch)
+            T.signal(FLAGS[rank], 1, p, op="add")
+            T.wait_ge(FLAGS[p], epoch * G)
         T.sync_threads()
 
 

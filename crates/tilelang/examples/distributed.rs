@@ -396,7 +396,7 @@ fn check(p: &Plan, got: &[f64], limit: usize, who: &str) -> anyhow::Result<f64> 
         w.extend(want);
     }
     let err = tilelang::runtime::rel_err(&g, &w).map_err(|e| anyhow::anyhow!(e))?;
-    if !(err < 1e-6) {
+    if !err.is_finite() || err >= 1e-6 {
         let first: Vec<String> = wrong
             .iter()
             .take(8)

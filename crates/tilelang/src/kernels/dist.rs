@@ -11,6 +11,12 @@ fn ceil_div_positive(a: Expr, b: Expr) -> Expr {
     Expr::binary(crate::ir::BinOp::Div, a + b.clone() - 1, b)
 }
 
+/// `(a + b) mod n` for `0 ≤ a, b < n`, without a division (every backend prints it).
+fn add_mod(a: Expr, b: Expr, n: Expr) -> Expr {
+    let sum = a + b;
+    select(sum.ge(&n), sum.clone() - n, sum)
+}
+
 /// After this block's pushes to rank `peer`: a block barrier, then one thread signals `peer`
 /// (its `flags[rank] = epoch`, a release) and waits for `peer`'s signal here
 /// (`flags[peer] ≥ epoch`), and a block barrier hands that on to every thread.
@@ -169,25 +175,35 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         min(&by * bm + (&bx + 1) * &share, min(&by * bm + bm, m.clone())),
                     );
                     let rows = t.let_("rows", max(&hi - &lo, 0));
+                    // Rank `rank + z` (mod R): the ranks push to different peers at once
+                    // (no incast on one NVLink port), and z = 0 is the local copy.
+                    let peer = t.let_(
+                        "peer",
+                        add_mod(d.rank.clone(), bz.clone(), d.num_ranks.clone()),
+                    );
                     t.put_block(
                         a.at([lo.clone(), Expr::int(0)]),
                         ag.at([d.rank.clone(), lo.clone(), Expr::int(0)]),
                         &rows * &kd,
-                        bz.clone(),
+                        peer.clone(),
                     );
                     t.sync_threads();
                     t.if_(tid.eq_(0), |t| {
                         t.signal(
                             flags.at([d.rank.clone(), by.clone()]),
-                            bz.clone(),
+                            peer.clone(),
                             1,
                             SignalOp::Add,
                         );
                     });
                 })
                 .else_(|t| {
-                    // Consumer: output tile (by, bx) of C[s].
-                    let s = t.let_("s", &bz - &d.num_ranks);
+                    // Consumer: output tile (by, bx) of C[s], this rank's own shard first
+                    // (it arrives first: a local copy), then the next ranks' in turn.
+                    let s = t.let_(
+                        "s",
+                        add_mod(d.rank.clone(), &bz - &d.num_ranks, d.num_ranks.clone()),
+                    );
                     t.if_(tid.eq_(0), |t| {
                         t.wait(
                             flags.at([s.clone(), by.clone()]),
@@ -285,7 +301,12 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
             |t, [bx, by, bz]| {
                 let tid = t.thread_idx();
                 t.if_(bz.lt(&d.num_ranks), |t| {
-                    let q = bz.clone();
+                    // Partials for rank `rank + 1 + z` (mod R): the ranks push to different
+                    // peers at once (no incast), and this rank's own come last.
+                    let q = t.let_(
+                        "q",
+                        add_mod(d.rank.clone() + 1, bz.clone(), d.num_ranks.clone()),
+                    );
                     let a_s = t.alloc_shared_named("A_s", [bm, bk], dtype);
                     let b_s = t.alloc_shared_named("B_s", [bn, bk], dtype);
                     let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
