@@ -1191,6 +1191,7 @@ impl Printer<'_> {
             }
             Intrinsic::WgmmaCommit => "tl_wgmma_commit()".into(),
             Intrinsic::FenceProxyAsync => "tl_fence_proxy_async()".into(),
+            Intrinsic::FenceProxyAsyncGlobal => "tl_fence_proxy_async_global()".into(),
             Intrinsic::MbarrierInit { count } => {
                 if !self.cuda_nargs(op, args, 1) {
                     return "0".into();

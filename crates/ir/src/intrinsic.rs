@@ -76,6 +76,11 @@ pub enum Intrinsic {
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
     FenceProxyAsync,
+    /// `fence.proxy.async.global`: global memory this thread is ordered after (its own
+    /// writes, and what it acquired: a peer's puts) becomes visible to its later async-proxy
+    /// reads (TMA loads). Generic-proxy ordering alone (a release/acquire pair) does not order
+    /// the async proxy.
+    FenceProxyAsyncGlobal,
     /// `mbarrier.init.shared::cta.b64 [bar], count`: a barrier in shared memory (a `u64`
     /// element) at phase 0, whose phases complete when `count` arrivals have been made and
     /// every expected transaction byte has landed. args: the barrier's address.
@@ -340,6 +345,7 @@ impl Intrinsic {
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
             Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),
             Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
+            Intrinsic::FenceProxyAsyncGlobal => "fence_proxy_async_global".into(),
             Intrinsic::MbarrierInit { count } => format!("mbarrier_init<{count}>"),
             Intrinsic::FenceMbarrierInit => "fence_mbarrier_init".into(),
             Intrinsic::MbarrierArriveExpectTx => "mbarrier_arrive_expect_tx".into(),

@@ -869,6 +869,7 @@ impl Compiler<'_> {
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,
+            Intrinsic::FenceProxyAsyncGlobal => Instr::FenceProxyAsyncGlobal,
             // Register ordering around wgmma: nothing to model in an interpreter that keeps
             // every register access in program order (results land at the wait instead).
             Intrinsic::WgmmaFence => return Ok(()),

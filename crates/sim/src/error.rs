@@ -299,6 +299,18 @@ pub enum SimError {
         other: String,
     },
 
+    /// A TMA load of global bytes written in the kernel through the generic proxy (a store or
+    /// a peer's put) by a thread that did not fence the proxies after the acquire that
+    /// ordered the write: the async proxy may still see the old bytes.
+    #[error("TMA load of `{buffer}`[{element}] on rank {rank} by {by}: the bytes were written by {other} through the generic proxy, and the loading thread has no fence.proxy.async.global after the acquire that orders that write, so a GPU may load stale bytes (the compiler fences before a pipelined loop's TMA copies of symmetric buffers; a wait inside such a loop needs its own fence)")]
+    AsyncProxyUnfenced {
+        buffer: String,
+        rank: usize,
+        element: usize,
+        by: String,
+        other: String,
+    },
+
     /// A release and an acquire of one flag whose scopes do not reach each other's thread: on
     /// a GPU they do not synchronize.
     #[error("{detail}")]

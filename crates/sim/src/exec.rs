@@ -499,6 +499,11 @@ impl Interp<'_, '_> {
                         f.push(epoch);
                     }
                 }
+                Instr::FenceProxyAsyncGlobal => {
+                    if let Some(o) = self.mem.order.as_mut() {
+                        o.proxy_fence(th.tid);
+                    }
+                }
                 Instr::WgmmaCommit => th.wg.commit(),
                 Instr::WgmmaWait(n) => {
                     for w in th.wg.wait(*n) {

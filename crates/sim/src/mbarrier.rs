@@ -469,6 +469,8 @@ impl Interp<'_, '_> {
                     n,
                     rec(th.tid, Kind::IntrinsicRead, pc),
                 )?;
+                self.mem
+                    .order_async_read(t.buf, gstart + done, n, th.tid, pc)?;
                 data[out + done..out + done + n].copy_from_slice(&bytes[..n]);
                 done += n;
             }

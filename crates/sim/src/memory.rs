@@ -344,6 +344,33 @@ impl<'p, 'g> Mem<'p, 'g> {
             })
     }
 
+    /// An async-proxy (TMA) read of `len` bytes at `off` of global `buf` by thread `tid`:
+    /// bytes written in this kernel by the generic proxy need a `fence.proxy.async.global` by
+    /// the reader after its acquire (a no-op unless the run checks the memory order).
+    pub fn order_async_read(
+        &mut self,
+        buf: u32,
+        off: usize,
+        len: usize,
+        tid: u32,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let prog = self.prog;
+        let rank = self.rank;
+        let Some(o) = self.order.as_mut() else {
+            return Ok(());
+        };
+        let info = &prog.bufs[buf as usize];
+        o.async_read(rank, buf, off, len, tid)
+            .map_err(|u| SimError::AsyncProxyUnfenced {
+                buffer: info.name.clone(),
+                rank,
+                element: off / info.dtype.bytes().max(1),
+                by: crate::order::describe(&u.by, prog.span(pc as usize)),
+                other: crate::order::describe(&u.other, prog.span(u.other_pc as usize)),
+            })
+    }
+
     /// How many ranks run the kernel.
     pub fn ranks(&self) -> usize {
         self.peers.len().max(1)

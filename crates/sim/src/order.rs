@@ -67,6 +67,9 @@ pub struct Order {
     fenced: Vec<Option<Vec<u32>>>,
     /// Per agent, what relaxed loads since its last fence observed (a fence acquires it).
     pending: Vec<Option<Vec<u32>>>,
+    /// Per agent, its clock at its last `fence.proxy.async.global`: the writes its TMA loads
+    /// may read.
+    proxy_fenced: Vec<Option<Vec<u32>>>,
     /// The clock released on each flag: (rank, buffer, byte offset), and the last release's
     /// thread and scope.
     flags: HashMap<(usize, u32, usize), Released>,
@@ -98,6 +101,7 @@ impl Order {
             clocks,
             fenced: vec![None; n],
             pending: vec![None; n],
+            proxy_fenced: vec![None; n],
             flags: HashMap::new(),
             writes: HashMap::new(),
             base: 0,
@@ -152,6 +156,46 @@ impl Order {
             } else {
                 unordered(last_write, "read after a write")?;
                 *last_read = me;
+            }
+        }
+        Ok(())
+    }
+
+    /// `fence.proxy.async.global` by thread `tid`: the writes it is ordered after so far
+    /// become visible to its async-proxy reads.
+    pub fn proxy_fence(&mut self, tid: u32) {
+        let a = self.agent(tid);
+        self.proxy_fenced[a] = Some(self.clocks[a].clone());
+    }
+
+    /// An async-proxy read (a TMA load issued by thread `tid`) of bytes the generic proxy
+    /// wrote: besides the order a plain read needs ([`Order::access`], checked by the caller),
+    /// the issuing thread must have fenced the proxies after it was ordered after the write.
+    #[allow(clippy::too_many_arguments)]
+    pub fn async_read(
+        &mut self,
+        rank: usize,
+        buf: u32,
+        off: usize,
+        len: usize,
+        tid: u32,
+    ) -> Result<(), Unordered> {
+        let a = self.agent(tid);
+        let Some(bytes) = self.writes.get(&(rank, buf)) else {
+            return Ok(());
+        };
+        for (last_write, _) in bytes.iter().skip(off).take(len) {
+            let Some(w) = *last_write else { continue };
+            let fenced = self.proxy_fenced[a]
+                .as_ref()
+                .is_some_and(|c| c[w.agent as usize] >= w.clock);
+            if !fenced {
+                return Err(Unordered {
+                    by: self.agents[a],
+                    other: self.agents[w.agent as usize],
+                    other_pc: w.pc,
+                    kind: "async-proxy read after a generic-proxy write",
+                });
             }
         }
         Ok(())
@@ -266,4 +310,47 @@ pub fn describe(a: &AgentInfo, span: Span) -> String {
         "thread {} of block [{}, {}, {}] on rank {} at {span}",
         a.thread, a.block[0], a.block[1], a.block[2], a.rank
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn two_threads() -> Order {
+        Order::new(
+            (0..2)
+                .map(|thread| AgentInfo {
+                    rank: 0,
+                    block: [0, 0, 0],
+                    thread,
+                })
+                .collect(),
+        )
+    }
+
+    /// A TMA load of bytes another thread wrote needs the loader's proxy fence after the
+    /// barrier (or acquire) that ordered the write; a fence before it does not count.
+    #[test]
+    fn async_reads_need_a_proxy_fence_after_the_order() {
+        let mut o = two_threads();
+        o.access(0, 7, 16, 0, 4, 0, 1, true).expect("first write");
+        o.proxy_fence(1);
+        o.barrier(2);
+        assert!(
+            o.access(0, 7, 16, 0, 4, 1, 2, false).is_ok(),
+            "ordered plain read"
+        );
+        let early = o
+            .async_read(0, 7, 0, 4, 1)
+            .expect_err("fence before the barrier");
+        assert_eq!(early.other.thread, 0);
+        o.proxy_fence(1);
+        assert!(
+            o.async_read(0, 7, 0, 4, 1).is_ok(),
+            "fenced after the barrier"
+        );
+        // Bytes nobody wrote in the kernel (inputs) need no fence.
+        let mut fresh = two_threads();
+        assert!(fresh.async_read(0, 7, 0, 4, 1).is_ok());
+    }
 }

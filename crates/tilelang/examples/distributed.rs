@@ -72,6 +72,11 @@ struct Args {
     /// threads) or BMxBNxBK:STAGES:THREADS; default small in the simulator, large on a GPU
     #[arg(long)]
     tiles: Option<String>,
+    /// Simulate the variant for aligned sizes (every tensor's last extent a multiple of 16
+    /// bytes, as GPU launches with such sizes run it: TMA loads on sm_90a) instead of the one
+    /// for any sizes
+    #[arg(long)]
+    aligned: bool,
 }
 
 /// One argument of the kernel, in parameter order.
@@ -476,7 +481,14 @@ fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
 fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     let world = a.ranks.max(1);
     let k = kernel(a, true)?;
-    let lowered = k.lower(Target::SM90).map_err(|d| anyhow::anyhow!("{d}"))?;
+    // The variant a GPU launch runs: the one for aligned sizes (TMA where it applies) with
+    // --aligned, else the one for any sizes.
+    let lowered = if a.aligned {
+        k.lower_aligned(Target::SM90)
+    } else {
+        k.lower(Target::SM90)
+    }
+    .map_err(|d| anyhow::anyhow!("{d}"))?;
     let plans: Vec<Plan> = (0..world)
         .map(|r| plan(a, true, r, world))
         .collect::<anyhow::Result<_>>()?;

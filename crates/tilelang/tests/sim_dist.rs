@@ -297,10 +297,20 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
                 .emit_ptx(target)
                 .unwrap_or_else(|e| panic!("{} {target}: {e}", k.name()));
             if k.name() == "ag_gemm" && target == Target::SM90 {
-                // The consumer's GEMM takes the warpgroup MMAs; its gathered operand loads stay
-                // cp.async (TMA reads through the async proxy, which the acquire does not order).
+                // The consumer's GEMM takes the warpgroup MMAs and loads the gathered rows by
+                // TMA, after a proxy fence: TMA reads through the async proxy, which the
+                // acquire of the rows' signal does not order.
                 assert!(ptx.contains("wgmma.mma_async"), "no wgmma in\n{ptx}");
-                assert!(!ptx.contains("cp.async.bulk.tensor"), "TMA in\n{ptx}");
+                assert!(ptx.contains("cp.async.bulk.tensor"), "no TMA in\n{ptx}");
+                let fence = ptx
+                    .find("fence.proxy.async.global")
+                    .expect("no proxy fence");
+                let tma = ptx.find("cp.async.bulk.tensor").unwrap_or(0);
+                let wait = ptx.find("ld.acquire.sys.global").unwrap_or(usize::MAX);
+                assert!(
+                    wait < fence && fence < tma,
+                    "acquire, fence, TMA out of order"
+                );
             }
             for want in wants {
                 assert!(
@@ -477,6 +487,37 @@ fn ag_gemm_matches_the_single_device_gemm() {
                 "ag_gemm {target} {ranks} ranks {m}x{n}x{kk}: order checked {}",
                 rep.order_checked
             );
+        }
+    }
+}
+
+/// The variant GPU launches with aligned sizes run: the consumer loads the gathered rows of
+/// `AG` by TMA, so besides the acquire of their signal it needs a proxy fence; the compiler
+/// puts one before the pipelined loop, and the simulator (which checks TMA loads of bytes
+/// written in the kernel for it) finds every load fenced.
+#[test]
+fn ag_gemm_aligned_variant_fences_its_tma_loads_of_gathered_rows() {
+    use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
+    use tilelang::kernels::reference;
+    let k = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 32, 2, 128));
+    let lowered = k.lower_aligned(Target::SM90).expect("lower");
+    let dump = format!("{lowered:?}");
+    assert!(
+        dump.contains("fence_proxy_async_global") && dump.contains("tma_load"),
+        "no TMA or proxy fence"
+    );
+    // M = 256: four row tiles, so FLAGS' rows are whole 16-byte units (an aligned size).
+    let (ranks, m, n, kk) = (2usize, 256usize, 64usize, 64usize);
+    let mut args: Vec<Vec<SimArg>> = (0..ranks)
+        .map(|r| ag_gemm_args(r, ranks, (m, n, kk), 64, 1))
+        .collect();
+    let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("run");
+    assert!(rep.order_checked);
+    for a in &args {
+        let (b, c) = (a[1].to_f64(BF16), a[3].to_f64(F32));
+        for s in 0..ranks {
+            let want = reference::gemm(&pattern(s, m * kk), &b, m, n, kk, false, true);
+            assert_eq!(&c[s * m * n..(s + 1) * m * n], &want[..]);
         }
     }
 }

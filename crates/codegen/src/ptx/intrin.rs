@@ -211,6 +211,7 @@ impl Emitter {
             Intrinsic::WgmmaFence => self.ins("wgmma.fence.sync.aligned"),
             Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
+            Intrinsic::FenceProxyAsyncGlobal => self.ins("fence.proxy.async.global"),
             Intrinsic::Fence { scope, sc } => {
                 let kind = if *sc { "sc" } else { "acq_rel" };
                 self.ins(&format!("fence.{kind}.{}", scope.name()));

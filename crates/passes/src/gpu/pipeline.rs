@@ -354,8 +354,8 @@ struct Pipeliner {
     /// (`KernelAttrs::tma_pitched_inputs`), by buffer id.
     pitchable: std::collections::HashSet<u64>,
     /// Symmetric buffers of a multi-rank kernel: peers write them with generic stores that an
-    /// acquire orders for the generic proxy, which TMA (the async proxy) is not; their copies
-    /// stay cp.async.
+    /// acquire orders for the generic proxy only, so a TMA pipeline loading one fences the
+    /// proxies (`fence.proxy.async.global`) before its first load.
     symmetric: std::collections::HashSet<u64>,
 }
 
@@ -666,9 +666,6 @@ impl Pipeliner {
             let StmtKind::Op(TileOp::Copy(c)) = &body[i].kind else {
                 return None;
             };
-            if self.symmetric.contains(&c.src.buffer.id()) {
-                return None;
-            }
             let aligned = self.pitchable.contains(&c.src.buffer.id())
                 || super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
             let t = super::tma::TmaTile::of(
@@ -771,6 +768,20 @@ impl Pipeliner {
         }
         if reads_async {
             out.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
+        }
+        // A symmetric source was written by peers through the generic proxy (their puts,
+        // acquired by a wait before the loop); TMA reads through the async proxy, which that
+        // acquire does not order: the issuing thread fences the proxies first.
+        let symmetric_source = plan.producers.iter().any(|&i| {
+            matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
+                if self.symmetric.contains(&c.src.buffer.id()))
+        });
+        if symmetric_source {
+            out.push(if_then(
+                Some(tid0.clone()),
+                eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span),
+                span,
+            ));
         }
         out.push(sync(span));
         for st in 0..ahead_by {
