@@ -259,14 +259,14 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                         init: pattern(50 + r, n * k),
                     },
                     Local {
-                        shape: vec![world, m, n],
+                        shape: vec![world, tm, tn, bm, bn],
                         dtype: F32,
-                        init: vec![0.0; world * m * n],
+                        init: vec![0.0; world * tm * tn * bm * bn],
                     },
                     Symmetric {
-                        shape: vec![world, m, n],
+                        shape: vec![world, tm, tn, bm, bn],
                         dtype: F32,
-                        init: vec![0.0; world * m * n],
+                        init: vec![0.0; world * tm * tn * bm * bn],
                     },
                     Local {
                         shape: vec![m, n],

@@ -613,8 +613,12 @@ fn gemm_rs_matches_the_single_device_sum() {
                     vec![
                         SimArg::tensor(BF16, &[ranks, mq, kk], &pattern(r, ranks * mq * kk)),
                         SimArg::tensor(BF16, &[n, kk], &pattern(50 + r, n * kk)),
-                        SimArg::zeros(F32, &[ranks, mq, n]),
-                        SimArg::tensor(F32, &[ranks, mq, n], &vec![f64::NAN; ranks * mq * n]),
+                        SimArg::zeros(F32, &[ranks, tm, tn, bm, bn]),
+                        SimArg::tensor(
+                            F32,
+                            &[ranks, tm, tn, bm, bn],
+                            &vec![f64::NAN; ranks * tm * tn * bm * bn],
+                        ),
                         SimArg::tensor(F32, &[mq, n], &vec![f64::NAN; mq * n]),
                         SimArg::zeros(I32, &[tm, tn]),
                         SimArg::Int(1),
@@ -1172,8 +1176,8 @@ fn random_multi_rank_launches_agree_with_their_references() {
                         vec![
                             SimArg::tensor(BF16, &[ranks, m, kk], &pattern(r, ranks * m * kk)),
                             SimArg::tensor(BF16, &[nn, kk], &pattern(50 + r, nn * kk)),
-                            SimArg::zeros(F32, &[ranks, m, nn]),
-                            SimArg::zeros(F32, &[ranks, m, nn]),
+                            SimArg::zeros(F32, &[ranks, tm, tn, 64, 64]),
+                            SimArg::zeros(F32, &[ranks, tm, tn, 64, 64]),
                             SimArg::tensor(F32, &[m, nn], &vec![f64::NAN; m * nn]),
                             SimArg::zeros(I32, &[tm, tn]),
                             SimArg::Int(1),
@@ -1410,8 +1414,8 @@ fn removing_any_synchronization_is_caught_or_harmless() {
                         vec![
                             SimArg::tensor(BF16, &[2, 40, 32], &pattern(r, 2 * 40 * 32)),
                             SimArg::tensor(BF16, &[64, 32], &pattern(50 + r, 64 * 32)),
-                            SimArg::zeros(F32, &[2, 40, 64]),
-                            SimArg::zeros(F32, &[2, 40, 64]),
+                            SimArg::zeros(F32, &[2, 1, 1, 64, 64]),
+                            SimArg::zeros(F32, &[2, 1, 1, 64, 64]),
                             SimArg::tensor(F32, &[40, 64], &vec![f64::NAN; 40 * 64]),
                             SimArg::zeros(I32, &[1, 1]),
                             SimArg::Int(1),

@@ -265,17 +265,20 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// rank `q` keeps) and `B` (`[N, K]`, NT); rank `q` receives `C = Σ_r A_r[q] · B_rᵀ`
 /// (`[MQ, N]`).
 ///
-/// The grid is `[⌈N/bn⌉, ⌈MQ/bm⌉, R + 1]`. Blocks with `z = q < R` compute tile `(y, x)` of
-/// this rank's partial product for rank `q`'s rows, stage it in this rank's `STAGE[q]`, push
-/// its rows into rank `q`'s `PART[rank]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at
-/// system scope). Blocks with `z = R` reduce: block `(x, y, R)` waits until its tile has all
-/// `R` arrivals of this call (`epoch · R`), then sums the partials into `C` — one reducer per
-/// tile, as the sum is a read-modify-write of `C`. Reducers of tiles whose partials have
-/// arrived run while other tiles are still being computed.
+/// The grid is `[TN, TM, R + 1]` (`TM = ⌈MQ/bm⌉`, `TN = ⌈N/bn⌉`). Blocks with `z < R`
+/// compute output tile `(y, x)` of this rank's partial product for rank `q = rank + 1 + z`
+/// (mod R: the ranks push to different peers at once, and each computes its own partials
+/// last), stage it in this rank's `STAGE[q, y, x]`, push the whole tile — one contiguous run
+/// of `bm·bn` values, so every thread of the block copies — into rank `q`'s
+/// `PART[rank, y, x]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at system scope).
+/// Blocks with `z = R` reduce: block `(x, y, R)` waits until its tile has all `R` arrivals of
+/// this call (`epoch · R`), sums the partials in registers and stores the tile of `C` — one
+/// reducer per tile. Reducers of tiles whose partials have arrived run while other tiles are
+/// still being computed.
 ///
-/// Arguments: `A`, `B`, `STAGE` (`[R, MQ, N]` f32, scratch), `PART` (`[R, MQ, N]` f32,
-/// symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero before the first
-/// call; `TM = ⌈MQ/bm⌉`, `TN = ⌈N/bn⌉`), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+/// Arguments: `A`, `B`, `STAGE` (`[R, TM, TN, bm, bn]` f32, scratch), `PART` (`[R, TM, TN,
+/// bm, bn]` f32, symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero
+/// before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     let AgGemmConfig {
         bm,
@@ -289,20 +292,26 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         let (tm, tn) = (k.dim("TM"), k.dim("TN"));
         let a = k.input("A", [&r, &mq, &kd], dtype);
         let b = k.input("B", [&n, &kd], dtype);
-        let stage = k.inout("STAGE", [&r, &mq, &n], F32);
-        let part = k.symmetric("PART", [&r, &mq, &n], F32);
+        let tiled = [
+            r.clone(),
+            tm.clone(),
+            tn.clone(),
+            Expr::int(bm),
+            Expr::int(bn),
+        ];
+        let stage = k.inout("STAGE", tiled.clone(), F32);
+        let part = k.symmetric("PART", tiled, F32);
         let c = k.output("C", [&mq, &n], F32);
         let flags = k.symmetric("FLAGS", [&tm, &tn], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch(
-            [ceildiv(&n, bn), ceildiv(&mq, bm), d.num_ranks.clone() + 1],
+            [tn.clone(), tm.clone(), d.num_ranks.clone() + 1],
             threads,
             |t, [bx, by, bz]| {
                 let tid = t.thread_idx();
+                let zero = Expr::int(0);
                 t.if_(bz.lt(&d.num_ranks), |t| {
-                    // Partials for rank `rank + 1 + z` (mod R): the ranks push to different
-                    // peers at once (no incast), and this rank's own come last.
                     let q = t.let_(
                         "q",
                         add_mod(d.rank.clone() + 1, bz.clone(), d.num_ranks.clone()),
@@ -316,21 +325,26 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
                         t.gemm(&a_s, &b_s, &acc).transpose_b();
                     });
-                    t.copy(&acc, stage.tile([q.clone(), &by * bm, &bx * bn]));
+                    let tile = |buf: &Buffer, s: Expr| {
+                        buf.at([s, by.clone(), bx.clone(), zero.clone(), zero.clone()])
+                    };
+                    t.copy(
+                        &acc,
+                        stage.tile([
+                            q.clone(),
+                            by.clone(),
+                            bx.clone(),
+                            zero.clone(),
+                            zero.clone(),
+                        ]),
+                    );
                     t.sync_threads();
-                    // The tile's rows, each a contiguous run of up to `bn` columns.
-                    let cols = t.let_("cols", max(min(n.clone() - &bx * bn, bn), 0));
-                    t.serial(bm, |t, i| {
-                        let row = &by * bm + &i;
-                        t.if_(row.lt(&mq), |t| {
-                            t.put_block(
-                                stage.at([q.clone(), row.clone(), &bx * bn]),
-                                part.at([d.rank.clone(), row.clone(), &bx * bn]),
-                                cols.clone(),
-                                q.clone(),
-                            );
-                        });
-                    });
+                    t.put_block(
+                        tile(&stage, q.clone()),
+                        tile(&part, d.rank.clone()),
+                        Expr::int(bm * bn),
+                        q.clone(),
+                    );
                     t.sync_threads();
                     t.if_(tid.eq_(0), |t| {
                         t.signal(
@@ -350,20 +364,19 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         );
                     });
                     t.sync_threads();
-                    t.parallel([bm, bn], |t, [i, j]| {
-                        let (row, col) = (&by * bm + &i, &bx * bn + &j);
-                        t.if_(row.lt(&mq).and(col.lt(&n)), |t| {
-                            t.store(&c, [row.clone(), col.clone()], Expr::float(0.0));
-                            t.serial(&d.num_ranks, |t, s| {
-                                t.store(
-                                    &c,
-                                    [row.clone(), col.clone()],
-                                    c.at([row.clone(), col.clone()])
-                                        + part.at([s, row.clone(), col.clone()]),
-                                );
-                            });
+                    let sum = t.alloc_fragment_named("sum", [bm, bn], F32);
+                    t.clear(&sum);
+                    t.serial(&d.num_ranks, |t, s| {
+                        t.parallel([bm, bn], |t, [i, j]| {
+                            t.store(
+                                &sum,
+                                [i.clone(), j.clone()],
+                                sum.at([i.clone(), j.clone()])
+                                    + part.at([s.clone(), by.clone(), bx.clone(), i, j]),
+                            );
                         });
                     });
+                    t.copy(&sum, c.tile([&by * bm, &bx * bn]));
                 });
             },
         );
