@@ -256,7 +256,15 @@ impl Rendezvous {
         if self.cfg.rank == 0 {
             let mut all = vec![mine.to_vec()];
             for r in 1..world {
-                all.push(self.recv_from(r, "send its part of a collective")?);
+                match self.recv_from(r, "send its part of a collective") {
+                    Ok(part) => all.push(part),
+                    Err(e) => {
+                        // The others wait for rank 0's answer: tell them who failed, so
+                        // every rank names the same culprit (not rank 0, which leaves next).
+                        self.broadcast_failure(&e);
+                        return Err(e);
+                    }
+                }
             }
             let mut packed = vec![];
             for part in &all {
@@ -268,6 +276,12 @@ impl Rendezvous {
         } else {
             self.send_to(0, mine)?;
             let packed = self.recv_from(0, "send the collective's result")?;
+            if let Some(why) = packed.strip_prefix(&FAILURE) {
+                return Err(DistError::Protocol {
+                    me: self.cfg.rank,
+                    detail: format!("rank 0 stopped the job: {}", String::from_utf8_lossy(why)),
+                });
+            }
             unpack(&packed, world).ok_or_else(|| DistError::Protocol {
                 me: self.cfg.rank,
                 detail: "a garbled collective from rank 0".into(),
@@ -278,6 +292,16 @@ impl Rendezvous {
     /// Every rank arrives before any leaves (collective).
     pub fn barrier(&self) -> Result<()> {
         self.all_gather(&[]).map(|_| ())
+    }
+
+    /// Rank 0's answer to a collective that failed: [`FAILURE`] and the error, to every rank
+    /// still connected (best effort: some may be gone too).
+    fn broadcast_failure(&self, e: &DistError) {
+        let mut msg = FAILURE.to_vec();
+        msg.extend(e.to_string().as_bytes());
+        for r in 1..self.cfg.world {
+            let _ = self.send_to(r, &msg);
+        }
     }
 
     fn broadcast(&self, data: &[u8]) -> Result<()> {
@@ -343,6 +367,10 @@ impl Rendezvous {
         Ok(buf)
     }
 }
+
+/// How rank 0's answer to a collective starts when the collective failed: a part length no
+/// real answer has (the packed parts start with the first part's length).
+const FAILURE: [u8; 8] = u64::MAX.to_le_bytes();
 
 fn resolve(addr: &str, me: usize) -> Result<SocketAddr> {
     addr.to_socket_addrs()

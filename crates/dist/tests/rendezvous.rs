@@ -219,3 +219,25 @@ fn the_launcher_sets_ranks_and_stops_the_job_on_a_failure() {
         "the sleeping rank was not stopped"
     );
 }
+
+/// Rank 1 of 3 leaves mid-job: rank 0 names it, and rank 2 (waiting on rank 0's answer) is
+/// told the same instead of blaming rank 0, which leaves right after.
+#[test]
+fn a_rank_that_leaves_mid_job_is_named_by_every_other_rank() {
+    let got = with_ranks(3, |rv| {
+        rv.barrier().expect("everyone is here");
+        if rv.rank() == 1 {
+            drop(rv);
+            return None;
+        }
+        Some(rv.barrier().expect_err("rank 1 left").to_string())
+    });
+    for (r, e) in got.iter().enumerate() {
+        if let Some(e) = e {
+            assert!(e.contains("rank 1 closed its connection"), "rank {r}: {e}");
+        }
+    }
+    assert!(got[2]
+        .as_deref()
+        .is_some_and(|e| e.contains("rank 0 stopped the job")));
+}
