@@ -217,6 +217,44 @@ def test_reductions_cumsum_atomic_and_locals(rng):
     np.testing.assert_allclose(acc, 1 + a, rtol=1e-6)
 
 
+def test_atomic_max_and_min_fold_blocks_together(rng):
+    """Every block folds its rows into one row with atomic max / min (the amax an FP8 scale
+    needs), on the CPU backend and in the simulator (the GPU lowering)."""
+    M = T.symbolic("M")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, 32), "float32"), HI: T.Tensor((1, 32), "float32"),
+          LO: T.Tensor((1, 32), "float32")):
+        with T.Kernel(T.ceildiv(M, 8), threads=32) as bx:
+            a = T.alloc_shared((8, 32), "float32")
+            T.copy(A[bx * 8, 0], a)
+            for r in T.serial(8):
+                if bx * 8 + r < M:
+                    T.atomic_max(HI, a[r:r + 1, :])
+                    T.atomic_min(LO, a[r:r + 1, :])
+
+    a = rng.standard_normal((29, 32)).astype(np.float32)
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(k, target=target)
+        hi = np.full((1, 32), -np.inf, np.float32)
+        lo = np.full((1, 32), np.inf, np.float32)
+        kernel(a, hi, lo)
+        np.testing.assert_array_equal(hi[0], a.max(0), err_msg=target)
+        np.testing.assert_array_equal(lo[0], a.min(0), err_msg=target)
+
+
+def test_atomic_max_refuses_a_half_precision_destination():
+    with pytest.raises(TileLangError, match="atomic max and min take int32, uint32 or float32"):
+        @T.prim_func
+        def k(A: T.Tensor((32,), "float16"), HI: T.Tensor((32,), "float16")):
+            with T.Kernel(1, threads=32) as bx:
+                a = T.alloc_shared((32,), "float16")
+                T.copy(A, a)
+                T.atomic_max(HI, a)
+
+        tilelang.compile(k, target="cpu")
+
+
 def test_scalars_casts_and_math(rng):
     @T.prim_func
     def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float16"), alpha: T.float32,

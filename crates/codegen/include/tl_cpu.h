@@ -167,6 +167,29 @@ TL_INLINE void tl_atomic_add_f16(uint16_t* p, float v) {
 #define tl_atomic_add_i32(p, v) ((void)__atomic_fetch_add((p), (v), __ATOMIC_RELAXED))
 #define tl_atomic_add_i64(p, v) ((void)__atomic_fetch_add((p), (v), __ATOMIC_RELAXED))
 #define tl_atomic_add_u32(p, v) ((void)__atomic_fetch_add((p), (v), __ATOMIC_RELAXED))
+/* max / min: a compare-and-swap loop that stops once the stored value needs no change. */
+#define TL_DEFINE_ATOMIC_MINMAX(NAME, T, KEEP)                                                 \
+TL_INLINE void NAME(T* p, T v) {                                                               \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                              \
+    while (!(KEEP) && !__atomic_compare_exchange_n(p, &old, v, 1, __ATOMIC_RELAXED,            \
+                                                   __ATOMIC_RELAXED)) {}                       \
+}
+TL_DEFINE_ATOMIC_MINMAX(tl_atomic_max_i32, int32_t, old >= v)
+TL_DEFINE_ATOMIC_MINMAX(tl_atomic_min_i32, int32_t, old <= v)
+TL_DEFINE_ATOMIC_MINMAX(tl_atomic_max_u32, uint32_t, old >= v)
+TL_DEFINE_ATOMIC_MINMAX(tl_atomic_min_u32, uint32_t, old <= v)
+TL_INLINE void tl_atomic_max_f32(float* p, float v) {
+    uint32_t* u = (uint32_t*)p;
+    uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), nw = tl_f32_to_bits(v);
+    while (!(tl_bits_to_f32(old) >= v)
+           && !__atomic_compare_exchange_n(u, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
+TL_INLINE void tl_atomic_min_f32(float* p, float v) {
+    uint32_t* u = (uint32_t*)p;
+    uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), nw = tl_f32_to_bits(v);
+    while (!(tl_bits_to_f32(old) <= v)
+           && !__atomic_compare_exchange_n(u, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
 
 /* ---- gemm: C[m][n] (+)= sum_k A[m][k] * B[k][n] on tiles, f32 accumulate ----
  * Operands are packed into f32 panels (converting narrow types), then an MR x NR register

@@ -291,6 +291,20 @@ TL_DEVICE void tl_atomic_add_i64(int64_t* p, int64_t v) {
     atomicAdd((unsigned long long*)p, (unsigned long long)v);
 }
 TL_DEVICE void tl_atomic_add_u64(uint64_t* p, uint64_t v) { atomicAdd((unsigned long long*)p, v); }
+TL_DEVICE void tl_atomic_max_i32(int32_t* p, int32_t v) { atomicMax((int*)p, (int)v); }
+TL_DEVICE void tl_atomic_min_i32(int32_t* p, int32_t v) { atomicMin((int*)p, (int)v); }
+TL_DEVICE void tl_atomic_max_u32(uint32_t* p, uint32_t v) { atomicMax((unsigned*)p, (unsigned)v); }
+TL_DEVICE void tl_atomic_min_u32(uint32_t* p, uint32_t v) { atomicMin((unsigned*)p, (unsigned)v); }
+/* Floats (NaN aside) on the bits: a non-negative float orders as a signed int, a negative one
+ * reversed as an unsigned int, so one integer atomic does it. */
+TL_DEVICE void tl_atomic_max_f32(float* p, float v) {
+    int b = __float_as_int(v);
+    if (b >= 0) atomicMax((int*)p, b); else atomicMin((unsigned*)p, (unsigned)b);
+}
+TL_DEVICE void tl_atomic_min_f32(float* p, float v) {
+    int b = __float_as_int(v);
+    if (b >= 0) atomicMin((int*)p, b); else atomicMax((unsigned*)p, (unsigned)b);
+}
 /* The value has the element's type (already representable), so converting it is exact. */
 TL_DEVICE void tl_atomic_add_f16(uint16_t* p, float v) {
     uint16_t h = tl_f32_to_f16(v);

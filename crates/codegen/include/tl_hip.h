@@ -254,6 +254,22 @@ TL_DEVICE void tl_atomic_add_i32(int32_t* p, int32_t v) { TL_ATOMIC_ADD(p, v); }
 TL_DEVICE void tl_atomic_add_u32(uint32_t* p, uint32_t v) { TL_ATOMIC_ADD(p, v); }
 TL_DEVICE void tl_atomic_add_i64(int64_t* p, int64_t v) { TL_ATOMIC_ADD(p, v); }
 TL_DEVICE void tl_atomic_add_u64(uint64_t* p, uint64_t v) { TL_ATOMIC_ADD(p, v); }
+#define TL_ATOMIC_MAX(p, v) __hip_atomic_fetch_max((p), (v), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
+#define TL_ATOMIC_MIN(p, v) __hip_atomic_fetch_min((p), (v), __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
+TL_DEVICE void tl_atomic_max_i32(int32_t* p, int32_t v) { TL_ATOMIC_MAX(p, v); }
+TL_DEVICE void tl_atomic_min_i32(int32_t* p, int32_t v) { TL_ATOMIC_MIN(p, v); }
+TL_DEVICE void tl_atomic_max_u32(uint32_t* p, uint32_t v) { TL_ATOMIC_MAX(p, v); }
+TL_DEVICE void tl_atomic_min_u32(uint32_t* p, uint32_t v) { TL_ATOMIC_MIN(p, v); }
+/* Floats (NaN aside) on the bits: a non-negative float orders as a signed int, a negative one
+ * reversed as an unsigned int, so one integer atomic does it. */
+TL_DEVICE void tl_atomic_max_f32(float* p, float v) {
+    int32_t b = __builtin_bit_cast(int32_t, v);
+    if (b >= 0) TL_ATOMIC_MAX((int32_t*)p, b); else TL_ATOMIC_MIN((uint32_t*)p, (uint32_t)b);
+}
+TL_DEVICE void tl_atomic_min_f32(float* p, float v) {
+    int32_t b = __builtin_bit_cast(int32_t, v);
+    if (b >= 0) TL_ATOMIC_MIN((int32_t*)p, b); else TL_ATOMIC_MAX((uint32_t*)p, (uint32_t)b);
+}
 /* 16-bit floats: a compare-and-swap loop on the aligned 32-bit word holding the element. */
 #define TL_DEFINE_ATOMIC_ADD_16(NAME, TO, FROM)                                                \
 TL_DEVICE void NAME(uint16_t* p, float v) {                                                    \

@@ -409,9 +409,11 @@ impl<'a> Printer<'a> {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
                 format!("{name}({})", a.join(", "))
             }
-            Intrinsic::AtomicAdd if self.dialect == Dialect::C => {
+            Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin
+                if self.dialect == Dialect::C =>
+            {
                 let (Some(addr), Some(v)) = (args.first(), args.get(1)) else {
-                    return self.unsupported("atomic_add without two arguments".into());
+                    return self.unsupported(format!("{} without two arguments", op.name()));
                 };
                 let target_dt = match addr.kind() {
                     ExprKind::Call(Intrinsic::AddressOf, a) => a.first().map(|l| l.dtype()),
@@ -419,7 +421,7 @@ impl<'a> Printer<'a> {
                 }
                 .unwrap_or(DType::F32);
                 let (a, v) = (self.expr(addr), self.expr(v));
-                format!("tl_atomic_add_{}({a}, {v})", target_dt.name())
+                format!("tl_{}_{}({a}, {v})", op.name(), target_dt.name())
             }
             other if self.dialect == Dialect::Cuda => self.cuda_call(other, args, dt),
             other if self.dialect == Dialect::Hip => self.hip_call(other, args, dt),

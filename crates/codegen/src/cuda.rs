@@ -927,6 +927,33 @@ impl Printer<'_> {
         }
     }
 
+    /// `tl_atomic_max_T(addr, v)` / `tl_atomic_min_T` (CUDA and HIP headers alike) for an
+    /// i32, u32 or f32 element in global or shared memory.
+    pub(crate) fn atomic_minmax_call(&mut self, op: &Intrinsic, args: &[Expr]) -> String {
+        if !self.cuda_nargs(op, args, 2) {
+            return "0".into();
+        }
+        let Some((a, b)) = self.cuda_addr(
+            op,
+            args.first(),
+            "target",
+            &[Scope::Global, Scope::Shared],
+            None,
+        ) else {
+            return "0".into();
+        };
+        let ty = b.dtype();
+        if !matches!(ty, DType::F32 | DType::I32 | DType::U32) {
+            return self.cuda_error(
+                DiagKind::Unsupported,
+                format!("{} on `{}` of type {ty}", op.name(), b.name()),
+                "atomic max and min take f32, i32 or u32 elements",
+            );
+        }
+        let v = self.expr(&args[1]);
+        format!("tl_{}_{}({a}, {v})", op.name(), ty.name())
+    }
+
     pub(crate) fn cuda_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
         const SHARED: &[Scope] = &[Scope::Shared];
         const GLOBAL: &[Scope] = &[Scope::Global];
@@ -1063,6 +1090,7 @@ impl Printer<'_> {
                 let v = self.expr(&args[1]);
                 format!("tl_atomic_add_{}({a}, {v})", ty.name())
             }
+            Intrinsic::AtomicMax | Intrinsic::AtomicMin => self.atomic_minmax_call(op, args),
             Intrinsic::Ldmatrix { num, trans } => {
                 if !self.cuda_nargs(op, args, 2) {
                     return "0".into();

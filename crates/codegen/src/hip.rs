@@ -527,6 +527,7 @@ impl Printer<'_> {
                 let v = self.expr(&args[1]);
                 format!("tl_atomic_add_{}({a}, {v})", ty.name())
             }
+            Intrinsic::AtomicMax | Intrinsic::AtomicMin => self.atomic_minmax_call(op, args),
             Intrinsic::Mfma(m) => {
                 if !self.cuda_nargs(op, args, 4) {
                     return "0".into();

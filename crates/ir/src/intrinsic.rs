@@ -39,6 +39,12 @@ pub enum Intrinsic {
     VecCopy { lanes: u32 },
     /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
     AtomicAdd,
+    /// `*addr = max(*addr, value)` atomically; args as for `AtomicAdd`. Floats compare as
+    /// IEEE values (NaN aside): backends without a float atomic max use the integer one on the
+    /// bits (signed max for a non-negative value, unsigned min for a negative one).
+    AtomicMax,
+    /// `*addr = min(*addr, value)` atomically, as [`Intrinsic::AtomicMax`].
+    AtomicMin,
     /// `ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`: args: the shared address of
     /// this lane's 16-byte row (lanes 8j..8j+7 address the rows of matrix j; lanes past
     /// 8·num pass any valid address), and the address of the first of `2·num` consecutive
@@ -336,6 +342,8 @@ impl Intrinsic {
             Intrinsic::CpAsyncWait { n } => format!("cp_async_wait<{n}>"),
             Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
             Intrinsic::AtomicAdd => "atomic_add".into(),
+            Intrinsic::AtomicMax => "atomic_max".into(),
+            Intrinsic::AtomicMin => "atomic_min".into(),
             Intrinsic::Ldmatrix { num, trans } => {
                 format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
             }

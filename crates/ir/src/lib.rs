@@ -32,6 +32,6 @@ pub use kernel::{DistAttrs, Kernel, KernelAttrs, Param, Role};
 pub use simplify::{simplify, Analyzer};
 pub use span::Span;
 pub use stmt::{
-    AtomicAddOp, CopyOp, CumsumOp, FillOp, For, ForKind, GemmInstruction, GemmOp, GemmSchedule,
-    MfmaShape, ReduceKind, ReduceOp, Stmt, StmtKind, TileOp, WarpPolicy,
+    AtomicKind, AtomicOp, CopyOp, CumsumOp, FillOp, For, ForKind, GemmInstruction, GemmOp,
+    GemmSchedule, MfmaShape, ReduceKind, ReduceOp, Stmt, StmtKind, TileOp, WarpPolicy,
 };

@@ -415,10 +415,10 @@ impl Printer {
                 let v = self.expr_string(&f.value);
                 format!("fill {d} = {v}")
             }
-            TileOp::AtomicAdd(a) => {
+            TileOp::Atomic(a) => {
                 let s = self.region(&a.src);
                 let d = self.region(&a.dst);
-                format!("atomic_add {s} -> {d}")
+                format!("{} {s} -> {d}", a.kind.op_name())
             }
             TileOp::Cumsum(c) => {
                 let s = self.region(&c.src);

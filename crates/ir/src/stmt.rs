@@ -231,10 +231,39 @@ pub struct FillOp {
     pub value: Expr,
 }
 
+/// What an atomic tile op does to each destination element with its source element.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum AtomicKind {
+    #[default]
+    Add,
+    Max,
+    Min,
+}
+
+impl AtomicKind {
+    /// The DSL's name of the op (`atomic_add`, `atomic_max`, `atomic_min`).
+    pub fn op_name(self) -> &'static str {
+        match self {
+            AtomicKind::Add => "atomic_add",
+            AtomicKind::Max => "atomic_max",
+            AtomicKind::Min => "atomic_min",
+        }
+    }
+    /// The per-element intrinsic: args `(address_of(dst element), value)`.
+    pub fn intrinsic(self) -> crate::Intrinsic {
+        match self {
+            AtomicKind::Add => crate::Intrinsic::AtomicAdd,
+            AtomicKind::Max => crate::Intrinsic::AtomicMax,
+            AtomicKind::Min => crate::Intrinsic::AtomicMin,
+        }
+    }
+}
+
 #[derive(Clone, PartialEq, Debug)]
-pub struct AtomicAddOp {
+pub struct AtomicOp {
     pub src: Region,
     pub dst: Region,
+    pub kind: AtomicKind,
 }
 
 #[derive(Clone, PartialEq, Debug)]
@@ -251,7 +280,7 @@ pub enum TileOp {
     Gemm(GemmOp),
     Reduce(ReduceOp),
     Fill(FillOp),
-    AtomicAdd(AtomicAddOp),
+    Atomic(AtomicOp),
     Cumsum(CumsumOp),
 }
 
@@ -262,7 +291,7 @@ impl TileOp {
             TileOp::Gemm(_) => "gemm",
             TileOp::Reduce(_) => "reduce",
             TileOp::Fill(_) => "fill",
-            TileOp::AtomicAdd(_) => "atomic_add",
+            TileOp::Atomic(a) => a.kind.op_name(),
             TileOp::Cumsum(_) => "cumsum",
         }
     }
@@ -285,7 +314,7 @@ impl TileOp {
                 }
             }
             TileOp::Fill(f) => (vec![], vec![&f.dst]),
-            TileOp::AtomicAdd(a) => (vec![&a.src, &a.dst], vec![&a.dst]),
+            TileOp::Atomic(a) => (vec![&a.src, &a.dst], vec![&a.dst]),
             TileOp::Cumsum(c) => (vec![&c.src], vec![&c.dst]),
         }
     }
@@ -295,7 +324,7 @@ impl TileOp {
             TileOp::Gemm(g) => vec![&mut g.a, &mut g.b, &mut g.c],
             TileOp::Reduce(r) => vec![&mut r.src, &mut r.dst],
             TileOp::Fill(f) => vec![&mut f.dst],
-            TileOp::AtomicAdd(a) => vec![&mut a.src, &mut a.dst],
+            TileOp::Atomic(a) => vec![&mut a.src, &mut a.dst],
             TileOp::Cumsum(c) => vec![&mut c.src, &mut c.dst],
         }
     }

@@ -759,21 +759,32 @@ impl Verifier {
                 self.region(&f.dst, span, "fill");
                 self.expr(&f.value, span);
             }
-            TileOp::AtomicAdd(a) => {
-                let s = self.region(&a.src, span, "atomic_add");
-                let d = self.region(&a.dst, span, "atomic_add");
+            TileOp::Atomic(a) => {
+                let name = a.kind.op_name();
+                let s = self.region(&a.src, span, name);
+                let d = self.region(&a.dst, span, name);
                 if !matches!(a.dst.buffer.scope(), Scope::Global | Scope::Shared) {
-                    self.scope_err(span, "atomic_add", &a.dst, "a global or shared destination");
+                    self.scope_err(span, name, &a.dst, "a global or shared destination");
+                }
+                let dt = a.dst.buffer.dtype();
+                if a.kind != crate::AtomicKind::Add
+                    && !matches!(dt, DType::I32 | DType::U32 | DType::F32)
+                {
+                    self.err(
+                        Diagnostic::new(
+                            DiagKind::InvalidArgument,
+                            span,
+                            format!("{name} into `{}` of {dt}", a.dst.buffer.name()),
+                        )
+                        .help("atomic max and min take int32, uint32 or float32 destinations: keep the result in a float32 (or int32) buffer and cast after"),
+                    );
                 }
                 if let (Some(s), Some(d)) = (s, d) {
                     if squeeze(&s) != squeeze(&d) {
                         self.err(Diagnostic::new(
                             DiagKind::ShapeMismatch,
                             span,
-                            format!(
-                                "atomic_add from tile {:?} into tile {:?}: the shapes differ",
-                                s, d
-                            ),
+                            format!("{name} from tile {s:?} into tile {d:?}: the shapes differ"),
                         ));
                     }
                 }

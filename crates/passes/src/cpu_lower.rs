@@ -144,7 +144,7 @@ fn lower_op(op: &TileOp, span: Span) -> Result<Stmt, Diagnostic> {
             let body = if_then(pred, store(&f.dst.buffer, idx, f.value.clone(), span), span);
             Ok(loop_nest(&vars, &ext, ForKind::Vectorized, body, span))
         }
-        TileOp::AtomicAdd(a) => {
+        TileOp::Atomic(a) => {
             let ext = extents(&a.dst, span)?;
             let vars = loop_vars(ext.len(), "a");
             let ve: Vec<Expr> = vars.iter().map(|v| v.expr()).collect();
@@ -152,7 +152,7 @@ fn lower_op(op: &TileOp, span: Span) -> Result<Stmt, Diagnostic> {
             let didx = region_index(&a.dst, &ve);
             let val = Expr::load(&a.src.buffer, sidx.clone()).cast(a.dst.buffer.dtype());
             let call = Expr::call(
-                Intrinsic::AtomicAdd,
+                a.kind.intrinsic(),
                 vec![address_of(&a.dst.buffer, didx.clone()), val],
                 DType::Bool,
             );

@@ -338,6 +338,18 @@ impl Builder {
         Ok(())
     }
 
+    fn atomic_max(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (d, s) = (self.tile(dst)?, self.tile(src)?);
+        self.scope()?.atomic_max(d, s);
+        Ok(())
+    }
+
+    fn atomic_min(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (d, s) = (self.tile(dst)?, self.tile(src)?);
+        self.scope()?.atomic_min(d, s);
+        Ok(())
+    }
+
     fn cumsum(
         &mut self,
         src: &Bound<'_, PyAny>,

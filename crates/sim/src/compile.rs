@@ -707,14 +707,19 @@ impl Compiler<'_> {
                     offset,
                 }
             }
-            Intrinsic::AtomicAdd => {
+            Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
                 need(2)?;
                 let addr = self.address(args.first(), &name)?;
                 let value = match args.get(1) {
                     Some(v) => self.expr(v)?,
                     None => E::Const(Value::Int(0)),
                 };
-                Instr::AtomicAdd { addr, value }
+                let op = match op {
+                    Intrinsic::AtomicMax => tl_ir::BinOp::Max,
+                    Intrinsic::AtomicMin => tl_ir::BinOp::Min,
+                    _ => tl_ir::BinOp::Add,
+                };
+                Instr::AtomicAdd { addr, value, op }
             }
             Intrinsic::Ldmatrix { num, trans } => {
                 need(2)?;

@@ -545,7 +545,7 @@ impl Interp<'_, '_> {
                     };
                     self.buffer_load(th, *bytes as usize, op, pc)?
                 }
-                Instr::AtomicAdd { addr, value } => self.atomic_add(th, addr, value, pc)?,
+                Instr::AtomicAdd { addr, value, op } => self.atomic(th, addr, value, *op, pc)?,
                 Instr::MemStore {
                     addr,
                     value,
@@ -828,42 +828,53 @@ impl Interp<'_, '_> {
         )
     }
 
-    fn atomic_add(
+    /// An atomic add, max or min (`op`) of `value` into `addr`.
+    fn atomic(
         &mut self,
         th: &mut Thread,
         addr: &MemRef,
         value: &E,
+        op: BinOp,
         pc: u32,
     ) -> Result<(), SimError> {
         let v = self.eval(th, value, pc)?;
         let a = self.addr(th, addr, pc)?;
         let info = self.mem.info(a.buf);
         let dt = info.dtype;
-        if !matches!(
-            dt,
-            DType::F32
-                | DType::F64
-                | DType::F16
-                | DType::BF16
-                | DType::I32
-                | DType::U32
-                | DType::I64
-                | DType::U64
-        ) {
+        let what = match op {
+            BinOp::Max => "atomic_max",
+            BinOp::Min => "atomic_min",
+            _ => "atomic_add",
+        };
+        let ok = match op {
+            BinOp::Add => matches!(
+                dt,
+                DType::F32
+                    | DType::F64
+                    | DType::F16
+                    | DType::BF16
+                    | DType::I32
+                    | DType::U32
+                    | DType::I64
+                    | DType::U64
+            ),
+            _ => matches!(dt, DType::F32 | DType::I32 | DType::U32),
+        };
+        if !ok {
             return Err(SimError::Unsupported(format!(
-                "atomic add on {dt} `{}` at {}",
+                "{what} on {dt} `{}` at {}",
                 info.name,
                 self.prog.span(pc as usize)
             )));
         }
         let n = dt.bytes();
         let off = self.mem.range(a.buf, a.elem, n, th.tid, pc)?;
-        self.mem.aligned(a.buf, off, n, "atomic_add", th.tid, pc)?;
+        self.mem.aligned(a.buf, off, n, what, th.tid, pc)?;
         self.mem
             .check_write(a.buf, off, n, rec(th.tid, Kind::Atomic, pc))?;
         let cell = self.mem.bytes_mut(&mut th.local, a.buf, off, n)?;
         let old = elem::decode(cell, dt);
-        let new = apply_bin(BinOp::Add, old, v, compute_dtype(dt))
+        let new = apply_bin(op, old, v, compute_dtype(dt))
             .map_err(|x| SimError::InvalidIr(x.to_string()))?;
         elem::encode(new, dt, cell);
         Ok(())

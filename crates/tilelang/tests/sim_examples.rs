@@ -900,3 +900,93 @@ fn alignment_class_variants_in_sim() {
         }
     }
 }
+
+/// `atomic_max` / `atomic_min`: every block folds its rows into one output row (float32 with
+/// negative and positive values, int32), on the CPU backend and in the simulator (the GPU
+/// lowering), against the definition; the PTX assembles (nvJitLink) with integer reductions on
+/// the float bits, the CUDA C++ compiles (NVRTC), and the HIP source compiles for gfx942.
+#[test]
+fn atomic_max_and_min_fold_every_block_into_one_row() {
+    let k = Kernel::build("col_extrema", |k| {
+        let m = k.dim("M");
+        let x = k.input("X", (&m, 64), F32);
+        let xi = k.input("XI", (&m, 64), I32);
+        let hi = k.inout("HI", [1, 64], F32);
+        let lo = k.inout("LO", [1, 64], F32);
+        let hi_i = k.inout("HI_I", [1, 64], I32);
+        k.launch([ceildiv(&m, 16)], 64, |t, [bx]| {
+            let s = t.alloc_shared([16, 64], F32);
+            let si = t.alloc_shared([16, 64], I32);
+            t.copy(x.tile((&bx * 16, 0)), &s);
+            t.copy(xi.tile((&bx * 16, 0)), &si);
+            t.serial(16, |t, r| {
+                let row = &bx * 16 + &r;
+                t.if_(row.lt(&m), |t| {
+                    t.atomic_max(hi.tile((0, 0)), s.region((&r, 0), (1, 64)));
+                    t.atomic_min(lo.tile((0, 0)), s.region((&r, 0), (1, 64)));
+                    t.atomic_max(hi_i.tile((0, 0)), si.region((&r, 0), (1, 64)));
+                });
+            });
+        });
+    });
+    let rows = 40;
+    let xv: Vec<f64> = (0..rows * 64)
+        .map(|i| (((i * 37 + 11) % 101) as f64 - 50.0) * 0.75)
+        .collect();
+    let xiv: Vec<f64> = (0..rows * 64)
+        .map(|i| ((i * 53 + 7) % 211) as f64 - 105.0)
+        .collect();
+    let col = |v: &[f64], j: usize| (0..rows).map(move |i| v[i * 64 + j]).collect::<Vec<_>>();
+    let fold = |v: &[f64], f: fn(f64, f64) -> f64, init: f64| -> Vec<f64> {
+        (0..64)
+            .map(|j| col(v, j).into_iter().fold(init, f))
+            .collect()
+    };
+    let (want_hi, want_lo, want_hi_i) = (
+        fold(&xv, f64::max, -1e30),
+        fold(&xv, f64::min, 1e30),
+        fold(&xiv, f64::max, -1e9),
+    );
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[rows, 64], F32, &xv, &dev).expect("x");
+        let xi = Tensor::from_f64(&[rows, 64], I32, &xiv, &dev).expect("xi");
+        let hi = Tensor::from_f64(&[1, 64], F32, &[-1e30; 64], &dev).expect("hi");
+        let lo = Tensor::from_f64(&[1, 64], F32, &[1e30; 64], &dev).expect("lo");
+        let hi_i = Tensor::from_f64(&[1, 64], I32, &[-1e9; 64], &dev).expect("hi_i");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("{dev}: {e}"))
+            .run(&[&x, &xi, &hi, &lo, &hi_i])
+            .unwrap_or_else(|e| panic!("{dev}: {e}"));
+        assert_eq!(hi.to_f64_vec().expect("hi"), want_hi, "{dev}: max");
+        assert_eq!(lo.to_f64_vec().expect("lo"), want_lo, "{dev}: min");
+        assert_eq!(
+            hi_i.to_f64_vec().expect("hi_i"),
+            want_hi_i,
+            "{dev}: int max"
+        );
+    }
+    if tl_nvrtc::testing::nvrtc_or_skip("atomic_max_and_min_fold_every_block_into_one_row")
+        .is_some()
+    {
+        for target in [Target::SM80, Target::SM90] {
+            let ptx = k
+                .emit_ptx(target)
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+            for want in ["max.s32", "min.u32", "min.s32", "max.u32"] {
+                assert!(ptx.contains(want), "{target}: no `{want}` in\n{ptx}");
+            }
+            tl_nvrtc::check_with(&ptx, &target.arch(), &tl_nvrtc::CheckOptions::default())
+                .unwrap_or_else(|e| panic!("{target}: {e}\n{ptx}"));
+            let src = k
+                .emit_general(target)
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+            assert!(src.contains("tl_atomic_max_f32(") && src.contains("tl_atomic_min_f32("));
+            tl_nvrtc::compile(&src, &target.arch(), &tl_nvrtc::CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+        }
+    }
+    if tilelang::amdgpu::toolchain::clang_or_skip("atomic_max_and_min (gfx942)").is_some() {
+        k.compile_amd(Target::GFX942)
+            .unwrap_or_else(|e| panic!("gfx942: {e}"));
+    }
+}

@@ -28,7 +28,7 @@ __all__ = [
     # launch, memory, ops
     "Kernel", "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var",
     "copy", "gemm", "GemmWarpPolicy", "clear", "fill", "reduce_max", "reduce_sum",
-    "reduce_min", "reduce_abssum", "reduce_absmax", "atomic_add", "cumsum",
+    "reduce_min", "reduce_abssum", "reduce_absmax", "atomic_add", "atomic_max", "atomic_min", "cumsum",
     # loops
     "Pipelined", "Parallel", "serial", "unroll", "grid",
     # math
@@ -356,15 +356,32 @@ def reduce_absmax(buffer: TileArg, out: TileArg, dim: int = -1, clear: bool = Tr
     _reduce("absmax", buffer, out, dim, clear)
 
 
-def atomic_add(dst: TileArg, value: TileArg) -> None:
-    """``dst += value`` element-wise with atomic adds, on tiles (dst in global or shared
-    memory). Scalar atomic adds are not supported."""
+def _tile_value(name: str, value: TileArg) -> None:
     if not isinstance(value, (TileBuffer, Region)) and not (
         isinstance(value, Expr) and value.as_load() is not None
     ):
-        raise TypeError("T.atomic_add adds a tile (a buffer or a region) into dst; scalar "
-                        "atomic adds are not supported")
+        raise TypeError(f"T.{name} takes a tile (a buffer or a region) as its value; scalar "
+                        "atomics are not supported")
+
+
+def atomic_add(dst: TileArg, value: TileArg) -> None:
+    """``dst += value`` element-wise with atomic adds, on tiles (dst in global or shared
+    memory). Scalar atomic adds are not supported."""
+    _tile_value("atomic_add", value)
     _trace.current().b.atomic_add(dst, value)
+
+
+def atomic_max(dst: TileArg, value: TileArg) -> None:
+    """``dst = max(dst, value)`` element-wise and atomically, on tiles (dst in global or shared
+    memory; int32, uint32 or float32), e.g. an absolute maximum gathered from every block."""
+    _tile_value("atomic_max", value)
+    _trace.current().b.atomic_max(dst, value)
+
+
+def atomic_min(dst: TileArg, value: TileArg) -> None:
+    """``dst = min(dst, value)`` element-wise and atomically (as :func:`atomic_max`)."""
+    _tile_value("atomic_min", value)
+    _trace.current().b.atomic_min(dst, value)
 
 
 def cumsum(src: TileArg, dst: TileArg | None = None, dim: int = 0, reverse: bool = False) -> None:

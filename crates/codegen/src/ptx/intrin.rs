@@ -433,6 +433,39 @@ impl Emitter {
                 let v = self.reg(&v, class);
                 self.ins(&format!("red.{}.add.{ty} {}, {v}", a.space, a.operand()));
             }
+            Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
+                Self::nargs(op, args, 2)?;
+                let (a, b) = self.mem_arg(args.first(), &[Scope::Global, Scope::Shared])?;
+                let (max, min) = if matches!(op, Intrinsic::AtomicMax) {
+                    ("max", "min")
+                } else {
+                    ("min", "max")
+                };
+                let v = self.expr(&args[1])?;
+                match b.dtype() {
+                    DType::I32 | DType::U32 => {
+                        let ty = if b.dtype() == DType::I32 {
+                            "s32"
+                        } else {
+                            "u32"
+                        };
+                        let v = self.reg(&v, Class::B32);
+                        self.ins(&format!("red.{}.{max}.{ty} {}, {v}", a.space, a.operand()));
+                    }
+                    DType::F32 => {
+                        // No float max/min reduction: on the bits, a non-negative float orders
+                        // as a signed int and a negative one reversed as an unsigned int.
+                        let v = self.reg(&v, Class::F32);
+                        let (bits, neg) = (self.fresh(Class::B32), self.fresh(Class::Pred));
+                        self.ins(&format!("mov.b32 {bits}, {v}"));
+                        self.ins(&format!("setp.lt.s32 {neg}, {bits}, 0"));
+                        let at = a.operand();
+                        self.ins(&format!("@!{neg} red.{}.{max}.s32 {at}, {bits}", a.space));
+                        self.ins(&format!("@{neg} red.{}.{min}.u32 {at}, {bits}", a.space));
+                    }
+                    other => return Err(format!("an atomic {max} on {other}")),
+                }
+            }
             Intrinsic::Ldmatrix { num, trans } => {
                 Self::nargs(op, args, 2)?;
                 if !matches!(num, 1 | 2 | 4) {

@@ -5,8 +5,7 @@
 use std::collections::HashMap;
 
 use tl_ir::{
-    AtomicAddOp, CumsumOp, DType, Diagnostic, Expr, FillOp, ForKind, Intrinsic, Scope, Span, Stmt,
-    StmtKind, Var,
+    AtomicOp, CumsumOp, DType, Diagnostic, Expr, FillOp, ForKind, Scope, Span, Stmt, StmtKind, Var,
 };
 
 use super::copy::unflatten;
@@ -151,11 +150,11 @@ impl Ctx<'_> {
         ))
     }
 
-    pub fn lower_atomic(&mut self, a: &AtomicAddOp, span: Span) -> Result<Stmt, Diagnostic> {
+    pub fn lower_atomic(&mut self, a: &AtomicOp, span: Span) -> Result<Stmt, Diagnostic> {
         let db = &a.dst.buffer;
         let add = |sv: Expr, didx: Vec<Expr>| -> Stmt {
             let call = Expr::call(
-                Intrinsic::AtomicAdd,
+                a.kind.intrinsic(),
                 vec![address_of(db, didx.clone()), sv.cast(db.dtype())],
                 DType::Bool,
             );

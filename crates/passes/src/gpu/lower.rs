@@ -376,7 +376,7 @@ impl<'a> Ctx<'a> {
             TileOp::Fill(f) => self.lower_fill(f, span),
             TileOp::Gemm(g) => self.lower_gemm(g, span),
             TileOp::Reduce(r) => self.lower_reduce(r, span),
-            TileOp::AtomicAdd(a) => self.lower_atomic(a, span),
+            TileOp::Atomic(a) => self.lower_atomic(a, span),
             TileOp::Cumsum(c) => self.lower_cumsum(c, span),
         }
     }

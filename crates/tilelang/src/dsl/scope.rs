@@ -2,9 +2,9 @@
 //! each recorded with the user's source line.
 
 use tl_ir::{
-    AtomicAddOp, Buffer, CopyOp, CumsumOp, DType, DiagKind, Diagnostic, Expr, FillOp, For, ForKind,
-    GemmInstruction, GemmOp, Intrinsic, ReduceKind, ReduceOp, Region, Scope, Span, Stmt, StmtKind,
-    TileOp, Var, WarpPolicy,
+    AtomicKind, AtomicOp, Buffer, CopyOp, CumsumOp, DType, DiagKind, Diagnostic, Expr, FillOp, For,
+    ForKind, GemmInstruction, GemmOp, Intrinsic, ReduceKind, ReduceOp, Region, Scope, Span, Stmt,
+    StmtKind, TileOp, Var, WarpPolicy,
 };
 
 use super::args::{IntoExprs, Tile};
@@ -434,9 +434,28 @@ impl TileScope {
     #[track_caller]
     pub fn atomic_add(&mut self, dst: impl Into<Tile>, src: impl Into<Tile>) {
         let span = self.here();
-        if let Some((src, dst)) = self.pair("atomic_add", src.into(), dst.into(), span) {
+        self.atomic(AtomicKind::Add, dst.into(), src.into(), span);
+    }
+
+    /// `dst = max(dst, src)` element-wise, atomically (dst in global or shared memory; i32,
+    /// u32 or f32): e.g. a tensor's absolute maximum gathered from every block for FP8 scales.
+    #[track_caller]
+    pub fn atomic_max(&mut self, dst: impl Into<Tile>, src: impl Into<Tile>) {
+        let span = self.here();
+        self.atomic(AtomicKind::Max, dst.into(), src.into(), span);
+    }
+
+    /// `dst = min(dst, src)` element-wise, atomically (as [`atomic_max`](Self::atomic_max)).
+    #[track_caller]
+    pub fn atomic_min(&mut self, dst: impl Into<Tile>, src: impl Into<Tile>) {
+        let span = self.here();
+        self.atomic(AtomicKind::Min, dst.into(), src.into(), span);
+    }
+
+    fn atomic(&mut self, kind: AtomicKind, dst: Tile, src: Tile, span: Span) {
+        if let Some((src, dst)) = self.pair(kind.op_name(), src, dst, span) {
             self.push(
-                StmtKind::Op(TileOp::AtomicAdd(AtomicAddOp { src, dst })),
+                StmtKind::Op(TileOp::Atomic(AtomicOp { src, dst, kind })),
                 span,
             );
         }
