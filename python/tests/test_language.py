@@ -243,6 +243,32 @@ def test_atomic_max_and_min_fold_blocks_together(rng):
         np.testing.assert_array_equal(lo[0], a.min(0), err_msg=target)
 
 
+def test_element_atomics_in_a_parallel_loop(rng):
+    """TileLang's element form, ``T.atomic_add(C[i, j], v)`` inside ``T.Parallel``: a split-K
+    style accumulation and a maximum, on the CPU backend and in the simulator."""
+    M = T.symbolic("M")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, 16), "float32"), S: T.Tensor((16,), "float32"),
+          HI: T.Tensor((16,), "int32")):
+        with T.Kernel(T.ceildiv(M, 8), threads=64) as bx:
+            a = T.alloc_fragment((8, 16), "float32")
+            T.copy(A[bx * 8, 0], a)
+            for i, j in T.Parallel(8, 16):
+                if bx * 8 + i < M:
+                    T.atomic_add(S[j], a[i, j])
+                    T.atomic_max(HI[j], T.cast(a[i, j] * 4.0, "int32"))
+
+    a = (rng.integers(-40, 40, (21, 16)) * 0.25).astype(np.float32)
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(k, target=target)
+        s = np.zeros(16, np.float32)
+        hi = np.full(16, -1000, np.int32)
+        kernel(a, s, hi)
+        np.testing.assert_array_equal(s, a.sum(0), err_msg=target)
+        np.testing.assert_array_equal(hi, (a * 4).astype(np.int32).max(0), err_msg=target)
+
+
 def test_atomic_max_refuses_a_half_precision_destination():
     with pytest.raises(TileLangError, match="atomic max and min take int32, uint32 or float32"):
         @T.prim_func

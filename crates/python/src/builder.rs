@@ -138,16 +138,42 @@ fn register_dims(kb: &mut KernelBuilder, shape: &[tilelang::ir::Expr]) {
 /// Which parameters a kernel writes (by buffer id): stores, and the destinations of tile ops.
 fn written(body: &Stmt) -> HashSet<u64> {
     let mut out = HashSet::new();
-    body.walk(&mut |s| match &s.kind {
-        StmtKind::Store { buffer, .. } => {
-            out.insert(buffer.id());
-        }
-        StmtKind::Op(op) => {
-            for r in op.regions().1 {
-                out.insert(r.buffer.id());
+    body.walk(&mut |s| {
+        match &s.kind {
+            StmtKind::Store { buffer, .. } => {
+                out.insert(buffer.id());
             }
+            StmtKind::Op(op) => {
+                for r in op.regions().1 {
+                    out.insert(r.buffer.id());
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        // Element updates through an address: atomics, memory-model stores, peer copies
+        // (their first argument is the element written).
+        for e in s.exprs() {
+            e.visit(&mut |x| {
+                use tilelang::ir::{ExprKind, Intrinsic as I};
+                if let ExprKind::Call(
+                    I::AtomicAdd
+                    | I::AtomicMax
+                    | I::AtomicMin
+                    | I::MemStore { .. }
+                    | I::MemRedAdd { .. }
+                    | I::MemAtomAdd { .. }
+                    | I::PeerCopy { .. },
+                    args,
+                ) = x.kind()
+                {
+                    if let Some(ExprKind::Call(I::AddressOf, a)) = args.first().map(|a| a.kind()) {
+                        if let Some(ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
+                            out.insert(b.id());
+                        }
+                    }
+                }
+            });
+        }
     });
     out
 }
@@ -347,6 +373,24 @@ impl Builder {
     fn atomic_min(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
         let (d, s) = (self.tile(dst)?, self.tile(src)?);
         self.scope()?.atomic_min(d, s);
+        Ok(())
+    }
+
+    /// `T.atomic_add/max/min(C[i, j], v)`: an atomic update of one element.
+    fn atomic_at(
+        &mut self,
+        kind: &str,
+        elem: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (e, v) = (to_expr(elem)?, to_expr(value)?);
+        let t = self.scope()?;
+        match kind {
+            "add" => t.atomic_add_at(e, v),
+            "max" => t.atomic_max_at(e, v),
+            "min" => t.atomic_min_at(e, v),
+            other => return Err(type_error(format!("an atomic {other:?}"))),
+        }
         Ok(())
     }
 

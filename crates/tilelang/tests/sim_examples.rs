@@ -990,3 +990,82 @@ fn atomic_max_and_min_fold_every_block_into_one_row() {
             .unwrap_or_else(|e| panic!("gfx942: {e}"));
     }
 }
+
+/// Element atomics inside a parallel loop (TileLang's `T.atomic_add(C[i, j], v)`): every
+/// thread of every block adds its fragment values into one output row and folds them into a
+/// maximum, on the CPU backend and in the simulator, against the definition; the PTX and the
+/// CUDA C++ compile.
+#[test]
+fn element_atomics_in_a_parallel_loop() {
+    let k = Kernel::build("col_atomics", |k| {
+        let m = k.dim("M");
+        let x = k.input("X", (&m, 32), F32);
+        let sum = k.inout("SUM", [32], F32);
+        let hi = k.inout("HI", [32], F32);
+        k.launch([ceildiv(&m, 16)], 64, |t, [bx]| {
+            let f = t.alloc_fragment([16, 32], F32);
+            t.copy(x.tile((&bx * 16, 0)), &f);
+            t.parallel([16, 32], |t, [i, j]| {
+                t.if_((&bx * 16 + &i).lt(&m), |t| {
+                    t.atomic_add_at(sum.at([j.clone()]), f.at([i.clone(), j.clone()]));
+                    t.atomic_max_at(hi.at([j.clone()]), f.at([i.clone(), j.clone()]));
+                });
+            });
+        });
+    });
+    let rows = 37;
+    let xv: Vec<f64> = (0..rows * 32)
+        .map(|i| (((i * 29 + 5) % 61) as f64 - 30.0) * 0.5)
+        .collect();
+    let want_sum: Vec<f64> = (0..32)
+        .map(|j| (0..rows).map(|i| xv[i * 32 + j]).sum())
+        .collect();
+    let want_hi: Vec<f64> = (0..32)
+        .map(|j| (0..rows).map(|i| xv[i * 32 + j]).fold(-1e30, f64::max))
+        .collect();
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[rows, 32], F32, &xv, &dev).expect("x");
+        let sum = Tensor::zeros(&[32], F32, &dev).expect("sum");
+        let hi = Tensor::from_f64(&[32], F32, &[-1e30; 32], &dev).expect("hi");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("{dev}: {e}"))
+            .run(&[&x, &sum, &hi])
+            .unwrap_or_else(|e| panic!("{dev}: {e}"));
+        // Halves summed in any order are exact here (|sums| < 2^23 · 0.5).
+        assert_eq!(sum.to_f64_vec().expect("sum"), want_sum, "{dev}: sums");
+        assert_eq!(hi.to_f64_vec().expect("hi"), want_hi, "{dev}: max");
+    }
+    if tl_nvrtc::testing::nvrtc_or_skip("element_atomics_in_a_parallel_loop").is_some() {
+        for target in [Target::SM80, Target::SM90] {
+            let ptx = k
+                .emit_ptx(target)
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+            assert!(ptx.contains("red.global.add.f32"), "{target}:\n{ptx}");
+            tl_nvrtc::check_with(&ptx, &target.arch(), &tl_nvrtc::CheckOptions::default())
+                .unwrap_or_else(|e| panic!("{target}: {e}\n{ptx}"));
+            let src = k
+                .emit_general(target)
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+            tl_nvrtc::compile(&src, &target.arch(), &tl_nvrtc::CompileOptions::default())
+                .unwrap_or_else(|e| panic!("{target}: {e}"));
+        }
+    }
+}
+
+/// An element atomic on a fragment is refused where it is written, with the fix.
+#[test]
+fn an_element_atomic_on_a_fragment_is_refused() {
+    let k = Kernel::build("frag_atomic", |k| {
+        let x = k.input("X", [32], F32);
+        k.launch([1], 32, |t, [_]| {
+            let f = t.alloc_fragment([32], F32);
+            t.copy(x.tile([0]), &f);
+            t.parallel([32], |t, [i]| {
+                t.atomic_add_at(f.at([i.clone()]), 1.0);
+            });
+        });
+    });
+    let e = k.verify().expect_err("a fragment").to_string();
+    assert!(e.contains("atomics update global or shared memory"), "{e}");
+    assert!(e.contains("sim_examples.rs"), "{e}");
+}

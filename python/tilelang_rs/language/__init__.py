@@ -356,32 +356,34 @@ def reduce_absmax(buffer: TileArg, out: TileArg, dim: int = -1, clear: bool = Tr
     _reduce("absmax", buffer, out, dim, clear)
 
 
-def _tile_value(name: str, value: TileArg) -> None:
-    if not isinstance(value, (TileBuffer, Region)) and not (
-        isinstance(value, Expr) and value.as_load() is not None
-    ):
-        raise TypeError(f"T.{name} takes a tile (a buffer or a region) as its value; scalar "
-                        "atomics are not supported")
+def _atomic(kind: str, dst: TileArg, value: Any) -> None:
+    b = _trace.current().b
+    is_tile = isinstance(value, (TileBuffer, Region))
+    if isinstance(dst, Expr) and dst.as_load() is not None and not is_tile:
+        # One element, e.g. ``T.atomic_add(C[i, j], acc[i, j])`` in a parallel loop.
+        b.atomic_at(kind, dst, value)
+        return
+    if not is_tile and not (isinstance(value, Expr) and value.as_load() is not None):
+        raise TypeError(f"T.atomic_{kind} takes a tile (a buffer or a region) into a tile, or a "
+                        "value into one element (`C[i, j]`)")
+    getattr(b, f"atomic_{kind}")(dst, value)
 
 
-def atomic_add(dst: TileArg, value: TileArg) -> None:
-    """``dst += value`` element-wise with atomic adds, on tiles (dst in global or shared
-    memory). Scalar atomic adds are not supported."""
-    _tile_value("atomic_add", value)
-    _trace.current().b.atomic_add(dst, value)
+def atomic_add(dst: TileArg, value: Any) -> None:
+    """``dst += value`` atomically: a tile into a tile (element-wise; dst in global or shared
+    memory), or a value into one element (``T.atomic_add(C[i, j], v)``)."""
+    _atomic("add", dst, value)
 
 
-def atomic_max(dst: TileArg, value: TileArg) -> None:
-    """``dst = max(dst, value)`` element-wise and atomically, on tiles (dst in global or shared
-    memory; int32, uint32 or float32), e.g. an absolute maximum gathered from every block."""
-    _tile_value("atomic_max", value)
-    _trace.current().b.atomic_max(dst, value)
+def atomic_max(dst: TileArg, value: Any) -> None:
+    """``dst = max(dst, value)`` atomically, tile-wise or on one element (int32, uint32 or
+    float32), e.g. an absolute maximum gathered from every block."""
+    _atomic("max", dst, value)
 
 
-def atomic_min(dst: TileArg, value: TileArg) -> None:
-    """``dst = min(dst, value)`` element-wise and atomically (as :func:`atomic_max`)."""
-    _tile_value("atomic_min", value)
-    _trace.current().b.atomic_min(dst, value)
+def atomic_min(dst: TileArg, value: Any) -> None:
+    """``dst = min(dst, value)`` atomically (as :func:`atomic_max`)."""
+    _atomic("min", dst, value)
 
 
 def cumsum(src: TileArg, dst: TileArg | None = None, dim: int = 0, reverse: bool = False) -> None:

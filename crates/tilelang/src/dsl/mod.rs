@@ -1,6 +1,7 @@
 //! The builder DSL: closures traced into tile IR.
 
 mod args;
+mod atomic;
 mod builder;
 mod dist;
 mod scope;
