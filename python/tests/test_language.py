@@ -408,3 +408,27 @@ def test_kernels_nested_in_statements_and_traced_again():
         k = tilelang.compile(_Kernels.make(n), out_idx=[1], target="cpu")
         a = np.arange(n, dtype=np.float32)
         np.testing.assert_allclose(k(a), a * 2)
+
+
+def test_print_shows_values_and_refuses_a_buffer(capfd):
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            a = T.alloc_fragment((4,), "float32")
+            T.copy(A, a)
+            for i in T.Parallel(4):
+                T.print(a[i] * 2.0, msg="twice: ")
+            T.copy(a, B)
+
+    for target in ("cpu", "sim"):
+        kernel = tilelang.compile(k, out_idx=[1], target=target)
+        kernel(np.arange(4, dtype=np.float32))
+        out = capfd.readouterr().out
+        for v in ("0.000000", "2.000000", "4.000000", "6.000000"):
+            assert f"twice: {v}" in out, (target, out)
+
+    with pytest.raises(TileLangError, match="T.print prints a value"):
+        @T.prim_func
+        def bad(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=32) as bx:
+                T.print(A)

@@ -2,6 +2,7 @@
  * Conversions for narrow float types (stored as integers), integer floor division, a
  * vectorizable exp, atomics, and the register-blocked gemm micro-kernel. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <math.h>
 #if defined(__AVX512F__)

@@ -409,6 +409,41 @@ impl<'a> Printer<'a> {
                 let a: Vec<String> = args.iter().map(|x| self.expr(x)).collect();
                 format!("{name}({})", a.join(", "))
             }
+            Intrinsic::Print { msg } if self.dialect != Dialect::Hip => {
+                let Some(v) = args.first() else {
+                    return self.unsupported("print without a value".into());
+                };
+                let vt = v.dtype();
+                let (fmt, val) = if vt.is_float() {
+                    ("%f", format!("(double)({})", self.expr(v)))
+                } else if vt == DType::Bool {
+                    ("%d", format!("(int)({})", self.expr(v)))
+                } else {
+                    ("%lld", format!("(long long)({})", self.expr(v)))
+                };
+                let mut lit = String::new();
+                for c in msg.chars() {
+                    match c {
+                        '%' => lit.push_str("%%"),
+                        '"' => lit.push_str("\\\""),
+                        '\\' => lit.push_str("\\\\"),
+                        '\n' => lit.push_str("\\n"),
+                        c if (c as u32) < 0x20 => lit.push(' '),
+                        c => lit.push(c),
+                    }
+                }
+                if self.dialect == Dialect::Cuda {
+                    format!(
+                        "printf(\"{lit}{fmt} [block (%d, %d, %d), thread (%d, %d, %d)]\\n\", {val}, \
+                         (int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z, (int)threadIdx.x, \
+                         (int)threadIdx.y, (int)threadIdx.z)"
+                    )
+                } else {
+                    // Flushed at once: the output lands before the host's own next line (and a
+                    // crash later in the kernel does not swallow it).
+                    format!("(printf(\"{lit}{fmt}\\n\", {val}), fflush(stdout))")
+                }
+            }
             Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin
                 if self.dialect == Dialect::C =>
             {

@@ -628,6 +628,11 @@ impl Printer<'_> {
                     "tl_buffer_load_{bytes}({dst}, {srd}, (uint32_t)({voff}), (uint32_t)({soff}), {pred})"
                 )
             }
+            Intrinsic::Print { .. } => self.cuda_error(
+                DiagKind::Unsupported,
+                "print on an AMD target".to_string(),
+                "print from the CPU backend, the simulator or an NVIDIA GPU (device printf on AMD needs ROCm's device libraries, which this compiler does not link)",
+            ),
             other => self.cuda_error(
                 DiagKind::Unsupported,
                 format!("the intrinsic {} on an AMD target", other.name()),

@@ -45,6 +45,10 @@ pub enum Intrinsic {
     AtomicMax,
     /// `*addr = min(*addr, value)` atomically, as [`Intrinsic::AtomicMax`].
     AtomicMin,
+    /// Debug output: every thread that runs it prints `msg`, its one argument's value and
+    /// (on GPUs) its block and thread. A statement (`Eval`); CPU and CUDA (printf), the
+    /// simulator (stdout).
+    Print { msg: String },
     /// `ldmatrix.sync.aligned.m8n8.x{num}[.trans].shared.b16`: args: the shared address of
     /// this lane's 16-byte row (lanes 8j..8j+7 address the rows of matrix j; lanes past
     /// 8·num pass any valid address), and the address of the first of `2·num` consecutive
@@ -344,6 +348,7 @@ impl Intrinsic {
             Intrinsic::AtomicAdd => "atomic_add".into(),
             Intrinsic::AtomicMax => "atomic_max".into(),
             Intrinsic::AtomicMin => "atomic_min".into(),
+            Intrinsic::Print { .. } => "print".into(),
             Intrinsic::Ldmatrix { num, trans } => {
                 format!("ldmatrix_x{num}{}", if *trans { "_trans" } else { "" })
             }

@@ -376,6 +376,13 @@ impl Builder {
         Ok(())
     }
 
+    /// `T.print(value, msg)`: debug output of a value from every thread that runs it.
+    fn print_value(&mut self, msg: &str, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let v = to_expr(value)?;
+        self.scope()?.print(msg, v);
+        Ok(())
+    }
+
     /// `T.atomic_add/max/min(C[i, j], v)`: an atomic update of one element.
     fn atomic_at(
         &mut self,

@@ -185,6 +185,11 @@ pub enum Instr {
     /// `fence.proxy.async`: this thread's shared writes so far become visible to wgmma reads
     /// ordered after it by a barrier.
     FenceProxyAsync,
+    /// Debug output of `value` after `msg`, with the block and thread (stdout).
+    Print {
+        msg: String,
+        value: E,
+    },
     /// `fence.proxy.async.global`: what this thread is ordered after in global memory becomes
     /// visible to its later TMA loads (the order checker's view).
     FenceProxyAsyncGlobal,

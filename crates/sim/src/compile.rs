@@ -875,6 +875,13 @@ impl Compiler<'_> {
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,
             Intrinsic::FenceProxyAsyncGlobal => Instr::FenceProxyAsyncGlobal,
+            Intrinsic::Print { msg } => {
+                need(1)?;
+                Instr::Print {
+                    msg: msg.clone(),
+                    value: self.expr(&args[0])?,
+                }
+            }
             // Register ordering around wgmma: nothing to model in an interpreter that keeps
             // every register access in program order (results land at the wait instead).
             Intrinsic::WgmmaFence => return Ok(()),

@@ -499,6 +499,18 @@ impl Interp<'_, '_> {
                         f.push(epoch);
                     }
                 }
+                Instr::Print { msg, value } => {
+                    let v = match self.eval(th, value, pc)? {
+                        Value::Int(i) => i.to_string(),
+                        Value::Float(f) => format!("{f:.6}"),
+                        Value::Bool(b) => (b as i32).to_string(),
+                    };
+                    let b = self.mem.block;
+                    println!(
+                        "{msg}{v} [block ({}, {}, {}), thread {}]",
+                        b[0], b[1], b[2], th.tid
+                    );
+                }
                 Instr::FenceProxyAsyncGlobal => {
                     if let Some(o) = self.mem.order.as_mut() {
                         o.proxy_fence(th.tid);

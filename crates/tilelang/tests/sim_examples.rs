@@ -1069,3 +1069,48 @@ fn an_element_atomic_on_a_fragment_is_refused() {
     assert!(e.contains("atomics update global or shared memory"), "{e}");
     assert!(e.contains("sim_examples.rs"), "{e}");
 }
+
+/// `t.print`: the C backend prints through `printf`, the simulator prints with the block and
+/// thread, the CUDA C++ (which the PTX path falls back to) compiles with NVRTC, and an AMD
+/// target refuses it with the fix.
+#[test]
+fn print_reaches_every_backend_or_is_refused() {
+    let k = Kernel::build("show", |k| {
+        let x = k.input("X", [4], F32);
+        let y = k.output("Y", [4], F32);
+        k.launch([1], 32, |t, [bx]| {
+            t.print("bx = ", bx.clone());
+            let f = t.alloc_fragment([4], F32);
+            t.copy(x.tile([0]), &f);
+            t.parallel([4], |t, [i]| {
+                t.print("x % \"i\" = ", f.at([i.clone()]));
+            });
+            t.copy(&f, y.tile([0]));
+        });
+    });
+    let c = k.emit(Target::Cpu).expect("C source");
+    assert!(c.contains(r#"(printf("bx = %lld\n""#), "{c}");
+    assert!(c.contains(r#"printf("x %% \"i\" = %f\n""#), "{c}");
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[4], F32, &[1.0, 2.0, 3.0, 4.0], &dev).expect("x");
+        let y = Tensor::zeros(&[4], F32, &dev).expect("y");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("{dev}: {e}"))
+            .run(&[&x, &y])
+            .unwrap_or_else(|e| panic!("{dev}: {e}"));
+        assert_eq!(y.to_f64_vec().expect("y"), vec![1.0, 2.0, 3.0, 4.0]);
+    }
+    let e = k
+        .emit(Target::GFX942)
+        .expect_err("no printf on AMD")
+        .to_string();
+    assert!(e.contains("print on an AMD target"), "{e}");
+    // The PTX printer has no printf: the CUDA C++ source carries it.
+    assert!(k.emit_ptx(Target::SM90).is_err());
+    if tl_nvrtc::testing::nvrtc_or_skip("print_reaches_every_backend_or_is_refused").is_some() {
+        let src = k.emit_general(Target::SM90).expect("CUDA C++");
+        assert!(src.contains("threadIdx.x"), "{src}");
+        tl_nvrtc::compile(&src, "sm_90a", &tl_nvrtc::CompileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}\n{src}"));
+    }
+}

@@ -26,7 +26,7 @@ __all__ = [
     "float16", "bfloat16", "float32", "float64", "float8_e4m3", "float8_e4m3fn", "float8_e5m2",
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "boolean",
     # launch, memory, ops
-    "Kernel", "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var",
+    "Kernel", "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "print",
     "copy", "gemm", "GemmWarpPolicy", "clear", "fill", "reduce_max", "reduce_sum",
     "reduce_min", "reduce_abssum", "reduce_absmax", "atomic_add", "atomic_max", "atomic_min", "cumsum",
     # loops
@@ -367,6 +367,17 @@ def _atomic(kind: str, dst: TileArg, value: Any) -> None:
         raise TypeError(f"T.atomic_{kind} takes a tile (a buffer or a region) into a tile, or a "
                         "value into one element (`C[i, j]`)")
     getattr(b, f"atomic_{kind}")(dst, value)
+
+
+def print(obj: Any, msg: str = "") -> None:  # noqa: A001
+    """Debug output: every thread that runs it prints ``msg`` and the value (on GPUs with its
+    block and thread) — inside ``T.Parallel``, once per element. Values and buffer elements
+    only: print a buffer element by element in a loop. CPU backend, simulator and NVIDIA
+    GPUs; AMD targets refuse it."""
+    if isinstance(obj, (TileBuffer, Region)):
+        raise TypeError("T.print prints a value (an expression or one element such as A[i, j]); "
+                        "print a buffer's elements in a T.serial or T.Parallel loop")
+    _trace.current().b.print_value(str(msg), obj)
 
 
 def atomic_add(dst: TileArg, value: Any) -> None:

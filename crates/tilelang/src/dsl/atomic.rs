@@ -1,4 +1,4 @@
-//! Atomics on single elements (`t.atomic_add_at(c.at([i, j]), v)`), the form TileLang's
+//! Debug printing (`t.print`) and atomics on single elements (`t.atomic_add_at(c.at([i, j]), v)`), the form TileLang's
 //! `T.atomic_add(C[i, j], v)` takes inside a parallel loop: split-K partial sums, histograms,
 //! a maximum gathered across blocks. The tile form (`t.atomic_add(dst_tile, src_tile)`) is in
 //! `scope.rs`.
@@ -27,6 +27,23 @@ impl TileScope {
     pub fn atomic_min_at(&mut self, elem: Expr, value: impl Into<Expr>) {
         let span = self.here();
         self.atomic_at(AtomicKind::Min, elem, value.into(), span);
+    }
+
+    /// Debug output: every thread that runs this prints `msg` and `value` (on GPUs with its
+    /// block and thread) — in a parallel loop, once per element. On the CPU backend, the
+    /// simulator and NVIDIA GPUs (CUDA's `printf`; the kernel is built from CUDA C++); AMD
+    /// targets refuse it.
+    #[track_caller]
+    pub fn print(&mut self, msg: &str, value: impl Into<Expr>) {
+        let span = self.here();
+        let call = Expr::call(
+            Intrinsic::Print {
+                msg: msg.to_string(),
+            },
+            vec![value.into()],
+            DType::Bool,
+        );
+        self.push(StmtKind::Eval(call), span);
     }
 
     fn atomic_at(&mut self, kind: AtomicKind, elem: Expr, value: Expr, span: tl_ir::Span) {
