@@ -179,16 +179,19 @@ TL_DEFINE_ATOMIC_MINMAX(tl_atomic_max_i32, int32_t, old >= v)
 TL_DEFINE_ATOMIC_MINMAX(tl_atomic_min_i32, int32_t, old <= v)
 TL_DEFINE_ATOMIC_MINMAX(tl_atomic_max_u32, uint32_t, old >= v)
 TL_DEFINE_ATOMIC_MINMAX(tl_atomic_min_u32, uint32_t, old <= v)
+/* Floats as GPUs order them (one integer atomic on the bits): IEEE total order, so -0 < +0
+ * and a NaN orders by its sign bit. */
+TL_INLINE uint32_t tl_f32_order_key(uint32_t b) { return (b & 0x80000000u) ? ~b : (b | 0x80000000u); }
 TL_INLINE void tl_atomic_max_f32(float* p, float v) {
     uint32_t* u = (uint32_t*)p;
     uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), nw = tl_f32_to_bits(v);
-    while (!(tl_bits_to_f32(old) >= v)
+    while (tl_f32_order_key(old) < tl_f32_order_key(nw)
            && !__atomic_compare_exchange_n(u, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 TL_INLINE void tl_atomic_min_f32(float* p, float v) {
     uint32_t* u = (uint32_t*)p;
     uint32_t old = __atomic_load_n(u, __ATOMIC_RELAXED), nw = tl_f32_to_bits(v);
-    while (!(tl_bits_to_f32(old) <= v)
+    while (tl_f32_order_key(old) > tl_f32_order_key(nw)
            && !__atomic_compare_exchange_n(u, &old, nw, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 

@@ -29,4 +29,3 @@ template <int Pending> TL_DEVICE void tl_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 }
 TL_DEVICE void tl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-TL_DEVICE void tl_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }

@@ -886,6 +886,28 @@ impl Interp<'_, '_> {
             .check_write(a.buf, off, n, rec(th.tid, Kind::Atomic, pc))?;
         let cell = self.mem.bytes_mut(&mut th.local, a.buf, off, n)?;
         let old = elem::decode(cell, dt);
+        if dt == DType::F32 && matches!(op, BinOp::Max | BinOp::Min) {
+            // As GPUs do it (one integer atomic on the bits): IEEE total order, so -0 < +0,
+            // and a NaN orders by its sign bit.
+            let key = |f: f32| {
+                let b = f.to_bits();
+                if b & 0x8000_0000 != 0 {
+                    !b
+                } else {
+                    b | 0x8000_0000
+                }
+            };
+            let (a, b) = (old.as_f64() as f32, v.as_f64() as f32);
+            let take_new = if op == BinOp::Max {
+                key(b) > key(a)
+            } else {
+                key(b) < key(a)
+            };
+            if take_new {
+                cell.copy_from_slice(&b.to_le_bytes());
+            }
+            return Ok(());
+        }
         let new = apply_bin(op, old, v, compute_dtype(dt))
             .map_err(|x| SimError::InvalidIr(x.to_string()))?;
         elem::encode(new, dt, cell);

@@ -378,6 +378,9 @@ fn rows_to_check(rows: usize, limit: usize) -> Vec<usize> {
     if limit == 0 || rows <= limit {
         return (0..rows).collect();
     }
+    if limit == 1 {
+        return vec![0];
+    }
     let mut v: Vec<usize> = (0..limit).map(|i| i * (rows - 1) / (limit - 1)).collect();
     v.dedup();
     v
@@ -553,6 +556,13 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         );
     }
     let ordinal = cfg.local_rank % gpus;
+    if a.kill_rank.is_some() && !(2..=1 + a.warmup + a.reps).contains(&a.kill_at) {
+        anyhow::bail!(
+            "--kill-at {}: the timed calls are 2..={} (call 1 is the checked one)",
+            a.kill_at,
+            1 + a.warmup + a.reps
+        );
+    }
     let rv = Rendezvous::join(cfg)?;
     let (me, world) = (rv.rank(), rv.world());
     let dev = Device::Cuda(ordinal);

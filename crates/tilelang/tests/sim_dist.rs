@@ -513,6 +513,13 @@ fn ag_gemm_aligned_variant_fences_its_tma_loads_of_gathered_rows() {
         .collect();
     let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("run");
     assert!(rep.order_checked);
+    // The CUDA C++ of this variant (TMA with mma.sync, no wgmma header) declares the fence.
+    if tl_nvrtc::testing::nvrtc_or_skip("ag_gemm_aligned_variant_fences_its_tma_loads").is_some() {
+        let src = k.emit(Target::SM90).expect("CUDA C++");
+        assert!(src.contains("tl_fence_proxy_async_global()"), "{src}");
+        tl_nvrtc::compile(&src, "sm_90a", &tl_nvrtc::CompileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
     for a in &args {
         let (b, c) = (a[1].to_f64(BF16), a[3].to_f64(F32));
         for s in 0..ranks {
@@ -1547,4 +1554,32 @@ fn two_blocks_updating_one_plain_element_are_an_unordered_access() {
         .expect_err("two blocks update Y[0]");
     assert!(matches!(e, SimError::UnorderedAccess { .. }), "{e}");
     assert!(e.to_string().contains("`Y`"), "{e}");
+}
+
+/// A wait inside a pipelined loop is refused: the loop loads later iterations' tiles before
+/// the wait of this one, so those loads would not be ordered after the signal.
+#[test]
+fn a_wait_inside_a_pipelined_loop_is_refused() {
+    let k = Kernel::build("wait_in_loop", |k| {
+        let a = k.symmetric("A", [256, 64], BF16);
+        let flags = k.symmetric("F", [4], I32);
+        let out = k.output("O", [64, 64], F32);
+        k.distributed();
+        k.launch([1], 128, |t, [_]| {
+            let a_s = t.alloc_shared([64, 64], BF16);
+            let acc = t.alloc_fragment([64, 64], F32);
+            t.clear(&acc);
+            t.pipelined(4, 2, |t, ko| {
+                t.wait(flags.at([ko.clone()]), tilelang::ir::CmpOp::Ge, 1);
+                t.copy(a.tile([&ko * 64, Expr::int(0)]), &a_s);
+                t.gemm(&a_s, &a_s, &acc).transpose_b();
+            });
+            t.copy(&acc, out.tile([0, 0]));
+        });
+    });
+    let e = k
+        .lower(Target::SM90)
+        .expect_err("a wait in the loop")
+        .to_string();
+    assert!(e.contains("a wait inside a pipelined loop"), "{e}");
 }

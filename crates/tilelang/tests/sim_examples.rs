@@ -1114,3 +1114,42 @@ fn print_reaches_every_backend_or_is_refused() {
             .unwrap_or_else(|e| panic!("{e}\n{src}"));
     }
 }
+
+/// Float atomic max/min order -0 below +0 (and NaN by its sign) on every backend, as the GPUs'
+/// one integer atomic on the bits does: the CPU backend and the simulator agree bit for bit.
+#[test]
+fn float_atomic_extrema_order_signed_zeros_as_gpus_do() {
+    let k = Kernel::build("zeros", |k| {
+        let x = k.input("X", [2, 4], F32);
+        let hi = k.inout("HI", [1, 4], F32);
+        let lo = k.inout("LO", [1, 4], F32);
+        k.launch([2], 32, |t, [bx]| {
+            let s = t.alloc_shared([1, 4], F32);
+            t.copy(x.tile((bx.clone(), 0)), &s);
+            t.atomic_max(hi.tile((0, 0)), &s);
+            t.atomic_min(lo.tile((0, 0)), &s);
+        });
+    });
+    // Columns: (-0, +0), (+0, -0), (-1, -0), (+0, +1); outputs start at the first row's value.
+    let xv = [-0.0, 0.0, -1.0, 0.0, 0.0, -0.0, -0.0, 1.0];
+    let bits = |v: &[f64]| v.iter().map(|x| (*x as f32).to_bits()).collect::<Vec<_>>();
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[2, 4], F32, &xv, &dev).expect("x");
+        let hi = Tensor::from_f64(&[1, 4], F32, &xv[..4], &dev).expect("hi");
+        let lo = Tensor::from_f64(&[1, 4], F32, &xv[..4], &dev).expect("lo");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("{dev}: {e}"))
+            .run(&[&x, &hi, &lo])
+            .unwrap_or_else(|e| panic!("{dev}: {e}"));
+        assert_eq!(
+            bits(&hi.to_f64_vec().expect("hi")),
+            bits(&[0.0, 0.0, -0.0, 1.0]),
+            "{dev}: max"
+        );
+        assert_eq!(
+            bits(&lo.to_f64_vec().expect("lo")),
+            bits(&[-0.0, -0.0, -1.0, 0.0]),
+            "{dev}: min"
+        );
+    }
+}

@@ -316,6 +316,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .as_ref()
             .map(|d| d.symmetric.iter().copied().collect())
             .unwrap_or_default(),
+        read_only: read_only_inputs(&k),
     };
     let body = px.rewrite(&k.body);
     if !px.errors.is_empty() {
@@ -357,21 +358,49 @@ struct Pipeliner {
     /// acquire orders for the generic proxy only, so a TMA pipeline loading one fences the
     /// proxies (`fence.proxy.async.global`) before its first load.
     symmetric: std::collections::HashSet<u64>,
+    /// Input tensors nothing in the kernel writes: TMA may read them without a proxy fence.
+    read_only: std::collections::HashSet<u64>,
 }
 
 /// The tensor parameters the kernel reads and never writes.
 fn read_only_inputs(k: &Kernel) -> std::collections::HashSet<u64> {
     let mut written = std::collections::HashSet::new();
-    k.body.walk(&mut |s| match &s.kind {
-        StmtKind::Store { buffer, .. } => {
-            written.insert(buffer.id());
-        }
-        StmtKind::Op(op) => {
-            for r in op.regions().1 {
-                written.insert(r.buffer.id());
+    k.body.walk(&mut |s| {
+        match &s.kind {
+            StmtKind::Store { buffer, .. } => {
+                written.insert(buffer.id());
             }
+            StmtKind::Op(op) => {
+                for r in op.regions().1 {
+                    written.insert(r.buffer.id());
+                }
+            }
+            _ => {}
         }
-        _ => {}
+        // Elements updated through their address: atomics, memory-model stores, peer copies.
+        for e in s.exprs() {
+            e.visit(&mut |x| {
+                if let tl_ir::ExprKind::Call(
+                    Intrinsic::AtomicAdd
+                    | Intrinsic::AtomicMax
+                    | Intrinsic::AtomicMin
+                    | Intrinsic::MemStore { .. }
+                    | Intrinsic::MemRedAdd { .. }
+                    | Intrinsic::MemAtomAdd { .. }
+                    | Intrinsic::PeerCopy { .. },
+                    args,
+                ) = x.kind()
+                {
+                    if let Some(tl_ir::ExprKind::Call(Intrinsic::AddressOf, a)) =
+                        args.first().map(|a| a.kind())
+                    {
+                        if let Some(tl_ir::ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
+                            written.insert(b.id());
+                        }
+                    }
+                }
+            });
+        }
     });
     k.params
         .iter()
@@ -455,6 +484,29 @@ impl Pipeliner {
 
     fn expand(&mut self, l: &For, stages: u32, span: Span) -> Result<Stmt, Diagnostic> {
         self.check_schedule(l, stages, span)?;
+        // The loop loads later iterations' tiles ahead of this one's body: a wait in the body
+        // would not order those loads after the signal it waits for.
+        let mut wait = None;
+        l.body.walk(&mut |s| {
+            for e in s.exprs() {
+                if e.any(&mut |x| {
+                    matches!(
+                        x.kind(),
+                        tl_ir::ExprKind::Call(Intrinsic::WaitUntil { .. }, _)
+                    )
+                }) {
+                    wait.get_or_insert(s.span);
+                }
+            }
+        });
+        if let Some(at) = wait {
+            return Err(Diagnostic::new(
+                DiagKind::InvalidArgument,
+                at,
+                "a wait inside a pipelined loop: the loop loads the tiles of later iterations before this iteration's wait, so those loads are not ordered after the signal".to_string(),
+            )
+            .help("wait before the loop (for everything it reads), or make the loop serial"));
+        }
         let Some(plan) = self.plans.get(&l.var.id()).cloned() else {
             // Nothing to prefetch: an ordinary loop.
             return Ok(self.serial(l, span));
@@ -769,21 +821,24 @@ impl Pipeliner {
         if reads_async {
             out.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
         }
-        // A symmetric source was written by peers through the generic proxy (their puts,
-        // acquired by a wait before the loop); TMA reads through the async proxy, which that
-        // acquire does not order: the issuing thread fences the proxies first.
-        let symmetric_source = plan.producers.iter().any(|&i| {
+        out.push(sync(span));
+        // A source written in this kernel (a symmetric one by peers' puts, acquired by a wait
+        // before the loop; any other by blocks handing it over through a flag) was written
+        // through the generic proxy; TMA reads through the async proxy, which that acquire
+        // does not order. The issuing thread fences the proxies after the barrier above (so
+        // after whichever thread acquired), before its first load.
+        let written_source = plan.producers.iter().any(|&i| {
             matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
-                if self.symmetric.contains(&c.src.buffer.id()))
+                if self.symmetric.contains(&c.src.buffer.id())
+                    || !self.read_only.contains(&c.src.buffer.id()))
         });
-        if symmetric_source {
+        if written_source {
             out.push(if_then(
                 Some(tid0.clone()),
                 eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span),
                 span,
             ));
         }
-        out.push(sync(span));
         for st in 0..ahead_by {
             let valid = Expr::int(st).lt(n.clone()).and(tid0.clone());
             out.push(if_then(Some(valid), issue(Expr::int(st)), span));

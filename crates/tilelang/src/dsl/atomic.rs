@@ -59,7 +59,20 @@ impl TileScope {
             );
             return;
         };
-        if !matches!(b.scope(), Scope::Global | Scope::Shared) || idx.len() != b.shape().len() {
+        if idx.len() != b.shape().len() {
+            self.error(Diagnostic::new(
+                DiagKind::InvalidArgument,
+                span,
+                format!(
+                    "`{name}` on `{}` with {} indices; it has {} dimensions",
+                    b.name(),
+                    idx.len(),
+                    b.shape().len()
+                ),
+            ));
+            return;
+        }
+        if !matches!(b.scope(), Scope::Global | Scope::Shared) {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,

@@ -11,7 +11,8 @@ fn ceil_div_positive(a: Expr, b: Expr) -> Expr {
     Expr::binary(crate::ir::BinOp::Div, a + b.clone() - 1, b)
 }
 
-/// `(a + b) mod n` for `0 ≤ a, b < n`, without a division (every backend prints it).
+/// `(a + b) mod n` for `a, b ≥ 0` with `a + b < 2n`, without a division (every backend prints
+/// it).
 fn add_mod(a: Expr, b: Expr, n: Expr) -> Expr {
     let sum = a + b;
     select(sum.ge(&n), sum.clone() - n, sum)
