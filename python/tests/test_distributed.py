@@ -99,3 +99,31 @@ def test_peer_tables_add_a_table_per_symmetric_tensor():
         per_rank.append(a)
     assert tilelang.sim_ranks(ag, per_rank)
     np.testing.assert_array_equal(per_rank[0][1], np.stack([per_rank[0][0], per_rank[1][0]]))
+
+
+@T.prim_func
+def warp_ring(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+              FLAGS: T.SymmTensor((R,), "int32")):
+    with T.Kernel(1, threads=128) as bx:
+        rank, ranks = T.get_rank(), T.get_num_ranks()
+        tid = T.get_thread_binding()
+        quarter = T.truncdiv(N + 3, 4)
+        lo = T.min(T.truncdiv(tid, 32) * quarter, N)
+        hi = T.min(lo + quarter, N)
+        nxt = T.if_then_else(rank + 1 < ranks, rank + 1, 0)
+        T.put_warp(X[lo], OUT[rank, lo], hi - lo, nxt)
+        T.sync_warp()
+        if T.truncmod(tid, 32) == 0:
+            T.signal(FLAGS[rank], 1, nxt, op="add")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_warp_puts_reach_the_next_rank(ranks):
+    n = 70
+    per_rank = [[(np.arange(n, dtype=np.float32) + 1000 * r), np.full((ranks, n), np.nan, np.float32),
+                 np.zeros(ranks, np.int32)] for r in range(ranks)]
+    tilelang.sim_ranks(warp_ring, per_rank)
+    for r in range(ranks):
+        prev = (r + ranks - 1) % ranks
+        np.testing.assert_array_equal(per_rank[r][1][prev], per_rank[prev][0])
+        assert per_rank[r][2][prev] == 4

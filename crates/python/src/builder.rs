@@ -694,6 +694,8 @@ impl Builder {
 
     /// `T.put_block` (`put`) / `T.get_block`: the block copies `count` elements to or from a
     /// peer.
+    /// `T.put_block` / `T.get_block`, or with `warp` `T.put_warp` / `T.get_warp`.
+    #[pyo3(signature = (src, dst, count, peer, put, warp=false))]
     fn block_copy(
         &mut self,
         src: &Bound<'_, PyAny>,
@@ -701,6 +703,7 @@ impl Builder {
         count: &Bound<'_, PyAny>,
         peer: &Bound<'_, PyAny>,
         put: bool,
+        warp: bool,
     ) -> PyResult<()> {
         let (s, d, n, p) = (
             to_expr(src)?,
@@ -709,11 +712,17 @@ impl Builder {
             to_expr(peer)?,
         );
         let t = self.scope()?;
-        if put {
-            t.put_block(s, d, n, p);
-        } else {
-            t.get_block(s, d, n, p);
+        match (put, warp) {
+            (true, false) => t.put_block(s, d, n, p),
+            (false, false) => t.get_block(s, d, n, p),
+            (true, true) => t.put_warp(s, d, n, p),
+            (false, true) => t.get_warp(s, d, n, p),
         }
+        Ok(())
+    }
+
+    fn sync_warp(&mut self) -> PyResult<()> {
+        self.scope()?.sync_warp();
         Ok(())
     }
 

@@ -280,8 +280,14 @@ impl Order {
     /// `sync_threads` in the running block of `threads` threads: each is ordered after what
     /// every other was ordered after, and after their accesses before the barrier.
     pub fn barrier(&mut self, threads: u32) {
-        let lo = self.base as usize;
-        let hi = lo + threads as usize;
+        self.barrier_lanes(0, threads);
+    }
+
+    /// A barrier of threads `first..first + count` of the running block (`sync_warp`: a warp's
+    /// lanes), as [`Order::barrier`].
+    pub fn barrier_lanes(&mut self, first: u32, count: u32) {
+        let lo = (self.base + first) as usize;
+        let hi = lo + count as usize;
         let n = self.clocks.first().map_or(0, |c| c.len());
         let mut all = vec![0u32; n];
         for c in &self.clocks[lo..hi] {

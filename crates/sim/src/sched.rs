@@ -327,6 +327,12 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
         for (w, lanes) in ths.chunks_mut(ws).enumerate() {
             let pc = lanes[0].pc;
             if lanes.iter().all(|t| t.state == State::Warp && t.pc == pc) {
+                // `sync_warp` orders the warp's lanes after each other's accesses before it.
+                if matches!(it.prog.code.get(pc as usize), Some(Instr::SyncWarp)) {
+                    if let Some(o) = it.mem.order.as_mut() {
+                        o.barrier_lanes(lanes[0].tid, lanes.len() as u32);
+                    }
+                }
                 collective(it, lanes, w)?;
                 progressed = true;
             }

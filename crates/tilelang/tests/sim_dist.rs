@@ -1583,3 +1583,119 @@ fn a_wait_inside_a_pipelined_loop_is_refused() {
         .to_string();
     assert!(e.contains("a wait inside a pipelined loop"), "{e}");
 }
+
+/// Warp-scope puts: each of a block's four warps pushes its own quarter of `X` to the next
+/// rank, passes `sync_warp`, and its lane 0 adds 1 to the peer's flag; the receiver waits for
+/// four arrivals and copies what came into `Y`. Without the `sync_warp` the other lanes' puts
+/// are not ordered before lane 0's signal, and the simulator says so.
+fn warp_ring(sync: bool) -> Kernel {
+    Kernel::build("warp_ring", |k| {
+        let (r, n) = (k.dim("R"), k.dim("N"));
+        let x = k.input("X", [&n], F32);
+        let out = k.symmetric("OUT", [&r, &n], F32);
+        let flags = k.symmetric("FLAGS", [&r], I32);
+        let y = k.output("Y", [&n], F32);
+        let d = k.distributed();
+        k.launch([1], 128, |t, [_]| {
+            let tid = t.thread_idx();
+            let warp = t.let_(
+                "warp",
+                Expr::binary(tilelang::ir::BinOp::Div, tid.clone(), Expr::int(32)),
+            );
+            let quarter = Expr::binary(tilelang::ir::BinOp::Div, n.clone() + 3, Expr::int(4));
+            let lo = t.let_("lo", min(&warp * &quarter, n.clone()));
+            let hi = t.let_("hi", min(&lo + &quarter, n.clone()));
+            let next = t.let_(
+                "next",
+                select(
+                    (d.rank.clone() + 1).lt(&d.num_ranks),
+                    d.rank.clone() + 1,
+                    Expr::int(0),
+                ),
+            );
+            let prev = t.let_(
+                "prev",
+                select(
+                    d.rank.clone().gt(Expr::int(0)),
+                    d.rank.clone() - 1,
+                    d.num_ranks.clone() - 1,
+                ),
+            );
+            t.put_warp(
+                x.at([lo.clone()]),
+                out.at([d.rank.clone(), lo.clone()]),
+                &hi - &lo,
+                next.clone(),
+            );
+            if sync {
+                t.sync_warp();
+            }
+            t.if_(
+                Expr::binary(tilelang::ir::BinOp::Mod, tid.clone(), Expr::int(32)).eq_(0),
+                |t| {
+                    t.signal(flags.at([d.rank.clone()]), next.clone(), 1, SignalOp::Add);
+                },
+            );
+            t.if_(tid.eq_(0), |t| {
+                t.wait(flags.at([prev.clone()]), tilelang::ir::CmpOp::Ge, 4);
+            });
+            t.sync_threads();
+            // (N ≤ 128 in the test.)
+            t.parallel([128], |t, [i]| {
+                t.if_(i.lt(&n), |t| {
+                    t.store(&y, [i.clone()], out.at([prev.clone(), i.clone()]));
+                });
+            });
+        });
+    })
+}
+
+#[test]
+fn warp_puts_are_ordered_by_sync_warp() {
+    let n = 70usize;
+    for ranks in [1usize, 2, 3] {
+        let lowered = warp_ring(true).lower(Target::SM90).expect("lower");
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                vec![
+                    SimArg::tensor(F32, &[n], &shard(r, n)),
+                    SimArg::tensor(F32, &[ranks, n], &vec![f64::NAN; ranks * n]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::tensor(F32, &[n], &vec![f64::NAN; n]),
+                    SimArg::Int(r as i64),
+                    SimArg::Int(ranks as i64),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("{ranks} ranks: {e}"));
+        assert!(rep.order_checked);
+        for (r, a) in args.iter().enumerate() {
+            let prev = (r + ranks - 1) % ranks;
+            assert_eq!(a[3].to_f64(F32), shard(prev, n), "rank {r} of {ranks}");
+        }
+    }
+    let lowered = warp_ring(false).lower(Target::SM90).expect("lower");
+    let mut args: Vec<Vec<SimArg>> = (0..2)
+        .map(|r| {
+            vec![
+                SimArg::tensor(F32, &[n], &shard(r, n)),
+                SimArg::zeros(F32, &[2, n]),
+                SimArg::zeros(I32, &[2]),
+                SimArg::zeros(F32, &[n]),
+                SimArg::Int(r as i64),
+                SimArg::Int(2),
+                SimArg::Int(0),
+            ]
+        })
+        .collect();
+    let e =
+        tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect_err("no sync_warp");
+    assert!(matches!(e, SimError::UnorderedAccess { .. }), "{e}");
+    if tl_nvrtc::testing::nvrtc_or_skip("warp_puts_are_ordered_by_sync_warp").is_some() {
+        let ptx = warp_ring(true).emit_ptx(Target::SM90).expect("ptx");
+        tl_nvrtc::check_with(&ptx, "sm_90a", &tl_nvrtc::CheckOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

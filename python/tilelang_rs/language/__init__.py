@@ -598,8 +598,9 @@ def annotate_layout(layouts: dict) -> None:
 # ----- multi-rank kernels (the TileScale model; docs/distributed.md) -----
 #
 # Each call runs on every thread that reaches it (guard with ``if T.get_thread_binding() ==
-# 0``-style conditions where one thread should signal), except put_block, get_block and the
-# barriers, which the whole block runs.
+# 0``-style conditions where one thread should signal), except put_block, get_block (the whole
+# block runs them), put_warp, get_warp (each warp runs its own) and the
+# barriers (the whole block).
 
 
 def get_thread_binding(dim: int = 0) -> Expr:
@@ -706,8 +707,27 @@ def get_block(src: Expr, dst: Expr, size: Value, src_pe: Value) -> None:
     _trace.current().b.block_copy(src, dst, size, src_pe, False)
 
 
+def put_warp(src: Expr, dst: Expr, size: Value, dst_pe: Value) -> None:
+    """One warp copies ``size`` consecutive elements to rank ``dst_pe`` (as
+    :func:`put_block`; each warp its own run, e.g. chosen by ``T.get_thread_binding() // 32``).
+    Follow with :func:`sync_warp` before a lane signals the peer."""
+    _trace.current().b.block_copy(src, dst, size, dst_pe, True, True)
+
+
+def get_warp(src: Expr, dst: Expr, size: Value, src_pe: Value) -> None:
+    """One warp copies ``size`` consecutive elements from rank ``src_pe`` (as
+    :func:`get_block`)."""
+    _trace.current().b.block_copy(src, dst, size, src_pe, False, True)
+
+
 def sync_threads() -> None:
     _trace.current().b.sync_threads()
+
+
+def sync_warp() -> None:
+    """``__syncwarp()``: this warp's lanes meet; what each wrote before is visible to the
+    others after."""
+    _trace.current().b.sync_warp()
 
 
 def barrier_blocks(counter: Expr, num_blocks: Value) -> None:

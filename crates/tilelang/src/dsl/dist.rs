@@ -96,6 +96,13 @@ fn element(e: &Expr) -> Option<(&tl_ir::Buffer, &[Expr])> {
     }
 }
 
+/// Who copies in a `put_*` / `get_*`: the whole block, or one warp (its 32 lanes).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum CopyGroup {
+    Block,
+    Warp,
+}
+
 fn address_of(e: Expr) -> Expr {
     Expr::call(Intrinsic::AddressOf, vec![e], DType::U64)
 }
@@ -472,7 +479,7 @@ impl TileScope {
     pub fn put_block(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
         let span = self.here();
         self.dist("put_block", span);
-        self.block_copy(true, src, dst, peer, count.into(), span);
+        self.block_copy(CopyGroup::Block, true, src, dst, peer, count.into(), span);
     }
 
     /// The whole block copies `count` consecutive elements from `peer`'s copy of the symmetric
@@ -481,11 +488,41 @@ impl TileScope {
     pub fn get_block(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
         let span = self.here();
         self.dist("get_block", span);
-        self.block_copy(false, src, dst, peer, count.into(), span);
+        self.block_copy(CopyGroup::Block, false, src, dst, peer, count.into(), span);
     }
 
+    /// [`put_block`](Self::put_block) by one warp: each warp copies its own run (the
+    /// arguments may differ between warps, e.g. by `thread_idx() / 32`), its 32 lanes
+    /// striding through it. Not ordered for the peer until a signal after a `sync_warp`.
+    #[track_caller]
+    pub fn put_warp(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
+        let span = self.here();
+        self.dist("put_warp", span);
+        self.block_copy(CopyGroup::Warp, true, src, dst, peer, count.into(), span);
+    }
+
+    /// [`get_block`](Self::get_block) by one warp, as [`put_warp`](Self::put_warp).
+    #[track_caller]
+    pub fn get_warp(&mut self, src: Expr, dst: Expr, count: impl Into<Expr>, peer: Expr) {
+        let span = self.here();
+        self.dist("get_warp", span);
+        self.block_copy(CopyGroup::Warp, false, src, dst, peer, count.into(), span);
+    }
+
+    /// `__syncwarp()`: the lanes of this warp arrive before any goes on, and what each wrote
+    /// before is visible to the others after (between a warp's puts and the lane that signals
+    /// them).
+    #[track_caller]
+    pub fn sync_warp(&mut self) {
+        let span = self.here();
+        let call = Expr::call(Intrinsic::SyncWarp, vec![], DType::Bool);
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn block_copy(
         &mut self,
+        group: CopyGroup,
         put: bool,
         src: Expr,
         dst: Expr,
@@ -493,7 +530,12 @@ impl TileScope {
         count: Expr,
         span: tl_ir::Span,
     ) {
-        let what = if put { "put_block" } else { "get_block" };
+        let what = match (group, put) {
+            (CopyGroup::Block, true) => "put_block",
+            (CopyGroup::Block, false) => "get_block",
+            (CopyGroup::Warp, true) => "put_warp",
+            (CopyGroup::Warp, false) => "get_warp",
+        };
         if !self.check_element(what, &src, !put, span) || !self.check_element(what, &dst, put, span)
         {
             return;
@@ -539,8 +581,11 @@ impl TileScope {
         );
         let copy_loop = |t: &mut TileScope, lanes: i64| {
             let chunks = tl_ir::simplify(&tl_ir::ops::ceildiv(count.clone(), Expr::int(lanes)));
-            let threads = t.threads() as i64;
-            let tid = t.thread_idx();
+            // The threads that share the copy and this one's place among them.
+            let (threads, tid) = match group {
+                CopyGroup::Block => (t.threads() as i64, t.thread_idx()),
+                CopyGroup::Warp => (32, tl_ir::ops::floormod(t.thread_idx(), Expr::int(32))),
+            };
             t.serial(
                 tl_ir::ops::ceildiv(chunks.clone(), Expr::int(threads)),
                 |t, i| {
