@@ -329,6 +329,10 @@ pub struct Program {
     /// Global buffers (by index in `bufs`) in the symmetric heap: the ones a peer may be
     /// named for.
     pub symmetric: Vec<u32>,
+    /// Global buffers (by index in `bufs`) the kernel may write: a store, or any intrinsic
+    /// whose first argument is the address of one of their elements (a conservative superset).
+    /// Only these can race, so only these are tracked by the order checker.
+    pub written: Vec<u32>,
 }
 
 impl Program {

@@ -132,6 +132,33 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         }
     }
     c.allocs(&k.body)?;
+    let mut written = vec![];
+    {
+        let mut ids = std::collections::HashSet::new();
+        k.body.walk(&mut |s| {
+            if let StmtKind::Store { buffer, .. } = &s.kind {
+                ids.insert(buffer.id());
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let ExprKind::Call(_, args) = x.kind() {
+                        if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) =
+                            args.first().map(|a| a.kind())
+                        {
+                            if let Some(ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
+                                ids.insert(b.id());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        for (b, _) in k.tensors() {
+            if ids.contains(&b.id()) {
+                written.push(c.buf(b)?);
+            }
+        }
+    }
     c.stmt(&k.body)?;
     c.span = k.body.span;
     c.emit(Instr::Exit, "end of kernel".into());
@@ -147,6 +174,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         warp_size,
         waits: c.waits,
         symmetric: c.symmetric,
+        written,
     })
 }
 

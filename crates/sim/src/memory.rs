@@ -332,6 +332,10 @@ impl<'p, 'g> Mem<'p, 'g> {
         let Some(o) = self.order.as_mut() else {
             return Ok(());
         };
+        // A buffer nothing writes (an input) cannot race: no history for it.
+        if !prog.written.contains(&buf) {
+            return Ok(());
+        }
         let info = &prog.bufs[buf as usize];
         o.access(rank, buf, info.bytes(), off, len, tid, pc, write)
             .map_err(|u| SimError::UnorderedAccess {
