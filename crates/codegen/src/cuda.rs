@@ -927,9 +927,12 @@ impl Printer<'_> {
         }
     }
 
-    /// `tl_atomic_max_T(addr, v)` / `tl_atomic_min_T` (CUDA and HIP headers alike) for an
-    /// i32, u32 or f32 element in global or shared memory.
-    pub(crate) fn atomic_minmax_call(&mut self, op: &Intrinsic, args: &[Expr]) -> String {
+    /// `tl_atomic_{add,max,min}_T(addr, v)` (CUDA and HIP headers alike) for an element in
+    /// global or shared memory of a type the kind supports ([`AtomicKind::supports`]).
+    pub(crate) fn atomic_call(&mut self, op: &Intrinsic, args: &[Expr]) -> String {
+        let Some(kind) = tl_ir::AtomicKind::of_intrinsic(op) else {
+            return self.unsupported(format!("{op} is not an atomic"));
+        };
         if !self.cuda_nargs(op, args, 2) {
             return "0".into();
         }
@@ -943,11 +946,11 @@ impl Printer<'_> {
             return "0".into();
         };
         let ty = b.dtype();
-        if !matches!(ty, DType::F32 | DType::I32 | DType::U32) {
+        if !kind.supports(ty) {
             return self.cuda_error(
                 DiagKind::Unsupported,
                 format!("{} on `{}` of type {ty}", op.name(), b.name()),
-                "atomic max and min take f32, i32 or u32 elements",
+                &format!("{} takes {} elements", op.name(), kind.supported_types()),
             );
         }
         let v = self.expr(&args[1]);
@@ -1056,41 +1059,9 @@ impl Printer<'_> {
                     None => format!("tl_vec_copy_{bytes}({d}, {s})"),
                 }
             }
-            Intrinsic::AtomicAdd => {
-                if !self.cuda_nargs(op, args, 2) {
-                    return "0".into();
-                }
-                let Some((a, b)) = self.cuda_addr(
-                    op,
-                    args.first(),
-                    "target",
-                    &[Scope::Global, Scope::Shared],
-                    None,
-                ) else {
-                    return "0".into();
-                };
-                let ty = b.dtype();
-                if !matches!(
-                    ty,
-                    DType::F32
-                        | DType::F64
-                        | DType::I32
-                        | DType::U32
-                        | DType::I64
-                        | DType::U64
-                        | DType::F16
-                        | DType::BF16
-                ) {
-                    return self.cuda_error(
-                        DiagKind::Unsupported,
-                        format!("atomic add on `{}` of type {ty}", b.name()),
-                        "atomically add to f32, f64, f16, bf16, i32, u32, i64 or u64 elements",
-                    );
-                }
-                let v = self.expr(&args[1]);
-                format!("tl_atomic_add_{}({a}, {v})", ty.name())
+            Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
+                self.atomic_call(op, args)
             }
-            Intrinsic::AtomicMax | Intrinsic::AtomicMin => self.atomic_minmax_call(op, args),
             Intrinsic::Ldmatrix { num, trans } => {
                 if !self.cuda_nargs(op, args, 2) {
                     return "0".into();

@@ -493,41 +493,9 @@ impl Printer<'_> {
                     None => format!("tl_vec_copy_{bytes}({d}, {s})"),
                 }
             }
-            Intrinsic::AtomicAdd => {
-                if !self.cuda_nargs(op, args, 2) {
-                    return "0".into();
-                }
-                let Some((a, b)) = self.cuda_addr(
-                    op,
-                    args.first(),
-                    "target",
-                    &[Scope::Global, Scope::Shared],
-                    None,
-                ) else {
-                    return "0".into();
-                };
-                let ty = b.dtype();
-                if !matches!(
-                    ty,
-                    DType::F32
-                        | DType::F64
-                        | DType::I32
-                        | DType::U32
-                        | DType::I64
-                        | DType::U64
-                        | DType::F16
-                        | DType::BF16
-                ) {
-                    return self.cuda_error(
-                        DiagKind::Unsupported,
-                        format!("atomic add on `{}` of type {ty}", b.name()),
-                        "atomically add to f32, f64, f16, bf16, i32, u32, i64 or u64 elements",
-                    );
-                }
-                let v = self.expr(&args[1]);
-                format!("tl_atomic_add_{}({a}, {v})", ty.name())
+            Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
+                self.atomic_call(op, args)
             }
-            Intrinsic::AtomicMax | Intrinsic::AtomicMin => self.atomic_minmax_call(op, args),
             Intrinsic::Mfma(m) => {
                 if !self.cuda_nargs(op, args, 4) {
                     return "0".into();

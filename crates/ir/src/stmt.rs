@@ -249,6 +249,34 @@ impl AtomicKind {
             AtomicKind::Min => "atomic_min",
         }
     }
+    /// Whether elements of `dt` can be updated this way (every backend: add takes the float
+    /// and 32/64-bit integer types, max and min 32-bit integers and f32).
+    pub fn supports(self, dt: crate::DType) -> bool {
+        use crate::DType::*;
+        match self {
+            AtomicKind::Add => matches!(dt, F32 | F64 | F16 | BF16 | I32 | U32 | I64 | U64),
+            AtomicKind::Max | AtomicKind::Min => matches!(dt, F32 | I32 | U32),
+        }
+    }
+
+    /// What [`supports`](Self::supports) allows, for messages.
+    pub fn supported_types(self) -> &'static str {
+        match self {
+            AtomicKind::Add => "f32, f64, f16, bf16, i32, u32, i64 or u64",
+            AtomicKind::Max | AtomicKind::Min => "f32, i32 or u32",
+        }
+    }
+
+    /// The kind of a per-element atomic intrinsic.
+    pub fn of_intrinsic(op: &crate::Intrinsic) -> Option<AtomicKind> {
+        match op {
+            crate::Intrinsic::AtomicAdd => Some(AtomicKind::Add),
+            crate::Intrinsic::AtomicMax => Some(AtomicKind::Max),
+            crate::Intrinsic::AtomicMin => Some(AtomicKind::Min),
+            _ => None,
+        }
+    }
+
     /// The per-element intrinsic: args `(address_of(dst element), value)`.
     pub fn intrinsic(self) -> crate::Intrinsic {
         match self {
@@ -360,6 +388,50 @@ impl Stmt {
     }
 
     /// Visit every statement, pre-order.
+    /// The ids of the buffers this statement may write: stores, tile ops' destinations, and
+    /// elements updated through their address (atomics, memory-model stores, peer copies).
+    pub fn written_buffers(&self) -> std::collections::HashSet<u64> {
+        use crate::{ExprKind, Intrinsic};
+        let mut out = std::collections::HashSet::new();
+        self.walk(&mut |s| {
+            match &s.kind {
+                StmtKind::Store { buffer, .. } => {
+                    out.insert(buffer.id());
+                }
+                StmtKind::Op(op) => {
+                    for r in op.regions().1 {
+                        out.insert(r.buffer.id());
+                    }
+                }
+                _ => {}
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let ExprKind::Call(
+                        Intrinsic::AtomicAdd
+                        | Intrinsic::AtomicMax
+                        | Intrinsic::AtomicMin
+                        | Intrinsic::MemStore { .. }
+                        | Intrinsic::MemRedAdd { .. }
+                        | Intrinsic::MemAtomAdd { .. }
+                        | Intrinsic::PeerCopy { .. },
+                        args,
+                    ) = x.kind()
+                    {
+                        if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) =
+                            args.first().map(|a| a.kind())
+                        {
+                            if let Some(ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
+                                out.insert(b.id());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        out
+    }
+
     pub fn walk(&self, f: &mut dyn FnMut(&Stmt)) {
         f(self);
         match &self.kind {

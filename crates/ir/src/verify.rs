@@ -767,9 +767,7 @@ impl Verifier {
                     self.scope_err(span, name, &a.dst, "a global or shared destination");
                 }
                 let dt = a.dst.buffer.dtype();
-                if a.kind != crate::AtomicKind::Add
-                    && !matches!(dt, DType::I32 | DType::U32 | DType::F32)
-                {
+                if a.kind != crate::AtomicKind::Add && !a.kind.supports(dt) {
                     self.err(
                         Diagnostic::new(
                             DiagKind::InvalidArgument,

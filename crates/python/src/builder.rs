@@ -3,11 +3,9 @@
 //! user's line with `set_span` before each statement and calls one method per construct, so
 //! every check and diagnostic of a tile op is the Rust DSL's own.
 
-use std::collections::HashSet;
-
 use pyo3::prelude::*;
 use tilelang::dsl::{KernelBuilder, OpenIf, OpenLaunch, OpenLoop, Tile, TileScope};
-use tilelang::ir::{ExprKind, ForKind, Param, Role, Span, Stmt, StmtKind, WarpPolicy};
+use tilelang::ir::{ExprKind, ForKind, Param, Role, Span, WarpPolicy};
 use tilelang::Kernel;
 
 use crate::error::{diagnostics, type_error};
@@ -136,48 +134,6 @@ fn register_dims(kb: &mut KernelBuilder, shape: &[tilelang::ir::Expr]) {
 }
 
 /// Which parameters a kernel writes (by buffer id): stores, and the destinations of tile ops.
-fn written(body: &Stmt) -> HashSet<u64> {
-    let mut out = HashSet::new();
-    body.walk(&mut |s| {
-        match &s.kind {
-            StmtKind::Store { buffer, .. } => {
-                out.insert(buffer.id());
-            }
-            StmtKind::Op(op) => {
-                for r in op.regions().1 {
-                    out.insert(r.buffer.id());
-                }
-            }
-            _ => {}
-        }
-        // Element updates through an address: atomics, memory-model stores, peer copies
-        // (their first argument is the element written).
-        for e in s.exprs() {
-            e.visit(&mut |x| {
-                use tilelang::ir::{ExprKind, Intrinsic as I};
-                if let ExprKind::Call(
-                    I::AtomicAdd
-                    | I::AtomicMax
-                    | I::AtomicMin
-                    | I::MemStore { .. }
-                    | I::MemRedAdd { .. }
-                    | I::MemAtomAdd { .. }
-                    | I::PeerCopy { .. },
-                    args,
-                ) = x.kind()
-                {
-                    if let Some(ExprKind::Call(I::AddressOf, a)) = args.first().map(|a| a.kind()) {
-                        if let Some(ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
-                            out.insert(b.id());
-                        }
-                    }
-                }
-            });
-        }
-    });
-    out
-}
-
 #[pymethods]
 impl Builder {
     #[new]
@@ -358,21 +314,21 @@ impl Builder {
         Ok(())
     }
 
-    fn atomic_add(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
+    /// `T.atomic_add/max/min(dst_tile, src_tile)`: an element-wise atomic update of a tile.
+    fn atomic(
+        &mut self,
+        kind: &str,
+        dst: &Bound<'_, PyAny>,
+        src: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let (d, s) = (self.tile(dst)?, self.tile(src)?);
-        self.scope()?.atomic_add(d, s);
-        Ok(())
-    }
-
-    fn atomic_max(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (d, s) = (self.tile(dst)?, self.tile(src)?);
-        self.scope()?.atomic_max(d, s);
-        Ok(())
-    }
-
-    fn atomic_min(&mut self, dst: &Bound<'_, PyAny>, src: &Bound<'_, PyAny>) -> PyResult<()> {
-        let (d, s) = (self.tile(dst)?, self.tile(src)?);
-        self.scope()?.atomic_min(d, s);
+        let t = self.scope()?;
+        match kind {
+            "add" => t.atomic_add(d, s),
+            "max" => t.atomic_max(d, s),
+            "min" => t.atomic_min(d, s),
+            other => return Err(type_error(format!("an atomic {other:?}"))),
+        }
         Ok(())
     }
 
@@ -769,7 +725,7 @@ impl Builder {
         let kernel = Kernel::from_builder(kb);
         kernel.verify().map_err(diagnostics)?;
         let mut ir = kernel.ir().clone();
-        let w = written(&ir.body);
+        let w = ir.body.written_buffers();
         // Peers write symmetric buffers: never read-only.
         let symmetric: Vec<u64> = ir
             .attrs

@@ -208,11 +208,11 @@ pub enum Instr {
         src: MemRef,
         pred: Option<E>,
     },
-    /// An atomic read-modify-write (`op`: add, max or min) of `value` into `addr`.
+    /// An atomic read-modify-write (add, max or min) of `value` into `addr`.
     AtomicAdd {
         addr: MemRef,
         value: E,
-        op: tl_ir::BinOp,
+        kind: tl_ir::AtomicKind,
     },
     /// `st.{sem}.{scope}` (or, with `add`, `red.{sem}.{scope}.add`) of `value` into `addr` on
     /// rank `peer` (this rank when absent).

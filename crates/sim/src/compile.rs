@@ -742,12 +742,8 @@ impl Compiler<'_> {
                     Some(v) => self.expr(v)?,
                     None => E::Const(Value::Int(0)),
                 };
-                let op = match op {
-                    Intrinsic::AtomicMax => tl_ir::BinOp::Max,
-                    Intrinsic::AtomicMin => tl_ir::BinOp::Min,
-                    _ => tl_ir::BinOp::Add,
-                };
-                Instr::AtomicAdd { addr, value, op }
+                let kind = tl_ir::AtomicKind::of_intrinsic(op).unwrap_or_default();
+                Instr::AtomicAdd { addr, value, kind }
             }
             Intrinsic::Ldmatrix { num, trans } => {
                 need(2)?;

@@ -557,7 +557,9 @@ impl Interp<'_, '_> {
                     };
                     self.buffer_load(th, *bytes as usize, op, pc)?
                 }
-                Instr::AtomicAdd { addr, value, op } => self.atomic(th, addr, value, *op, pc)?,
+                Instr::AtomicAdd { addr, value, kind } => {
+                    self.atomic(th, addr, value, *kind, pc)?
+                }
                 Instr::MemStore {
                     addr,
                     value,
@@ -840,39 +842,26 @@ impl Interp<'_, '_> {
         )
     }
 
-    /// An atomic add, max or min (`op`) of `value` into `addr`.
+    /// An atomic add, max or min (`kind`) of `value` into `addr`.
     fn atomic(
         &mut self,
         th: &mut Thread,
         addr: &MemRef,
         value: &E,
-        op: BinOp,
+        kind: tl_ir::AtomicKind,
         pc: u32,
     ) -> Result<(), SimError> {
         let v = self.eval(th, value, pc)?;
         let a = self.addr(th, addr, pc)?;
         let info = self.mem.info(a.buf);
         let dt = info.dtype;
-        let what = match op {
-            BinOp::Max => "atomic_max",
-            BinOp::Min => "atomic_min",
-            _ => "atomic_add",
+        let op = match kind {
+            tl_ir::AtomicKind::Add => BinOp::Add,
+            tl_ir::AtomicKind::Max => BinOp::Max,
+            tl_ir::AtomicKind::Min => BinOp::Min,
         };
-        let ok = match op {
-            BinOp::Add => matches!(
-                dt,
-                DType::F32
-                    | DType::F64
-                    | DType::F16
-                    | DType::BF16
-                    | DType::I32
-                    | DType::U32
-                    | DType::I64
-                    | DType::U64
-            ),
-            _ => matches!(dt, DType::F32 | DType::I32 | DType::U32),
-        };
-        if !ok {
+        let what = kind.op_name();
+        if !kind.supports(dt) {
             return Err(SimError::Unsupported(format!(
                 "{what} on {dt} `{}` at {}",
                 info.name,

@@ -297,66 +297,39 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 bus_bytes: ((world - 1) * m * n * 4) as f64,
             }
         }
-        "all-reduce" => {
-            let g = n.div_ceil(256);
-            Plan {
-                bufs: vec![
-                    Symmetric {
-                        shape: vec![n],
-                        dtype: F32,
-                        init: pattern(r, n),
-                    },
-                    Local {
-                        shape: vec![n],
-                        dtype: F32,
-                        init: vec![f64::NAN; n],
-                    },
-                    Symmetric {
-                        shape: vec![g, world],
-                        dtype: I32,
-                        init: vec![0.0; g * world],
-                    },
-                ],
-                epoch: false,
-                out: 1,
-                rows: 1,
-                row_len: n,
-                want_row: Box::new(move |_| {
-                    (0..n)
-                        .map(|i| (0..world).map(|s| pat(s, i)).sum())
-                        .collect()
-                }),
-                flops: 0.0,
-                bus_bytes: 2.0 * (world - 1) as f64 / world as f64 * (n * 4) as f64,
+        "all-reduce" | "all-reduce-two-shot" => {
+            // The two-shot one reduces chunks of N/R into a symmetric scratch first, so it has
+            // one more buffer and its barrier rows cover a chunk.
+            let two_shot = a.kernel == "all-reduce-two-shot";
+            let chunk = if two_shot { n.div_ceil(world) } else { n };
+            let g = chunk.div_ceil(256);
+            let mut bufs = vec![Symmetric {
+                shape: vec![n],
+                dtype: F32,
+                init: pattern(r, n),
+            }];
+            if two_shot {
+                bufs.push(Symmetric {
+                    shape: vec![n],
+                    dtype: F32,
+                    init: vec![0.0; n],
+                });
             }
-        }
-        "all-reduce-two-shot" => {
-            let g = n.div_ceil(world).div_ceil(256);
+            let out = bufs.len();
+            bufs.push(Local {
+                shape: vec![n],
+                dtype: F32,
+                init: vec![f64::NAN; n],
+            });
+            bufs.push(Symmetric {
+                shape: vec![g, world],
+                dtype: I32,
+                init: vec![0.0; g * world],
+            });
             Plan {
-                bufs: vec![
-                    Symmetric {
-                        shape: vec![n],
-                        dtype: F32,
-                        init: pattern(r, n),
-                    },
-                    Symmetric {
-                        shape: vec![n],
-                        dtype: F32,
-                        init: vec![0.0; n],
-                    },
-                    Local {
-                        shape: vec![n],
-                        dtype: F32,
-                        init: vec![f64::NAN; n],
-                    },
-                    Symmetric {
-                        shape: vec![g, world],
-                        dtype: I32,
-                        init: vec![0.0; g * world],
-                    },
-                ],
+                bufs,
                 epoch: false,
-                out: 2,
+                out,
                 rows: 1,
                 row_len: n,
                 want_row: Box::new(move |_| {

@@ -366,7 +366,7 @@ def _atomic(kind: str, dst: TileArg, value: Any) -> None:
     if not is_tile and not (isinstance(value, Expr) and value.as_load() is not None):
         raise TypeError(f"T.atomic_{kind} takes a tile (a buffer or a region) into a tile, or a "
                         "value into one element (`C[i, j]`)")
-    getattr(b, f"atomic_{kind}")(dst, value)
+    b.atomic(kind, dst, value)
 
 
 def print(obj: Any, msg: str = "") -> None:  # noqa: A001

@@ -364,44 +364,7 @@ struct Pipeliner {
 
 /// The tensor parameters the kernel reads and never writes.
 fn read_only_inputs(k: &Kernel) -> std::collections::HashSet<u64> {
-    let mut written = std::collections::HashSet::new();
-    k.body.walk(&mut |s| {
-        match &s.kind {
-            StmtKind::Store { buffer, .. } => {
-                written.insert(buffer.id());
-            }
-            StmtKind::Op(op) => {
-                for r in op.regions().1 {
-                    written.insert(r.buffer.id());
-                }
-            }
-            _ => {}
-        }
-        // Elements updated through their address: atomics, memory-model stores, peer copies.
-        for e in s.exprs() {
-            e.visit(&mut |x| {
-                if let tl_ir::ExprKind::Call(
-                    Intrinsic::AtomicAdd
-                    | Intrinsic::AtomicMax
-                    | Intrinsic::AtomicMin
-                    | Intrinsic::MemStore { .. }
-                    | Intrinsic::MemRedAdd { .. }
-                    | Intrinsic::MemAtomAdd { .. }
-                    | Intrinsic::PeerCopy { .. },
-                    args,
-                ) = x.kind()
-                {
-                    if let Some(tl_ir::ExprKind::Call(Intrinsic::AddressOf, a)) =
-                        args.first().map(|a| a.kind())
-                    {
-                        if let Some(tl_ir::ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
-                            written.insert(b.id());
-                        }
-                    }
-                }
-            });
-        }
-    });
+    let written = k.body.written_buffers();
     k.params
         .iter()
         .filter_map(|p| match p {

@@ -89,21 +89,7 @@ impl TileScope {
             return;
         }
         let dt = b.dtype();
-        let supported = match kind {
-            AtomicKind::Add => matches!(
-                dt,
-                DType::F32
-                    | DType::F64
-                    | DType::F16
-                    | DType::BF16
-                    | DType::I32
-                    | DType::U32
-                    | DType::I64
-                    | DType::U64
-            ),
-            _ => matches!(dt, DType::F32 | DType::I32 | DType::U32),
-        };
-        if !supported {
+        if !kind.supports(dt) {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
