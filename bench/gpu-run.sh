@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -284,6 +284,31 @@ if [ "$what" = tma ]; then
       TILELANG_TMA=0 $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[cp.async] /'
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
     done
+  done
+fi
+
+if [ "$what" = fp8 ]; then
+  # FP8 GEMM (issue 14): correctness at odd sizes in both code paths and every scaling, then
+  # speed beside cuBLASLt (torch._scaled_mm) and, for block scales, a Triton kernel. FP8_SHAPES
+  # and FP8_EXTRA (tile options for ours) narrow or vary a run.
+  log "fp8 gemm: correctness at odd sizes"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  for be in ptx cuda; do
+    TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 1000 --n 999 --k 999 --scaling tensor
+    TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling tensor --fast-accum --a e5m2
+    TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 777 --n 1001 --k 4100 --scaling blocks --b e5m2
+    TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 4096 --n 4096 --k 4096 --scaling blocks
+  done
+  echo "fp8 correctness failures: $fails"
+  log "fp8 gemm: speed (ours, cuBLASLt, Triton)"
+  for shape in ${FP8_SHAPES:-"8192,8192,8192" "4096,4096,4096" "4096,7168,2048" "6144,6144,6144"}; do
+    IFS=, read -r m n k <<< "$shape"
+    $G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling tensor --fast-accum --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
+    $G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling tensor --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
+    python3 bench/fp8_peers.py tensor $m $n $k
+    $G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling blocks --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
+    python3 bench/fp8_peers.py blocks $m $n $k
   done
 fi
 

@@ -230,8 +230,10 @@ TL_INLINE void tl_gemm_micro(const float* restrict ap, const float* restrict bp,
     }
 }
 
-#define TL_DEFINE_GEMM(NAME, T, LOAD)                                                           \
-static void NAME(const T* restrict A, int64_t a_ms, int64_t a_ks, const T* restrict B,           \
+#define TL_DEFINE_GEMM(NAME, T, LOAD) TL_DEFINE_GEMM2(NAME, T, LOAD, T, LOAD)
+/* A and B of different types: the two fp8 formats mix. */
+#define TL_DEFINE_GEMM2(NAME, T, LOAD, TB, LOADB)                                               \
+static void NAME(const T* restrict A, int64_t a_ms, int64_t a_ks, const TB* restrict B,          \
                  int64_t b_ks, int64_t b_ns, float* restrict C, int64_t c_ms, int64_t c_ns,       \
                  int M, int N, int K, int clear) {                                              \
     int Mp = (M + TL_MR - 1) / TL_MR * TL_MR, Np = (N + TL_NR - 1) / TL_NR * TL_NR;              \
@@ -247,7 +249,7 @@ static void NAME(const T* restrict A, int64_t a_ms, int64_t a_ks, const T* restr
                 ap[(int64_t)m0 * K + k * TL_MR + i] =                                          \
                     m0 + i < M ? LOAD(A[(m0 + i) * a_ms + k * a_ks]) : 0.0f;                   \
     for (int k = 0; k < K; ++k) {                                                              \
-        for (int n = 0; n < N; ++n) bp[(int64_t)k * Np + n] = LOAD(B[k * b_ks + n * b_ns]);    \
+        for (int n = 0; n < N; ++n) bp[(int64_t)k * Np + n] = LOADB(B[k * b_ks + n * b_ns]);   \
         for (int n = N; n < Np; ++n) bp[(int64_t)k * Np + n] = 0.0f;                           \
     }                                                                                          \
     for (int m0 = 0; m0 < M; m0 += TL_MR)                                                      \
@@ -263,3 +265,5 @@ TL_DEFINE_GEMM(tl_cpu_gemm_bf16, uint16_t, tl_bf16_to_f32)
 TL_DEFINE_GEMM(tl_cpu_gemm_f16, uint16_t, tl_f16_to_f32)
 TL_DEFINE_GEMM(tl_cpu_gemm_e4m3, uint8_t, tl_e4m3_to_f32)
 TL_DEFINE_GEMM(tl_cpu_gemm_e5m2, uint8_t, tl_e5m2_to_f32)
+TL_DEFINE_GEMM2(tl_cpu_gemm_e4m3_e5m2, uint8_t, tl_e4m3_to_f32, uint8_t, tl_e5m2_to_f32)
+TL_DEFINE_GEMM2(tl_cpu_gemm_e5m2_e4m3, uint8_t, tl_e5m2_to_f32, uint8_t, tl_e4m3_to_f32)

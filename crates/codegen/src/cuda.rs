@@ -375,10 +375,13 @@ fn wgmma_function(w: &WgmmaOp) -> String {
     let (scale, one) = (next, next + 1);
     inputs.push("\"r\"(scale_d)".into());
     inputs.push("\"r\"(1)".into());
-    // `bf16` / `f16`: the dtype names are PTX's type names.
-    let ab = w.ab.name();
+    // `bf16` / `f16` / `e4m3` / `e5m2`: the dtype names are PTX's type names.
+    let (ab, bt) = (w.ab.name(), w.b.name());
     let tb = u32::from(w.b_mn_major);
-    let imms = if w.a_regs {
+    // 8-bit types take no transpose immediates (they are K-major only).
+    let imms = if w.is_fp8() {
+        "1, 1".to_string()
+    } else if w.a_regs {
         format!("1, 1, {tb}")
     } else {
         format!("1, 1, {}, {tb}", u32::from(w.a_mn_major))
@@ -389,8 +392,9 @@ fn wgmma_function(w: &WgmmaOp) -> String {
     for s in 0..steps as usize {
         let pred = if s == 0 { "p" } else { "q" };
         asm.push_str(&format!(
-            "                 \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab} {{{list}}}, {a}, {b}, {pred}, {imms};\\n\"\n",
+            "                 \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ab}.{bt} {{{list}}}, {a}, {b}, {pred}, {imms};\\n\"\n",
             n = w.n,
+            k = w.k(),
             a = a_ops[s],
             b = b_ops[s],
         ));
@@ -440,8 +444,9 @@ fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
     matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), ExprKind::Call(op, _) if pred(op)))
 }
 
-/// Place every shared `Alloc` of the kernel: 16-byte aligned, 1024-byte aligned from 1 KiB up
-/// (128-byte-swizzled tiles repeat every 1024 bytes). Two buffers share bytes only when every
+/// Place every shared `Alloc` of the kernel: 16-byte aligned, 128-byte aligned from 128 bytes
+/// up (a TMA destination without a swizzle needs 128: a row of per-row scales, say), and
+/// 1024-byte aligned from 1 KiB up (128-byte-swizzled tiles repeat every 1024 bytes). Two buffers share bytes only when every
 /// use of the earlier one is over before the later one's first use with a `cp.async.wait_group
 /// 0` and then a block barrier in between, at the top level of the kernel: the pipeline's
 /// operand tiles and the epilogue's staging tile are the case that matters (the staging tile
@@ -487,7 +492,11 @@ pub(crate) fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic
             return;
         };
         let bytes = (n as u64).saturating_mul(b.dtype().bytes() as u64);
-        let align = if bytes >= 1024 { 1024 } else { 16 };
+        let align = match bytes {
+            1024.. => 1024,
+            128.. => 128,
+            _ => 16,
+        };
         let at_top = items
             .iter()
             .any(|s| matches!(&s.kind, StmtKind::Alloc(x) if x.id() == b.id()));
@@ -1108,18 +1117,33 @@ impl Printer<'_> {
                 )
             }
             Intrinsic::Wgmma(w) => {
-                let WgmmaOp { n, ab, a_regs, .. } = w;
+                let WgmmaOp {
+                    n,
+                    ab,
+                    b: bt,
+                    a_regs,
+                    ..
+                } = w;
                 let steps = w.steps.max(1);
                 if !self.cuda_nargs(op, args, 5 + 2 * (steps as usize - 1)) {
                     return "0".into();
                 }
-                if !matches!(ab, DType::BF16 | DType::F16) {
+                let fp8 = w.is_fp8() && bt.is_fp8();
+                if !fp8 && (ab != bt || !matches!(ab, DType::BF16 | DType::F16)) {
                     return self.cuda_error(
                         DiagKind::Unsupported,
-                        format!("wgmma with {ab} operands"),
-                        "wgmma here takes bf16 or f16 operands",
+                        format!("wgmma with {ab} × {bt} operands"),
+                        "wgmma takes bf16 or f16 operands of one type, or fp8 ones",
                     );
                 }
+                if fp8 && (*a_regs || w.a_mn_major || w.b_mn_major) {
+                    return self.cuda_error(
+                        DiagKind::Internal,
+                        "an fp8 wgmma with an MN-major or register operand".into(),
+                        "this is a compiler bug in wgmma lowering (fp8 operands are K-major shared tiles)",
+                    );
+                }
+                let (a_bytes, b_bytes) = (ab.bytes(), bt.bytes());
                 if *n == 0 || n % 8 != 0 || *n > 256 {
                     return self.cuda_error(
                         DiagKind::Internal,
@@ -1140,12 +1164,12 @@ impl Printer<'_> {
                         (3 + 2 * s, 4 + 2 * s)
                     };
                     let a = if *a_regs {
-                        self.cuda_addr(op, args.get(ai), "A", LOCAL, Some(2))
+                        self.cuda_addr(op, args.get(ai), "A", LOCAL, Some(a_bytes))
                             .map(|(a, b)| (format!("(const uint32_t*){a}"), b))
                     } else {
-                        self.cuda_addr(op, args.get(ai), "A", SHARED, Some(2))
+                        self.cuda_addr(op, args.get(ai), "A", SHARED, Some(a_bytes))
                     };
-                    let b = self.cuda_addr(op, args.get(bi), "B", SHARED, Some(2));
+                    let b = self.cuda_addr(op, args.get(bi), "B", SHARED, Some(b_bytes));
                     let (Some((a, _)), Some((b, _))) = (a, b) else {
                         return "0".into();
                     };

@@ -48,6 +48,11 @@ impl DType {
         matches!(self, F16 | BF16 | F32 | F64 | F8E4M3 | F8E5M2)
     }
 
+    /// The 8-bit float formats (e4m3, e5m2).
+    pub fn is_fp8(self) -> bool {
+        matches!(self, F8E4M3 | F8E5M2)
+    }
+
     /// Float types that only exist in memory; compute happens in f32.
     pub fn is_storage_only(self) -> bool {
         matches!(self, F8E4M3 | F8E5M2)

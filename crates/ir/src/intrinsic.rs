@@ -59,7 +59,8 @@ pub enum Intrinsic {
     /// elements of `ab`), C (4 f32). D may alias C. Fragment layouts are PTX's (see
     /// shared/design/layout-algebra.md).
     MmaSync { ab: crate::dtype::DType },
-    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}` for the warpgroup of the
+    /// `wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ab}.{ab}` (fp8: `k32.f32.{ab}.{b}`, the
+    /// slices 32 elements deep, K-major, A in shared memory) for the warpgroup of the
     /// calling warp (all 128 threads issue it): D = A·B (+ D when `scale_d` is 1), issued
     /// asynchronously — D (and A, when it is in registers) is not to be touched before
     /// `WgmmaWait`. args: address of D (`n/2` f32 in a local buffer, the mma.sync accumulator
@@ -289,12 +290,16 @@ impl MfmaOp {
     }
 }
 
-/// The variant of a `wgmma.mma_async` the `Wgmma` intrinsic issues: its shape, operand type,
-/// where its operands live, and how many k16 steps go out back to back.
+/// The variant of a `wgmma.mma_async` the `Wgmma` intrinsic issues: its shape, operand types,
+/// where its operands live, and how many k steps go out back to back. A step reads 32 bytes
+/// of K: k16 for 16-bit operands, k32 for fp8 (whose A and B types may differ, e4m3 × e5m2).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub struct WgmmaOp {
     pub n: u32,
+    /// A's element type (and B's, for 16-bit operands).
     pub ab: crate::dtype::DType,
+    /// B's element type: `ab`, except for an fp8 A with the other fp8 format.
+    pub b: crate::dtype::DType,
     /// A is this thread's register fragment, not a shared slice.
     pub a_regs: bool,
     /// A (in shared memory) is stored [K, M] (`imm-trans-a`).
@@ -306,13 +311,30 @@ pub struct WgmmaOp {
 }
 
 impl WgmmaOp {
-    /// `wgmma_m64n{n}k16_{ab}` with `_rs` (A in registers), `_ta` / `_tb` (MN-major A / B) and
-    /// `_x{steps}` when several steps go out together.
+    /// The K one instruction covers: 32 bytes of A's element type.
+    pub fn k(&self) -> u32 {
+        32 / self.ab.bytes().max(1) as u32
+    }
+
+    /// fp8 operands (k32, both K-major, A from shared memory, no transpose immediates).
+    pub fn is_fp8(&self) -> bool {
+        self.ab.is_fp8()
+    }
+
+    /// `wgmma_m64n{n}k{k}_{ab}` (`_{b}` after it when B's type differs) with `_rs` (A in
+    /// registers), `_ta` / `_tb` (MN-major A / B) and `_x{steps}` when several steps go out
+    /// together.
     pub fn name(&self) -> String {
         format!(
-            "wgmma_m64n{}k16_{}{}{}{}{}",
+            "wgmma_m64n{}k{}_{}{}{}{}{}{}",
             self.n,
+            self.k(),
             self.ab,
+            if self.b != self.ab {
+                format!("_{}", self.b)
+            } else {
+                String::new()
+            },
             if self.a_regs { "_rs" } else { "" },
             if self.a_mn_major { "_ta" } else { "" },
             if self.b_mn_major { "_tb" } else { "" },

@@ -648,7 +648,9 @@ impl Verifier {
                 if !matches!(g.c.buffer.scope(), Scope::Fragment | Scope::Local) {
                     self.scope_err(span, "gemm", &g.c, "the accumulator C in a fragment");
                 }
-                if g.a.buffer.dtype() != g.b.buffer.dtype() {
+                // fp8 tensor cores take either format on either side (e4m3 × e5m2).
+                let (at, bt) = (g.a.buffer.dtype(), g.b.buffer.dtype());
+                if at != bt && !(at.is_fp8() && bt.is_fp8()) {
                     self.err(
                         Diagnostic::new(
                             DiagKind::DTypeMismatch,
@@ -661,7 +663,7 @@ impl Verifier {
                                 g.b.buffer.dtype()
                             ),
                         )
-                        .help("give A and B the same element type (copy one into a buffer of the other's type)"),
+                        .help("give A and B the same element type (copy one into a buffer of the other's type); only the two fp8 formats mix"),
                     );
                 }
                 let cd = g.c.buffer.dtype();

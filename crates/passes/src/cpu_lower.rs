@@ -410,7 +410,14 @@ fn lower_gemm(g: &GemmOp, span: Span) -> Result<Stmt, Diagnostic> {
     // Logical A[m][k] and B[k][n] strides.
     let (a_ms, a_ks) = if g.trans_a { (a1, a0) } else { (a0, a1) };
     let (b_ks, b_ns) = if g.trans_b { (b1, b0) } else { (b0, b1) };
-    let name = format!("tl_cpu_gemm_{}", at.name());
+    let bt = g.b.buffer.dtype();
+    let name = if bt == at {
+        format!("tl_cpu_gemm_{}", at.name())
+    } else if at.is_fp8() && bt.is_fp8() {
+        format!("tl_cpu_gemm_{}_{}", at.name(), bt.name())
+    } else {
+        return Err(unsupported(format!("gemm with {at} × {bt} operands")));
+    };
     let args = vec![
         address_of(&g.a.buffer, g.a.offsets.clone()),
         Expr::int_of(a_ms, DType::I64),

@@ -39,12 +39,13 @@ pub fn poison(dt: DType) -> Value {
     }
 }
 
-/// Codegen's placement of shared buffers: 16-byte aligned, 1024-byte aligned from 1 KiB up.
+/// Codegen's placement of shared buffers: 16-byte aligned, 128-byte aligned from 128 bytes up,
+/// 1024-byte aligned from 1 KiB up.
 pub fn shared_align(bytes: usize) -> usize {
-    if bytes >= 1024 {
-        1024
-    } else {
-        16
+    match bytes {
+        1024.. => 1024,
+        128.. => 128,
+        _ => 16,
     }
 }
 
@@ -789,12 +790,15 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::Wgmma(w) => {
-                let (n, ab) = (w.n, w.ab);
+                let (n, ab, bt) = (w.n, w.ab, w.b);
                 let steps = w.steps.max(1) as usize;
                 need(5 + 2 * (steps - 1))?;
-                if !matches!(ab, DType::F16 | DType::BF16) || n == 0 || n % 8 != 0 || n > 256 {
+                let sixteen = ab == bt && matches!(ab, DType::F16 | DType::BF16);
+                let fp8 = ab.is_fp8() && bt.is_fp8() && !w.a_regs && !w.a_mn_major && !w.b_mn_major;
+                if !(sixteen || fp8) || n == 0 || n % 8 != 0 || n > 256 {
                     return Err(SimError::Unsupported(format!(
-                        "wgmma m64n{n}k16 with {ab} operands at {} (f16 or bf16, N a multiple of 8 up to 256)",
+                        "wgmma m64n{n}k{} with {ab} × {bt} operands at {} (f16 or bf16, or K-major fp8 from shared memory; N a multiple of 8 up to 256)",
+                        w.k(),
                         self.span
                     )));
                 }

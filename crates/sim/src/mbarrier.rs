@@ -418,7 +418,7 @@ impl Interp<'_, '_> {
         };
         if shared_align(di.bytes()) < align {
             return Err(invalid(format!(
-                "the destination `{}` is {} bytes: codegen places it on a {}-byte boundary only, and a TMA copy{} needs {align}-byte alignment (shared buffers of 1 KiB and more are 1024-byte aligned)",
+                "the destination `{}` is {} bytes: codegen places it on a {}-byte boundary only, and a TMA copy{} needs {align}-byte alignment (shared buffers of 128 bytes and more are 128-byte aligned, of 1 KiB and more 1024-byte aligned)",
                 di.name,
                 di.bytes(),
                 shared_align(di.bytes()),

@@ -947,16 +947,17 @@ fn buffer_load_lds(
     Ok(())
 }
 
-/// The 128-byte swizzle a wgmma descriptor (mode 128B) reads through, on 16-bit element
-/// offsets from a 1024-byte-aligned tile: bits 3-5 ^= bits 6-8.
-fn sw128(e: i64) -> i64 {
-    e ^ (((e >> 6) & 7) << 3)
+/// The 128-byte swizzle a wgmma descriptor (mode 128B) reads through, on element offsets of
+/// `eb`-byte elements from a 1024-byte-aligned tile: byte bits 4-6 ^= bits 7-9.
+fn sw128(e: i64, eb: i64) -> i64 {
+    let x = e * eb;
+    (x ^ (((x >> 7) & 7) << 4)) / eb
 }
 
-/// One warp's share of a warpgroup `wgmma.m64n{n}k16`: rows `16·(warp % 4) ..` of the 64-row
-/// A slice (K-major, or MN-major: 16 rows of one 64-column block; or the warp's A register
-/// fragments) times the B slice (K-major: `n` rows of 16 k;
-/// MN-major: 16 rows of `n`, in 64-column blocks), added to (or, with `scale_d` 0, replacing)
+/// One warp's share of a warpgroup `wgmma.m64n{n}k{k}` (k: 32 bytes of the operand type):
+/// rows `16·(warp % 4) ..` of the 64-row A slice (K-major, or MN-major: k rows of one 64-column
+/// block; or the warp's A register fragments) times the B slice (K-major: `n` rows of k;
+/// MN-major: k rows of `n`, in 64-column blocks), added to (or, with `scale_d` 0, replacing)
 /// the lanes' accumulators in the mma.sync C layout. The results are queued on each lane and
 /// written at its `wgmma.wait_group`, so an accumulator read before the wait sees the old
 /// values, as on the GPU where it is undefined.
@@ -969,12 +970,14 @@ fn wgmma(
     let tl_ir::WgmmaOp {
         n,
         ab,
+        b: bt,
         a_regs,
         a_mn_major,
         b_mn_major,
         ..
     } = w;
     let n = n as usize;
+    let kk = w.k() as usize;
     let name = it.prog.name(pc as usize);
     let (first, scale, lbo) = match lanes[0].stash {
         Stash::Wgmma(l, s, lbo) => (l, s, lbo),
@@ -1000,12 +1003,12 @@ fn wgmma(
         }
     }
     let (la, lb) = (first[1], first[2]);
-    let mut slices = vec![(lb, "B")];
+    let mut slices = vec![(lb, "B", bt)];
     if !a_regs {
-        slices.push((la, "A"));
+        slices.push((la, "A", ab));
     }
-    for (loc, what) in slices {
-        if loc.elem % 8 != 0 {
+    for &(loc, what, dt) in &slices {
+        if (loc.elem * dt.bytes() as i64) % 16 != 0 {
             return Err(SimError::InvalidIr(format!(
                 "{name} at {}: the {what} slice starts at element {}, not on a 16-byte boundary",
                 it.prog.span(pc as usize),
@@ -1026,20 +1029,34 @@ fn wgmma(
     };
     // Every element read is checked for races as it is read, and for the async-proxy fence
     // afterwards (a missing barrier is the better explanation when both are wrong).
-    let mut read_at: Vec<(u32, usize)> = Vec::with_capacity(16 * (16 + n));
-    let mut load =
-        |it: &mut Interp, loc: Loc, e: i64, what: &'static str| -> Result<f64, SimError> {
-            let at = Loc {
-                buf: loc.buf,
-                elem: sw128(loc.elem + e),
-            };
-            let off = operand(it, &lanes[0], at, need(1, Scope::Shared, Some(2), what), pc)?;
-            let b = it.mem.read(&lanes[0].local, at.buf, off, 2, who)?;
-            read_at.push((at.buf, off));
-            Ok(elem::decode(&b[..2], ab).as_f64())
+    let mut read_at: Vec<(u32, usize, usize)> = Vec::with_capacity(kk * (16 + n));
+    let mut load = |it: &mut Interp,
+                    loc: Loc,
+                    e: i64,
+                    dt: DType,
+                    what: &'static str|
+     -> Result<f64, SimError> {
+        let eb = dt.bytes();
+        let at = Loc {
+            buf: loc.buf,
+            elem: sw128(loc.elem + e, eb as i64),
         };
+        let off = operand(
+            it,
+            &lanes[0],
+            at,
+            need(1, Scope::Shared, Some(eb), what),
+            pc,
+        )?;
+        let b = it.mem.read(&lanes[0].local, at.buf, off, eb, who)?;
+        read_at.push((at.buf, off, eb));
+        Ok(elem::decode(&b[..eb], dt).as_f64())
+    };
     let w4 = ((lanes[0].tid / 32) % 4) as i64;
-    let mut a = [[0f64; 16]; 16];
+    // Elements per 128-byte row of a K-major operand tile.
+    let row_a = 128 / ab.bytes() as i64;
+    let row_b = 128 / bt.bytes() as i64;
+    let mut a = vec![vec![0f64; kk]; 16];
     if !a_regs {
         for (r, row) in a.iter_mut().enumerate() {
             for (k, x) in row.iter_mut().enumerate() {
@@ -1047,29 +1064,29 @@ fn wgmma(
                 let e = if a_mn_major {
                     k as i64 * 64 + m
                 } else {
-                    m * 64 + k as i64
+                    m * row_a + k as i64
                 };
-                *x = load(it, la, e, "A")?;
+                *x = load(it, la, e, ab, "A")?;
             }
         }
     }
-    let block = lbo / ab.bytes() as i64;
-    let mut b = vec![[0f64; 16]; n];
+    let block = lbo / bt.bytes() as i64;
+    let mut b = vec![vec![0f64; kk]; n];
     for (nn, row) in b.iter_mut().enumerate() {
         for (k, x) in row.iter_mut().enumerate() {
             let e = if b_mn_major {
                 (nn as i64 / 64) * block + k as i64 * 64 + nn as i64 % 64
             } else {
-                nn as i64 * 64 + k as i64
+                nn as i64 * row_b + k as i64
             };
-            *x = load(it, lb, e, "B")?;
+            *x = load(it, lb, e, bt, "B")?;
         }
     }
     let mut read_bytes = Vec::with_capacity(2 * read_at.len());
-    for (buf, off) in read_at {
-        it.mem.check_proxy_read(buf, off, 2, who)?;
+    for (buf, off, eb) in read_at {
+        it.mem.check_proxy_read(buf, off, eb, who)?;
         let base = it.mem.info(buf).base;
-        read_bytes.extend([base + off, base + off + 1]);
+        read_bytes.extend((0..eb).map(|i| base + off + i));
     }
     // The shared bytes stay "being read" until lane 0's result is retired by its wait.
     it.mem.wgmma_reads_begin(&read_bytes, lanes[0].tid / 32, pc);
@@ -1122,7 +1139,7 @@ fn wgmma(
             } else {
                 0.0
             };
-            for k in 0..16 {
+            for k in 0..kk {
                 s += a[row][k] * b[col][k];
             }
             out.extend_from_slice(&(s as f32).to_le_bytes());

@@ -211,3 +211,55 @@ fn hopper_defaults_and_wgmma_attention_compile_to_hgmma() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The fp8 GEMMs compile for sm_90a, through NVRTC (CUDA C++) and as our PTX (nvJitLink),
+/// into fp8 warpgroup MMAs (QGMMA) fed by TMA, without spills: per-tensor scales with and
+/// without promotion, per-block scales, and the e4m3 × e5m2 mix.
+#[test]
+fn fp8_gemm_compiles_to_qgmma() {
+    use tilelang::kernels::fp8_gemm::{fp8_gemm, Fp8Gemm, Fp8Scaling};
+    use tilelang::prelude::{F8E4M3, F8E5M2};
+    if tl_nvrtc::testing::nvrtc_or_skip("fp8_gemm_compiles_to_qgmma").is_none() {
+        return;
+    }
+    let opts = tl_nvrtc::CheckOptions {
+        require_instructions: vec!["QGMMA".into(), "UTMALDG".into()],
+        ..Default::default()
+    };
+    let mut failures = vec![];
+    for (scaling, promote, b) in [
+        (Fp8Scaling::Tensor, false, F8E4M3),
+        (Fp8Scaling::Tensor, true, F8E4M3),
+        (Fp8Scaling::Blocks, true, F8E4M3),
+        (Fp8Scaling::Blocks, true, F8E5M2),
+    ] {
+        let spec = Fp8Gemm {
+            b,
+            promote,
+            ..Fp8Gemm::e4m3(scaling)
+        };
+        let k = fp8_gemm(spec, spec.hopper_tiles());
+        let what = format!("{} {b} promote={promote}", k.name());
+        let sources = [
+            ("CUDA C++", k.emit(Target::SM90)),
+            ("PTX", k.emit_ptx(Target::SM90)),
+        ];
+        for (code, src) in sources {
+            let src = match src {
+                Ok(s) => s,
+                Err(e) => {
+                    failures.push(format!("{what} ({code}): {e}"));
+                    continue;
+                }
+            };
+            if !src.contains("k32.f32.e4m3") {
+                failures.push(format!("{what} ({code}): no k32 fp8 wgmma"));
+            }
+            match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+                Ok(r) => println!("{what} ({code}): {r}"),
+                Err(e) => failures.push(format!("{what} ({code}): {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

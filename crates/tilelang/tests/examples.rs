@@ -127,6 +127,60 @@ fn flash_attention_causal_and_not() {
 }
 
 #[test]
+fn fp8_gemm_scalings_and_types() {
+    // Against the definition in f64: per-tensor (promoted and not) and per-block scales, both
+    // fp8 formats and their mix, odd sizes; on the CPU backend and, in the Hopper tiles' small
+    // form, the simulator for sm_90a (fp8 wgmma, TMA loads).
+    let size = ["--m", "70", "--n", "200", "--k", "301"];
+    for (dev, tiles) in [
+        ("cpu", &[][..]),
+        (
+            "sim:sm_90a",
+            &[
+                "--bm",
+                "64",
+                "--bn",
+                "128",
+                "--threads",
+                "128",
+                "--stages",
+                "3",
+            ][..],
+        ),
+    ] {
+        for extra in [
+            &["--scaling", "tensor"][..],
+            &["--scaling", "tensor", "--fast-accum", "--a", "e5m2"],
+            &["--scaling", "blocks", "--b", "e5m2"],
+        ] {
+            let args: Vec<&str> = size.iter().chain(tiles).chain(extra).copied().collect();
+            let last = run_on("fp8_gemm", &args, dev);
+            assert!(last.contains("err="), "{last}");
+        }
+    }
+    // Nonsense is refused with the reason.
+    for (bad, why) in [
+        (&["--a", "bf16"][..], "not an fp8 type"),
+        (
+            &["--scaling", "blocks", "--fast-accum"],
+            "per-tensor scaling only",
+        ),
+        (
+            &["--scaling", "blocks", "--bk", "256"],
+            "divide the 128-wide scale blocks",
+        ),
+    ] {
+        let out = Command::new(example("fp8_gemm"))
+            .args(bad)
+            .args(["--device", "cpu"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{bad:?}: {err}");
+    }
+}
+
+#[test]
 fn emit_writes_sources_without_running() {
     let dir = std::env::temp_dir().join(format!("tl-emit-{}", std::process::id()));
     let out = Command::new(example("gemm"))

@@ -2,7 +2,7 @@
 //! CPU backend on the same inputs — and the simulator finds no race, stale cp.async read or
 //! uninitialized shared read on the way.
 
-use tilelang::kernels::{elementwise, flash_attention, gemm, rmsnorm, softmax};
+use tilelang::kernels::{elementwise, flash_attention, fp8_gemm, gemm, rmsnorm, softmax};
 use tilelang::prelude::*;
 use tilelang::runtime::rel_err;
 use tilelang::Target;
@@ -413,6 +413,65 @@ fn wgmma_gemm_in_sim() {
             let e = sim_vs_cpu(&k, Target::SM90, &[a, b, vec![m, n]], 5);
             assert!(e < 1e-5, "wgmma {} gemm {bm}x{bn}: {e}", layout.name());
         }
+    }
+}
+
+#[test]
+fn fp8_wgmma_gemm_in_sim() {
+    // fp8 on Hopper's warpgroup MMA: k32 steps over 128-byte rows of 128 elements, e4m3 and
+    // e5m2 (and the mix), per-tensor scales with and without promotion, per-block scales
+    // (one 128-column scale block per k tile); tails in M, N and K.
+    use fp8_gemm::{Fp8Gemm, Fp8Scaling};
+    let (m, n, kk) = (100, 200, 300);
+    for (a, b, scaling, promote, bk, tag) in [
+        (F8E4M3, F8E4M3, Fp8Scaling::Tensor, false, 128, "k32_e4m3"),
+        (F8E4M3, F8E4M3, Fp8Scaling::Tensor, true, 128, "k32_e4m3"),
+        (
+            F8E5M2,
+            F8E4M3,
+            Fp8Scaling::Tensor,
+            true,
+            128,
+            "k32_e5m2_e4m3",
+        ),
+        (F8E4M3, F8E4M3, Fp8Scaling::Blocks, true, 128, "k32_e4m3"),
+        (
+            F8E4M3,
+            F8E5M2,
+            Fp8Scaling::Blocks,
+            true,
+            128,
+            "k32_e4m3_e5m2",
+        ),
+    ] {
+        let spec = Fp8Gemm {
+            a,
+            b,
+            out: F32,
+            scaling,
+            promote,
+        };
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            ..gemm::GemmConfig::tiles(64, 128, bk, 3, 128)
+        };
+        spec.check_tiles(&cfg).expect("tiles");
+        let k = fp8_gemm::fp8_gemm(spec, cfg);
+        let text = k.lower(Target::SM90).expect("lowers").to_string();
+        assert!(text.contains(tag), "{tag}: {text}");
+        let (sa, sb) = spec.scale_shapes(m, n, kk);
+        let shapes = [
+            vec![m, kk],
+            vec![n, kk],
+            sa.to_vec(),
+            sb.to_vec(),
+            vec![m, n],
+        ];
+        let e = sim_vs_cpu(&k, Target::SM90, &shapes, 13);
+        assert!(
+            e < 1e-5,
+            "fp8 gemm {a}x{b} {scaling:?} promote={promote}: {e}"
+        );
     }
 }
 

@@ -630,11 +630,21 @@ impl Emitter {
     }
 
     fn wgmma(&mut self, op: &Intrinsic, w: &WgmmaOp, args: &[Expr]) -> R<()> {
-        let WgmmaOp { n, ab, a_regs, .. } = *w;
+        let WgmmaOp {
+            n,
+            ab,
+            b: bt,
+            a_regs,
+            ..
+        } = *w;
         let steps = w.steps.max(1) as usize;
         Self::nargs(op, args, 5 + 2 * (steps - 1))?;
-        if !matches!(ab, DType::BF16 | DType::F16) {
-            return Err(format!("wgmma with {ab} operands"));
+        let fp8 = ab.is_fp8() && bt.is_fp8();
+        if !fp8 && (ab != bt || !matches!(ab, DType::BF16 | DType::F16)) {
+            return Err(format!("wgmma with {ab} × {bt} operands"));
+        }
+        if fp8 && (a_regs || w.a_mn_major || w.b_mn_major) {
+            return Err("an fp8 wgmma with an MN-major or register operand".into());
         }
         if n == 0 || n % 8 != 0 || n > 256 {
             return Err(format!("wgmma with N = {n}"));
@@ -647,8 +657,11 @@ impl Emitter {
         let lbo = self.expr(&args[4])?;
         let first = self.reg(&scale, Class::Pred);
         let d = d.join(", ");
+        // 8-bit types take no transpose immediates (they are K-major only).
         let tb = u32::from(w.b_mn_major);
-        let imms = if a_regs {
+        let imms = if fp8 {
+            "1, 1".to_string()
+        } else if a_regs {
             format!("1, 1, {tb}")
         } else {
             format!("1, 1, {}, {tb}", u32::from(w.a_mn_major))
@@ -675,8 +688,10 @@ impl Emitter {
                 self.reg(&Val::Int(1), Class::Pred)
             };
             self.ins(&format!(
-                "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{abn}.{abn} {{{d}}}, {a}, {b}, {p}, {imms}",
-                abn = ab.name()
+                "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{an}.{bn} {{{d}}}, {a}, {b}, {p}, {imms}",
+                k = w.k(),
+                an = ab.name(),
+                bn = bt.name()
             ));
         }
         Ok(())

@@ -61,8 +61,12 @@ impl TmaTile {
         }
         let eb = sb.dtype().bytes() as i64;
         let dims = nonunit_dims(src);
-        let &[row_dim, col_dim] = dims.as_slice() else {
-            return None;
+        let (row_dim, col_dim) = match *dims.as_slice() {
+            [r, c] => (r, c),
+            // One row (a tile of per-row scales, say): the box's rows run along the dim
+            // before the last, one deep.
+            [c] if c >= 1 => (c - 1, c),
+            _ => return None,
         };
         if col_dim + 1 != sb.rank() {
             return None;
@@ -98,7 +102,14 @@ impl TmaTile {
                 }
             }
         };
-        if panel > MAX_BOX || (panel * eb) % 16 != 0 || cols % panel != 0 {
+        // Each stage of a staged tile starts where the previous one ends: whole 128-byte units
+        // keep every stage as aligned as the buffer (codegen aligns a tile of 128 bytes or
+        // more to 128).
+        if panel > MAX_BOX
+            || (panel * eb) % 16 != 0
+            || cols % panel != 0
+            || (rows * cols * eb) % 128 != 0
+        {
             return None;
         }
         Some(TmaTile {

@@ -1,7 +1,7 @@
 //! Gemm on Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a), asked for with `.wgmma()`.
 //!
-//! Each warpgroup (128 threads) owns 64 accumulator rows and all `N` columns; per 16-wide step
-//! of K it issues one `m64nNk16` reading its operands straight from shared memory through
+//! Each warpgroup (128 threads) owns 64 accumulator rows and all `N` columns; per 32-byte step
+//! of K (k16 of a 16-bit type, k32 of fp8) it issues one `m64nNk16` (`k32`) reading its operands straight from shared memory through
 //! descriptors (no ldmatrix), or A from registers. Shared operands are tiles with rows of a
 //! multiple of 64 elements, stored by the shared-memory layout pass as 64-column blocks under
 //! the 128-byte swizzle — the canonical layout a descriptor with swizzle mode 128B describes,
@@ -10,7 +10,8 @@
 //! accumulator layout of an earlier gemm over the same rows, which is the wgmma A fragment.
 //! The accumulator of warp `w` of a warpgroup is rows `16w ..` in the mma.sync accumulator
 //! layout (`mma::c_layout` with every warp along M), so everything downstream of the gemm is
-//! unchanged.
+//! unchanged. fp8 operands (e4m3, e5m2, either mix) must both be K-major shared tiles: PTX has
+//! no transpose and no register-A form for them that matches an accumulator's layout.
 //!
 //! The issue is asynchronous; this lowering waits for it at the end of the op
 //! (`wgmma.wait_group 0`), so the shared tiles are free and the accumulator readable after it —
@@ -28,10 +29,16 @@ use super::lower::Ctx;
 use super::mma::c_layout;
 use crate::tile_util::address_of;
 
-/// Elements per row of a wgmma operand tile: 128 bytes of a 16-bit type.
+/// Elements per row of a 16-bit wgmma operand tile: 128 bytes.
 pub const ROW_ELEMS: i64 = 64;
 
-/// The most k16 steps one `Wgmma` intrinsic may issue back to back (`KernelAttrs::wgmma_batch`
+/// Bytes per row of a wgmma operand tile (one 128-byte swizzle row).
+const ROW_BYTES: i64 = 128;
+
+/// Bytes of K one wgmma instruction reads: k16 of a 16-bit type, k32 of fp8.
+const STEP_BYTES: i64 = 32;
+
+/// The most k steps one `Wgmma` intrinsic may issue back to back (`KernelAttrs::wgmma_batch`
 /// asks for up to this): more keep more descriptors live at once, and 4 already pushed a
 /// 128-thread GEMM tile into spills.
 pub const MAX_STEPS: i64 = 8;
@@ -41,11 +48,11 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     if !target.has_wgmma() {
         return Some(format!("wgmma needs sm_90a; the target is {target}"));
     }
-    let ab = g.a.buffer.dtype();
-    if ab != g.b.buffer.dtype() || !matches!(ab, DType::F16 | DType::BF16) {
+    let (ab, bt) = (g.a.buffer.dtype(), g.b.buffer.dtype());
+    let fp8 = ab.is_fp8() && bt.is_fp8();
+    if !fp8 && (ab != bt || !matches!(ab, DType::F16 | DType::BF16)) {
         return Some(format!(
-            "wgmma here takes f16 or bf16 operands of one type (A is {ab}, B is {})",
-            g.b.buffer.dtype()
+            "wgmma takes f16 or bf16 operands of one type, or fp8 ones (e4m3, e5m2) (A is {ab}, B is {bt})"
         ));
     }
     if g.c.buffer.dtype() != DType::F32 {
@@ -54,6 +61,13 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     if g.b.buffer.scope() != Scope::Shared {
         return Some("B must be a shared-memory tile".into());
     }
+    if fp8 && (g.a.buffer.scope() != Scope::Shared || g.trans_a || !g.trans_b) {
+        return Some(
+            "fp8 wgmma reads both operands K-major from shared memory: A as a shared [M, K] tile and B as a shared [N, K] tile with transpose_b".into(),
+        );
+    }
+    let row_elems = ROW_BYTES / ab.bytes() as i64;
+    let k_step = STEP_BYTES / ab.bytes() as i64;
     let a_regs = match g.a.buffer.scope() {
         Scope::Shared => false,
         Scope::Fragment => true,
@@ -62,27 +76,27 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     if a_regs && g.trans_a {
         return Some("an A fragment must be [M, K], not transposed".into());
     }
-    // K-major operands (A as [M, K], B as [N, K] with transpose_b): 16-wide k slices of
-    // 64-column blocks. MN-major ones (A as [K, M] with transpose_a, B as [K, N], as
-    // attention's V): 16-row k slices of 64-column blocks.
+    // K-major operands (A as [M, K], B as [N, K] with transpose_b): 32-byte k slices of
+    // 128-byte column blocks. MN-major ones (A as [K, M] with transpose_a, B as [K, N], as
+    // attention's V; 16-bit only): 16-row k slices of 64-column blocks.
     let mut tiles = vec![("B", &g.b, g.trans_b)];
     if !a_regs {
         tiles.push(("A", &g.a, !g.trans_a));
     }
     for (name, r, k_major) in tiles {
         // Wider tiles are stored as 64-column blocks (`smem_swizzle_layout`), each block the
-        // canonical layout; a 16-wide k slice never straddles two.
+        // canonical layout; a 32-byte k slice never straddles two.
         let cols = r.buffer.const_shape().and_then(|s| s.last().copied());
-        if !cols.is_some_and(|c| c > 0 && c % ROW_ELEMS == 0) {
+        if !cols.is_some_and(|c| c > 0 && c % row_elems == 0) {
             return Some(format!(
-                "the {name} tile `{}` must have rows of a multiple of {ROW_ELEMS} elements (128 bytes)",
+                "the {name} tile `{}` must have rows of a multiple of {row_elems} elements (128 bytes)",
                 r.buffer.name()
             ));
         }
         // The descriptor assumes the swizzle's 8-row phase starts at the slice: a sub-tile must
-        // start on a multiple of 8 rows, and of 16 columns (K-major) or 64 (MN-major).
+        // start on a multiple of 8 rows, and of a k step (K-major) or 64 columns (MN-major).
         let rank = r.rank();
-        let col_step = if k_major { 16 } else { ROW_ELEMS };
+        let col_step = if k_major { k_step } else { ROW_ELEMS };
         let aligned = rank >= 2
             && r.offsets[rank - 2].as_int().is_some_and(|o| o % 8 == 0)
             && r.offsets[rank - 1]
@@ -113,9 +127,9 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
             (m / 64).max(1) * 128
         ));
     }
-    if n % 8 != 0 || n > 256 || k % 16 != 0 {
+    if n % 8 != 0 || n > 256 || k % k_step != 0 {
         return Some(format!(
-            "wgmma needs N a multiple of 8 up to 256 and K a multiple of 16 (N = {n}, K = {k})"
+            "wgmma needs N a multiple of 8 up to 256 and K a multiple of {k_step} (N = {n}, K = {k})"
         ));
     }
     None
@@ -125,8 +139,9 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
 pub fn check(g: &GemmOp, target: &Target, threads: i64, span: Span) -> Result<(), Diagnostic> {
     match unsupported_because(g, target, threads) {
         None => Ok(()),
-        Some(why) => Err(Diagnostic::new(DiagKind::Unsupported, span, why)
-            .help("drop `.wgmma()` (the instruction override) to use the mma.sync path")),
+        Some(why) => Err(Diagnostic::new(DiagKind::Unsupported, span, why).help(
+            "drop `.wgmma()` (the instruction override) to let the compiler choose the instruction",
+        )),
     }
 }
 
@@ -176,9 +191,10 @@ impl Ctx<'_> {
             16
         };
         let row0 = self.tid.floordiv(128) * 64;
-        // The A and B slices of k16 step `s`.
+        let k_step = STEP_BYTES / ab.bytes() as i64;
+        // The A and B slices of k step `s`.
         let a_at = |s: i64| -> Expr {
-            let k0 = Expr::int(16 * s);
+            let k0 = Expr::int(k_step * s);
             match &a_regs {
                 // The accumulator layout of [m, k] with one m16 atom per warp: k16 step `s` is
                 // atoms 2s and 2s + 1, 8 values from 8·s.
@@ -189,7 +205,7 @@ impl Ctx<'_> {
             }
         };
         let b_at = |s: i64| -> Expr {
-            let k0 = Expr::int(16 * s);
+            let k0 = Expr::int(k_step * s);
             let idx = if b_mn_major {
                 index2(&g.b, k0, Expr::int(0))
             } else {
@@ -199,7 +215,7 @@ impl Ctx<'_> {
         };
         // The k steps go out in runs of up to `wgmma_batch` per intrinsic (one `asm` statement
         // in CUDA, binding the accumulator registers once per run instead of once per step).
-        let steps = k / 16;
+        let steps = k / k_step;
         let mut issue = vec![];
         let batch = i64::from(self.wgmma_batch).clamp(1, MAX_STEPS);
         for first in (0..steps).step_by(batch as usize) {
@@ -220,6 +236,7 @@ impl Ctx<'_> {
                 Intrinsic::Wgmma(WgmmaOp {
                     n: n as u32,
                     ab,
+                    b: g.b.buffer.dtype(),
                     a_regs: a_regs.is_some(),
                     a_mn_major: g.trans_a,
                     b_mn_major,

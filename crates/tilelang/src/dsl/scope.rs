@@ -817,7 +817,8 @@ impl GemmHandle<'_> {
     }
     /// `.instruction(GemmInstruction::Wgmma)`: Hopper's warpgroup MMA (sm_90a), both operands
     /// shared tiles of a 16-bit type with rows of a multiple of 64 elements (or A from the
-    /// registers of an earlier gemm), 64 accumulator rows per 128 threads.
+    /// registers of an earlier gemm), or of fp8 (e4m3/e5m2, K-major: A [M, K], B [N, K] with
+    /// `transpose_b`) with rows of a multiple of 128; 64 accumulator rows per 128 threads.
     pub fn wgmma(self) -> Self {
         self.instruction(GemmInstruction::Wgmma)
     }

@@ -3,6 +3,7 @@
 pub mod dist;
 pub mod elementwise;
 pub mod flash_attention;
+pub mod fp8_gemm;
 pub mod gemm;
 pub mod reference;
 pub mod rmsnorm;

@@ -162,6 +162,50 @@ pub fn attention_rows(
     (o, lse)
 }
 
+/// The fp8 GEMM of [`super::fp8_gemm`] by its definition, for the rows `rows` of C: `a_rows`
+/// holds those rows of A ([rows, K]), `b` all of B ([N, K]), `sa` / `sb` the scales in the
+/// kernel's shapes (one each per tensor; or `[ceil(K/128), M]` and `[ceil(N/128), ceil(K/128)]`
+/// per block). Sums each 128-wide k block separately, then scales it.
+#[allow(clippy::too_many_arguments)]
+pub fn fp8_gemm(
+    scaling: super::fp8_gemm::Fp8Scaling,
+    a_rows: &[f64],
+    b: &[f64],
+    sa: &[f64],
+    sb: &[f64],
+    rows: &[usize],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Vec<f64> {
+    let blk = super::fp8_gemm::SCALE_BLOCK as usize;
+    let kb = k.div_ceil(blk);
+    let mut out = vec![0.0; rows.len() * n];
+    par_rows(&mut out, n, |ri, row| {
+        let i = rows[ri];
+        let a = &a_rows[ri * k..(ri + 1) * k];
+        for (j, c) in row.iter_mut().enumerate() {
+            let bj = &b[j * k..(j + 1) * k];
+            let mut total = 0.0;
+            for q in 0..kb {
+                let (k0, k1) = (q * blk, ((q + 1) * blk).min(k));
+                let part: f64 = (k0..k1).map(|x| a[x] * bj[x]).sum();
+                total += match scaling {
+                    super::fp8_gemm::Fp8Scaling::Tensor => part,
+                    super::fp8_gemm::Fp8Scaling::Blocks => {
+                        part * sa[q * m + i] * sb[(j / blk) * kb + q]
+                    }
+                };
+            }
+            *c = match scaling {
+                super::fp8_gemm::Fp8Scaling::Tensor => total * sa[0] * sb[0],
+                super::fp8_gemm::Fp8Scaling::Blocks => total,
+            };
+        }
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,205 @@
+//! FP8 GEMM: C[M,N] = (A[M,K] · B[N,K]ᵀ) scaled, e4m3/e5m2 inputs, f32 accumulation, bf16 (or
+//! any) output. Both operands are K-major, as fp8 tensor cores read them and as fp8 weights are
+//! stored. Two scalings:
+//!
+//! - per tensor: one f32 scale for A and one for B, applied once in the epilogue;
+//! - per block (DeepSeek-V3's recipe): A scaled per row and 128 columns of K (`SA`, stored
+//!   K-block-major as `[ceil(K/128), M]` so a block's scales for a tile's rows are contiguous),
+//!   B per 128×128 block (`SB`, `[ceil(N/128), ceil(K/128)]`).
+//!
+//! Hopper's fp8 `wgmma` keeps fewer mantissa bits in its running sum than f32, so long K loses
+//! accuracy; *promotion* (the two-level accumulation of DeepSeek-V3 and CUTLASS) lets each
+//! k tile's product land in a cleared accumulator and adds it, scaled, into an f32 one. Block
+//! scaling needs it anyway (the scale changes every 128 of K); per-tensor scaling may skip it
+//! for speed (cuBLASLt's "fast accumulation"), which also frees the registers for 128×256 tiles.
+
+use super::gemm::GemmConfig;
+use crate::prelude::*;
+
+/// How the fp8 inputs are scaled back to real values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fp8Scaling {
+    /// `C = sa · sb · A·Bᵀ` with `SA`, `SB` one f32 each (shape [1]).
+    Tensor,
+    /// `C[i,j] = Σ_kb SA[kb, i] · SB[j/128, kb] · Σ_{k in block kb} A[i,k]·B[j,k]`.
+    Blocks,
+}
+
+/// The scale block along K (and along N for B) of [`Fp8Scaling::Blocks`].
+pub const SCALE_BLOCK: i64 = 128;
+
+/// What an fp8 GEMM computes: operand and output types, scaling, and whether to promote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp8Gemm {
+    pub a: DType,
+    pub b: DType,
+    pub out: DType,
+    pub scaling: Fp8Scaling,
+    /// Two-level accumulation (always on for block scaling).
+    pub promote: bool,
+}
+
+impl Fp8Gemm {
+    /// e4m3 × e4m3 → bf16 with the given scaling, promoted.
+    pub fn e4m3(scaling: Fp8Scaling) -> Fp8Gemm {
+        Fp8Gemm {
+            a: F8E4M3,
+            b: F8E4M3,
+            out: BF16,
+            scaling,
+            promote: true,
+        }
+    }
+
+    /// Whether each k tile's product is added, scaled, into a separate f32 accumulator.
+    pub fn promotes(&self) -> bool {
+        self.promote || self.scaling == Fp8Scaling::Blocks
+    }
+
+    /// The shapes of `SA` and `SB` for an `m × n × k` problem.
+    pub fn scale_shapes(&self, m: usize, n: usize, k: usize) -> ([usize; 2], [usize; 2]) {
+        let b = SCALE_BLOCK as usize;
+        match self.scaling {
+            Fp8Scaling::Tensor => ([1, 1], [1, 1]),
+            Fp8Scaling::Blocks => ([k.div_ceil(b), m], [n.div_ceil(b), k.div_ceil(b)]),
+        }
+    }
+
+    /// Why `cfg`'s tiles cannot run this GEMM, if they cannot.
+    pub fn check_tiles(&self, cfg: &GemmConfig) -> Result<(), String> {
+        if self.scaling == Fp8Scaling::Blocks && (cfg.bk <= 0 || SCALE_BLOCK % cfg.bk != 0) {
+            return Err(format!(
+                "block scaling needs k tiles that divide the {SCALE_BLOCK}-wide scale blocks (bk = {})",
+                cfg.bk
+            ));
+        }
+        if self.promotes() && cfg.overlap {
+            return Err(
+                "promotion reads each k tile's product as soon as it is done: it cannot overlap the next k tile's wgmma (drop overlap)"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Hopper tiles: 128×256×128, 4 stages, overlapped, without promotion (the registers of one
+    /// 128×256 accumulator per block); 128×128×128, 6 stages with it (two accumulators).
+    pub fn hopper_tiles(&self) -> GemmConfig {
+        if self.promotes() {
+            GemmConfig {
+                panel: 8,
+                ..GemmConfig::tiles(128, 128, 128, 6, 256)
+            }
+        } else {
+            GemmConfig {
+                panel: 8,
+                overlap: true,
+                ..GemmConfig::tiles(128, 256, 128, 4, 256)
+            }
+        }
+    }
+}
+
+/// The tile program: one block per `bm × bn` tile of C, a pipelined loop over K. Inputs A
+/// `[M, K]`, B `[N, K]`, SA and SB ([`Fp8Gemm::scale_shapes`]); output C `[M, N]`.
+pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
+    let GemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+        min_blocks,
+        panel,
+        instruction,
+        overlap,
+        persistent,
+    } = cfg;
+    let blocks = spec.scaling == Fp8Scaling::Blocks;
+    let promote = spec.promotes();
+    let name = match (blocks, promote) {
+        (true, _) => "fp8_gemm_blocks",
+        (false, true) => "fp8_gemm_promoted",
+        (false, false) => "fp8_gemm",
+    };
+    Kernel::build(name, |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = k.input("A", [&m, &kd], spec.a);
+        let b = k.input("B", [&n, &kd], spec.b);
+        let (sa, sb) = if blocks {
+            let kb = ceildiv(&kd, SCALE_BLOCK);
+            (
+                k.input("SA", [&kb, &m], F32),
+                k.input("SB", [&ceildiv(&n, SCALE_BLOCK), &kb], F32),
+            )
+        } else {
+            (k.input("SA", [1, 1], F32), k.input("SB", [1, 1], F32))
+        };
+        let c = k.output("C", [&m, &n], spec.out);
+        k.launch(
+            [ceildiv(&n, bn), ceildiv(&m, bm)],
+            threads,
+            |t, [bx, by]| {
+                if min_blocks > 0 {
+                    t.min_blocks_per_sm(min_blocks);
+                }
+                if panel > 1 {
+                    t.use_swizzle(panel);
+                }
+                if let Some(p) = persistent {
+                    t.persistent(p);
+                }
+                let a_s = t.alloc_shared_named("A_s", [bm, bk], spec.a);
+                let b_s = t.alloc_shared_named("B_s", [bn, bk], spec.b);
+                let sa_s = blocks.then(|| t.alloc_shared_named("SA_s", [1, bm], F32));
+                let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+                let part = promote.then(|| t.alloc_fragment_named("part", [bm, bn], F32));
+                t.clear(&acc);
+                t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
+                    t.copy(a.tile([&by * bm, &ko * bk]), &a_s);
+                    t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
+                    // The scale block of this k tile.
+                    let kb = (&ko * bk) / SCALE_BLOCK;
+                    if let Some(sa_s) = &sa_s {
+                        t.copy(sa.tile([kb.clone(), &by * bm]), sa_s);
+                    }
+                    let mut g = t.gemm(&a_s, &b_s, part.as_ref().unwrap_or(&acc));
+                    if let Some(inst) = instruction {
+                        g = g.instruction(inst);
+                    }
+                    if overlap {
+                        g = g.overlap();
+                    }
+                    let g = g.transpose_b();
+                    if promote {
+                        g.clear_accum();
+                    }
+                    let Some(part) = &part else { return };
+                    match &sa_s {
+                        Some(sa_s) => {
+                            // B's scale block of column j: clamped, since a tile may reach
+                            // past the last block (its columns are not stored).
+                            let last = ceildiv(&n, SCALE_BLOCK) - 1;
+                            t.parallel([bm, bn], |t, [i, j]| {
+                                let nb = min((&bx * bn + &j) / SCALE_BLOCK, last.clone());
+                                let s =
+                                    sa_s.at([Expr::from(0), i.clone()]) * sb.at([nb, kb.clone()]);
+                                t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]) * s);
+                            });
+                        }
+                        None => t.parallel([bm, bn], |t, [i, j]| {
+                            t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]));
+                        }),
+                    }
+                });
+                if !blocks {
+                    t.parallel([bm, bn], |t, [i, j]| {
+                        let s = sa.at([0, 0]) * sb.at([0, 0]);
+                        t.store(&acc, [&i, &j], acc.at([&i, &j]) * s);
+                    });
+                }
+                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+            },
+        );
+    })
+}
