@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|fp8-sweep|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -309,6 +309,22 @@ if [ "$what" = fp8 ]; then
     python3 bench/fp8_peers.py tensor $m $n $k
     $G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling blocks --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
     python3 bench/fp8_peers.py blocks $m $n $k
+  done
+fi
+
+if [ "$what" = fp8-sweep ]; then
+  # FP8 GEMM tile choices (the defaults come from this): per scaling, the default and its
+  # variants, at FP8_SHAPES.
+  for shape in ${FP8_SHAPES:-"8192,8192,8192" "4096,7168,2048"}; do
+    IFS=, read -r m n k <<< "$shape"
+    for v in "" "--stages 3" "--bn 128 --stages 3 --min-blocks 2" "--persistent" "--panel 16"; do
+      echo "[fast $v] $($G/fp8_gemm --device cuda --m $m --n $n --k $k --fast-accum --reps 30 $v 2>&1 | tail -n 1)"
+    done
+    for sc in tensor blocks; do
+      for v in "" "--stages 4" "--stages 3 --min-blocks 2" "--persistent" "--bm 256 --threads 512 --stages 4" "--bm 256 --threads 512 --stages 3"; do
+        echo "[$sc $v] $($G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling $sc --reps 30 $v 2>&1 | tail -n 1)"
+      done
+    done
   done
 fi
 

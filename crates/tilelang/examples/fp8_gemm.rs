@@ -54,6 +54,13 @@ struct Args {
     /// Keep each k step's wgmma running into the next (only without promotion)
     #[arg(long)]
     overlap: bool,
+    /// Resident blocks per SM to ask the compiler for (caps registers per thread)
+    #[arg(long, value_parser = common::size::<u32>)]
+    min_blocks: Option<u32>,
+    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
+    /// output tiles
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>)]
+    persistent: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -101,6 +108,8 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.panel = args.panel.unwrap_or(cfg.panel);
+        cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
+        cfg.persistent = args.persistent.or(cfg.persistent);
         cfg.overlap = (cfg.overlap || args.overlap) && !spec.promotes();
         if args.overlap && spec.promotes() {
             anyhow::bail!("--overlap needs --fast-accum: promotion reads each k tile's product before the next k tile's wgmma");
