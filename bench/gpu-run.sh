@@ -310,6 +310,14 @@ if [ "$what" = fp8 ]; then
     $G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling blocks --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
     python3 bench/fp8_peers.py blocks $m $n $k
   done
+  # Sizes that are not multiples of the tile (or of 16 bytes): ours only, as cuBLASLt's fp8
+  # takes no such K.
+  for shape in ${FP8_ODD:-"8191,8191,8191"}; do
+    IFS=, read -r m n k <<< "$shape"
+    for sc in "--fast-accum" "--scaling tensor" "--scaling blocks"; do
+      $G/fp8_gemm --device cuda --m $m --n $n --k $k $sc --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
+    done
+  done
 fi
 
 if [ "$what" = fp8-sweep ]; then

@@ -20,7 +20,7 @@ log() { echo "test-python: $*" >&2; }
 
 venv="${TILELANG_PY_VENV:-$root/target/py-venv}"
 wheels="$root/target/py-wheels"
-reqs=("maturin>=1.5,<2" "numpy" "pytest")
+reqs=("maturin>=1.5,<2" "numpy" "pytest" "ml_dtypes")
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 
 python="$(command -v python3 || command -v python || true)"

@@ -432,3 +432,38 @@ def test_print_shows_values_and_refuses_a_buffer(capfd):
         def bad(A: T.Tensor((4,), "float32")):
             with T.Kernel(1, threads=32) as bx:
                 T.print(A)
+
+
+def test_fp8_gemm_runs_on_the_cpu_and_lowers_to_fp8_wgmma(rng):
+    """An fp8 GEMM in TileLang's spelling (e4m3 A, e5m2 B, K-major): exact against numpy on the
+    CPU backend (ml_dtypes arrays), and fp8 wgmma (k32) in the sm_90a source."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    M, N, K, bm, bn, bk = 130, 200, 300, 128, 128, 128
+
+    @T.prim_func
+    def fp8_mm(A: T.Tensor((M, K), "float8_e4m3"), B: T.Tensor((N, K), "float8_e5m2"),
+               C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=256) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float8_e4m3")
+            B_s = T.alloc_shared((bn, bk), "float8_e5m2")
+            acc = T.alloc_fragment((bm, bn), "float")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[bx * bn, ko * bk], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=True)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    kernel = tilelang.compile(fp8_mm, out_idx=[2], target="cpu")
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+    b = rng.standard_normal((N, K)).astype(ml_dtypes.float8_e5m2)
+    c = kernel(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c, want, rtol=1e-5, atol=1e-4)
+    assert "k32.f32.e4m3.e5m2" in fp8_mm.kernel.source("sm_90a")
+
+
+def test_fnuz_float8_is_refused_not_misread():
+    """MI300's fnuz float8 formats have another bias: declaring or passing them is an error."""
+    with pytest.raises(TypeError, match="fnuz"):
+        T.Tensor((4,), "float8_e4m3fnuz")

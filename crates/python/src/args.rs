@@ -146,8 +146,14 @@ fn numpy_dtype(obj: &Bound<'_, PyAny>, typestr: &str) -> PyResult<Option<DType>>
         (b'u', "4") => Some(DType::U32),
         (b'u', "8") => Some(DType::U64),
         (b'b', "1") => Some(DType::Bool),
-        (b'V', _) => {
+        // ml_dtypes' types: bfloat16 and float8_e4m3fn are `V2` / `V1`, float8_e5m2 is `f1`.
+        (b'V', _) | (b'f', "1") => {
             let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
+            if name.contains("fnuz") {
+                return Err(value_error(format!(
+                    "arrays of {name} are not supported: the fnuz float8 formats differ from float8_e4m3fn / float8_e5m2 in bias and NaN"
+                )));
+            }
             crate::expr::parse_dtype(&name)
         }
         _ => None,

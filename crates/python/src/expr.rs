@@ -44,13 +44,19 @@ pub fn parse_dtype(name: &str) -> Option<DType> {
         "uint32" => U32,
         "uint64" => U64,
         "boolean" => Bool,
-        "float8_e4m3fn" | "float8_e4m3fnuz" | "e4m3_float8" | "fp8_e4m3fn" => F8E4M3,
-        "float8_e5m2fnuz" | "e5m2_float8" => F8E5M2,
+        // The `fnuz` variants (MI300's) have another bias and no negative zero: not these.
+        "float8_e4m3fn" | "e4m3_float8" | "fp8_e4m3fn" => F8E4M3,
+        "e5m2_float8" => F8E5M2,
         _ => return None,
     })
 }
 
 pub fn dtype_arg(name: &str) -> PyResult<DType> {
+    if name.contains("fnuz") {
+        return Err(type_error(format!(
+            "`{name}` is not supported: the fnuz float8 formats (AMD MI300's) differ from float8_e4m3 / float8_e5m2 (OCP's e4m3fn and e5m2) in bias and NaN, so their bits would be read as other values"
+        )));
+    }
     parse_dtype(name).ok_or_else(|| {
         type_error(format!(
             "unknown dtype `{name}`; use float16, bfloat16, float32 (float), float64, float8_e4m3, float8_e5m2, int8/16/32/64, uint8/16/32/64 or bool"

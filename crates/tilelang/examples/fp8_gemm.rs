@@ -98,7 +98,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let dev = args.common.device()?;
     let config_for = |target: Target| -> anyhow::Result<GemmConfig> {
         let mut cfg = if target.has_wgmma() {
-            spec.hopper_tiles()
+            spec.hopper_tiles_for(args.k)
         } else {
             GemmConfig::for_target(&target, spec.a)
         };

@@ -82,20 +82,36 @@ impl Fp8Gemm {
         Ok(())
     }
 
-    /// Hopper tiles: 128×256×128, 4 stages, overlapped, without promotion (the registers of one
-    /// 128×256 accumulator per block); 128×128×128, 6 stages with it (two accumulators).
+    /// Hopper tiles for long K: 128×256×128, 4 stages, overlapped, without promotion (the
+    /// registers of one 128×256 accumulator per block); 128×128×128, 4 stages with it (two
+    /// accumulators). See [`Fp8Gemm::hopper_tiles_for`].
     pub fn hopper_tiles(&self) -> GemmConfig {
-        if self.promotes() {
-            GemmConfig {
-                panel: 8,
-                ..GemmConfig::tiles(128, 128, 128, 6, 256)
-            }
-        } else {
-            GemmConfig {
+        self.hopper_tiles_for(usize::MAX)
+    }
+
+    /// Hopper tiles for a problem of depth `k`, from a sweep on an H100 (docs/performance.md,
+    /// "FP8 GEMM"): at K = 8192 the 4-stage tiles win (fast accumulation 1369 TFLOP/s against
+    /// 1269 with 3 stages; promoted 1076 against 1005 for 3 stages at 2 blocks per SM); at
+    /// K = 2048 (4096×7168×2048) 3 stages win (1010 against 849), and the promoted per-tensor
+    /// GEMM runs two 3-stage blocks per SM (957 against 831). Block scaling keeps 4 stages at
+    /// both (1040 and 813; two blocks per SM: 836 and 745).
+    pub fn hopper_tiles_for(&self, k: usize) -> GemmConfig {
+        let long = k >= 4096;
+        match (self.promotes(), self.scaling) {
+            (false, _) => GemmConfig {
                 panel: 8,
                 overlap: true,
-                ..GemmConfig::tiles(128, 256, 128, 4, 256)
-            }
+                ..GemmConfig::tiles(128, 256, 128, if long { 4 } else { 3 }, 256)
+            },
+            (true, Fp8Scaling::Tensor) if !long => GemmConfig {
+                panel: 8,
+                min_blocks: 2,
+                ..GemmConfig::tiles(128, 128, 128, 3, 256)
+            },
+            (true, _) => GemmConfig {
+                panel: 8,
+                ..GemmConfig::tiles(128, 128, 128, 4, 256)
+            },
         }
     }
 }
