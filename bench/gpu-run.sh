@@ -325,11 +325,14 @@ if [ "$what" = fp8-sweep ]; then
   # variants, at FP8_SHAPES.
   for shape in ${FP8_SHAPES:-"8192,8192,8192" "4096,7168,2048"}; do
     IFS=, read -r m n k <<< "$shape"
-    for v in "" "--stages 3" "--bn 128 --stages 3 --min-blocks 2" "--persistent" "--panel 16"; do
+    # Variants separated by `|` (FP8_FAST, FP8_PROMOTED; FP8_SCALINGS: which promoted ones).
+    IFS='|' read -ra fast <<< "${FP8_FAST-|--stages 3|--bn 128 --stages 3 --min-blocks 2|--persistent|--panel 16}"
+    IFS='|' read -ra promoted <<< "${FP8_PROMOTED-|--stages 4|--stages 3 --min-blocks 2|--persistent|--bm 256 --threads 512 --stages 4|--bm 256 --threads 512 --stages 3}"
+    for v in "${fast[@]}"; do
       echo "[fast $v] $($G/fp8_gemm --device cuda --m $m --n $n --k $k --fast-accum --reps 30 $v 2>&1 | tail -n 1)"
     done
-    for sc in tensor blocks; do
-      for v in "" "--stages 4" "--stages 3 --min-blocks 2" "--persistent" "--bm 256 --threads 512 --stages 4" "--bm 256 --threads 512 --stages 3"; do
+    for sc in ${FP8_SCALINGS:-tensor blocks}; do
+      for v in "${promoted[@]}"; do
         echo "[$sc $v] $($G/fp8_gemm --device cuda --m $m --n $n --k $k --scaling $sc --reps 30 $v 2>&1 | tail -n 1)"
       done
     done
