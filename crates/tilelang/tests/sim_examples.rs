@@ -420,12 +420,14 @@ fn wgmma_gemm_in_sim() {
 fn fp8_wgmma_gemm_in_sim() {
     // fp8 on Hopper's warpgroup MMA: k32 steps over 128-byte rows of 128 elements, e4m3 and
     // e5m2 (and the mix), per-tensor scales with and without promotion, per-block scales
-    // (one 128-column scale block per k tile); tails in M, N and K.
+    // (one 128-column scale block per k tile); 128- and 256-deep k tiles; tails in M, N, K.
     use fp8_gemm::{Fp8Gemm, Fp8Scaling};
     let (m, n, kk) = (100, 200, 300);
     for (a, b, scaling, promote, bk, tag) in [
         (F8E4M3, F8E4M3, Fp8Scaling::Tensor, false, 128, "k32_e4m3"),
         (F8E4M3, F8E4M3, Fp8Scaling::Tensor, true, 128, "k32_e4m3"),
+        // 256-deep k tiles (two 128-byte column blocks per row), promoted every 256 of K.
+        (F8E4M3, F8E4M3, Fp8Scaling::Tensor, true, 256, "k32_e4m3"),
         (
             F8E5M2,
             F8E4M3,

@@ -82,19 +82,21 @@ impl Fp8Gemm {
         Ok(())
     }
 
-    /// Hopper tiles for long K: 128×256×128, 4 stages, overlapped, without promotion (the
-    /// registers of one 128×256 accumulator per block); 128×128×128, 4 stages with it (two
-    /// accumulators). See [`Fp8Gemm::hopper_tiles_for`].
+    /// Hopper tiles for long K (see [`Fp8Gemm::hopper_tiles_for`]).
     pub fn hopper_tiles(&self) -> GemmConfig {
         self.hopper_tiles_for(usize::MAX)
     }
 
-    /// Hopper tiles for a problem of depth `k`, from a sweep on an H100 (docs/performance.md,
-    /// "FP8 GEMM"): at K = 8192 the 4-stage tiles win (fast accumulation 1369 TFLOP/s against
-    /// 1269 with 3 stages; promoted 1076 against 1005 for 3 stages at 2 blocks per SM); at
-    /// K = 2048 (4096×7168×2048) 3 stages win (1010 against 849), and the promoted per-tensor
-    /// GEMM runs two 3-stage blocks per SM (957 against 831). Block scaling keeps 4 stages at
-    /// both (1040 and 813; two blocks per SM: 836 and 745).
+    /// Hopper tiles for a problem of depth `k`, from sweeps on an H100 (docs/performance.md,
+    /// "FP8 GEMM"). Without promotion: 128×256×128 (one accumulator of 128 registers per
+    /// thread), overlapped, 4 stages at K ≥ 4096 (1369 TFLOP/s at 8192³ against 1269 with 3)
+    /// and 3 below (1010 against 849 at 4096×7168×2048). Promoted per-tensor: 128×128 tiles
+    /// (two accumulators); at K ≥ 4096 256-deep k tiles in 3 stages, which halve the
+    /// promotions (each drains the tensor cores): 1184 against 1066 for 128-deep ones at
+    /// 8192³, 1075 against 948 at 4096³, the error unchanged (1.67e-3); below, two 3-stage
+    /// blocks per SM (953 against 823 for the 256-deep tiles at 4096×7168×2048). Block scaling
+    /// promotes every 128 of K by definition: 128-deep tiles in 4 stages (1040 and 813, two
+    /// blocks per SM 836 and 745).
     pub fn hopper_tiles_for(&self, k: usize) -> GemmConfig {
         let long = k >= 4096;
         match (self.promotes(), self.scaling) {
@@ -103,12 +105,16 @@ impl Fp8Gemm {
                 overlap: true,
                 ..GemmConfig::tiles(128, 256, 128, if long { 4 } else { 3 }, 256)
             },
-            (true, Fp8Scaling::Tensor) if !long => GemmConfig {
+            (true, Fp8Scaling::Tensor) if long => GemmConfig {
+                panel: 8,
+                ..GemmConfig::tiles(128, 128, 256, 3, 256)
+            },
+            (true, Fp8Scaling::Tensor) => GemmConfig {
                 panel: 8,
                 min_blocks: 2,
                 ..GemmConfig::tiles(128, 128, 128, 3, 256)
             },
-            (true, _) => GemmConfig {
+            (true, Fp8Scaling::Blocks) => GemmConfig {
                 panel: 8,
                 ..GemmConfig::tiles(128, 128, 128, 4, 256)
             },
