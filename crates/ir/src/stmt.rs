@@ -210,6 +210,12 @@ pub struct GemmOp {
     /// wgmma in flight while the next iteration waits for its tiles (wait for all but the
     /// newest group); the pipeline refills stages one iteration later to match.
     pub overlap: bool,
+    /// On wgmma: how many asynchronous groups may still be pending when the op ends
+    /// (TileLang's `wg_wait`): `Some(n)` waits with `wgmma.wait_group n`, `Some(-1)` does not
+    /// wait at all, leaving the accumulator to a later `wait_wgmma`; `None` lets the compiler
+    /// decide (wait for everything, or what `overlap` keeps in flight). Other instructions
+    /// finish within the op and ignore it.
+    pub wg_wait: Option<i32>,
     /// Set by the pipeline pass.
     pub schedule: GemmSchedule,
 }

@@ -45,6 +45,10 @@ struct Args {
     /// running sum over all of K, cuBLASLt's "fast accumulation"; 128×256 tiles
     #[arg(long)]
     fast_accum: bool,
+    /// Promoted per-tensor scaling with each promotion hidden under the next k tile's wgmma
+    /// (two partial accumulators; each stage holds two k tiles)
+    #[arg(long)]
+    overlap_promotion: bool,
     /// Depth of the k tile (a multiple of 128 for fp8 wgmma)
     #[arg(long, value_parser = common::size::<i64>)]
     bk: Option<i64>,
@@ -94,6 +98,7 @@ fn run() -> anyhow::Result<ExitCode> {
         out: common::parse_dtype(&args.out_dtype)?,
         scaling,
         promote: !args.fast_accum,
+        overlap_promotion: args.overlap_promotion,
     };
     let dev = args.common.device()?;
     let config_for = |target: Target| -> anyhow::Result<GemmConfig> {
@@ -166,7 +171,9 @@ fn run() -> anyhow::Result<ExitCode> {
             spec.a,
             spec.b,
             args.scaling,
-            if spec.promotes() {
+            if spec.overlap_promotion {
+                "promoted-overlapped"
+            } else if spec.promotes() {
                 "promoted"
             } else {
                 "fast-accum"

@@ -227,15 +227,17 @@ fn fp8_gemm_compiles_to_qgmma() {
         ..Default::default()
     };
     let mut failures = vec![];
-    for (scaling, promote, b) in [
-        (Fp8Scaling::Tensor, false, F8E4M3),
-        (Fp8Scaling::Tensor, true, F8E4M3),
-        (Fp8Scaling::Blocks, true, F8E4M3),
-        (Fp8Scaling::Blocks, true, F8E5M2),
+    for (scaling, promote, b, overlap_promotion) in [
+        (Fp8Scaling::Tensor, false, F8E4M3, false),
+        (Fp8Scaling::Tensor, true, F8E4M3, false),
+        (Fp8Scaling::Tensor, true, F8E4M3, true),
+        (Fp8Scaling::Blocks, true, F8E4M3, false),
+        (Fp8Scaling::Blocks, true, F8E5M2, false),
     ] {
         let spec = Fp8Gemm {
             b,
             promote,
+            overlap_promotion,
             ..Fp8Gemm::e4m3(scaling)
         };
         for depth in [8192, 2048] {
@@ -269,6 +271,16 @@ fn fp8_gemm_compiles_to_qgmma() {
                     ..opts.clone()
                 };
                 match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+                    // ptxas serializes wgmmas it cannot keep in flight (C7509-C7515): not in
+                    // the default (PTX) code of these kernels. Known: the CUDA C++ path's fast
+                    // accumulation (C7515), and the overlapped promotion, which reads one
+                    // partial while the other's wgmma runs (C7514, both paths; measured in
+                    // docs/performance.md).
+                    Ok(r)
+                        if code == "PTX" && !overlap_promotion && r.log.contains("serialized") =>
+                    {
+                        failures.push(format!("{what} ({code}): wgmma serialized:\n{}", r.log))
+                    }
                     Ok(r) if r.usage.spill_stores > budget || r.usage.spill_loads > budget => {
                         failures.push(format!(
                             "{what} ({code}): spills more than {budget} bytes: {r}"

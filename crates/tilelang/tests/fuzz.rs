@@ -287,7 +287,12 @@ impl Prog {
         };
         let gemm = matches!(kind, Kind::Gemm(_));
         let size = |r: &mut Rng| r.pick(&[1, 2, 7, 31, 33, 64, 65, 100, 130, 200]);
-        let (bm, bn, bk, threads) = if gemm {
+        // fp8 gemms (NT, K-major as fp8 tensor cores read them) in tiles 128 deep, which
+        // sm_90a runs on fp8 wgmma; elsewhere (and in other tiles) they take the FMA path.
+        let fp8 = matches!(kind, Kind::Gemm(GLayout::NT)) && r.below(3) == 0;
+        let (bm, bn, bk, threads) = if fp8 {
+            r.pick(&[(64, 64, 128, 128), (64, 64, 32, 128)])
+        } else if gemm {
             r.pick(&GEMM_TILES)
         } else {
             (
@@ -314,7 +319,9 @@ impl Prog {
             bk,
             threads,
             stages: r.pick(&[2, 3]),
-            din: r.pick(&if gemm {
+            din: r.pick(&if fp8 {
+                [F8E4M3, F8E4M3, F8E5M2]
+            } else if gemm {
                 [F16, BF16, F32]
             } else {
                 [F32, BF16, F16]

@@ -424,6 +424,8 @@ fn fp8_wgmma_gemm_in_sim() {
     use fp8_gemm::{Fp8Gemm, Fp8Scaling};
     let (m, n, kk) = (100, 200, 300);
     for (a, b, scaling, promote, bk, tag) in [
+        // Promotion hidden under the next wgmma: two partials, wg_wait(1), wait_wgmma(0).
+        (F8E4M3, F8E5M2, Fp8Scaling::Tensor, true, 0, "wgmma_wait<1>"),
         (F8E4M3, F8E4M3, Fp8Scaling::Tensor, false, 128, "k32_e4m3"),
         (F8E4M3, F8E4M3, Fp8Scaling::Tensor, true, 128, "k32_e4m3"),
         // 256-deep k tiles (two 128-byte column blocks per row), promoted every 256 of K.
@@ -452,10 +454,11 @@ fn fp8_wgmma_gemm_in_sim() {
             out: F32,
             scaling,
             promote,
+            overlap_promotion: bk == 0,
         };
         let cfg = gemm::GemmConfig {
             instruction: Some(GemmInstruction::Wgmma),
-            ..gemm::GemmConfig::tiles(64, 128, bk, 3, 128)
+            ..gemm::GemmConfig::tiles(64, 128, bk.max(128), 3, 128)
         };
         spec.check_tiles(&cfg).expect("tiles");
         let k = fp8_gemm::fp8_gemm(spec, cfg);
@@ -475,6 +478,74 @@ fn fp8_wgmma_gemm_in_sim() {
             "fp8 gemm {a}x{b} {scaling:?} promote={promote}: {e}"
         );
     }
+}
+
+/// A bf16 NT GEMM whose gemm leaves its wgmma pending (`wg_wait(w)`), in a pipelined or a
+/// serial loop, optionally followed by `wait_wgmma(n)` in the body and after the loop.
+fn wg_wait_gemm(pipelined: bool, w: i32, in_body: Option<u32>, after: bool) -> Kernel {
+    let (bm, bn, bk) = (64, 64, 64);
+    Kernel::build("wg_wait_gemm", |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = k.input("A", [&m, &kd], BF16);
+        let b = k.input("B", [&n, &kd], BF16);
+        let c = k.output("C", [&m, &n], F32);
+        k.launch([ceildiv(&n, bn), ceildiv(&m, bm)], 128, |t, [bx, by]| {
+            let a_s = t.alloc_shared([bm, bk], BF16);
+            let b_s = t.alloc_shared([bn, bk], BF16);
+            let acc = t.alloc_fragment([bm, bn], F32);
+            t.clear(&acc);
+            let body = |t: &mut TileScope, ko: Expr| {
+                t.copy(a.tile([&by * bm, &ko * bk]), &a_s);
+                t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
+                // wgmma on sm_90a (the compiler's choice for these tiles).
+                t.gemm(&a_s, &b_s, &acc).transpose_b().wg_wait(w);
+                if let Some(n) = in_body {
+                    t.wait_wgmma(n);
+                }
+            };
+            if pipelined {
+                t.pipelined(ceildiv(&kd, bk), 3, body);
+            } else {
+                t.serial(ceildiv(&kd, bk), body);
+            }
+            if after {
+                t.wait_wgmma(0);
+            }
+            t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+        });
+    })
+}
+
+#[test]
+fn wg_wait_and_wait_wgmma_in_sim() {
+    // TileLang's asynchronous gemm: correct where the waits retire what is read, reported
+    // where they do not.
+    let shapes = [vec![70, 300], vec![90, 300], vec![70, 90]];
+    // Left pending, retired at the end of each iteration, or one group across iterations
+    // (the pipeline then refills stages a step later) and the rest after the loop.
+    for (pipelined, w, in_body) in [(true, -1, Some(0)), (true, 1, None), (false, -1, Some(0))] {
+        let k = wg_wait_gemm(pipelined, w, in_body, true);
+        let e = sim_vs_cpu(&k, Target::SM90, &shapes, 21);
+        assert!(e < 1e-5, "pipelined={pipelined} wg_wait={w}: {e}");
+        // Synchronous elsewhere: the waits go.
+        assert!(sim_vs_cpu(&k, Target::SM80, &shapes, 21) < 1e-5);
+    }
+    // Every group left pending in a pipelined loop: refused when lowering, with the fix.
+    let k = wg_wait_gemm(true, -1, None, true);
+    let err = k
+        .lower(Target::SM90)
+        .expect_err("too many groups in flight")
+        .to_string();
+    assert!(err.contains("wait_wgmma(1)"), "{err}");
+    // A serial loop overwrites the tiles under the pending wgmma: the simulator says so.
+    let k = wg_wait_gemm(false, -1, None, true);
+    let lowered = k.lower(Target::SM90).expect("lowers");
+    let err = run_broken(&k, &lowered, &shapes).expect_err("a race");
+    assert!(err.contains("wgmma"), "{err}");
+    // One group still pending at the loop's end, no wait of the kernel's own: the pipeline
+    // drains it after the loop, before the accumulator is read.
+    let k = wg_wait_gemm(true, 1, None, false);
+    assert!(sim_vs_cpu(&k, Target::SM90, &shapes, 21) < 1e-5);
 }
 
 #[test]

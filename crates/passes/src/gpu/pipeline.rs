@@ -482,21 +482,12 @@ impl Pipeliner {
         let consumer_ids: Vec<usize> = (0..body.len())
             .filter(|i| !plan.producers.contains(i))
             .collect();
-        let depth = wgmma_depth(&body, &consumer_ids, s);
+        let (depth, chosen) = loop_depth(&body, &consumer_ids, s, span)?;
+        // `overlap` sets the gemm's wait to `depth`; waits the kernel chose stay as they are.
+        let overlap_depth = if chosen { 0 } else { depth };
         if let Some(bytes) = self.tma_bytes(&body, &plan) {
-            return Ok(self.expand_tma(l, s, depth, &plan, bytes, span));
+            return Ok(self.expand_tma(l, s, depth, overlap_depth, &plan, bytes, span));
         }
-        let depth: i64 = match consumer_ids.as_slice() {
-            [i] if s >= 3 => match &body[*i].kind {
-                StmtKind::Op(TileOp::Gemm(g))
-                    if g.overlap && g.instruction == Some(GemmInstruction::Wgmma) =>
-                {
-                    1
-                }
-                _ => 0,
-            },
-            _ => 0,
-        };
         let ahead_by = s - 1 - depth;
         let n = l.extent.clone();
         let lo = l.min.clone();
@@ -581,15 +572,12 @@ impl Pipeliner {
                     g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
                         && (a_regs || !written.contains(&g.a.buffer.id()));
                     if depth > 0 {
-                        g.schedule.in_flight = depth as u32;
+                        if overlap_depth > 0 {
+                            g.schedule.in_flight = overlap_depth as u32;
+                        }
                         // The registers the groups left in flight use, waited for after the
                         // loop.
-                        if drain.is_empty() {
-                            drain.push(first_element(&g.c.buffer));
-                            if a_regs {
-                                drain.push(first_element(&g.a.buffer));
-                            }
-                        }
+                        add_drain(&mut drain, &g);
                     }
                     Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
                 }
@@ -715,6 +703,7 @@ impl Pipeliner {
         l: &For,
         s: i64,
         depth: i64,
+        overlap_depth: i64,
         plan: &PipelinePlan,
         bytes: i64,
         span: Span,
@@ -829,13 +818,10 @@ impl Pipeliner {
                 g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
                     && (a_regs || !written.contains(&g.a.buffer.id()));
                 if depth > 0 {
-                    g.schedule.in_flight = depth as u32;
-                    if drain.is_empty() {
-                        drain.push(first_element(&g.c.buffer));
-                        if a_regs {
-                            drain.push(first_element(&g.a.buffer));
-                        }
+                    if overlap_depth > 0 {
+                        g.schedule.in_flight = overlap_depth as u32;
                     }
+                    add_drain(&mut drain, &g);
                 }
                 Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
             }
@@ -933,6 +919,94 @@ fn wgmma_depth(body: &[&Stmt], consumer_ids: &[usize], s: i64) -> i64 {
             _ => 0,
         },
         _ => 0,
+    }
+}
+
+/// Add a wgmma gemm's register arrays (accumulator, and A in registers) to the operands of
+/// the wait after the loop, once each.
+fn add_drain(drain: &mut Vec<Expr>, g: &tl_ir::GemmOp) {
+    let mut regs = vec![first_element(&g.c.buffer)];
+    if g.a.buffer.scope() == Scope::Fragment {
+        regs.push(first_element(&g.a.buffer));
+    }
+    for r in regs {
+        if !drain.contains(&r) {
+            drain.push(r);
+        }
+    }
+}
+
+/// How many wgmma groups one iteration leaves in flight into the next (0 or 1), so that
+/// stages are refilled that many iterations later, and whether the kernel chose its waits. Without a kernel-chosen wait it is
+/// [`wgmma_depth`] (`overlap`). With one (`wg_wait`, `wait_wgmma`), the consumers are played
+/// twice (the second time from the first's end, the steady state): each wgmma gemm adds a
+/// group and its own wait, or a `wait_wgmma` at the top level, bounds the count. More than
+/// one group crossing, or one with fewer than 3 stages, is refused: a stage could be
+/// refilled under a wgmma still reading it.
+fn loop_depth(
+    body: &[&Stmt],
+    consumer_ids: &[usize],
+    s: i64,
+    span: tl_ir::Span,
+) -> Result<(i64, bool), Diagnostic> {
+    let wgmma = |g: &tl_ir::GemmOp| g.instruction == Some(GemmInstruction::Wgmma);
+    let mut explicit = false;
+    for &i in consumer_ids {
+        body[i].walk(&mut |x| match &x.kind {
+            StmtKind::Op(TileOp::Gemm(g)) if wgmma(g) && g.wg_wait.is_some() => explicit = true,
+            StmtKind::Eval(e)
+                if matches!(e.kind(), ExprKind::Call(Intrinsic::WgmmaWait { .. }, _)) =>
+            {
+                explicit = true
+            }
+            _ => {}
+        });
+    }
+    if !explicit {
+        return Ok((wgmma_depth(body, consumer_ids, s), false));
+    }
+    let after = |pending: u32, g: &tl_ir::GemmOp| -> u32 {
+        match g.wg_wait {
+            None => 0,
+            Some(n) => u32::try_from(n).map_or(pending, |n| pending.min(n)),
+        }
+    };
+    let mut pending = 0u32;
+    for _ in 0..2 {
+        for &i in consumer_ids {
+            match &body[i].kind {
+                StmtKind::Op(TileOp::Gemm(g)) if wgmma(g) => pending = after(pending + 1, g),
+                StmtKind::Eval(e) => {
+                    if let ExprKind::Call(Intrinsic::WgmmaWait { n }, _) = e.kind() {
+                        pending = pending.min(*n);
+                    }
+                }
+                // Nested gemms may or may not run; nested waits are not counted on.
+                _ => body[i].walk(&mut |x| {
+                    if let StmtKind::Op(TileOp::Gemm(g)) = &x.kind {
+                        if wgmma(g) && g.wg_wait != Some(0) && g.wg_wait.is_some() {
+                            pending += 1;
+                        }
+                    }
+                }),
+            }
+        }
+    }
+    match pending {
+        0 => Ok((0, true)),
+        1 if s >= 3 => Ok((1, true)),
+        1 => Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            span,
+            format!("a wgmma group stays in flight from one iteration of this pipelined loop into the next (a gemm's wg_wait), which needs at least 3 stages; it has {s}"),
+        )
+        .help("use 3 or more stages, or wait_wgmma(0) at the end of the loop body")),
+        n => Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            span,
+            format!("{n} wgmma groups may stay in flight from one iteration of this pipelined loop into the next; at most one can (the stage it reads is refilled two iterations later)"),
+        )
+        .help("wait_wgmma(1) at the end of the loop body")),
     }
 }
 

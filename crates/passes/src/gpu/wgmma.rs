@@ -265,14 +265,16 @@ impl Ctx<'_> {
             self.eval(Intrinsic::WgmmaFence, regs.clone(), span),
             Stmt::seq(issue, span),
             self.eval(Intrinsic::WgmmaCommit, vec![], span),
-            self.eval(
-                Intrinsic::WgmmaWait {
-                    n: g.schedule.in_flight,
-                },
-                regs,
-                span,
-            ),
         ]);
+        // The kernel's own `wg_wait` wins over the schedule; -1 leaves every group pending
+        // for a later `wait_wgmma`.
+        let wait = match g.wg_wait {
+            None => Some(g.schedule.in_flight),
+            Some(n) => u32::try_from(n).ok(),
+        };
+        if let Some(n) = wait {
+            out.push(self.eval(Intrinsic::WgmmaWait { n }, regs, span));
+        }
         Ok(Stmt::seq(out, span))
     }
 }

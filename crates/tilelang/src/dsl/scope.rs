@@ -324,6 +324,7 @@ impl TileScope {
                     policy: WarpPolicy::Auto,
                     instruction: None,
                     overlap: false,
+                    wg_wait: None,
                     schedule: Default::default(),
                 })),
                 span,
@@ -335,6 +336,17 @@ impl TileScope {
         } else {
             GemmHandle { stmt: None }
         }
+    }
+
+    /// Wait until at most `n` asynchronous wgmma groups are pending (`wgmma.wait_group n`,
+    /// TileLang's `T.wait_wgmma`): the accumulators of gemms issued with
+    /// [`GemmHandle::wg_wait`] before the newest `n` are readable after it. Where gemms are
+    /// synchronous (every target but sm_90a's wgmma) it does nothing.
+    #[track_caller]
+    pub fn wait_wgmma(&mut self, n: u32) {
+        let span = self.here();
+        let call = Expr::call(Intrinsic::WgmmaWait { n }, vec![], DType::Bool);
+        self.push(StmtKind::Eval(call), span);
     }
 
     #[track_caller]
@@ -828,6 +840,14 @@ impl GemmHandle<'_> {
     /// nothing.
     pub fn overlap(self) -> Self {
         self.with(|g| g.overlap = true)
+    }
+    /// On wgmma, leave up to `n` asynchronous groups pending at the end of this gemm (`-1`:
+    /// do not wait at all), as TileLang's `wg_wait`: the accumulator may not be read until a
+    /// later [`TileScope::wait_wgmma`] retires it (the simulator reports a read before that).
+    /// Lets a kernel overlap work on one accumulator with the wgmma of another. Other
+    /// instructions complete within the gemm and ignore it.
+    pub fn wg_wait(self, n: i32) -> Self {
+        self.with(|g| g.wg_wait = Some(n))
     }
     /// [`wgmma`](Self::wgmma) and [`overlap`](Self::overlap).
     pub fn wgmma_overlap(self) -> Self {

@@ -37,6 +37,12 @@ pub struct Fp8Gemm {
     pub scaling: Fp8Scaling,
     /// Two-level accumulation (always on for block scaling).
     pub promote: bool,
+    /// Promoted per-tensor scaling only: hide each promotion under the next wgmma. Every
+    /// pipeline stage holds two k tiles, multiplied into two partial accumulators in turn;
+    /// each gemm leaves its wgmma running (`wg_wait(1)`) while the other partial, retired by
+    /// that wait, is added into the f32 accumulator. Three accumulators of registers, and at
+    /// least 3 stages.
+    pub overlap_promotion: bool,
 }
 
 impl Fp8Gemm {
@@ -48,6 +54,7 @@ impl Fp8Gemm {
             out: BF16,
             scaling,
             promote: true,
+            overlap_promotion: false,
         }
     }
 
@@ -71,6 +78,18 @@ impl Fp8Gemm {
             return Err(format!(
                 "block scaling needs k tiles that divide the {SCALE_BLOCK}-wide scale blocks (bk = {})",
                 cfg.bk
+            ));
+        }
+        if self.overlap_promotion && (self.scaling != Fp8Scaling::Tensor || !self.promote) {
+            return Err(
+                "the overlapped promotion is for promoted per-tensor scaling (block scales change with every k tile)"
+                    .into(),
+            );
+        }
+        if self.overlap_promotion && cfg.stages < 3 {
+            return Err(format!(
+                "the overlapped promotion keeps a wgmma running into the next k stage: it needs at least 3 stages (got {})",
+                cfg.stages
             ));
         }
         if self.promotes() && cfg.overlap {
@@ -99,6 +118,13 @@ impl Fp8Gemm {
     /// blocks per SM 836 and 745).
     pub fn hopper_tiles_for(&self, k: usize) -> GemmConfig {
         let long = k >= 4096;
+        if self.overlap_promotion {
+            // 128×128 partials (three accumulators), stages of two 128-deep k tiles.
+            return GemmConfig {
+                panel: 8,
+                ..GemmConfig::tiles(128, 128, 128, 3, 256)
+            };
+        }
         match (self.promotes(), self.scaling) {
             (false, _) => GemmConfig {
                 panel: 8,
@@ -139,6 +165,9 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
     } = cfg;
     let blocks = spec.scaling == Fp8Scaling::Blocks;
     let promote = spec.promotes();
+    if spec.overlap_promotion && !blocks && promote {
+        return overlapped_promotion(spec, cfg);
+    }
     let name = match (blocks, promote) {
         (true, _) => "fp8_gemm_blocks",
         (false, true) => "fp8_gemm_promoted",
@@ -220,6 +249,84 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
                         t.store(&acc, [&i, &j], acc.at([&i, &j]) * s);
                     });
                 }
+                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+            },
+        );
+    })
+}
+
+/// Promoted per-tensor scaling with each promotion under the next wgmma
+/// ([`Fp8Gemm::overlap_promotion`]): stage `ko` holds k tiles `2ko` and `2ko + 1`; the first
+/// goes into partial `p0` while `p1` (the previous stage's second tile, retired by the first
+/// gemm's `wg_wait(1)`) is added into `acc`, then the second into `p1` while `p0` is added.
+fn overlapped_promotion(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
+    let GemmConfig {
+        bm,
+        bn,
+        bk,
+        stages,
+        threads,
+        min_blocks,
+        panel,
+        instruction,
+        persistent,
+        ..
+    } = cfg;
+    Kernel::build("fp8_gemm_promoted_overlapped", |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = k.input("A", [&m, &kd], spec.a);
+        let b = k.input("B", [&n, &kd], spec.b);
+        let sa = k.input("SA", [1, 1], F32);
+        let sb = k.input("SB", [1, 1], F32);
+        let c = k.output("C", [&m, &n], spec.out);
+        k.launch(
+            [ceildiv(&n, bn), ceildiv(&m, bm)],
+            threads,
+            |t, [bx, by]| {
+                if min_blocks > 0 {
+                    t.min_blocks_per_sm(min_blocks);
+                }
+                if panel > 1 {
+                    t.use_swizzle(panel);
+                }
+                if let Some(p) = persistent {
+                    t.persistent(p);
+                }
+                let a_s = t.alloc_shared_named("A_s", [bm, 2 * bk], spec.a);
+                let b_s = t.alloc_shared_named("B_s", [bn, 2 * bk], spec.b);
+                let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+                let p0 = t.alloc_fragment_named("p0", [bm, bn], F32);
+                let p1 = t.alloc_fragment_named("p1", [bm, bn], F32);
+                t.clear(&acc);
+                // The first stage adds the "previous" p1: nothing.
+                t.clear(&p1);
+                let add = |t: &mut TileScope, p: &Buffer| {
+                    t.parallel([bm, bn], |t, [i, j]| {
+                        t.store(&acc, [&i, &j], acc.at([&i, &j]) + p.at([&i, &j]));
+                    });
+                };
+                t.pipelined(ceildiv(&kd, 2 * bk), stages, |t, ko| {
+                    t.copy(a.tile([&by * bm, &ko * (2 * bk)]), &a_s);
+                    t.copy(b.tile([&bx * bn, &ko * (2 * bk)]), &b_s);
+                    for (half, p, other) in [(0, &p0, &p1), (1, &p1, &p0)] {
+                        let mut g = t.gemm(
+                            a_s.region([0, half * bk], [bm, bk]),
+                            b_s.region([0, half * bk], [bn, bk]),
+                            p,
+                        );
+                        if let Some(inst) = instruction {
+                            g = g.instruction(inst);
+                        }
+                        g.transpose_b().clear_accum().wg_wait(1);
+                        add(t, other);
+                    }
+                });
+                t.wait_wgmma(0);
+                add(t, &p1);
+                t.parallel([bm, bn], |t, [i, j]| {
+                    let s = sa.at([0, 0]) * sb.at([0, 0]);
+                    t.store(&acc, [&i, &j], acc.at([&i, &j]) * s);
+                });
                 t.copy(&acc, c.tile([&by * bm, &bx * bn]));
             },
         );

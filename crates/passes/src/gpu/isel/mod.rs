@@ -56,5 +56,51 @@ fn select(k: Kernel, sel: &dyn Selector) -> Result<Kernel, Diagnostics> {
     }
     let mut out = k.with_body(body);
     sel.finish(&mut out);
+    bind_wgmma_waits(&mut out);
     Ok(out)
+}
+
+/// A kernel's own `wait_wgmma` (an operand-less `WgmmaWait`) waits for its asynchronous gemms:
+/// it takes the register arrays of every wgmma gemm (accumulators, and A fragments) as
+/// operands, which CUDA C++ pins across it. Where no gemm runs on wgmma the gemms are
+/// synchronous and the wait goes.
+fn bind_wgmma_waits(k: &mut Kernel) {
+    let mut regs: Vec<tl_ir::Buffer> = vec![];
+    k.body.walk(&mut |s| {
+        if let StmtKind::Op(TileOp::Gemm(g)) = &s.kind {
+            if g.instruction == Some(tl_ir::GemmInstruction::Wgmma) {
+                let mut add = |b: &tl_ir::Buffer| {
+                    if !regs.iter().any(|r| r.id() == b.id()) {
+                        regs.push(b.clone());
+                    }
+                };
+                add(&g.c.buffer);
+                if g.a.buffer.scope() == tl_ir::Scope::Fragment {
+                    add(&g.a.buffer);
+                }
+            }
+        }
+    });
+    let body = k.body.map_post(&mut |st| match &st.kind {
+        StmtKind::Eval(e) => match e.kind() {
+            tl_ir::ExprKind::Call(op @ tl_ir::Intrinsic::WgmmaWait { .. }, args)
+                if args.is_empty() =>
+            {
+                if regs.is_empty() {
+                    return Stmt::empty();
+                }
+                let pins = regs
+                    .iter()
+                    .map(|b| crate::tile_util::address_of(b, vec![tl_ir::Expr::int(0); b.rank()]))
+                    .collect();
+                Stmt::new(
+                    StmtKind::Eval(tl_ir::Expr::call(op.clone(), pins, tl_ir::DType::Bool)),
+                    st.span,
+                )
+            }
+            _ => st,
+        },
+        _ => st,
+    });
+    *k = k.clone().with_body(body);
 }
