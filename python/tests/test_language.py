@@ -467,3 +467,34 @@ def test_fnuz_float8_is_refused_not_misread():
     """MI300's fnuz float8 formats have another bias: declaring or passing them is an error."""
     with pytest.raises(TypeError, match="fnuz"):
         T.Tensor((4,), "float8_e4m3fnuz")
+
+
+def test_wg_wait_and_wait_wgmma(rng):
+    """TileLang's asynchronous gemm: ``wg_wait=-1`` then ``T.wait_wgmma(0)``; correct on the
+    CPU (synchronous there), lowered to a wait for the wgmma accumulator on sm_90a."""
+    M, N, K, bm, bn, bk = 128, 128, 128, 64, 64, 64
+
+    @T.prim_func
+    def mm(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"),
+           C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bn, bk), "float16")
+            acc = T.alloc_fragment((bm, bn), "float")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, bk), num_stages=3):
+                T.copy(A[by * bm, ko * bk], A_s)
+                T.copy(B[bx * bn, ko * bk], B_s)
+                T.gemm(A_s, B_s, acc, transpose_B=True, wg_wait=-1)
+                T.wait_wgmma(0)
+            T.copy(acc, C[by * bm, bx * bn])
+
+    kernel = tilelang.compile(mm, out_idx=[2], target="cpu")
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((N, K)).astype(np.float16)
+    np.testing.assert_allclose(kernel(a, b), a.astype(np.float64) @ b.astype(np.float64).T,
+                               rtol=1e-4, atol=1e-3)
+    src = mm.kernel.source("sm_90a")
+    assert "wgmma.wait_group.sync.aligned 0" in src or "tl_wgmma_wait<0>" in src
+    with pytest.raises(TypeError, match="wait_wgmma"):
+        T.wait_wgmma(-1)

@@ -244,7 +244,7 @@ impl Builder {
         Ok(())
     }
 
-    #[pyo3(signature = (a, b, c, transpose_a=false, transpose_b=false, policy_name="auto", clear_accum=false))]
+    #[pyo3(signature = (a, b, c, transpose_a=false, transpose_b=false, policy_name="auto", clear_accum=false, wg_wait=0))]
     #[allow(clippy::too_many_arguments)] // one per keyword of T.gemm
     fn gemm(
         &mut self,
@@ -255,7 +255,13 @@ impl Builder {
         transpose_b: bool,
         policy_name: &str,
         clear_accum: bool,
+        wg_wait: i32,
     ) -> PyResult<()> {
+        if wg_wait < -1 {
+            return Err(crate::error::value_error(format!(
+                "wg_wait must be -1 (do not wait) or the number of wgmma groups left pending (≥ 0), got {wg_wait}"
+            )));
+        }
         let p = policy(policy_name)?;
         let (a, b, c) = (self.tile(a)?, self.tile(b)?, self.tile(c)?);
         let mut g = self.scope()?.gemm(a, b, c).policy(p);
@@ -266,8 +272,17 @@ impl Builder {
             g = g.transpose_b();
         }
         if clear_accum {
-            g.clear_accum();
+            g = g.clear_accum();
         }
+        // TileLang's default, 0, waits for everything: the compiler's own choice.
+        if wg_wait != 0 {
+            g.wg_wait(wg_wait);
+        }
+        Ok(())
+    }
+
+    fn wait_wgmma(&mut self, n: u32) -> PyResult<()> {
+        self.scope()?.wait_wgmma(n);
         Ok(())
     }
 

@@ -27,7 +27,7 @@ __all__ = [
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "boolean",
     # launch, memory, ops
     "Kernel", "alloc_shared", "alloc_fragment", "alloc_local", "alloc_var", "print",
-    "copy", "gemm", "GemmWarpPolicy", "clear", "fill", "reduce_max", "reduce_sum",
+    "copy", "gemm", "wait_wgmma", "GemmWarpPolicy", "clear", "fill", "reduce_max", "reduce_sum",
     "reduce_min", "reduce_abssum", "reduce_absmax", "atomic_add", "atomic_max", "atomic_min", "cumsum",
     # loops
     "Pipelined", "Parallel", "serial", "unroll", "grid",
@@ -314,11 +314,24 @@ def gemm(A: TileArg, B: TileArg, C: TileArg, transpose_A: bool = False,
     """``C += A · B`` on tiles (A is ``[M, K]``, ``[K, M]`` with ``transpose_A``; B is
     ``[K, N]``, ``[N, K]`` with ``transpose_B``). ``policy`` fixes the warp partition
     (default: the compiler's choice). ``k_pack`` is accepted for TileLang compatibility and
-    has no effect (the AMD lowering chooses its own K interleaving)."""
+    has no effect (the AMD lowering chooses its own K interleaving). ``wg_wait`` (Hopper's
+    wgmma): leave that many asynchronous groups pending at the end (``-1``: do not wait);
+    ``T.wait_wgmma(n)`` retires them before C is read. Elsewhere gemms are synchronous."""
     if not isinstance(k_pack, int) or k_pack < 1:
         raise TypeError(f"k_pack must be a positive int, got {k_pack!r}")
+    if not isinstance(wg_wait, int) or isinstance(wg_wait, _b.bool):
+        raise TypeError(f"wg_wait must be an int, got {wg_wait!r}")
     _trace.current().b.gemm(A, B, C, _b.bool(transpose_A), _b.bool(transpose_B),
-                            policy or GemmWarpPolicy.Auto, _b.bool(clear_accum))
+                            policy or GemmWarpPolicy.Auto, _b.bool(clear_accum), wg_wait)
+
+
+def wait_wgmma(n: int = 0) -> None:
+    """Wait until at most ``n`` asynchronous wgmma groups are pending (``wgmma.wait_group``):
+    the accumulators of gemms issued with ``wg_wait`` before the newest ``n`` are readable
+    after it. Does nothing where gemms are synchronous."""
+    if not isinstance(n, int) or isinstance(n, _b.bool) or n < 0:
+        raise TypeError(f"wait_wgmma takes a count ≥ 0, got {n!r}")
+    _trace.current().b.wait_wgmma(n)
 
 
 def clear(buffer: TileArg) -> None:

@@ -698,6 +698,7 @@ impl Pipeliner {
     /// barrier
     /// ```
     /// TMA writes through the async proxy, which wgmma reads through: no proxy fence.
+    #[allow(clippy::too_many_arguments)]
     fn expand_tma(
         &mut self,
         l: &For,

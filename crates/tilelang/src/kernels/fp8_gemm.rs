@@ -37,11 +37,13 @@ pub struct Fp8Gemm {
     pub scaling: Fp8Scaling,
     /// Two-level accumulation (always on for block scaling).
     pub promote: bool,
-    /// Promoted per-tensor scaling only: hide each promotion under the next wgmma. Every
-    /// pipeline stage holds two k tiles, multiplied into two partial accumulators in turn;
-    /// each gemm leaves its wgmma running (`wg_wait(1)`) while the other partial, retired by
-    /// that wait, is added into the f32 accumulator. Three accumulators of registers, and at
-    /// least 3 stages.
+    /// Promoted per-tensor scaling only: try to hide each promotion under the next wgmma.
+    /// Every pipeline stage holds two k tiles, multiplied into two partial accumulators in
+    /// turn; each gemm leaves its wgmma running (`wg_wait(1)`) while the other partial,
+    /// retired by that wait, is added into the f32 accumulator. Three accumulators of
+    /// registers, and at least 3 stages. Off by default: correct, but ptxas serializes the
+    /// wgmmas (C7514, a partial read while the other's wgmma runs), and it measured slower
+    /// on an H100 (978.9 against 1181.8 TFLOP/s at 8192³; docs/performance.md).
     pub overlap_promotion: bool,
 }
 
