@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|fp8-sweep|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|fp8-sweep|softmax-long|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -317,6 +317,17 @@ if [ "$what" = fp8 ]; then
     for sc in "--fast-accum" "--scaling tensor" "--scaling blocks"; do
       $G/fp8_gemm --device cuda --m $m --n $n --k $k $sc --reps 30 ${FP8_EXTRA:-} 2>&1 | tail -n 1
     done
+  done
+fi
+
+if [ "$what" = softmax-long ]; then
+  # Few long rows (issue 14): ours split over blocks (the default for such shapes), ours one
+  # block per row (--no-split), torch.softmax; bf16. LONG_SHAPES narrows it.
+  for shape in ${LONG_SHAPES:-"1,128256" "4,128256" "16,128256" "64,128256" "4,32000" "4,262144" "1,1048576"}; do
+    IFS=, read -r r c <<< "$shape"
+    $G/softmax --device cuda --rows $r --cols $c --dtype bf16 --reps 50 2>&1 | tail -n 1
+    $G/softmax --device cuda --rows $r --cols $c --dtype bf16 --reps 50 --no-split 2>&1 | tail -n 1 | sed 's/^/[one block per row] /'
+    python3 $G/torch_peers.py softmax $r $c
   done
 fi
 

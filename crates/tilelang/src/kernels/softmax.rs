@@ -143,3 +143,167 @@ pub fn softmax_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
 pub fn row_width(cols: i64, threads: u32) -> i64 {
     padded(cols, threads)
 }
+
+/// Softmax of few long rows (a vocabulary-sized softmax at a small batch), which one block per
+/// row leaves most of a GPU idle: each row is split into spans of `span` columns, one block
+/// per span, in two kernels — [`softmax_split_stats`] writes each span's max and sum of
+/// exponentials, [`softmax_split_apply`] combines its row's spans and writes its own span.
+/// X is read twice (three passes over memory instead of two), at the whole GPU's bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitConfig {
+    /// Columns per block: a multiple of `chunk`.
+    pub span: i64,
+    /// Columns per pass through registers.
+    pub chunk: i64,
+    pub threads: u32,
+}
+
+impl SplitConfig {
+    /// Spans that give about `2 × multiprocessors` blocks for `rows × cols`, in 2048-column
+    /// chunks of 256 threads (one 16-byte vector of a 16-bit type per thread and pass).
+    pub fn for_shape(rows: usize, cols: usize, multiprocessors: u32) -> SplitConfig {
+        let chunk = 2048i64;
+        let want_blocks = (2 * multiprocessors as usize).max(1);
+        let per_row = want_blocks.div_ceil(rows.max(1)).max(1);
+        let span = (cols.div_ceil(per_row) as i64).max(1);
+        SplitConfig {
+            span: (span + chunk - 1) / chunk * chunk,
+            chunk,
+            threads: 256,
+        }
+    }
+
+    /// Spans per row of `cols` columns.
+    pub fn spans(&self, cols: usize) -> usize {
+        cols.div_ceil(self.span.max(1) as usize)
+    }
+}
+
+/// The first kernel of a split softmax ([`SplitConfig`]): X `[M, N]` in, the max and the sum
+/// of exp(x − max) of every span out (`PMAX`, `PSUM`, `[M, ceil(N / span)]`, f32). Grid: spans
+/// × rows.
+pub fn softmax_split_stats(dtype: DType, cfg: SplitConfig) -> Kernel {
+    let (span, bc) = (cfg.span, cfg.chunk);
+    Kernel::build("softmax_split_stats", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let spans = ceildiv(&n, span);
+        let x = k.input("X", [&m, &n], dtype);
+        let pmax = k.output("PMAX", [&m, &spans], F32);
+        let psum = k.output("PSUM", [&m, &spans], F32);
+        k.launch([spans.clone(), m.clone()], cfg.threads, |t, [bx, by]| {
+            let xf = t.alloc_fragment_named("x", [1, bc], F32);
+            let row_max = t.alloc_fragment_named("span_max", [1], F32);
+            let chunk = t.alloc_fragment_named("chunk", [1], F32);
+            let row_sum = t.alloc_fragment_named("span_sum", [1], F32);
+            t.fill(&row_max, f64::NEG_INFINITY);
+            t.clear(&row_sum);
+            // The span's first chunk always holds a column of the row (bx < ceil(N / span)),
+            // so the running max is finite from then on.
+            t.serial(span / bc, |t, j| {
+                let c0 = &bx * span + &j * bc;
+                t.copy(x.tile([by.clone(), c0.clone()]), &xf);
+                t.parallel([1, bc], |t, [i, c]| {
+                    let valid = (&c0 + &c).lt(&n);
+                    t.store(
+                        &xf,
+                        [&i, &c],
+                        select(valid, xf.at([&i, &c]), f64::NEG_INFINITY),
+                    );
+                });
+                t.reduce_max(&xf, &chunk, 1);
+                t.parallel([1], |t, [i]| {
+                    let new_max = max(row_max.at([&i]), chunk.at([&i]));
+                    t.store(
+                        &row_sum,
+                        [&i],
+                        row_sum.at([&i]) * exp(row_max.at([&i]) - &new_max),
+                    );
+                    t.store(&row_max, [&i], new_max);
+                });
+                t.parallel([1, bc], |t, [i, c]| {
+                    t.store(&xf, [&i, &c], exp(xf.at([&i, &c]) - row_max.at([&i])));
+                });
+                t.reduce_sum(&xf, &chunk, 1);
+                t.parallel([1], |t, [i]| {
+                    t.store(&row_sum, [&i], row_sum.at([&i]) + chunk.at([&i]));
+                });
+            });
+            t.copy(&row_max, pmax.tile([&by, &bx]));
+            t.copy(&row_sum, psum.tile([&by, &bx]));
+        });
+    })
+}
+
+/// The second kernel of a split softmax: each block combines its row's span statistics
+/// (`threads` at a time) into the row's max and sum, then writes exp(x − max) / sum over its
+/// own span. Inputs X, PMAX, PSUM; output Y `[M, N]`.
+pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
+    let (span, bc) = (cfg.span, cfg.chunk);
+    let sc = cfg.threads as i64;
+    Kernel::build("softmax_split_apply", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let spans = ceildiv(&n, span);
+        let x = k.input("X", [&m, &n], dtype);
+        let pmax = k.input("PMAX", [&m, &spans], F32);
+        let psum = k.input("PSUM", [&m, &spans], F32);
+        let y = k.output("Y", [&m, &n], dtype);
+        k.launch([spans.clone(), m.clone()], cfg.threads, |t, [bx, by]| {
+            let pm = t.alloc_fragment_named("pm", [1, sc], F32);
+            let ps = t.alloc_fragment_named("ps", [1, sc], F32);
+            let part = t.alloc_fragment_named("part", [1], F32);
+            let row_max = t.alloc_fragment_named("row_max", [1], F32);
+            let row_sum = t.alloc_fragment_named("row_sum", [1], F32);
+            t.fill(&row_max, f64::NEG_INFINITY);
+            t.clear(&row_sum);
+            // The same online combination over the spans' statistics, `sc` at a time (the
+            // first group always holds span 0).
+            t.serial(ceildiv(&spans, sc), |t, g| {
+                t.copy(pmax.tile([by.clone(), &g * sc]), &pm);
+                t.copy(psum.tile([by.clone(), &g * sc]), &ps);
+                t.parallel([1, sc], |t, [i, c]| {
+                    let valid = (&g * sc + &c).lt(&spans);
+                    t.store(
+                        &pm,
+                        [&i, &c],
+                        select(valid.clone(), pm.at([&i, &c]), f64::NEG_INFINITY),
+                    );
+                    t.store(&ps, [&i, &c], select(valid, ps.at([&i, &c]), 0.0));
+                });
+                t.reduce_max(&pm, &part, 1);
+                t.parallel([1], |t, [i]| {
+                    let new_max = max(row_max.at([&i]), part.at([&i]));
+                    t.store(
+                        &row_sum,
+                        [&i],
+                        row_sum.at([&i]) * exp(row_max.at([&i]) - &new_max),
+                    );
+                    t.store(&row_max, [&i], new_max);
+                });
+                t.parallel([1, sc], |t, [i, c]| {
+                    t.store(
+                        &ps,
+                        [&i, &c],
+                        ps.at([&i, &c]) * exp(pm.at([&i, &c]) - row_max.at([&i])),
+                    );
+                });
+                t.reduce_sum(&ps, &part, 1);
+                t.parallel([1], |t, [i]| {
+                    t.store(&row_sum, [&i], row_sum.at([&i]) + part.at([&i]));
+                });
+            });
+            t.parallel([1], |t, [i]| {
+                t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));
+            });
+            let xf = t.alloc_fragment_named("x", [1, bc], F32);
+            t.serial(span / bc, |t, j| {
+                let c0 = &bx * span + &j * bc;
+                t.copy(x.tile([by.clone(), c0.clone()]), &xf);
+                t.parallel([1, bc], |t, [i, c]| {
+                    let e = exp(xf.at([&i, &c]) - row_max.at([&i])) * row_sum.at([&i]);
+                    t.store(&xf, [&i, &c], e);
+                });
+                t.copy(&xf, y.tile([by.clone(), c0]));
+            });
+        });
+    })
+}

@@ -12,6 +12,11 @@ pub fn example_kernels() -> Vec<Kernel> {
     };
     let g = gemm::GemmConfig::tiles(64, 64, 32, 2, 128);
     let fa = flash_attention::AttnConfig::tiles(64, 64, 2, 128);
+    let split = softmax::SplitConfig {
+        span: 4096,
+        chunk: 2048,
+        threads: 256,
+    };
     vec![
         gemm::gemm(gemm::Layout::NT, BF16, BF16, g),
         gemm::gemm(gemm::Layout::NN, F32, F32, g),
@@ -20,5 +25,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         rmsnorm::rmsnorm(BF16, row),
         flash_attention::flash_attention(BF16, 64, true, fa),
         flash_attention::flash_attention(BF16, 128, false, fa),
+        softmax::softmax_split_stats(BF16, split),
+        softmax::softmax_split_apply(BF16, split),
     ]
 }
