@@ -322,12 +322,14 @@ fi
 
 if [ "$what" = softmax-long ]; then
   # Few long rows (issue 14): ours split over blocks (the default for such shapes), ours one
-  # block per row (--no-split), torch.softmax; bf16. LONG_SHAPES narrows it.
+  # block per row (--no-split), torch.softmax / rms_norm; bf16. LONG_SHAPES, LONG_OPS narrow it.
   for shape in ${LONG_SHAPES:-"1,128256" "4,128256" "16,128256" "64,128256" "4,32000" "4,262144" "1,1048576"}; do
     IFS=, read -r r c <<< "$shape"
-    $G/softmax --device cuda --rows $r --cols $c --dtype bf16 --reps 50 2>&1 | tail -n 1
-    $G/softmax --device cuda --rows $r --cols $c --dtype bf16 --reps 50 --no-split 2>&1 | tail -n 1 | sed 's/^/[one block per row] /'
-    python3 $G/torch_peers.py softmax $r $c
+    for op in ${LONG_OPS:-softmax rmsnorm}; do
+      $G/$op --device cuda --rows $r --cols $c --dtype bf16 --reps 50 2>&1 | tail -n 1
+      $G/$op --device cuda --rows $r --cols $c --dtype bf16 --reps 50 --no-split 2>&1 | tail -n 1 | sed 's/^/[one block per row] /'
+      python3 $G/torch_peers.py $op $r $c
+    done
   done
 fi
 

@@ -2,6 +2,9 @@
 //!
 //!     cargo run --release --example rmsnorm -- --rows 1000 --cols 3000
 //!
+//! Few long rows (fewer rows than the GPU has multiprocessors, each wider than 16384) are
+//! split over blocks, two kernels (`--split` forces it, `--no-split` keeps one block per row).
+//!
 //! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
 //! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:
 //!
@@ -13,7 +16,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tilelang::kernels::reference;
-use tilelang::kernels::rmsnorm::{rmsnorm, rmsnorm_row, EPS};
+use tilelang::kernels::rmsnorm::{
+    rmsnorm, rmsnorm_row, rmsnorm_split_apply, rmsnorm_split_stats, EPS,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -22,7 +27,7 @@ use tilelang::kernels::rmsnorm::{rmsnorm, rmsnorm_row, EPS};
 )]
 struct Args {
     #[command(flatten)]
-    row: common::RowArgs,
+    args: common::SplitArgs,
 }
 
 fn main() -> ExitCode {
@@ -32,5 +37,10 @@ fn main() -> ExitCode {
         chunked: rmsnorm,
         reference: |x, rows, cols| reference::rmsnorm(x, rows, cols, EPS),
     };
-    common::exit_code(common::run_row_example(&op, &Args::parse().row))
+    let split = common::SplitOp {
+        stats: rmsnorm_split_stats,
+        apply: rmsnorm_split_apply,
+        outputs: 1,
+    };
+    common::exit_code(common::run_split_example(&op, &split, &Args::parse().args))
 }

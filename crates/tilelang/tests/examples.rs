@@ -127,37 +127,33 @@ fn flash_attention_causal_and_not() {
 }
 
 #[test]
-fn softmax_split_over_blocks() {
+fn softmax_and_rmsnorm_split_over_blocks() {
     // Few long rows split over blocks (two kernels): on the CPU (one and two groups of span
     // statistics to combine) and in the simulator for sm_80 and sm_90a.
-    run(
-        "softmax",
-        &[
+    for name in ["softmax", "rmsnorm"] {
+        let small = [
             "--rows", "3", "--cols", "10001", "--split", "--span", "4096",
-        ],
-    );
-    run(
-        "softmax",
-        &[
-            "--rows", "2", "--cols", "600001", "--split", "--span", "2048", "--dtype", "bf16",
-        ],
-    );
-    for dev in ["sim", "sim:sm_90a"] {
-        let args = [
-            "--rows", "3", "--cols", "10001", "--split", "--span", "4096", "--dtype", "bf16",
         ];
-        let last = run_on("softmax", &args, dev);
-        assert!(last.contains("split=3x4096"), "{last}");
+        run(name, &small);
+        let wide = [
+            "--rows", "2", "--cols", "600001", "--split", "--span", "2048", "--dtype", "bf16",
+        ];
+        run(name, &wide);
+        for dev in ["sim", "sim:sm_90a"] {
+            let args: Vec<&str> = small.iter().chain(&["--dtype", "bf16"]).copied().collect();
+            let last = run_on(name, &args, dev);
+            assert!(last.contains("split=3x4096"), "{last}");
+        }
+        let out = Command::new(example(name))
+            .args(["--split", "--span", "1000", "--device", "cpu"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("multiple of 2048"),
+            "{err}"
+        );
     }
-    let out = Command::new(example("softmax"))
-        .args(["--split", "--span", "1000", "--device", "cpu"])
-        .output()
-        .expect("runs");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("multiple of 2048"),
-        "{err}"
-    );
 }
 
 #[test]

@@ -396,3 +396,94 @@ pub struct TileArgs {
     #[arg(long)]
     pub tune: bool,
 }
+
+/// The split-row form of a row-wise operation (few long rows): a kernel writing `stats`
+/// per-span f32 statistics `[rows, spans]`, and one combining them and writing the output.
+pub struct SplitOp {
+    pub stats: fn(DType, tilelang::kernels::softmax::SplitConfig) -> Kernel,
+    pub apply: fn(DType, tilelang::kernels::softmax::SplitConfig) -> Kernel,
+    pub outputs: usize,
+}
+
+/// The options of a row-wise example that can split rows over blocks.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SplitArgs {
+    /// Split each row over blocks (two kernels), whatever the shape
+    #[arg(long, conflicts_with = "no_split")]
+    pub split: bool,
+    /// Never split rows over blocks
+    #[arg(long)]
+    pub no_split: bool,
+    /// With the split: columns per block (a multiple of 2048; default: about two blocks per
+    /// multiprocessor)
+    #[arg(long, value_parser = size::<i64>)]
+    pub span: Option<i64>,
+    #[command(flatten)]
+    pub row: RowArgs,
+}
+
+/// Run a row-wise example, splitting rows over blocks where a GPU would otherwise be mostly
+/// idle (fewer rows than multiprocessors, each wider than 16384) or where `--split` asks.
+/// The time is the two kernels' sum, each timed alone with L2 flushed.
+pub fn run_split_example(
+    op: &RowOp,
+    split: &SplitOp,
+    args: &SplitArgs,
+) -> anyhow::Result<ExitCode> {
+    use tilelang::kernels::softmax::SplitConfig;
+    let a = &args.row;
+    if a.common.emit.is_some() || a.common.isa.is_some() || args.no_split {
+        return run_row_example(op, a);
+    }
+    let dev = a.common.device()?;
+    let sms = dev.cuda_props().map(|p| p.multiprocessors).ok();
+    let few_long = sms.is_some_and(|s| a.rows < s as usize && a.cols > 16384);
+    if !(args.split || few_long) {
+        return run_row_example(op, a);
+    }
+    let dt = parse_dtype(&a.dtype)?;
+    let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8));
+    if let Some(span) = args.span {
+        if span <= 0 || span % cfg.chunk != 0 {
+            anyhow::bail!(
+                "--span must be a positive multiple of {} (got {span})",
+                cfg.chunk
+            );
+        }
+        cfg.span = span;
+    }
+    let (r, c) = (a.rows, a.cols);
+    let spans = cfg.spans(c);
+    let stats = compile(&(split.stats)(dt, cfg), &dev)?;
+    let apply = compile(&(split.apply)(dt, cfg), &dev)?;
+    let x = Tensor::randn(&[r, c], dt, a.common.seed, &dev)?;
+    let y = Tensor::zeros(&[r, c], dt, &dev)?;
+    let parts: Vec<Tensor> = (0..split.outputs)
+        .map(|_| Tensor::zeros(&[r, spans], DType::F32, &dev))
+        .collect::<Result<_, _>>()?;
+    y.fill(f64::NAN)?;
+    let mut stats_args = vec![&x];
+    stats_args.extend(parts.iter());
+    stats.run(&stats_args)?;
+    let mut apply_args = stats_args.clone();
+    apply_args.push(&y);
+    apply.run(&apply_args)?;
+    let want = (op.reference)(&x.to_f64_vec()?, r, c);
+    let err = y.rel_err(&want)?;
+    let stats_launch: Vec<Arg> = stats_args.iter().map(|t| Arg::Tensor(t)).collect();
+    let apply_launch: Vec<Arg> = apply_args.iter().map(|t| Arg::Tensor(t)).collect();
+    let ms = a.common.time_ms(&stats, &stats_launch)? + a.common.time_ms(&apply, &apply_launch)?;
+    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
+    Ok(finish(
+        op.name,
+        &format!("{r}x{c} {dt}"),
+        err,
+        ms,
+        tolerance(dt),
+        &format!(
+            "gbps={gbs:.1} device={dev} split={spans}x{} {}",
+            cfg.span,
+            compile_note(&apply)
+        ),
+    ))
+}

@@ -68,3 +68,74 @@ pub fn rmsnorm_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
         });
     })
 }
+
+/// The first kernel of an RMS norm of few long rows split over blocks (see
+/// [`super::softmax::SplitConfig`]): X `[M, N]` in, each span's sum of squares out (`PSS`,
+/// `[M, ceil(N / span)]`, f32; zeros read past the row's end add nothing). Grid: spans × rows.
+pub fn rmsnorm_split_stats(dtype: DType, cfg: super::softmax::SplitConfig) -> Kernel {
+    let (span, bc) = (cfg.span, cfg.chunk);
+    Kernel::build("rmsnorm_split_stats", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let spans = ceildiv(&n, span);
+        let x = k.input("X", [&m, &n], dtype);
+        let pss = k.output("PSS", [&m, &spans], F32);
+        k.launch([spans.clone(), m.clone()], cfg.threads, |t, [bx, by]| {
+            let xf = t.alloc_fragment_named("x", [1, bc], F32);
+            let part = t.alloc_fragment_named("part", [1], F32);
+            let ss = t.alloc_fragment_named("span_sum_sq", [1], F32);
+            t.clear(&ss);
+            t.serial(span / bc, |t, j| {
+                t.copy(x.tile([by.clone(), &bx * span + &j * bc]), &xf);
+                t.parallel([1, bc], |t, [i, c]| {
+                    let v = xf.at([&i, &c]);
+                    t.store(&xf, [&i, &c], &v * &v);
+                });
+                t.reduce_sum(&xf, &part, 1);
+                t.parallel([1], |t, [i]| {
+                    t.store(&ss, [&i], ss.at([&i]) + part.at([&i]));
+                });
+            });
+            t.copy(&ss, pss.tile([&by, &bx]));
+        });
+    })
+}
+
+/// The second kernel: each block adds its row's span sums (`threads` at a time) and scales
+/// its own span by rsqrt(sum / N + eps). Inputs X, PSS; output Y `[M, N]`.
+pub fn rmsnorm_split_apply(dtype: DType, cfg: super::softmax::SplitConfig) -> Kernel {
+    let (span, bc) = (cfg.span, cfg.chunk);
+    let sc = cfg.threads as i64;
+    Kernel::build("rmsnorm_split_apply", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let spans = ceildiv(&n, span);
+        let x = k.input("X", [&m, &n], dtype);
+        let pss = k.input("PSS", [&m, &spans], F32);
+        let y = k.output("Y", [&m, &n], dtype);
+        k.launch([spans.clone(), m.clone()], cfg.threads, |t, [bx, by]| {
+            let ps = t.alloc_fragment_named("ps", [1, sc], F32);
+            let part = t.alloc_fragment_named("part", [1], F32);
+            let ss = t.alloc_fragment_named("sum_sq", [1], F32);
+            t.clear(&ss);
+            // Zeros past the last span (the copy's padding) add nothing.
+            t.serial(ceildiv(&spans, sc), |t, g| {
+                t.copy(pss.tile([by.clone(), &g * sc]), &ps);
+                t.reduce_sum(&ps, &part, 1);
+                t.parallel([1], |t, [i]| {
+                    t.store(&ss, [&i], ss.at([&i]) + part.at([&i]));
+                });
+            });
+            t.parallel([1], |t, [i]| {
+                t.store(&ss, [&i], rsqrt(ss.at([&i]) / n.cast(F32) + EPS));
+            });
+            let xf = t.alloc_fragment_named("x", [1, bc], F32);
+            t.serial(span / bc, |t, j| {
+                let c0 = &bx * span + &j * bc;
+                t.copy(x.tile([by.clone(), c0.clone()]), &xf);
+                t.parallel([1, bc], |t, [i, c]| {
+                    t.store(&xf, [&i, &c], xf.at([&i, &c]) * ss.at([&i]));
+                });
+                t.copy(&xf, y.tile([by.clone(), c0]));
+            });
+        });
+    })
+}

@@ -27,5 +27,7 @@ pub fn example_kernels() -> Vec<Kernel> {
         flash_attention::flash_attention(BF16, 128, false, fa),
         softmax::softmax_split_stats(BF16, split),
         softmax::softmax_split_apply(BF16, split),
+        rmsnorm::rmsnorm_split_stats(BF16, split),
+        rmsnorm::rmsnorm_split_apply(BF16, split),
     ]
 }
