@@ -549,6 +549,125 @@ fn wg_wait_and_wait_wgmma_in_sim() {
 }
 
 #[test]
+fn conditional_pending_wgmma_in_a_pipeline_is_refused() {
+    // A gemm under a condition may not issue in some iteration; the group left pending would
+    // then be an older one, reading a stage being refilled (found by review: the simulator
+    // reported the race). Refused when lowering, with the fix.
+    let k = Kernel::build("cond_wg_wait", |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = k.input("A", [&m, &kd], BF16);
+        let b = k.input("B", [&n, &kd], BF16);
+        let c = k.output("C", [&m, &n], F32);
+        k.launch([ceildiv(&n, 64), ceildiv(&m, 64)], 128, |t, [bx, by]| {
+            let a_s = t.alloc_shared([64, 64], BF16);
+            let b_s = t.alloc_shared([64, 64], BF16);
+            let acc = t.alloc_fragment([64, 64], F32);
+            t.clear(&acc);
+            t.pipelined(ceildiv(&kd, 64), 3, |t, ko| {
+                t.copy(a.tile([&by * 64, &ko * 64]), &a_s);
+                t.copy(b.tile([&bx * 64, &ko * 64]), &b_s);
+                t.if_(ko.floormod(2).eq_(0), |t| {
+                    t.gemm(&a_s, &b_s, &acc).transpose_b().wg_wait(-1);
+                });
+                t.wait_wgmma(1);
+            });
+            t.wait_wgmma(0);
+            t.copy(&acc, c.tile([&by * 64, &bx * 64]));
+        });
+    });
+    let err = k.lower(Target::SM90).expect_err("refused").to_string();
+    assert!(err.contains("under a condition"), "{err}");
+}
+
+#[test]
+fn softmax_with_fully_masked_spans_and_chunks() {
+    // Masked logits (−inf) over a whole span of the split softmax, or the first chunk of the
+    // chunked one, must add nothing, not turn the row into NaN (found by review).
+    use softmax::SplitConfig;
+    let (rows, cols) = (2, 6144);
+    let mut x: Vec<f64> = (0..rows * cols)
+        .map(|i| ((i * 37 % 101) as f64) / 50.0 - 1.0)
+        .collect();
+    for r in 0..rows {
+        // Row 0: the middle span; row 1: the first span (and the chunked kernel's first chunk).
+        let masked = if r == 0 { 2048..4096 } else { 0..2048 };
+        for c in masked {
+            x[r * cols + c] = f64::NEG_INFINITY;
+        }
+    }
+    let want = tilelang::kernels::reference::softmax(&x, rows, cols);
+    let dev = Device::Cpu;
+    let xt = Tensor::from_f64(&[rows, cols], F32, &x, &dev).expect("x");
+    let cfg = SplitConfig {
+        span: 2048,
+        chunk: 1024,
+        threads: 128,
+    };
+    let spans = cfg.spans(cols);
+    let pm = Tensor::zeros(&[rows, spans], F32, &dev).expect("pm");
+    let ps = Tensor::zeros(&[rows, spans], F32, &dev).expect("ps");
+    let y = Tensor::zeros(&[rows, cols], F32, &dev).expect("y");
+    let stats = softmax::softmax_split_stats(F32, cfg);
+    let apply = softmax::softmax_split_apply(F32, cfg);
+    stats
+        .compile(&dev)
+        .expect("stats")
+        .run(&[&xt, &pm, &ps])
+        .expect("run");
+    apply
+        .compile(&dev)
+        .expect("apply")
+        .run(&[&xt, &pm, &ps, &y])
+        .expect("run");
+    let e = rel_err(&y.to_f64_vec().expect("y"), &want).expect("size");
+    assert!(e < 1e-5, "split softmax with a masked span: {e}");
+    let chunked = softmax::softmax(
+        F32,
+        softmax::RowConfig {
+            rows: 1,
+            cols: 2048,
+            threads: 128,
+        },
+    );
+    let y2 = Tensor::zeros(&[rows, cols], F32, &dev).expect("y");
+    chunked
+        .compile(&dev)
+        .expect("chunked")
+        .run(&[&xt, &y2])
+        .expect("run");
+    let e = rel_err(&y2.to_f64_vec().expect("y"), &want).expect("size");
+    assert!(e < 1e-5, "chunked softmax with a masked first chunk: {e}");
+    // The simulator (sm_90a) agrees.
+    let mut args = vec![
+        SimArg::tensor(F32, &[rows, cols], &x),
+        SimArg::tensor(F32, &[rows, spans], &vec![0.0; rows * spans]),
+        SimArg::tensor(F32, &[rows, spans], &vec![0.0; rows * spans]),
+    ];
+    tl_sim::run(
+        &stats.lower(Target::SM90).expect("lowers"),
+        &mut args,
+        &SimOptions::default(),
+    )
+    .expect("sim stats");
+    args.push(SimArg::tensor(
+        F32,
+        &[rows, cols],
+        &vec![f64::NAN; rows * cols],
+    ));
+    tl_sim::run(
+        &apply.lower(Target::SM90).expect("lowers"),
+        &mut args,
+        &SimOptions::default(),
+    )
+    .expect("sim apply");
+    let e = rel_err(&args[3].to_f64(F32), &want).expect("size");
+    assert!(
+        e < 1e-5,
+        "split softmax with a masked span in the simulator: {e}"
+    );
+}
+
+#[test]
 fn overlapped_wgmma_gemm_in_sim() {
     // Each k step's wgmma left in flight (wait_group 1) while the next step's tiles are awaited;
     // the pipeline refills a stage only once its wgmma has retired, which the simulator checks

@@ -972,6 +972,12 @@ fn loop_depth(
             Some(n) => u32::try_from(n).map_or(pending, |n| pending.min(n)),
         }
     };
+    // A pending group crossing into the next iteration is that iteration's only if every
+    // iteration issues one: a gemm at the top of the body, not under a condition or in an
+    // inner loop that may not run.
+    let issues_every_iteration = consumer_ids
+        .iter()
+        .any(|&i| matches!(&body[i].kind, StmtKind::Op(TileOp::Gemm(g)) if wgmma(g)));
     let mut pending = 0u32;
     for _ in 0..2 {
         for &i in consumer_ids {
@@ -995,6 +1001,12 @@ fn loop_depth(
     }
     match pending {
         0 => Ok((0, true)),
+        1 if !issues_every_iteration => Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            span,
+            "a wgmma group may stay in flight from one iteration of this pipelined loop into the next, issued by a gemm under a condition or in an inner loop: in an iteration where it does not run, an older group would still read a stage being refilled".to_string(),
+        )
+        .help("wait_wgmma(0) at the end of the loop body, or issue the gemm unconditionally")),
         1 if s >= 3 => Ok((1, true)),
         1 => Err(Diagnostic::new(
             DiagKind::Unsupported,

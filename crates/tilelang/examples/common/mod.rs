@@ -482,7 +482,7 @@ pub fn run_split_example(
         tolerance(dt),
         &format!(
             "gbps={gbs:.1} device={dev} split={spans}x{} {}",
-            cfg.span,
+            cfg.span_cols(),
             compile_note(&apply)
         ),
     ))

@@ -73,7 +73,7 @@ pub fn rmsnorm_row(dtype: DType, cols: i64, threads: u32) -> Kernel {
 /// [`super::softmax::SplitConfig`]): X `[M, N]` in, each span's sum of squares out (`PSS`,
 /// `[M, ceil(N / span)]`, f32; zeros read past the row's end add nothing). Grid: spans × rows.
 pub fn rmsnorm_split_stats(dtype: DType, cfg: super::softmax::SplitConfig) -> Kernel {
-    let (span, bc) = (cfg.span, cfg.chunk);
+    let (span, bc) = (cfg.span_cols(), cfg.chunk.max(1));
     Kernel::build("rmsnorm_split_stats", |k| {
         let (m, n) = (k.dim("M"), k.dim("N"));
         let spans = ceildiv(&n, span);
@@ -103,7 +103,7 @@ pub fn rmsnorm_split_stats(dtype: DType, cfg: super::softmax::SplitConfig) -> Ke
 /// The second kernel: each block adds its row's span sums (`threads` at a time) and scales
 /// its own span by rsqrt(sum / N + eps). Inputs X, PSS; output Y `[M, N]`.
 pub fn rmsnorm_split_apply(dtype: DType, cfg: super::softmax::SplitConfig) -> Kernel {
-    let (span, bc) = (cfg.span, cfg.chunk);
+    let (span, bc) = (cfg.span_cols(), cfg.chunk.max(1));
     let sc = cfg.threads as i64;
     Kernel::build("rmsnorm_split_apply", |k| {
         let (m, n) = (k.dim("M"), k.dim("N"));

@@ -23,6 +23,19 @@ impl RowConfig {
     }
 }
 
+/// The factor that rescales a running sum taken under max `old` to max `new` (≥ `old`): 1 when
+/// they are equal, which also covers a run of columns that were all −inf so far (where
+/// exp(old − new) would be exp(−inf + inf) = NaN).
+fn rescale(old: Expr, new: Expr) -> Expr {
+    select(old.clone().eq_(new.clone()), 1.0, exp(old - new))
+}
+
+/// exp(x − max) for x ≤ max, 0 while every value so far was −inf (max −inf): a fully masked
+/// run of columns adds nothing instead of NaN.
+fn exp_below(x: Expr, max: Expr) -> Expr {
+    select(max.clone().eq_(f64::NEG_INFINITY), 0.0, exp(x - max))
+}
+
 pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
     let (br, bc) = (cfg.rows, cfg.cols);
     Kernel::build("softmax", |k| {
@@ -54,12 +67,12 @@ pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
                     t.store(
                         &row_sum,
                         [&i],
-                        row_sum.at([&i]) * exp(row_max.at([&i]) - &new_max),
+                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
                     );
                     t.store(&row_max, [&i], new_max);
                 });
                 t.parallel([br, bc], |t, [i, c]| {
-                    t.store(&xf, [&i, &c], exp(xf.at([&i, &c]) - row_max.at([&i])));
+                    t.store(&xf, [&i, &c], exp_below(xf.at([&i, &c]), row_max.at([&i])));
                 });
                 t.reduce_sum(&xf, &chunk, 1);
                 t.parallel([br], |t, [i]| {
@@ -173,9 +186,16 @@ impl SplitConfig {
         }
     }
 
+    /// The columns a block covers: `span` rounded up to whole chunks (the kernels pass over a
+    /// span chunk by chunk; a part chunk would be skipped).
+    pub fn span_cols(&self) -> i64 {
+        let chunk = self.chunk.max(1);
+        (self.span.max(1) + chunk - 1) / chunk * chunk
+    }
+
     /// Spans per row of `cols` columns.
     pub fn spans(&self, cols: usize) -> usize {
-        cols.div_ceil(self.span.max(1) as usize)
+        cols.div_ceil(self.span_cols() as usize)
     }
 }
 
@@ -183,7 +203,7 @@ impl SplitConfig {
 /// of exp(x − max) of every span out (`PMAX`, `PSUM`, `[M, ceil(N / span)]`, f32). Grid: spans
 /// × rows.
 pub fn softmax_split_stats(dtype: DType, cfg: SplitConfig) -> Kernel {
-    let (span, bc) = (cfg.span, cfg.chunk);
+    let (span, bc) = (cfg.span_cols(), cfg.chunk.max(1));
     Kernel::build("softmax_split_stats", |k| {
         let (m, n) = (k.dim("M"), k.dim("N"));
         let spans = ceildiv(&n, span);
@@ -216,12 +236,12 @@ pub fn softmax_split_stats(dtype: DType, cfg: SplitConfig) -> Kernel {
                     t.store(
                         &row_sum,
                         [&i],
-                        row_sum.at([&i]) * exp(row_max.at([&i]) - &new_max),
+                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
                     );
                     t.store(&row_max, [&i], new_max);
                 });
                 t.parallel([1, bc], |t, [i, c]| {
-                    t.store(&xf, [&i, &c], exp(xf.at([&i, &c]) - row_max.at([&i])));
+                    t.store(&xf, [&i, &c], exp_below(xf.at([&i, &c]), row_max.at([&i])));
                 });
                 t.reduce_sum(&xf, &chunk, 1);
                 t.parallel([1], |t, [i]| {
@@ -238,7 +258,7 @@ pub fn softmax_split_stats(dtype: DType, cfg: SplitConfig) -> Kernel {
 /// (`threads` at a time) into the row's max and sum, then writes exp(x − max) / sum over its
 /// own span. Inputs X, PMAX, PSUM; output Y `[M, N]`.
 pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
-    let (span, bc) = (cfg.span, cfg.chunk);
+    let (span, bc) = (cfg.span_cols(), cfg.chunk.max(1));
     let sc = cfg.threads as i64;
     Kernel::build("softmax_split_apply", |k| {
         let (m, n) = (k.dim("M"), k.dim("N"));
@@ -275,7 +295,7 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
                     t.store(
                         &row_sum,
                         [&i],
-                        row_sum.at([&i]) * exp(row_max.at([&i]) - &new_max),
+                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
                     );
                     t.store(&row_max, [&i], new_max);
                 });
@@ -283,7 +303,7 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
                     t.store(
                         &ps,
                         [&i, &c],
-                        ps.at([&i, &c]) * exp(pm.at([&i, &c]) - row_max.at([&i])),
+                        ps.at([&i, &c]) * exp_below(pm.at([&i, &c]), row_max.at([&i])),
                     );
                 });
                 t.reduce_sum(&ps, &part, 1);

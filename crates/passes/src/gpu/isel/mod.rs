@@ -60,10 +60,10 @@ fn select(k: Kernel, sel: &dyn Selector) -> Result<Kernel, Diagnostics> {
     Ok(out)
 }
 
-/// A kernel's own `wait_wgmma` (an operand-less `WgmmaWait`) waits for its asynchronous gemms:
-/// it takes the register arrays of every wgmma gemm (accumulators, and A fragments) as
-/// operands, which CUDA C++ pins across it. Where no gemm runs on wgmma the gemms are
-/// synchronous and the wait goes.
+/// A kernel's own `wait_wgmma` (an operand-less `WgmmaWait`), and a gemm's own `wg_wait(n)`,
+/// wait for every asynchronous gemm: they take the register arrays of every wgmma gemm
+/// (accumulators, and A fragments) as operands, which CUDA C++ pins across the wait. Where no
+/// gemm runs on wgmma the gemms are synchronous and a kernel's waits go.
 fn bind_wgmma_waits(k: &mut Kernel) {
     let mut regs: Vec<tl_ir::Buffer> = vec![];
     k.body.walk(&mut |s| {
@@ -81,7 +81,37 @@ fn bind_wgmma_waits(k: &mut Kernel) {
             }
         }
     });
+    let pins = || -> Vec<tl_ir::Expr> {
+        regs.iter()
+            .map(|b| crate::tile_util::address_of(b, vec![tl_ir::Expr::int(0); b.rank()]))
+            .collect()
+    };
     let body = k.body.map_post(&mut |st| match &st.kind {
+        // A gemm's own wait (`wg_wait(n)`, n ≥ 0) retires other gemms' groups too: it becomes
+        // a wait right after the gemm that pins every wgmma register array, so that CUDA C++
+        // moves no read of another accumulator above it.
+        StmtKind::Op(TileOp::Gemm(g))
+            if g.instruction == Some(tl_ir::GemmInstruction::Wgmma)
+                && g.wg_wait.is_some_and(|n| n >= 0) =>
+        {
+            let n = g.wg_wait.map_or(0, |n| n as u32);
+            let mut g = g.clone();
+            g.wg_wait = Some(-1);
+            Stmt::seq(
+                vec![
+                    Stmt::new(StmtKind::Op(TileOp::Gemm(g)), st.span),
+                    Stmt::new(
+                        StmtKind::Eval(tl_ir::Expr::call(
+                            tl_ir::Intrinsic::WgmmaWait { n },
+                            pins(),
+                            tl_ir::DType::Bool,
+                        )),
+                        st.span,
+                    ),
+                ],
+                st.span,
+            )
+        }
         StmtKind::Eval(e) => match e.kind() {
             tl_ir::ExprKind::Call(op @ tl_ir::Intrinsic::WgmmaWait { .. }, args)
                 if args.is_empty() =>
@@ -89,12 +119,8 @@ fn bind_wgmma_waits(k: &mut Kernel) {
                 if regs.is_empty() {
                     return Stmt::empty();
                 }
-                let pins = regs
-                    .iter()
-                    .map(|b| crate::tile_util::address_of(b, vec![tl_ir::Expr::int(0); b.rank()]))
-                    .collect();
                 Stmt::new(
-                    StmtKind::Eval(tl_ir::Expr::call(op.clone(), pins, tl_ir::DType::Bool)),
+                    StmtKind::Eval(tl_ir::Expr::call(op.clone(), pins(), tl_ir::DType::Bool)),
                     st.span,
                 )
             }
