@@ -577,7 +577,7 @@ impl Pipeliner {
                         }
                         // The registers the groups left in flight use, waited for after the
                         // loop.
-                        add_drain(&mut drain, &g);
+                        super::wgmma::add_register_pins(&mut drain, &g);
                     }
                     Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
                 }
@@ -822,7 +822,7 @@ impl Pipeliner {
                     if overlap_depth > 0 {
                         g.schedule.in_flight = overlap_depth as u32;
                     }
-                    add_drain(&mut drain, &g);
+                    super::wgmma::add_register_pins(&mut drain, &g);
                 }
                 Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
             }
@@ -923,20 +923,6 @@ fn wgmma_depth(body: &[&Stmt], consumer_ids: &[usize], s: i64) -> i64 {
     }
 }
 
-/// Add a wgmma gemm's register arrays (accumulator, and A in registers) to the operands of
-/// the wait after the loop, once each.
-fn add_drain(drain: &mut Vec<Expr>, g: &tl_ir::GemmOp) {
-    let mut regs = vec![first_element(&g.c.buffer)];
-    if g.a.buffer.scope() == Scope::Fragment {
-        regs.push(first_element(&g.a.buffer));
-    }
-    for r in regs {
-        if !drain.contains(&r) {
-            drain.push(r);
-        }
-    }
-}
-
 /// How many wgmma groups one iteration leaves in flight into the next (0 or 1), so that
 /// stages are refilled that many iterations later, and whether the kernel chose its waits. Without a kernel-chosen wait it is
 /// [`wgmma_depth`] (`overlap`). With one (`wg_wait`, `wait_wgmma`), the consumers are played
@@ -1021,11 +1007,6 @@ fn loop_depth(
         )
         .help("wait_wgmma(1) at the end of the loop body")),
     }
-}
-
-/// The address of a fragment's first element, as the register operand of a wgmma wait.
-fn first_element(b: &Buffer) -> Expr {
-    address_of(b, vec![Expr::int(0); b.rank()])
 }
 
 /// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.

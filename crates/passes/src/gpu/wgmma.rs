@@ -135,6 +135,22 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
     None
 }
 
+/// The register arrays a wgmma gemm works on while its groups are in flight (the accumulator,
+/// and A when it is a fragment), as the operands of a wait that pins them: the address of each
+/// one's first element, added to `pins` unless already there.
+pub fn add_register_pins(pins: &mut Vec<Expr>, g: &GemmOp) {
+    let mut arrays = vec![&g.c.buffer];
+    if g.a.buffer.scope() == Scope::Fragment {
+        arrays.push(&g.a.buffer);
+    }
+    for b in arrays {
+        let first = address_of(b, vec![Expr::int(0); b.rank()]);
+        if !pins.contains(&first) {
+            pins.push(first);
+        }
+    }
+}
+
 /// [`unsupported_because`] as the diagnostic both layout inference and lowering report.
 pub fn check(g: &GemmOp, target: &Target, threads: i64, span: Span) -> Result<(), Diagnostic> {
     match unsupported_because(g, target, threads) {

@@ -366,15 +366,33 @@ pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
     let ms = args
         .common
         .time_ms(&exe, &[Arg::Tensor(&x), Arg::Tensor(&y)])?;
-    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
-    Ok(finish(
+    Ok(finish_row(
         op.name,
+        (r, c, dt),
+        err,
+        ms,
+        &format!("device={dev} {}", compile_note(&exe)),
+    ))
+}
+
+/// The summary line of a row-wise example, with the bandwidth of one read and one write per
+/// element.
+fn finish_row(
+    name: &str,
+    (r, c, dt): (usize, usize, DType),
+    err: f64,
+    ms: f64,
+    note: &str,
+) -> ExitCode {
+    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
+    finish(
+        name,
         &format!("{r}x{c} {dt}"),
         err,
         ms,
         tolerance(dt),
-        &format!("gbps={gbs:.1} device={dev} {}", compile_note(&exe)),
-    ))
+        &format!("gbps={gbs:.1} {note}"),
+    )
 }
 
 /// Tile options of the tensor-core examples: fixed tiles, or `--tune` to search for them.
@@ -473,15 +491,13 @@ pub fn run_split_example(
     let stats_launch: Vec<Arg> = stats_args.iter().map(|t| Arg::Tensor(t)).collect();
     let apply_launch: Vec<Arg> = apply_args.iter().map(|t| Arg::Tensor(t)).collect();
     let ms = a.common.time_ms(&stats, &stats_launch)? + a.common.time_ms(&apply, &apply_launch)?;
-    let gbs = 2.0 * (r * c * dt.bytes()) as f64 / (ms * 1e-3) / 1e9;
-    Ok(finish(
+    Ok(finish_row(
         op.name,
-        &format!("{r}x{c} {dt}"),
+        (r, c, dt),
         err,
         ms,
-        tolerance(dt),
         &format!(
-            "gbps={gbs:.1} device={dev} split={spans}x{} {}",
+            "device={dev} split={spans}x{} {}",
             cfg.span_cols(),
             compile_note(&apply)
         ),

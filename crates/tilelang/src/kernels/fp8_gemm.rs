@@ -159,11 +159,9 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
         bk,
         stages,
         threads,
-        min_blocks,
-        panel,
         instruction,
         overlap,
-        persistent,
+        ..
     } = cfg;
     let blocks = spec.scaling == Fp8Scaling::Blocks;
     let promote = spec.promotes();
@@ -193,15 +191,7 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
             [ceildiv(&n, bn), ceildiv(&m, bm)],
             threads,
             |t, [bx, by]| {
-                if min_blocks > 0 {
-                    t.min_blocks_per_sm(min_blocks);
-                }
-                if panel > 1 {
-                    t.use_swizzle(panel);
-                }
-                if let Some(p) = persistent {
-                    t.persistent(p);
-                }
+                cfg.schedule_blocks(t);
                 let a_s = t.alloc_shared_named("A_s", [bm, bk], spec.a);
                 let b_s = t.alloc_shared_named("B_s", [bn, bk], spec.b);
                 let sa_s = blocks.then(|| t.alloc_shared_named("SA_s", [1, bm], F32));
@@ -268,10 +258,7 @@ fn overlapped_promotion(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
         bk,
         stages,
         threads,
-        min_blocks,
-        panel,
         instruction,
-        persistent,
         ..
     } = cfg;
     Kernel::build("fp8_gemm_promoted_overlapped", |k| {
@@ -285,15 +272,7 @@ fn overlapped_promotion(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
             [ceildiv(&n, bn), ceildiv(&m, bm)],
             threads,
             |t, [bx, by]| {
-                if min_blocks > 0 {
-                    t.min_blocks_per_sm(min_blocks);
-                }
-                if panel > 1 {
-                    t.use_swizzle(panel);
-                }
-                if let Some(p) = persistent {
-                    t.persistent(p);
-                }
+                cfg.schedule_blocks(t);
                 let a_s = t.alloc_shared_named("A_s", [bm, 2 * bk], spec.a);
                 let b_s = t.alloc_shared_named("B_s", [bn, 2 * bk], spec.b);
                 let acc = t.alloc_fragment_named("acc", [bm, bn], F32);

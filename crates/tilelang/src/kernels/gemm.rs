@@ -162,6 +162,20 @@ impl GemmConfig {
         }
     }
 
+    /// The block-level choices of these tiles, in a GEMM kernel's launch: resident blocks per
+    /// SM, panel rasterization, a persistent grid.
+    pub fn schedule_blocks(&self, t: &mut TileScope) {
+        if self.min_blocks > 0 {
+            t.min_blocks_per_sm(self.min_blocks);
+        }
+        if self.panel > 1 {
+            t.use_swizzle(self.panel);
+        }
+        if let Some(blocks) = self.persistent {
+            t.persistent(blocks);
+        }
+    }
+
     /// Tiles that suit the CPU backend (big tiles amortize packing).
     pub fn cpu() -> GemmConfig {
         GemmConfig::tiles(128, 128, 64, 1, 128)
@@ -176,11 +190,9 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         bk,
         stages,
         threads,
-        min_blocks,
-        panel,
         instruction,
         overlap,
-        persistent,
+        ..
     } = cfg;
     Kernel::build(&format!("gemm_{}", layout.name()), |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
@@ -197,15 +209,7 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
             [ceildiv(&n, bn), ceildiv(&m, bm)],
             threads,
             |t, [bx, by]| {
-                if min_blocks > 0 {
-                    t.min_blocks_per_sm(min_blocks);
-                }
-                if panel > 1 {
-                    t.use_swizzle(panel);
-                }
-                if let Some(blocks) = persistent {
-                    t.persistent(blocks);
-                }
+                cfg.schedule_blocks(t);
                 let a_s = match layout {
                     Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),
                     _ => t.alloc_shared_named("A_s", [bm, bk], in_dtype),

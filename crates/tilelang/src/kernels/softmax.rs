@@ -36,6 +36,69 @@ fn exp_below(x: Expr, max: Expr) -> Expr {
     select(max.clone().eq_(f64::NEG_INFINITY), 0.0, exp(x - max))
 }
 
+/// Each row's running max and sum of exp(x − max) (fragments of the block's rows), with a
+/// scratch fragment `part` for a chunk's reductions: the online softmax state that the chunked
+/// and the split kernels fold chunks (or spans' statistics) into.
+struct Running<'a> {
+    max: &'a Buffer,
+    sum: &'a Buffer,
+    part: &'a Buffer,
+}
+
+impl Running<'_> {
+    fn rows(&self) -> i64 {
+        self.max.const_shape().map_or(1, |s| s[0])
+    }
+
+    /// Raise each row's max to cover `part` (a chunk's maxima), rescaling its sum to match.
+    fn raise_max(&self, t: &mut TileScope) {
+        let (max_, sum, part) = (self.max, self.sum, self.part);
+        t.parallel([self.rows()], |t, [i]| {
+            let new_max = max(max_.at([&i]), part.at([&i]));
+            t.store(
+                sum,
+                [&i],
+                sum.at([&i]) * rescale(max_.at([&i]), new_max.clone()),
+            );
+            t.store(max_, [&i], new_max);
+        });
+    }
+
+    /// Add `part` (a chunk's sums, under the current max) to each row's sum.
+    fn add_part(&self, t: &mut TileScope) {
+        let (sum, part) = (self.sum, self.part);
+        t.parallel([self.rows()], |t, [i]| {
+            t.store(sum, [&i], sum.at([&i]) + part.at([&i]));
+        });
+    }
+
+    /// Fold chunk `xf` (`[rows, cols]`, its columns starting at `c0` of rows `n` long) into the
+    /// running max and sum. Columns past the end take no part; `xf` is left as exp(x − max).
+    fn fold_chunk(&self, t: &mut TileScope, xf: &Buffer, c0: Expr, n: &Expr) {
+        let shape = xf.const_shape().unwrap_or_default();
+        let (rows, cols) = (
+            shape.first().copied().unwrap_or(1),
+            shape.get(1).copied().unwrap_or(1),
+        );
+        t.parallel([rows, cols], |t, [i, c]| {
+            let valid = (&c0 + &c).lt(n);
+            t.store(
+                xf,
+                [&i, &c],
+                select(valid, xf.at([&i, &c]), f64::NEG_INFINITY),
+            );
+        });
+        t.reduce_max(xf, self.part, 1);
+        self.raise_max(t);
+        let max_ = self.max;
+        t.parallel([rows, cols], |t, [i, c]| {
+            t.store(xf, [&i, &c], exp_below(xf.at([&i, &c]), max_.at([&i])));
+        });
+        t.reduce_sum(xf, self.part, 1);
+        self.add_part(t);
+    }
+}
+
 pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
     let (br, bc) = (cfg.rows, cfg.cols);
     Kernel::build("softmax", |k| {
@@ -50,34 +113,14 @@ pub fn softmax(dtype: DType, cfg: RowConfig) -> Kernel {
             t.fill(&row_max, f64::NEG_INFINITY);
             t.clear(&row_sum);
             let chunks = ceildiv(&n, bc);
+            let running = Running {
+                max: &row_max,
+                sum: &row_sum,
+                part: &chunk,
+            };
             t.serial(&chunks, |t, j| {
                 t.copy(x.tile([&bx * br, &j * bc]), &xf);
-                // Columns past the end must not take part in the max or the sum.
-                t.parallel([br, bc], |t, [i, c]| {
-                    let valid = (&j * bc + &c).lt(&n);
-                    t.store(
-                        &xf,
-                        [&i, &c],
-                        select(valid, xf.at([&i, &c]), f64::NEG_INFINITY),
-                    );
-                });
-                t.reduce_max(&xf, &chunk, 1);
-                t.parallel([br], |t, [i]| {
-                    let new_max = max(row_max.at([&i]), chunk.at([&i]));
-                    t.store(
-                        &row_sum,
-                        [&i],
-                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
-                    );
-                    t.store(&row_max, [&i], new_max);
-                });
-                t.parallel([br, bc], |t, [i, c]| {
-                    t.store(&xf, [&i, &c], exp_below(xf.at([&i, &c]), row_max.at([&i])));
-                });
-                t.reduce_sum(&xf, &chunk, 1);
-                t.parallel([br], |t, [i]| {
-                    t.store(&row_sum, [&i], row_sum.at([&i]) + chunk.at([&i]));
-                });
+                running.fold_chunk(t, &xf, &j * bc, &n);
             });
             t.parallel([br], |t, [i]| {
                 t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));
@@ -219,34 +262,15 @@ pub fn softmax_split_stats(dtype: DType, cfg: SplitConfig) -> Kernel {
             t.clear(&row_sum);
             // The span's first chunk always holds a column of the row (bx < ceil(N / span)),
             // so the running max is finite from then on.
+            let running = Running {
+                max: &row_max,
+                sum: &row_sum,
+                part: &chunk,
+            };
             t.serial(span / bc, |t, j| {
                 let c0 = &bx * span + &j * bc;
                 t.copy(x.tile([by.clone(), c0.clone()]), &xf);
-                t.parallel([1, bc], |t, [i, c]| {
-                    let valid = (&c0 + &c).lt(&n);
-                    t.store(
-                        &xf,
-                        [&i, &c],
-                        select(valid, xf.at([&i, &c]), f64::NEG_INFINITY),
-                    );
-                });
-                t.reduce_max(&xf, &chunk, 1);
-                t.parallel([1], |t, [i]| {
-                    let new_max = max(row_max.at([&i]), chunk.at([&i]));
-                    t.store(
-                        &row_sum,
-                        [&i],
-                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
-                    );
-                    t.store(&row_max, [&i], new_max);
-                });
-                t.parallel([1, bc], |t, [i, c]| {
-                    t.store(&xf, [&i, &c], exp_below(xf.at([&i, &c]), row_max.at([&i])));
-                });
-                t.reduce_sum(&xf, &chunk, 1);
-                t.parallel([1], |t, [i]| {
-                    t.store(&row_sum, [&i], row_sum.at([&i]) + chunk.at([&i]));
-                });
+                running.fold_chunk(t, &xf, c0, &n);
             });
             t.copy(&row_max, pmax.tile([&by, &bx]));
             t.copy(&row_sum, psum.tile([&by, &bx]));
@@ -277,6 +301,11 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
             t.clear(&row_sum);
             // The same online combination over the spans' statistics, `sc` at a time (the
             // first group always holds span 0).
+            let running = Running {
+                max: &row_max,
+                sum: &row_sum,
+                part: &part,
+            };
             t.serial(ceildiv(&spans, sc), |t, g| {
                 t.copy(pmax.tile([by.clone(), &g * sc]), &pm);
                 t.copy(psum.tile([by.clone(), &g * sc]), &ps);
@@ -290,15 +319,7 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
                     t.store(&ps, [&i, &c], select(valid, ps.at([&i, &c]), 0.0));
                 });
                 t.reduce_max(&pm, &part, 1);
-                t.parallel([1], |t, [i]| {
-                    let new_max = max(row_max.at([&i]), part.at([&i]));
-                    t.store(
-                        &row_sum,
-                        [&i],
-                        row_sum.at([&i]) * rescale(row_max.at([&i]), new_max.clone()),
-                    );
-                    t.store(&row_max, [&i], new_max);
-                });
+                running.raise_max(t);
                 t.parallel([1, sc], |t, [i, c]| {
                     t.store(
                         &ps,
@@ -307,9 +328,7 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
                     );
                 });
                 t.reduce_sum(&ps, &part, 1);
-                t.parallel([1], |t, [i]| {
-                    t.store(&row_sum, [&i], row_sum.at([&i]) + part.at([&i]));
-                });
+                running.add_part(t);
             });
             t.parallel([1], |t, [i]| {
                 t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));

@@ -65,27 +65,14 @@ fn select(k: Kernel, sel: &dyn Selector) -> Result<Kernel, Diagnostics> {
 /// (accumulators, and A fragments) as operands, which CUDA C++ pins across the wait. Where no
 /// gemm runs on wgmma the gemms are synchronous and a kernel's waits go.
 fn bind_wgmma_waits(k: &mut Kernel) {
-    let mut regs: Vec<tl_ir::Buffer> = vec![];
+    let mut regs: Vec<tl_ir::Expr> = vec![];
     k.body.walk(&mut |s| {
         if let StmtKind::Op(TileOp::Gemm(g)) = &s.kind {
             if g.instruction == Some(tl_ir::GemmInstruction::Wgmma) {
-                let mut add = |b: &tl_ir::Buffer| {
-                    if !regs.iter().any(|r| r.id() == b.id()) {
-                        regs.push(b.clone());
-                    }
-                };
-                add(&g.c.buffer);
-                if g.a.buffer.scope() == tl_ir::Scope::Fragment {
-                    add(&g.a.buffer);
-                }
+                crate::gpu::wgmma::add_register_pins(&mut regs, g);
             }
         }
     });
-    let pins = || -> Vec<tl_ir::Expr> {
-        regs.iter()
-            .map(|b| crate::tile_util::address_of(b, vec![tl_ir::Expr::int(0); b.rank()]))
-            .collect()
-    };
     let body = k.body.map_post(&mut |st| match &st.kind {
         // A gemm's own wait (`wg_wait(n)`, n ≥ 0) retires other gemms' groups too: it becomes
         // a wait right after the gemm that pins every wgmma register array, so that CUDA C++
@@ -103,7 +90,7 @@ fn bind_wgmma_waits(k: &mut Kernel) {
                     Stmt::new(
                         StmtKind::Eval(tl_ir::Expr::call(
                             tl_ir::Intrinsic::WgmmaWait { n },
-                            pins(),
+                            regs.clone(),
                             tl_ir::DType::Bool,
                         )),
                         st.span,
@@ -120,7 +107,11 @@ fn bind_wgmma_waits(k: &mut Kernel) {
                     return Stmt::empty();
                 }
                 Stmt::new(
-                    StmtKind::Eval(tl_ir::Expr::call(op.clone(), pins(), tl_ir::DType::Bool)),
+                    StmtKind::Eval(tl_ir::Expr::call(
+                        op.clone(),
+                        regs.clone(),
+                        tl_ir::DType::Bool,
+                    )),
                     st.span,
                 )
             }
