@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|fp8|fp8-sweep|softmax-long|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|fp8|fp8-sweep|softmax-long|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -285,6 +285,53 @@ if [ "$what" = tma ]; then
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
     done
   done
+fi
+
+if [ "$what" = ws ]; then
+  # Warp specialization (a producer warpgroup issuing the TMA loads; TILELANG_WS=1 asks for
+  # it wherever a kernel can take it, TILELANG_WS=0 for none): correctness at odd sizes in both
+  # code paths, each run under a time limit (a wrong register split or barrier count hangs),
+  # then speed specialized / specialized and persistent / not specialized beside cuBLAS and,
+  # for attention, cuDNN and FA2. WS_SHAPES and WS_ATTN narrow a run.
+  T="timeout ${WS_TIMEOUT:-120}"
+  log "warp specialization: correctness at odd sizes"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  export TILELANG_WS=1
+  for be in ptx cuda; do
+    for l in nt nn tn; do
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16 --persistent
+    done
+    TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 257 --n 129 --k 72 --layout nt --dtype f16 --out-dtype f32
+    TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --causal
+    TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 64 --dtype bf16
+    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling blocks
+    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling tensor
+  done
+  echo "ws correctness failures: $fails"
+  if [ "$fails" = 0 ]; then
+    log "gemm bf16: specialized / specialized+persistent / not specialized / cuBLAS"
+    for shape in ${WS_SHAPES:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144}; do
+      set -- ${shape//,/ }
+      for l in nt nn; do
+        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
+        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 --persistent 2>&1 | tail -n 1 | sed 's/^/[ws+persistent] /'
+        TILELANG_WS=0 $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[no ws] /'
+        python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
+      done
+    done
+    log "attention fwd bf16: specialized / not / cuDNN, FA2"
+    for cfg in ${WS_ATTN:-4,16,4096,128 8,16,2048,64 2,32,8192,128}; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
+        TILELANG_WS=0 $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[no ws] /'
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
+    done
+  fi
+  unset TILELANG_WS
 fi
 
 if [ "$what" = fp8 ]; then

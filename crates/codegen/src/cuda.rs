@@ -982,6 +982,13 @@ impl Printer<'_> {
             | Intrinsic::PeerCopy { .. } => self.cuda_dist_call(op, args, dt),
             Intrinsic::SyncThreads => "__syncthreads()".into(),
             Intrinsic::SyncWarp => "__syncwarp()".into(),
+            Intrinsic::NamedBarrier { id, threads } => {
+                format!("asm volatile(\"bar.sync {id}, {threads};\" ::: \"memory\")")
+            }
+            Intrinsic::SetMaxNReg { inc, regs } => format!(
+                "asm volatile(\"setmaxnreg.{}.sync.aligned.u32 {regs};\")",
+                if *inc { "inc" } else { "dec" }
+            ),
             Intrinsic::ShflXor { width }
             | Intrinsic::ShflDown { width }
             | Intrinsic::ShflIdx { width } => {

@@ -18,6 +18,19 @@ pub enum Intrinsic {
     SyncThreads,
     /// `__syncwarp()`.
     SyncWarp,
+    /// `bar.sync id, threads`: a barrier among `threads` threads (whole warps) of the block,
+    /// the ones that name barrier `id` (1 to 15; 0 is `__syncthreads`'). Warp-specialized
+    /// kernels sync their consumer warps with it while the producer warps run on.
+    NamedBarrier { id: u32, threads: u32 },
+    /// `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`: the calling warpgroup's registers per
+    /// thread become `regs` (a multiple of 8, 24 to 256), so a warp-specialized kernel's
+    /// producer warps hand registers to its consumer warps. Every thread of the warpgroup
+    /// executes it.
+    SetMaxNReg { inc: bool, regs: u32 },
+    /// Marks the producer branch of a warp-specialized pipeline in tile IR (bool): the
+    /// `warp_specialize` stage replaces the `if` it conditions with the producer and consumer
+    /// warps' halves of the kernel. Never reaches code generation.
+    ProducerWarps,
     /// `__shfl_xor_sync(full, value, lane_mask, width)`; args: value, lane_mask.
     ShflXor { width: u32 },
     /// `__shfl_down_sync(full, value, delta, width)`; args: value, delta.
@@ -360,6 +373,11 @@ impl Intrinsic {
             Intrinsic::AddressOf => "address_of".into(),
             Intrinsic::SyncThreads => "sync_threads".into(),
             Intrinsic::SyncWarp => "sync_warp".into(),
+            Intrinsic::NamedBarrier { id, threads } => format!("named_barrier<{id}, {threads}>"),
+            Intrinsic::SetMaxNReg { inc, regs } => {
+                format!("setmaxnreg_{}<{regs}>", if *inc { "inc" } else { "dec" })
+            }
+            Intrinsic::ProducerWarps => "producer_warps".into(),
             Intrinsic::ShflXor { width } => format!("shfl_xor<{width}>"),
             Intrinsic::ShflDown { width } => format!("shfl_down<{width}>"),
             Intrinsic::ShflIdx { width } => format!("shfl_idx<{width}>"),

@@ -99,6 +99,34 @@ pub struct KernelAttrs {
     /// A kernel that runs on several ranks (one per GPU) and addresses peers' copies of its
     /// symmetric buffers.
     pub dist: Option<DistAttrs>,
+    /// Warp specialization (sm_90a TMA pipelines): `None` lets the compiler choose, `Some(false)`
+    /// keeps every warp both loading and computing, `Some(true)` asks for a producer
+    /// warpgroup (an error where the kernel cannot take one).
+    pub warp_specialize: Option<bool>,
+    /// Set by the `pipeline` stage when it split a loop into producer and consumer halves
+    /// (marked by `Intrinsic::ProducerWarps`); the `warp_specialize` stage finishes the job.
+    pub warp_specialized: Option<WarpSpecialized>,
+}
+
+/// A warp-specialized pipeline, as the `pipeline` stage leaves it for the `warp_specialize`
+/// stage: the producer warpgroup is added after the kernel's own threads (which become the
+/// consumers), and the barriers are initialized once per block (a persistent kernel's rounds
+/// keep their phases running).
+#[derive(Clone, PartialEq, Debug)]
+pub struct WarpSpecialized {
+    /// The kernel's threads before specialization: the consumer warps.
+    pub consumer_threads: u32,
+    /// Per stage: completes when the stage's tiles have landed (one arrival: the producer's
+    /// `expect_tx`).
+    pub full: Buffer,
+    /// Per stage: completes when every consumer warp is done with the stage (one arrival per
+    /// consumer warp).
+    pub empty: Buffer,
+    pub stages: u32,
+    /// The iteration count carried across a persistent kernel's rounds (a local `i32[1]` each
+    /// side keeps, starting at 0), so stage and phase keep counting; `None` when the pipeline
+    /// runs once per block.
+    pub counter: Option<Buffer>,
 }
 
 /// What a multi-rank kernel's code needs to address peers: every rank's symmetric heap is

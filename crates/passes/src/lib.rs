@@ -48,6 +48,8 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
                 v.push(pass("insert_waits", gpu::waitcnt::run));
             }
             v.push(pass("persistent", gpu::persistent::run));
+            // Producer warps for a split TMA pipeline (docs in gpu::warp_specialize).
+            v.push(pass("warp_specialize", gpu::warp_specialize::run));
             v.push(pass("strength_reduce", strength::run));
             if target.is_hip() {
                 // MFMA/LDS-read rounds (docs in gpu::schedule).

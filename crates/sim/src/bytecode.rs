@@ -110,6 +110,11 @@ pub enum Instr {
     /// shared epoch advances, the global one does not).
     BarrierLds,
     SyncWarp,
+    /// `bar.sync id, threads`: waits until `threads` threads of the block wait at barrier `id`.
+    NamedBarrier {
+        id: u32,
+        threads: u32,
+    },
     /// Warp collective: `regs[dst] = shfl(value, arg)` over the warp's lanes.
     Shfl {
         kind: ShflKind,

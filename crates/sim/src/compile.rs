@@ -628,6 +628,21 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::SyncWarp => Instr::SyncWarp,
+            Intrinsic::NamedBarrier { id, threads } => {
+                if !(1..16).contains(id) || *threads == 0 || !threads.is_multiple_of(32) {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {}: a named barrier takes an id from 1 to 15 and a nonzero multiple of 32 threads",
+                        self.span
+                    )));
+                }
+                Instr::NamedBarrier {
+                    id: *id,
+                    threads: *threads,
+                }
+            }
+            // Register allocation only: nothing the simulator computes changes (the
+            // `warp_specialize` stage checks the warpgroups' totals fit the register file).
+            Intrinsic::SetMaxNReg { .. } => return Ok(()),
             Intrinsic::CpAsyncCommit => Instr::CpCommit,
             Intrinsic::CpAsyncWait { n } => Instr::CpWait(*n),
             Intrinsic::CpAsync { bytes } => {

@@ -206,6 +206,19 @@ pub enum SimError {
         other_state: String,
     },
 
+    /// A named barrier (`bar.sync id, threads`) that cannot complete: fewer threads wait at it
+    /// than it counts, and no other thread can arrive; or more arrived than it counts.
+    #[error("named barrier {id} in block {}: it counts {threads} threads, {arrived} arrived (first: thread {waiting} at {barrier}); {detail}", fmt_block(.block))]
+    NamedBarrier {
+        block: [i64; 3],
+        id: u32,
+        threads: u32,
+        arrived: u32,
+        waiting: u32,
+        barrier: Span,
+        detail: String,
+    },
+
     /// Not every lane of a warp reached a warp-collective operation (shuffle, ldmatrix, mma,
     /// mfma, buffer load, sync_warp) together.
     #[error("warp divergence in block {}, warp {warp}: lane {waiting} is at {op} ({span}), but lane {other} {other_state}", fmt_block(.block))]

@@ -25,7 +25,8 @@ use crate::race::{Kind, Rec};
 pub enum State {
     /// Can run.
     Ready,
-    /// Waits at the block barrier (`SyncThreads` or `BarrierLds`) at its pc.
+    /// Waits at the block barrier (`SyncThreads` or `BarrierLds`), or a named barrier, at its
+    /// pc.
     Barrier,
     /// Waits at the warp collective (or `SyncWarp`) at its pc, operands in its stash.
     Warp,
@@ -408,7 +409,7 @@ impl Interp<'_, '_> {
                     th.regs[*var as usize] = Value::Int(wrap_int(v as i128 + 1, *dtype));
                     th.pc = *test;
                 }
-                Instr::SyncThreads | Instr::BarrierLds => {
+                Instr::SyncThreads | Instr::BarrierLds | Instr::NamedBarrier { .. } => {
                     th.pc = pc;
                     th.state = State::Barrier;
                     return Ok(());

@@ -52,6 +52,10 @@ pub struct Mbar {
     pub phase: u32,
     /// The current phase's copies, in issue order.
     pub copies: Vec<TmaCopy>,
+    /// Whether the last completed phase was plain arrivals (no transaction bytes): a signal
+    /// between threads (a consumer warp releasing a pipeline stage to the producer), which
+    /// orders the arriving threads' accesses before the waiting thread's later ones.
+    pub signalled: bool,
 }
 
 /// The block's mbarriers: by absolute shared byte offset, the index of the barrier last
@@ -210,6 +214,7 @@ impl Interp<'_, '_> {
             delivered: 0,
             phase: 0,
             copies: vec![],
+            signalled: false,
         });
         self.mem.mbars.at.insert(abs, idx);
         Ok(())
@@ -271,7 +276,16 @@ impl Interp<'_, '_> {
             return Err(self.mbar_err(pc, th.tid, name, format!("parity {p} (0 or 1)")));
         }
         if self.mem.mbars.passed(b, p as u32) {
-            let phases = self.mem.mbars.bars[b as usize].phase;
+            let m = &self.mem.mbars.bars[b as usize];
+            let phases = m.phase;
+            // A signal (plain arrivals) orders what the arriving threads did before it before
+            // what this thread does next. The checker's epochs are block-wide, so it counts
+            // as a block barrier: it then also orders accesses of threads that took no part
+            // (a race between two consumer warps across the producer's wait goes unseen).
+            if m.signalled && phases > 0 {
+                self.mem.epoch += 1;
+                self.mem.global_epoch += 1;
+            }
             let epoch = self.mem.epoch;
             self.mem.shadow.tma_acquire(th.tid as u16, b, phases, epoch);
             th.stash = crate::exec::Stash::None;
@@ -299,6 +313,7 @@ impl Interp<'_, '_> {
             return Err(self.mbar_err(pc, tid, name, detail));
         }
         let m = &mut self.mem.mbars.bars[b as usize];
+        m.signalled = m.announced == 0 && m.copies.is_empty();
         let copies = std::mem::take(&mut m.copies);
         let phase = m.phase;
         m.phase += 1;

@@ -370,6 +370,7 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
                 }
             }
         }
+        progressed |= release_named_barriers(it, ths)?;
         if progressed {
             continue;
         }
@@ -383,6 +384,15 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
         // waits for: let the others run first.
         if ths.iter().any(|t| t.state == State::FlagWait) {
             return Ok(Sched::Blocked);
+        }
+        // A named barrier counting more threads than are still running can never complete,
+        // whatever else waits.
+        let running = ths.iter().filter(|t| t.state != State::Done).count();
+        if ths.iter().any(|t| {
+            t.state == State::Barrier
+                && named_at(it, t.pc).is_some_and(|(_, n)| n as usize > running)
+        }) {
+            return Err(stuck(it, ths));
         }
         // A thread waiting for an mbarrier phase nothing can complete is the likely cause of
         // whatever else is stuck.
@@ -421,6 +431,88 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
     }
 }
 
+/// The named barrier (`bar.sync id, threads`) a thread waiting at `pc` waits at, if any.
+fn named_at(it: &Interp, pc: u32) -> Option<(u32, u32)> {
+    match it.prog.code.get(pc as usize) {
+        Some(Instr::NamedBarrier { id, threads }) => Some((*id, *threads)),
+        _ => None,
+    }
+}
+
+/// Lets through every named barrier at which as many threads wait as it counts. Completing
+/// one orders its threads' accesses before it against theirs after it — and, since shared
+/// memory has one barrier epoch per block, everyone's: the warps a named barrier leaves out
+/// are producer warps, whose shared-memory writes are TMA copies that the mbarrier tags
+/// order (`race::Shadow::tma_acquire`).
+fn release_named_barriers(it: &mut Interp, ths: &mut [Thread]) -> Result<bool, SimError> {
+    let mut waiting: Vec<(u32, u32, Vec<usize>)> = vec![];
+    for (i, t) in ths.iter().enumerate() {
+        if t.state != State::Barrier {
+            continue;
+        }
+        let Some((id, threads)) = named_at(it, t.pc) else {
+            continue;
+        };
+        match waiting.iter_mut().find(|w| w.0 == id) {
+            Some(w) if w.1 != threads => {
+                return Err(SimError::NamedBarrier {
+                    block: it.mem.block,
+                    id,
+                    threads: w.1,
+                    arrived: w.2.len() as u32,
+                    waiting: ths[w.2[0]].tid,
+                    barrier: it.prog.span(ths[w.2[0]].pc as usize),
+                    detail: format!(
+                        "thread {} waits at it counting {threads} ({})",
+                        t.tid,
+                        it.prog.span(t.pc as usize)
+                    ),
+                })
+            }
+            Some(w) => w.2.push(i),
+            None => waiting.push((id, threads, vec![i])),
+        }
+    }
+    let mut released = false;
+    for (id, threads, who) in waiting {
+        let n = who.len() as u32;
+        if n > threads {
+            let t = &ths[who[0]];
+            return Err(SimError::NamedBarrier {
+                block: it.mem.block,
+                id,
+                threads,
+                arrived: n,
+                waiting: t.tid,
+                barrier: it.prog.span(t.pc as usize),
+                detail: "more threads than it counts".into(),
+            });
+        }
+        if n < threads {
+            continue;
+        }
+        if let Some(e) = it.mem.take_uninit() {
+            return Err(e);
+        }
+        it.mem.epoch += 1;
+        it.mem.global_epoch += 1;
+        let first = ths[who[0]].tid;
+        let contiguous = who.windows(2).all(|w| w[1] == w[0] + 1);
+        if let Some(o) = it.mem.order.as_mut() {
+            if contiguous {
+                o.barrier_lanes(first, n);
+            }
+        }
+        it.stats.barriers += 1;
+        for i in who {
+            ths[i].pc += 1;
+            ths[i].state = State::Ready;
+        }
+        released = true;
+    }
+    Ok(released)
+}
+
 fn describe(it: &Interp, t: &Thread) -> String {
     let span = it.prog.span(t.pc as usize);
     match t.state {
@@ -451,6 +543,38 @@ fn stuck(it: &Interp, ths: &[Thread]) -> SimError {
                     other_state: describe(it, b),
                 };
             }
+        }
+    }
+    if let Some(t) = ths
+        .iter()
+        .find(|t| t.state == State::Barrier && named_at(it, t.pc).is_some())
+    {
+        if let Some((id, threads)) = named_at(it, t.pc) {
+            let arrived = ths
+                .iter()
+                .filter(|u| {
+                    u.state == State::Barrier && named_at(it, u.pc).is_some_and(|x| x.0 == id)
+                })
+                .count() as u32;
+            let others: Vec<String> = ths
+                .iter()
+                .filter(|u| !(u.state == State::Barrier && named_at(it, u.pc).is_some()))
+                .take(1)
+                .map(|u| format!("thread {} {}", u.tid, describe(it, u)))
+                .collect();
+            return SimError::NamedBarrier {
+                block: it.mem.block,
+                id,
+                threads,
+                arrived,
+                waiting: t.tid,
+                barrier: it.prog.span(t.pc as usize),
+                detail: if others.is_empty() {
+                    "no other thread is left to arrive".into()
+                } else {
+                    others.join(", ")
+                },
+            };
         }
     }
     let a = ths.iter().find(|t| t.state == State::Barrier);

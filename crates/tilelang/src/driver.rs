@@ -367,6 +367,7 @@ impl Kernel {
                     fallback: fallback.clone(),
                     source: src.code.clone(),
                     tmaps: sig.abi.tmaps.clone(),
+                    threads: sig.threads,
                 });
                 let mut exe = tl_runtime::build_cuda(
                     dev,
@@ -410,6 +411,7 @@ impl Kernel {
                     fallback: None,
                     source: src.code.clone(),
                     tmaps: vec![],
+                    threads: sig.threads,
                 });
                 let mut exe = tl_runtime::build_hip(
                     dev,
@@ -481,6 +483,7 @@ fn from_link(cache: &Cache, pre: &str, ir: &tl_ir::Kernel, dev: &Device) -> Opti
     let link = Link::read(cache, pre)?;
     let mut sig = Signature::of(ir);
     sig.abi.tmaps = link.tmaps.clone();
+    sig.threads = link.threads;
     match (dev, link.language.as_str()) {
         (Device::Cuda(_), "ptx" | "cuda") => {
             let mut exe = tl_runtime::build_cuda(
@@ -841,6 +844,7 @@ impl Kernel {
                     fallback: None,
                     source: src.code.clone(),
                     tmaps: vec![],
+                    threads: low.threads,
                 }
                 .write(&cache, pre);
             }
@@ -865,6 +869,7 @@ impl Kernel {
                     fallback,
                     source: src.code.clone(),
                     tmaps: tl_codegen::abi::tma_specs(&low),
+                    threads: low.threads,
                 }
                 .write(&cache, pre);
             }

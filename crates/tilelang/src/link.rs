@@ -32,9 +32,12 @@ pub struct Link {
     /// The tensor maps the kernel takes (`Abi::tmaps`): they come from lowering, which a
     /// link skips.
     pub tmaps: Vec<tl_codegen::TmaSpec>,
+    /// Threads per block the compiled kernel launches with: lowering may add some (a
+    /// warp-specialized kernel's producer warpgroup).
+    pub threads: u32,
 }
 
-const MAGIC: &str = "tilelang-link 2";
+const MAGIC: &str = "tilelang-link 3";
 
 /// `param/box0xbox1.../swizzle` per tensor map, `;`-separated.
 fn encode_tmaps(t: &[tl_codegen::TmaSpec]) -> String {
@@ -72,11 +75,12 @@ const EXT: &str = "link";
 impl Link {
     fn encode(&self) -> String {
         format!(
-            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nlanguage {}\nfallback {}\ntmaps {}\n--\n{}",
+            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nthreads {}\nlanguage {}\nfallback {}\ntmaps {}\n--\n{}",
             self.key,
             self.entry,
             self.arch,
             self.dynamic_smem_bytes,
+            self.threads,
             self.language,
             self.fallback.as_deref().unwrap_or("").replace('\n', " "),
             encode_tmaps(&self.tmaps),
@@ -99,6 +103,7 @@ impl Link {
         let entry = field("entry")?;
         let arch = field("arch")?;
         let dynamic_smem_bytes = field("smem")?.parse().ok()?;
+        let threads = field("threads")?.parse().ok().filter(|&t| t > 0)?;
         let language = field("language")?;
         let fallback = Some(field("fallback")?).filter(|f| !f.is_empty());
         let tmaps = decode_tmaps(&field("tmaps")?)?;
@@ -114,6 +119,7 @@ impl Link {
             fallback,
             source: source.to_string(),
             tmaps,
+            threads,
         })
     }
 
@@ -136,6 +142,7 @@ const KNOBS: &[&str] = &[
     "TILELANG_PTXAS_OPTIONS",
     "TILELANG_NVRTC_PTX_VIA_JITLINK",
     "TILELANG_TMA",
+    "TILELANG_WS",
 ];
 
 /// A variable or buffer the kernel names.
@@ -279,8 +286,13 @@ mod tests {
             fallback: None,
             source: "line one\n--\nline after a separator\n".into(),
             tmaps: vec![],
+            threads: 384,
         };
         assert_eq!(Link::decode(&l.encode()), Some(l.clone()));
+        assert_eq!(
+            Link::decode(&l.encode().replace("threads 384", "threads 0")),
+            None
+        );
         let with_maps = Link {
             tmaps: vec![
                 tl_codegen::TmaSpec {

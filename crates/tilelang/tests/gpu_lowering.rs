@@ -365,6 +365,7 @@ fn persistent_gemm_loops_over_tiles_and_keeps_the_shared_plan() {
     // The 128x128 Hopper tiles, whose C goes out through a staging tile in shared memory.
     let cfg = GemmConfig {
         persistent: Some(0),
+        warp_specialize: Some(false),
         ..GemmConfig::hopper_unaligned()
     };
     let k = gemm(Layout::NT, BF16, BF16, cfg);
@@ -377,4 +378,60 @@ fn persistent_gemm_loops_over_tiles_and_keeps_the_shared_plan() {
         smem_offset(&src, "epilogue_scratch"),
         smem_offset(&src, "A_s")
     );
+    // Warp-specialized, the producer refills A_s for the next round while the consumers
+    // stage this round's C: the two get bytes of their own.
+    let k = gemm(
+        Layout::NT,
+        BF16,
+        BF16,
+        GemmConfig {
+            warp_specialize: Some(true),
+            ..cfg
+        },
+    );
+    let src = k.emit(Target::SM90).expect("emits");
+    assert!(src.contains("setmaxnreg"), "{src}");
+    let (scratch, a) = (
+        smem_offset(&src, "epilogue_scratch"),
+        smem_offset(&src, "A_s"),
+    );
+    // A_s: 3 stages of 128x64 bf16; the scratch: a 128x128 bf16 tile.
+    let (a_bytes, scratch_bytes) = (3 * 128 * 64 * 2, 128 * 128 * 2);
+    assert!(
+        scratch >= a + a_bytes || a >= scratch + scratch_bytes,
+        "A_s at {a}, the scratch at {scratch}"
+    );
+}
+
+/// A warp-specialized persistent GEMM: the producer half repeats the rounds loop and the tile
+/// coordinates' lets with variables of its own (every variable is bound once in the lowered
+/// kernel; the PTX printer hoists what depends only on variables it has seen bound, and a
+/// shared one sent a consumer's epilogue addresses ahead of their definition).
+#[test]
+fn warp_specialized_halves_bind_variables_of_their_own() {
+    use std::collections::HashSet;
+    use tilelang::ir::StmtKind;
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    let cfg = GemmConfig {
+        persistent: Some(4),
+        warp_specialize: Some(true),
+        ..GemmConfig::hopper()
+    };
+    let low = gemm(Layout::NT, BF16, BF16, cfg)
+        .lower_aligned(Target::SM90)
+        .expect("lowers");
+    assert!(low.attrs.warp_specialized.is_some(), "{low}");
+    let mut seen = HashSet::new();
+    low.body.walk(&mut |s| {
+        let var = match &s.kind {
+            StmtKind::Let { var, .. } => var,
+            StmtKind::For(l) => &l.var,
+            _ => return,
+        };
+        assert!(
+            seen.insert(var.id()),
+            "`{}` bound twice in:\n{low}",
+            var.name()
+        );
+    });
 }

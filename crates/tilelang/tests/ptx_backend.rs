@@ -85,6 +85,57 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
             "attention d64 causal",
             flash_attention(BF16, 64, true, AttnConfig::hopper_for(64, true)),
         ),
+        // Warp-specialized (opt-in): a producer warpgroup, the registers moved to the
+        // consumers by `setmaxnreg` — no spills under the consumers' 232.
+        (
+            "gemm NT hopper warp-specialized",
+            gemm(
+                Layout::NT,
+                BF16,
+                BF16,
+                GemmConfig {
+                    warp_specialize: Some(true),
+                    ..GemmConfig::hopper()
+                },
+            ),
+        ),
+        (
+            "gemm NT hopper warp-specialized persistent",
+            gemm(
+                Layout::NT,
+                BF16,
+                BF16,
+                GemmConfig {
+                    warp_specialize: Some(true),
+                    persistent: Some(132),
+                    ..GemmConfig::hopper()
+                },
+            ),
+        ),
+        (
+            "attention d128 warp-specialized",
+            flash_attention(
+                BF16,
+                128,
+                false,
+                AttnConfig {
+                    warp_specialize: Some(true),
+                    ..AttnConfig::hopper_for(128, false)
+                },
+            ),
+        ),
+        (
+            "attention d64 warp-specialized",
+            flash_attention(
+                BF16,
+                64,
+                false,
+                AttnConfig {
+                    warp_specialize: Some(true),
+                    ..AttnConfig::hopper_for(64, false)
+                },
+            ),
+        ),
     ];
     let mma = vec![
         (
@@ -115,7 +166,22 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
             // 36-40 bytes under its 128-register bound in our PTX (NVRTC's does not) and
             // still runs 3.5% faster at d128 than with cp.async (docs/performance.md, run
             // 12). Bounded here so that more is caught.
-            let spill_budget = if group == "hopper" && what.starts_with("attention") {
+            let specialized = what.contains("warp-specialized");
+            if specialized {
+                match k.emit_ptx(Target::SM90) {
+                    Ok(p)
+                        if p.contains("setmaxnreg.inc.sync.aligned.u32 232")
+                            && p.contains(".maxntid 384")
+                            && !p.contains(".minnctapersm") => {}
+                    Ok(p) => failures.push(format!(
+                        "{group} {what}: no register split for 2 consumer warpgroups:\n{}",
+                        &p[..p.len().min(3000)]
+                    )),
+                    Err(e) => failures.push(format!("{group} {what}: {e}")),
+                }
+            }
+            let spill_budget = if group == "hopper" && what.starts_with("attention") && !specialized
+            {
                 64
             } else {
                 0

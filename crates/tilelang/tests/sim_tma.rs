@@ -1,7 +1,9 @@
 //! The TMA pipeline (sm_90a: mbarriers, `tma_load` of swizzled tiles, phase-parity waits) in
 //! the simulator: the GEMM variants that take it agree with the CPU backend, and bugs planted
 //! in the lowered kernel — a wrong `expect_tx`, a dropped wait, a shifted coordinate, a wrong
-//! swizzle, a dropped barrier initialization — are caught.
+//! swizzle, a dropped barrier initialization — are caught; so are those planted in the
+//! warp-specialized pipeline (a producer that does not wait for a stage's release, consumers
+//! that never release one, a consumer barrier counting the wrong threads).
 
 use tilelang::ir::{Expr, ExprKind, Intrinsic, Stmt, StmtKind};
 use tilelang::kernels::gemm;
@@ -171,13 +173,16 @@ fn planted_tma_bugs_are_caught() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
         return;
     }
+    // Every warp loading and computing (the warp-specialized pipeline has its own test).
     let cfg = gemm::GemmConfig {
         instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(false),
         ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
     };
     let layout = gemm::Layout::NT;
     let k = gemm::gemm(layout, BF16, F32, cfg);
     let low = tma_variant(&k);
+    assert!(!low.to_string().contains("setmaxnreg"), "{low}");
     let sh = shapes(layout, 64, 64, 256);
     assert!(run_vs_cpu(&k, &low, &sh, 5).expect("the kernel as lowered runs") < 1e-5);
     let broken = |body: Stmt| low.with_body(body);
@@ -286,4 +291,132 @@ fn persistent_tma_gemm_in_sim() {
             .unwrap_or_else(|e| panic!("{blocks} blocks, panel {panel}: {e}"));
         assert!(e < 1e-5, "{blocks} blocks, panel {panel}: {e}");
     }
+}
+
+/// Is `op` an `mbarrier_wait` on a barrier of the buffer named `name`?
+fn waits_on(args: &[Expr], name: &str) -> bool {
+    args.first().is_some_and(|a| a.to_string().contains(name))
+}
+
+fn remove_calls_where(s: &Stmt, pick: &dyn Fn(&Intrinsic, &[Expr]) -> bool) -> Stmt {
+    s.map_post(&mut |st| match st.kind {
+        StmtKind::Seq(v) => Stmt::seq(
+            v.into_iter()
+                .filter(|x| {
+                    !matches!(&x.kind, StmtKind::Eval(e)
+                        if matches!(e.kind(), ExprKind::Call(op, a) if pick(op, a)))
+                })
+                .collect(),
+            st.span,
+        ),
+        k => Stmt::new(k, st.span),
+    })
+}
+
+#[test]
+fn warp_specialized_gemm_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    // One and two consumer warpgroups, wgmma groups in flight across k steps or not, the
+    // phases wrapping several times; persistent kernels whose producer runs into the next
+    // tile while the consumers finish this one.
+    let configs = [
+        (64, 64, 64, 3, 128, false, None),
+        (64, 64, 64, 4, 128, true, None),
+        (128, 128, 64, 3, 256, true, None),
+        (64, 64, 64, 3, 128, true, Some(2)),
+        (128, 128, 64, 2, 256, false, Some(3)),
+    ];
+    for (bm, bn, bk, stages, threads, overlap, persistent) in configs {
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            overlap,
+            persistent,
+            warp_specialize: Some(true),
+            ..gemm::GemmConfig::tiles(bm, bn, bk, stages, threads)
+        };
+        for layout in [gemm::Layout::NT, gemm::Layout::NN] {
+            let k = gemm::gemm(layout, BF16, F32, cfg);
+            let low = tma_variant(&k);
+            assert_eq!(low.threads, threads + 128, "{low}");
+            assert!(low.to_string().contains("named_barrier<1,"), "{low}");
+            for (m, n, kk) in [(136, 152, 520), (64, 64, 64)] {
+                let what = format!(
+                    "{} {bm}x{bn}x{bk}, {stages} stages, overlap {overlap}, persistent {persistent:?}, {m}x{n}x{kk}",
+                    layout.name()
+                );
+                let e = run_vs_cpu(&k, &low, &shapes(layout, m, n, kk), 7)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(e < 1e-5, "{what}: {e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn planted_warp_specialization_bugs_are_caught() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        overlap: true,
+        warp_specialize: Some(true),
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    let layout = gemm::Layout::NT;
+    let k = gemm::gemm(layout, BF16, F32, cfg);
+    let low = tma_variant(&k);
+    let sh = shapes(layout, 64, 64, 512);
+    assert!(run_vs_cpu(&k, &low, &sh, 5).expect("the kernel as lowered runs") < 1e-5);
+    let broken = |body: Stmt| low.with_body(body);
+
+    // The producer refills a stage without waiting for its release: it overwrites tiles the
+    // consumers have not read (or a wgmma still reads).
+    let no_release_wait = broken(remove_calls_where(&low.body, &|op, a| {
+        *op == Intrinsic::MbarrierWait && waits_on(a, "_empty")
+    }));
+    let e = run_vs_cpu(&k, &no_release_wait, &sh, 5)
+        .expect_err("a producer that does not wait for the release must be reported");
+    assert!(
+        e.contains("race") || e.contains("wgmma") || e.contains("TMA"),
+        "{e}"
+    );
+
+    // The consumers read a stage before its tiles land.
+    let no_full_wait = broken(remove_calls_where(&low.body, &|op, a| {
+        *op == Intrinsic::MbarrierWait && waits_on(a, "_full")
+    }));
+    let e = run_vs_cpu(&k, &no_full_wait, &sh, 5)
+        .expect_err("consumers that do not wait for the tiles must be reported");
+    assert!(e.contains("TMA copy"), "{e}");
+
+    // The consumers never release a stage: the producer waits forever.
+    let no_release = broken(rewrite_calls(
+        &low.body,
+        &|op| *op == Intrinsic::MbarrierArrive,
+        &|_, _| (Intrinsic::FenceProxyAsync, vec![]),
+    ));
+    let e = run_vs_cpu(&k, &no_release, &sh, 5).expect_err("a missing release must be reported");
+    assert!(e.contains("deadlock") && e.contains("mbarrier"), "{e}");
+
+    // The consumers' barrier counts the producer warps too: it never completes.
+    let wrong_count = broken(rewrite_calls(
+        &low.body,
+        &|op| matches!(op, Intrinsic::NamedBarrier { .. }),
+        &|op, a| match op {
+            Intrinsic::NamedBarrier { id, threads } => (
+                Intrinsic::NamedBarrier {
+                    id: *id,
+                    threads: threads + 128,
+                },
+                a.to_vec(),
+            ),
+            _ => (op.clone(), a.to_vec()),
+        },
+    ));
+    let e = run_vs_cpu(&k, &wrong_count, &sh, 5)
+        .expect_err("a named barrier counting absent threads must be reported");
+    assert!(e.contains("named barrier 1"), "{e}");
 }

@@ -208,16 +208,18 @@ impl Emitter {
         }
     }
 
-    /// Whether `e` is invariant in the innermost open serial loop (it reads no memory and
-    /// only variables bound before the loop); false outside loops and when not hoisting.
+    /// Whether `e` is invariant in the innermost open serial loop (it reads no memory, not
+    /// even a local array the loop may write — a warp-specialized pipeline's iteration count
+    /// — and only variables bound before the loop); false outside loops and when not
+    /// hoisting.
     pub fn invariant_in_loop(&self, e: &Expr) -> bool {
         let Some(ph) = self.preheaders.last().filter(|_| self.hoist_invariants) else {
             return false;
         };
         !reads_memory(e)
-            && !e.any(&mut |x| match x.as_var() {
-                Some(v) => !ph.outside.contains(&v.id()),
-                None => false,
+            && !e.any(&mut |x| match x.kind() {
+                ExprKind::Load(..) => true,
+                _ => x.as_var().is_some_and(|v| !ph.outside.contains(&v.id())),
             })
     }
 
@@ -1148,6 +1150,30 @@ pub(crate) fn magic_u31(d: u32) -> (u32, u32) {
 mod tests {
     use super::magic_u31;
     use proptest::prelude::*;
+
+    /// A local array (a warp-specialized pipeline's iteration count, which each round of a
+    /// persistent kernel advances) is never taken for loop-invariant, whatever the variables.
+    #[test]
+    fn loads_of_local_arrays_are_not_hoisted() {
+        use tl_ir::{Buffer, DType, Expr, Scope, Span, Var};
+        let mut em = super::Emitter::new(90);
+        em.hoist_invariants = true;
+        let n = Var::new("n", DType::I32);
+        em.preheaders.push(super::Preheader {
+            at: 0,
+            depth: 1,
+            outside: [n.id()].into_iter().collect(),
+        });
+        let count = Buffer::new(
+            "count",
+            vec![Expr::int(1)],
+            DType::I32,
+            Scope::Local,
+            Span::UNKNOWN,
+        );
+        assert!(em.invariant_in_loop(&(n.expr() * 4)));
+        assert!(!em.invariant_in_loop(&(Expr::load(&count, vec![Expr::int(0)]) + n.expr())));
+    }
 
     fn quotient(x: u32, d: u32) -> u32 {
         let (m, shift) = magic_u31(d);

@@ -203,6 +203,13 @@ impl Emitter {
         match op {
             Intrinsic::SyncThreads => self.ins("bar.sync 0"),
             Intrinsic::SyncWarp => self.ins("bar.warp.sync -1"),
+            Intrinsic::NamedBarrier { id, threads } => {
+                self.ins(&format!("bar.sync {id}, {threads}"))
+            }
+            Intrinsic::SetMaxNReg { inc, regs } => self.ins(&format!(
+                "setmaxnreg.{}.sync.aligned.u32 {regs}",
+                if *inc { "inc" } else { "dec" }
+            )),
             Intrinsic::CpAsyncCommit => self.ins("cp.async.commit_group"),
             Intrinsic::CpAsyncWait { n } => self.ins(&format!("cp.async.wait_group {n}")),
             Intrinsic::WgmmaCommit => self.ins("wgmma.commit_group.sync.aligned"),

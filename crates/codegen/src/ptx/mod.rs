@@ -184,6 +184,12 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     if let Some(b) = blocks_bound {
         code.push_str(&format!(".minnctapersm {b}\n"));
     }
+    // `setmaxnreg` moves registers within the block's allocation: the kernel must be
+    // allocated every register its launch bound allows, or the consumers' `inc` waits for
+    // registers the producer's `dec` never frees (PTX ISA, setmaxnreg).
+    if uses_setmaxnreg(&k.body) {
+        code.push_str(&format!(".maxnreg {}\n", launch_registers(k.threads)));
+    }
     code.push_str("{\n");
     code.push_str(&em.regs.declarations());
     code.push('\n');
@@ -210,6 +216,12 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
 fn min_blocks(k: &Kernel, smem: u64, target: Target, wgmma: bool) -> Option<u32> {
     if let Some(b) = k.attrs.min_blocks_per_sm {
         return (b > 1).then_some(b);
+    }
+    // A warp-specialized kernel's register split (`setmaxnreg`) shares out the whole
+    // register file, and one with a single consumer warpgroup keeps the registers of the
+    // kernel it came from: one block per multiprocessor either way.
+    if k.attrs.warp_specialized.is_some() {
+        return None;
     }
     let by_smem = (target.max_shared_bytes() as u64)
         .checked_div(smem)
@@ -277,6 +289,25 @@ fn block_indices(em: &mut Emitter, k: &Kernel) -> emit::R<()> {
         }
     }
     Ok(())
+}
+
+fn uses_setmaxnreg(body: &tl_ir::Stmt) -> bool {
+    let mut found = false;
+    body.walk(&mut |s| {
+        if let tl_ir::StmtKind::Eval(e) = &s.kind {
+            found |= matches!(
+                e.kind(),
+                tl_ir::ExprKind::Call(tl_ir::Intrinsic::SetMaxNReg { .. }, _)
+            );
+        }
+    });
+    found
+}
+
+/// The registers per thread a block of `threads` threads may each hold: the 64K register
+/// file shared out, in the allocation unit of 8, at most 255.
+pub fn launch_registers(threads: u32) -> u32 {
+    (65536 / threads.max(1)).min(255) / 8 * 8
 }
 
 #[cfg(test)]

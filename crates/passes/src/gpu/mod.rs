@@ -2,7 +2,7 @@
 //! (`isel`, a module per GPU family), layout inference (`infer`), software pipelining
 //! (`pipeline`), barrier insertion (`barriers`), tile-op lowering to thread-level IR (`lower`
 //! and a module per op family), shared-memory layouts (`smem`), persistent kernels
-//! (`persistent`). See docs/design/thread-ir.md for what comes out.
+//! (`persistent`), warp specialization (`warp_specialize`). See docs/design/thread-ir.md for what comes out.
 
 pub mod barriers;
 pub mod buffer_lds;
@@ -22,4 +22,5 @@ pub mod schedule;
 pub mod smem;
 pub mod tma;
 pub mod waitcnt;
+pub mod warp_specialize;
 pub mod wgmma;

@@ -36,6 +36,7 @@ use crate::tile_util::{address_of, eval, for_loop, if_then, sync};
 
 mod amd;
 mod nvidia;
+mod ws;
 
 /// What differs between targets' asynchronous copies.
 trait Issue {
@@ -293,7 +294,12 @@ fn versioned_region(r: &Region, nb: &Buffer, lead: Option<Expr>) -> Region {
 /// The `pipeline` stage.
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let (plans, versioned) = plan(&k.body, target, issuer(target).split_stages());
+    let ws = ws::candidate(&k, &plans, target).map_err(Diagnostics::from)?;
     let mut px = Pipeliner {
+        ws,
+        ws_out: None,
+        threads: k.threads,
+        persistent: k.attrs.persistent_blocks.is_some(),
         target: *target,
         plans,
         versioned,
@@ -323,6 +329,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         return Err(Diagnostics(px.errors));
     }
     let mut out = k.with_body(body);
+    out.attrs.warp_specialized = px.ws_out.take();
     // Every version of a buffer keeps its layout.
     let staged: Vec<(Buffer, tl_layout::ComposedLayout)> = out
         .attrs
@@ -342,6 +349,14 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
 }
 
 struct Pipeliner {
+    /// The loop that may be warp-specialized (`ws::candidate`).
+    ws: Option<ws::Candidate>,
+    /// What the specialized loop left for the `warp_specialize` stage.
+    ws_out: Option<tl_ir::WarpSpecialized>,
+    /// The kernel's threads (the consumers, when a loop is specialized).
+    threads: u32,
+    /// A persistent kernel: a specialized pipeline counts its iterations across rounds.
+    persistent: bool,
     target: Target,
     plans: HashMap<u64, PipelinePlan>,
     /// Shared buffers given pipeline stages: original id → its stages.
@@ -485,7 +500,32 @@ impl Pipeliner {
         let (depth, chosen) = loop_depth(&body, &consumer_ids, s, span)?;
         // `overlap` sets the gemm's wait to `depth`; waits the kernel chose stay as they are.
         let overlap_depth = if chosen { 0 } else { depth };
-        if let Some(bytes) = self.tma_bytes(&body, &plan) {
+        let tma = self.tma_bytes(&body, &plan);
+        if let Some(c) = self.ws.clone().filter(|c| c.loop_var == l.var.id()) {
+            match tma {
+                Some(bytes) if ws::consumers_use_wgmma(&body, &plan) => {
+                    return Ok(self.expand_ws(ws::Loop {
+                        l,
+                        stages: s,
+                        depth,
+                        overlap_depth,
+                        plan: &plan,
+                        bytes,
+                        span,
+                    }));
+                }
+                _ if c.forced => {
+                    return Err(Diagnostic::new(
+                        DiagKind::Unsupported,
+                        span,
+                        "warp specialization was asked for, but this pipelined loop's tiles do not all load by TMA, or no wgmma gemm consumes them".to_string(),
+                    )
+                    .help("drop `warp_specialize(true)`, or make the loop's copies whole 2-d tiles of 16-byte-aligned rows and its gemm a wgmma one"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(bytes) = tma {
             return Ok(self.expand_tma(l, s, depth, overlap_depth, &plan, bytes, span));
         }
         let ahead_by = s - 1 - depth;

@@ -718,6 +718,16 @@ impl TileScope {
         self.state.borrow_mut().attrs.persistent_blocks = Some(blocks);
     }
 
+    /// Warp specialization on sm_90a: `true` asks for a producer warpgroup that only issues
+    /// the pipelined loop's TMA loads while the kernel's own warps only compute (an error
+    /// where the kernel cannot take one: see `tl_passes::gpu::pipeline`'s `ws` module);
+    /// `false` keeps every warp loading and computing. Without a call the kernel is not
+    /// specialized unless `TILELANG_WS=1` (then wherever it can be): on an H100 it has not
+    /// yet measured faster (docs/performance.md).
+    pub fn warp_specialize(&mut self, on: bool) {
+        self.state.borrow_mut().attrs.warp_specialize = Some(on);
+    }
+
     /// Ask for `blocks` resident blocks per SM (CUDA's `__launch_bounds__(threads, blocks)`): the
     /// compiler caps registers to fit them. More blocks hide more latency; too few registers
     /// spill (check with `tilelang check-cuda`, or let the autotuner, which rejects spills, try).

@@ -16,6 +16,8 @@ pub struct AttnConfig {
     /// sm_90a wgmma where the tiles allow it — Q·Kᵀ from shared tiles, P·V with P from registers
     /// and V MN-major, 64 query rows per 128 threads — else mma.sync; MFMA on AMD).
     pub instruction: Option<GemmInstruction>,
+    /// Warp specialization (`TileScope::warp_specialize`): `None` lets the compiler choose.
+    pub warp_specialize: Option<bool>,
 }
 
 impl AttnConfig {
@@ -27,6 +29,7 @@ impl AttnConfig {
             stages,
             threads,
             instruction: None,
+            warp_specialize: None,
         }
     }
 
@@ -147,6 +150,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         stages,
         threads,
         instruction,
+        warp_specialize,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -167,6 +171,9 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
             [ceildiv(&s, bm), h.clone(), b.clone()],
             threads,
             |t, [bx_launch, by, bz]| {
+                if let Some(on) = warp_specialize {
+                    t.warp_specialize(on);
+                }
                 // Causal: the query blocks near the end of the sequence see the most keys, so
                 // they launch first and the light ones fill the tail of the grid.
                 let bx = if causal {

@@ -53,6 +53,8 @@ pub struct GemmConfig {
     /// A persistent kernel (`TileScope::persistent`) of this many blocks (0: one per
     /// multiprocessor), each looping over output tiles in the rasterization order.
     pub persistent: Option<u32>,
+    /// Warp specialization (`TileScope::warp_specialize`): `None` lets the compiler choose.
+    pub warp_specialize: Option<bool>,
 }
 
 impl GemmConfig {
@@ -70,6 +72,7 @@ impl GemmConfig {
             instruction: None,
             overlap: false,
             persistent: None,
+            warp_specialize: None,
         }
     }
 
@@ -173,6 +176,9 @@ impl GemmConfig {
         }
         if let Some(blocks) = self.persistent {
             t.persistent(blocks);
+        }
+        if let Some(on) = self.warp_specialize {
+            t.warp_specialize(on);
         }
     }
 

@@ -1,0 +1,384 @@
+//! Warp specialization of a TMA pipeline (sm_90a): one warpgroup only loads, the kernel's own
+//! warps only compute. The producer runs ahead as far as the stages allow, waiting for a
+//! stage to be released instead of for the whole block, and in a persistent kernel it loads
+//! the next tile's first stages while the consumers run this tile's epilogue.
+//!
+//! Each stage has two barriers: `full` completes when its tiles have landed (the producer's
+//! `expect_tx` and the TMA bytes) and `empty` when every consumer warp is done reading it (one
+//! arrival per warp, after the wgmma that read it has retired). Iteration `g` (counted across
+//! a persistent kernel's rounds) uses stage `g % stages`, whose barriers are in their
+//! `g / stages`-th phase:
+//!
+//! ```text
+//! producer (one thread):              consumers:
+//! for k in 0..n:                      for k in 0..n:
+//!     wait(empty[g % s], parity ^ 1)      wait(full[g % s], parity)
+//!     expect_tx(full[g % s], bytes)       compute(k)                  // leaves `depth` wgmma
+//!     tma(k) → full[g % s]                release(g - depth)          //   groups in flight
+//!                                     wgmma_wait 0; release the last `depth`
+//! ```
+//! A fresh barrier is in phase 0, so the producer's first wait on each stage (parity 1: the
+//! phase before) passes at once. This stage builds both halves in tile IR under an `if` on
+//! `Intrinsic::ProducerWarps`; the `warp_specialize` stage, after lowering, adds the producer
+//! warpgroup and initializes the barriers once per block.
+
+use std::collections::HashMap;
+
+use tl_ir::{
+    Buffer, DType, Diagnostic, Expr, ExprKind, For, ForKind, GemmInstruction, Intrinsic, Kernel,
+    Scope, Span, Stmt, StmtKind, TileOp, Var, WarpSpecialized,
+};
+use tl_target::Target;
+
+use super::{version_stmt, written_shared, PipelinePlan, Pipeliner, Ver};
+use crate::tile_util::{address_of, eval, if_then, sync};
+
+/// Threads in a warpgroup (the producer's size, and the unit consumers come in).
+const WARPGROUP: u32 = 128;
+
+/// The loop a kernel may have specialized, and whether the kernel insists.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub loop_var: u64,
+    pub forced: bool,
+}
+
+/// The pipelined loop a kernel may have specialized, or why it cannot be.
+fn obstacle(
+    k: &Kernel,
+    plans: &HashMap<u64, PipelinePlan>,
+    target: &Target,
+) -> Result<u64, String> {
+    if !target.has_tma() {
+        return Err(format!("{target} has no TMA"));
+    }
+    if k.attrs.dist.is_some() {
+        return Err("a multi-rank kernel's loads may read what peers wrote".into());
+    }
+    if !k.threads.is_multiple_of(WARPGROUP) || k.threads > 3 * WARPGROUP {
+        return Err(format!(
+            "the kernel has {} threads; consumers come as 1 to 3 warpgroups of 128",
+            k.threads
+        ));
+    }
+    if k.attrs.min_blocks_per_sm.is_some_and(|b| b > 1) {
+        return Err("the kernel asks for several blocks per SM, which a producer warpgroup's registers would not leave room for".into());
+    }
+    if plans.len() != 1 {
+        return Err(format!(
+            "the kernel has {} pipelined loops that load shared tiles (one can be specialized)",
+            plans.len()
+        ));
+    }
+    let top = k.body.flattened();
+    let mut found = None;
+    for s in &top {
+        match &s.kind {
+            StmtKind::For(l) if plans.contains_key(&l.var.id()) => {
+                found = Some(l.var.id());
+                break;
+            }
+            // The producer recomputes the lets it needs: they must not read what the
+            // consumers wrote.
+            StmtKind::Let { var, value } if reads_memory(value) => {
+                return Err(format!(
+                    "`{}` is computed from memory before the pipelined loop; the producer warps would not see it",
+                    var.name()
+                ));
+            }
+            _ => {}
+        }
+    }
+    found.ok_or_else(|| "the pipelined loop is not at the kernel's top level".to_string())
+}
+
+fn reads_memory(e: &Expr) -> bool {
+    e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() != Scope::Global))
+}
+
+/// The loop to specialize, by the kernel's attribute (`KernelAttrs::warp_specialize`) and,
+/// where the kernel does not say, `TILELANG_WS=1` (specialize every kernel that can be).
+/// Without either nothing is specialized: on an H100 the specialized GEMM ran at parity
+/// (0.99–1.0×) and attention 0.83–1.0× of the unspecialized kernels (docs/performance.md),
+/// so the compiler does not choose it on its own yet.
+pub fn candidate(
+    k: &Kernel,
+    plans: &HashMap<u64, PipelinePlan>,
+    target: &Target,
+) -> Result<Option<Candidate>, Diagnostic> {
+    let forced = match k.attrs.warp_specialize {
+        Some(false) => return Ok(None),
+        Some(true) => true,
+        None => {
+            if !std::env::var("TILELANG_WS").is_ok_and(|v| v == "1") {
+                return Ok(None);
+            }
+            false
+        }
+    };
+    match obstacle(k, plans, target) {
+        Ok(loop_var) => Ok(Some(Candidate { loop_var, forced })),
+        Err(why) if forced => Err(Diagnostic::new(
+            tl_ir::DiagKind::Unsupported,
+            k.body.span,
+            format!("warp specialization was asked for, but {why}"),
+        )
+        .help("drop `warp_specialize(true)` (the compiler then keeps every warp loading and computing)")),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Whether the loop's consumers run on wgmma (what a producer warpgroup pays off for, and
+/// what the stage release after a retired wgmma group is written for).
+pub fn consumers_use_wgmma(body: &[&Stmt], plan: &PipelinePlan) -> bool {
+    let mut any = false;
+    for (i, st) in body.iter().enumerate() {
+        if plan.producers.contains(&i) {
+            continue;
+        }
+        st.walk(&mut |x| {
+            any |= matches!(&x.kind, StmtKind::Op(TileOp::Gemm(g))
+                if g.instruction == Some(GemmInstruction::Wgmma));
+        });
+    }
+    any
+}
+
+/// The pieces `expand_ws` takes from `Pipeliner::expand`.
+pub struct Loop<'a> {
+    pub l: &'a For,
+    pub stages: i64,
+    pub depth: i64,
+    pub overlap_depth: i64,
+    pub plan: &'a PipelinePlan,
+    pub bytes: i64,
+    pub span: Span,
+}
+
+impl Pipeliner {
+    /// The specialized loop: the barriers' allocations, then `if producer_warps() { producer
+    /// } else { consumers }` (see the module docs).
+    pub(super) fn expand_ws(&mut self, lp: Loop) -> Stmt {
+        let Loop {
+            l,
+            stages: s,
+            depth,
+            overlap_depth,
+            plan,
+            bytes,
+            span,
+        } = lp;
+        let body = l.body.flattened();
+        let n = l.extent.clone();
+        let lo = l.min.clone();
+        let consumers_threads = self.threads;
+        let name = l.var.name();
+        let barriers = |what: &str| {
+            Buffer::new(
+                format!("{name}_{what}"),
+                vec![Expr::int(s)],
+                DType::U64,
+                Scope::Shared,
+                span,
+            )
+        };
+        let (full, empty) = (barriers("full"), barriers("empty"));
+        let counter = self.persistent.then(|| {
+            Buffer::new(
+                format!("{name}_count"),
+                vec![Expr::int(1)],
+                DType::I32,
+                Scope::Local,
+                span,
+            )
+        });
+        let base = counter.as_ref().map(|c| Expr::load(c, vec![Expr::int(0)]));
+        let global = |k: Expr| match &base {
+            Some(b) => b.clone() + k,
+            None => k,
+        };
+        let stage = |g: &Expr| g.floormod(s);
+        let parity = |g: &Expr| g.floordiv(s).floormod(2);
+        let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
+        let advance = |c: &Option<Buffer>| -> Stmt {
+            match c {
+                Some(c) => Stmt::new(
+                    StmtKind::Store {
+                        buffer: c.clone(),
+                        indices: vec![Expr::int(0)],
+                        value: Expr::load(c, vec![Expr::int(0)]) + n.clone(),
+                    },
+                    span,
+                ),
+                None => Stmt::empty(),
+            }
+        };
+        let versioned = self.versioned.clone();
+        let k = Var::new(name, DType::I32);
+        let mut map = HashMap::new();
+        map.insert(l.var.id(), lo.clone() + k.expr());
+        let g = global(k.expr());
+
+        // The producer: one thread waits for each stage to be released and refills it.
+        let mut load = vec![
+            eval(
+                Intrinsic::MbarrierWait,
+                vec![
+                    address_of(&empty, vec![stage(&g)]),
+                    (g.floordiv(s) + 1).floormod(2),
+                ],
+                span,
+            ),
+            eval(
+                Intrinsic::MbarrierArriveExpectTx,
+                vec![address_of(&full, vec![stage(&g)]), Expr::int(bytes)],
+                span,
+            ),
+        ];
+        for &i in &plan.producers {
+            let st = version_stmt(
+                &body[i].substitute(&map),
+                &versioned,
+                &Ver::Dynamic(stage(&g)),
+            );
+            let bar = address_of(&full, vec![stage(&g)]);
+            load.push(st.map_post(&mut |x| match x.kind {
+                StmtKind::Op(TileOp::Copy(mut c)) => {
+                    c.asynchronous = true;
+                    c.tma_barrier = Some(bar.clone());
+                    Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
+                }
+                kind => Stmt::new(kind, x.span),
+            }));
+        }
+        // (The `warp_specialize` stage elects its thread: here the kernel's threads are all
+        // consumers, and a test for a thread past them would simplify away.)
+        let producer = Stmt::seq(
+            vec![
+                serial(&k, n.clone(), Stmt::seq(load, span), span),
+                advance(&counter),
+            ],
+            span,
+        );
+
+        // The consumers.
+        let consumers: Vec<Stmt> = body
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !plan.producers.contains(i))
+            .map(|(_, st)| (*st).clone())
+            .collect();
+        let consume = version_stmt(
+            &Stmt::seq(consumers, span).substitute(&map),
+            &versioned,
+            &Ver::Dynamic(stage(&g)),
+        );
+        let written = written_shared(&consume);
+        let mut drain = vec![];
+        let mut reads_async = false;
+        let consume = consume.map_post(&mut |x| match x.kind {
+            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
+                reads_async = true;
+                let a_regs = g.a.buffer.scope() == Scope::Fragment;
+                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
+                    && (a_regs || !written.contains(&g.a.buffer.id()));
+                if depth > 0 {
+                    if overlap_depth > 0 {
+                        g.schedule.in_flight = overlap_depth as u32;
+                    }
+                    super::super::wgmma::add_register_pins(&mut drain, &g);
+                }
+                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
+            }
+            kind => Stmt::new(kind, x.span),
+        });
+        let consume = self.rewrite(&consume);
+        // A warp is done with a stage once the wgmma groups that read it have retired: lane
+        // 0 arrives for the warp (its lanes passed the wgmma wait together).
+        let release = |g: Expr| -> Stmt {
+            Stmt::seq(
+                vec![
+                    eval(Intrinsic::SyncWarp, vec![], span),
+                    if_then(
+                        Some(tid.floormod(32).eq_(0)),
+                        eval(
+                            Intrinsic::MbarrierArrive,
+                            vec![address_of(&empty, vec![stage(&g)])],
+                            span,
+                        ),
+                        span,
+                    ),
+                ],
+                span,
+            )
+        };
+        let steady = vec![
+            eval(
+                Intrinsic::MbarrierWait,
+                vec![address_of(&full, vec![stage(&g)]), parity(&g)],
+                span,
+            ),
+            consume,
+            if depth == 0 {
+                release(g.clone())
+            } else {
+                if_then(Some(k.expr().ge(depth)), release(g.clone() - depth), span)
+            },
+        ];
+        let mut compute = vec![];
+        // Operand tiles written before the loop by ordinary stores (attention's Q) are read
+        // by wgmma through the async proxy: fence, and hand them over.
+        if reads_async {
+            compute.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
+            compute.push(sync(span));
+        }
+        compute.push(serial(&k, n.clone(), Stmt::seq(steady, span), span));
+        if !drain.is_empty() {
+            compute.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+        }
+        // The last `depth` iterations' stages, released once their groups retired.
+        for j in 0..depth {
+            let it = n.clone() - (depth - j);
+            compute.push(if_then(Some(it.ge(0)), release(global(it.clone())), span));
+        }
+        compute.push(advance(&counter));
+        compute.push(sync(span));
+
+        self.ws_out = Some(WarpSpecialized {
+            consumer_threads: consumers_threads,
+            full: full.clone(),
+            empty: empty.clone(),
+            stages: s as u32,
+            counter: counter.clone(),
+        });
+        let mut out = vec![
+            Stmt::new(StmtKind::Alloc(full), span),
+            Stmt::new(StmtKind::Alloc(empty), span),
+        ];
+        if let Some(c) = counter {
+            out.push(Stmt::new(StmtKind::Alloc(c), span));
+        }
+        out.push(Stmt::new(
+            StmtKind::If {
+                cond: Expr::call(Intrinsic::ProducerWarps, vec![], DType::Bool),
+                then_: Box::new(producer),
+                else_: Some(Box::new(Stmt::seq(compute, span))),
+            },
+            span,
+        ));
+        Stmt::seq(out, span)
+    }
+}
+
+fn serial(var: &Var, extent: Expr, body: Stmt, span: Span) -> Stmt {
+    Stmt::new(
+        StmtKind::For(Box::new(For {
+            var: var.clone(),
+            min: Expr::int(0),
+            extent,
+            kind: ForKind::Serial,
+            body,
+        })),
+        span,
+    )
+}

@@ -1,0 +1,424 @@
+//! The `warp_specialize` stage: finishes a pipeline the `pipeline` stage split into producer
+//! and consumer halves (`pipeline::ws`), on the lowered kernel.
+//!
+//! The kernel's threads become the consumers and a producer warpgroup is added after them:
+//!
+//! ```text
+//! shared allocations; if thread 0: init full[s] (1 arrival), empty[s] (1 per consumer warp)
+//! sync_threads
+//! if thread_idx >= consumers:  setmaxnreg.dec; thread `consumers` runs the producer half
+//! else:                        setmaxnreg.inc; the kernel, its loop's consumer half, its
+//!                              block barriers among the consumers only (`bar.sync 1, n`)
+//! ```
+//! The producer half is the kernel's control around the loop — the loops (a persistent
+//! kernel's rounds), the `if`s and the `let`s that lead to it — with the loop's loads; every
+//! other statement stays with the consumers. The barriers are initialized here, once per
+//! block, since a persistent kernel's producer runs into the next round while the consumers
+//! finish this one. Shared buffers are all declared at the top, live for the whole kernel:
+//! the producer refills the pipeline's stages while the consumers may still use any other
+//! buffer, so none may share bytes with them.
+
+use std::collections::HashSet;
+
+use tl_ir::{
+    DType, Diagnostic, Diagnostics, Expr, ExprKind, Intrinsic, Kernel, Scope, Stmt, StmtKind,
+    WarpSpecialized,
+};
+use tl_target::Target;
+
+use crate::tile_util::{address_of, eval, if_then, sync};
+
+/// The named barrier the consumer warps sync with (0 is `__syncthreads`').
+const CONSUMER_BARRIER: u32 = 1;
+const PRODUCER_THREADS: u32 = 128;
+/// Registers per SM a block may use.
+const REGISTER_FILE: u32 = 65536;
+
+pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
+    let Some(ws) = k.attrs.warp_specialized.clone() else {
+        return Ok(k);
+    };
+    let span = k.body.span;
+    let consumers = ws.consumer_threads;
+    let mut ws = ws;
+    let mut hoisted = vec![];
+    let mut body = strip_allocs(&k.body, &ws, &mut hoisted);
+    if let Some(c) = &ws.counter {
+        if let Some(b) = count_by_rounds(&body, c) {
+            body = b;
+            hoisted.retain(|h| !matches!(&h.kind, StmtKind::Alloc(x) if x.id() == c.id()));
+            ws.counter = None;
+        }
+    }
+    let producer = producer_half(&body, &mut HashSet::new()).ok_or_else(|| {
+        Diagnostics::from(Diagnostic::internal(
+            "warp specialization: the producer half cannot be separated from the kernel (its loop lies under a statement other than a loop, an `if` or a sequence, or its control reads memory)",
+        ))
+    })?;
+    let mut producer = fresh_bindings(&producer);
+    let consumer = consumer_half(&body, consumers);
+    let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
+    let mut out = hoisted;
+    // Each half counts iterations in a register of its own: one both halves assigned would
+    // not be warp-uniform to ptxas, which then computes every stage address per thread.
+    let mut counters = vec![];
+    if let Some(c) = &ws.counter {
+        let own = c.derive(
+            format!("{}_producer", c.name()),
+            c.shape().to_vec(),
+            c.scope(),
+        );
+        producer = rename_buffer(&producer, c, &own);
+        out.push(Stmt::new(StmtKind::Alloc(own.clone()), span));
+        counters.push(own);
+        counters.push(c.clone());
+    }
+    for c in &counters {
+        out.push(Stmt::new(
+            StmtKind::Store {
+                buffer: c.clone(),
+                indices: vec![Expr::int(0)],
+                value: Expr::int(0),
+            },
+            span,
+        ));
+    }
+    let mut init = vec![];
+    for st in 0..ws.stages as i64 {
+        init.push(eval(
+            Intrinsic::MbarrierInit { count: 1 },
+            vec![address_of(&ws.full, vec![Expr::int(st)])],
+            span,
+        ));
+        init.push(eval(
+            Intrinsic::MbarrierInit {
+                count: consumers / 32,
+            },
+            vec![address_of(&ws.empty, vec![Expr::int(st)])],
+            span,
+        ));
+    }
+    init.push(eval(Intrinsic::FenceMbarrierInit, vec![], span));
+    out.push(if_then(Some(tid.eq_(0)), Stmt::seq(init, span), span));
+    out.push(sync(span));
+    let (mut p, mut c) = (vec![], vec![]);
+    if let Some((dec, inc)) = register_split(consumers) {
+        p.push(eval(
+            Intrinsic::SetMaxNReg {
+                inc: false,
+                regs: dec,
+            },
+            vec![],
+            span,
+        ));
+        c.push(eval(
+            Intrinsic::SetMaxNReg {
+                inc: true,
+                regs: inc,
+            },
+            vec![],
+            span,
+        ));
+    }
+    // One thread of the producer warpgroup issues every load.
+    p.push(if_then(Some(tid.eq_(consumers as i64)), producer, span));
+    c.push(consumer);
+    out.push(Stmt::new(
+        StmtKind::If {
+            cond: tid.ge(consumers as i64),
+            then_: Box::new(Stmt::seq(p, span)),
+            else_: Some(Box::new(Stmt::seq(c, span))),
+        },
+        span,
+    ));
+    let mut k = k.with_body(Stmt::seq(out, span));
+    k.threads = consumers + PRODUCER_THREADS;
+    Ok(k)
+}
+
+/// Registers per thread for the producer and the consumers (`setmaxnreg`), when moving some
+/// to the consumers helps: the producer keeps 40 (24 beside three consumer warpgroups), the
+/// consumers share the rest, at most 240 each. `None` when the launch already gives the
+/// consumers as many (two warpgroups in all get 255 each).
+pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
+    let at_launch = (REGISTER_FILE / (consumers + PRODUCER_THREADS)).min(255) / 8 * 8;
+    let producer = if consumers >= 3 * PRODUCER_THREADS {
+        24
+    } else {
+        40
+    };
+    let consumer = ((REGISTER_FILE - PRODUCER_THREADS * producer) / consumers / 8 * 8).min(240);
+    (consumer > at_launch).then_some((producer, consumer))
+}
+
+/// The body without the allocations of shared buffers and of the pipeline's counter, which
+/// go into `hoisted` (each once).
+fn strip_allocs(s: &Stmt, ws: &WarpSpecialized, hoisted: &mut Vec<Stmt>) -> Stmt {
+    let counter = ws.counter.as_ref().map(|c| c.id());
+    let mut seen = HashSet::new();
+    s.map_post(&mut |x| match x.kind {
+        StmtKind::Alloc(b) if b.scope() == Scope::Shared || Some(b.id()) == counter => {
+            if seen.insert(b.id()) {
+                hoisted.push(Stmt::new(StmtKind::Alloc(b), x.span));
+            }
+            Stmt::empty()
+        }
+        kind => Stmt::new(kind, x.span),
+    })
+}
+
+fn is_marker(e: &Expr) -> bool {
+    matches!(e.kind(), ExprKind::Call(Intrinsic::ProducerWarps, _))
+}
+
+fn contains_marker(s: &Stmt) -> bool {
+    let mut found = false;
+    s.walk(&mut |x| {
+        if let StmtKind::If { cond, .. } = &x.kind {
+            found |= is_marker(cond);
+        }
+    });
+    found
+}
+
+/// An expression the producer can compute: it reads no memory but global tensors, and no
+/// variable whose `let` the producer dropped.
+fn producer_computable(e: &Expr, dropped: &HashSet<u64>) -> bool {
+    !e.any(&mut |x| match x.kind() {
+        ExprKind::Load(b, _) => b.scope() != Scope::Global,
+        ExprKind::Var(v) => dropped.contains(&v.id()),
+        _ => false,
+    })
+}
+
+/// The producer's half of `s`: the control leading to the marker, with the marker's
+/// producer branch at its end. `None` when `s` holds no marker or the way to it cannot be
+/// recomputed by the producer.
+fn producer_half(s: &Stmt, dropped: &mut HashSet<u64>) -> Option<Stmt> {
+    let span = s.span;
+    match &s.kind {
+        StmtKind::If { cond, then_, .. } if is_marker(cond) => Some((**then_).clone()),
+        StmtKind::Seq(v) => {
+            let at = v.iter().position(contains_marker)?;
+            let mut out = vec![];
+            for x in &v[..at] {
+                if let StmtKind::Let { var, value } = &x.kind {
+                    if producer_computable(value, dropped) {
+                        out.push(x.clone());
+                    } else {
+                        dropped.insert(var.id());
+                    }
+                }
+            }
+            out.push(producer_half(&v[at], dropped)?);
+            Some(Stmt::seq(out, span))
+        }
+        StmtKind::For(l) if contains_marker(&l.body) => {
+            if !producer_computable(&l.min, dropped) || !producer_computable(&l.extent, dropped) {
+                return None;
+            }
+            let mut l2 = (**l).clone();
+            l2.body = producer_half(&l.body, dropped)?;
+            Some(Stmt::new(StmtKind::For(Box::new(l2)), span))
+        }
+        StmtKind::If { cond, then_, else_ } if producer_computable(cond, dropped) => {
+            if contains_marker(then_) {
+                Some(if_then(
+                    Some(cond.clone()),
+                    producer_half(then_, dropped)?,
+                    span,
+                ))
+            } else {
+                let e = else_.as_ref()?;
+                Some(if_then(
+                    Some(Expr::unary(tl_ir::UnOp::Not, cond.clone())),
+                    producer_half(e, dropped)?,
+                    span,
+                ))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// `s` with its own variables for every `let` and loop it binds: the producer half repeats
+/// the consumers' bindings, and code generation may take a variable it has seen bound for
+/// one bound everywhere after (the PTX printer's loop-invariant hoisting does).
+fn fresh_bindings(s: &Stmt) -> Stmt {
+    let mut map = std::collections::HashMap::new();
+    s.walk(&mut |x| {
+        let var = match &x.kind {
+            StmtKind::Let { var, .. } => var,
+            StmtKind::For(l) => &l.var,
+            _ => return,
+        };
+        map.entry(var.id())
+            .or_insert_with(|| tl_ir::Var::new(var.name(), var.dtype()));
+    });
+    let renamed = s.substitute(
+        &map.iter()
+            .map(|(id, v)| (*id, v.expr()))
+            .collect::<std::collections::HashMap<_, _>>(),
+    );
+    renamed.map_post(&mut |x| {
+        let kind = match x.kind {
+            StmtKind::Let { var, value } => StmtKind::Let {
+                var: map.get(&var.id()).cloned().unwrap_or(var),
+                value,
+            },
+            StmtKind::For(mut l) => {
+                if let Some(v) = map.get(&l.var.id()) {
+                    l.var = v.clone();
+                }
+                StmtKind::For(l)
+            }
+            kind => kind,
+        };
+        Stmt::new(kind, x.span)
+    })
+}
+
+/// Where every round of a persistent kernel runs the pipeline the same number of times `n`
+/// (a GEMM's k steps; not causal attention's, which depend on the tile), the iterations
+/// before round `r` are `r·n`: the body with the counter's loads replaced by that and its
+/// stores dropped. ptxas keeps such a value in the warp-uniform datapath, where the
+/// counter, a register each thread updates, cost the specialized persistent GEMM a fifth of
+/// its speed in the PTX backend (every stage address computed per thread between the
+/// wgmmas). `None` when the rounds do not all count alike.
+fn count_by_rounds(body: &Stmt, counter: &tl_ir::Buffer) -> Option<Stmt> {
+    let is_counter = |e: &Expr| matches!(e.kind(), ExprKind::Load(b, _) if b.id() == counter.id());
+    let mut done = false;
+    let out = body.map_post(&mut |x| {
+        let StmtKind::For(l) = &x.kind else {
+            return x;
+        };
+        if done {
+            return x;
+        }
+        // The increments of the counter inside this loop, and the variables bound in it.
+        let mut steps = vec![];
+        let mut bound: HashSet<u64> = [l.var.id()].into_iter().collect();
+        l.body.walk(&mut |y| match &y.kind {
+            StmtKind::Store { buffer, value, .. } if buffer.id() == counter.id() => {
+                steps.push(match value.kind() {
+                    ExprKind::Bin(tl_ir::BinOp::Add, a, b) if is_counter(a) => Some(b.clone()),
+                    _ => None,
+                });
+            }
+            StmtKind::Let { var, .. } => {
+                bound.insert(var.id());
+            }
+            StmtKind::For(inner) => {
+                bound.insert(inner.var.id());
+            }
+            _ => {}
+        });
+        let Some(Some(step)) = steps.first().cloned() else {
+            return x;
+        };
+        let invariant = !step.any(&mut |e| {
+            e.as_var().is_some_and(|v| bound.contains(&v.id()))
+                || matches!(e.kind(), ExprKind::Load(..))
+        });
+        if !invariant || steps.iter().any(|s| s.as_ref() != Some(&step)) {
+            return x;
+        }
+        done = true;
+        let before = l.var.expr().cast(DType::I32) * step.cast(DType::I32);
+        let inner = l
+            .body
+            .map_exprs(&mut |e| replace_counter(e, counter, &before));
+        let inner = inner.map_post(&mut |y| match &y.kind {
+            StmtKind::Store { buffer, .. } if buffer.id() == counter.id() => Stmt::empty(),
+            _ => y,
+        });
+        let mut l2 = (**l).clone();
+        l2.body = inner;
+        Stmt::new(StmtKind::For(Box::new(l2)), x.span)
+    });
+    let mut left = false;
+    out.walk(&mut |y| {
+        if let StmtKind::Store { buffer, .. } = &y.kind {
+            left |= buffer.id() == counter.id();
+        }
+        for e in y.exprs() {
+            left |= e.any(&mut |z| is_counter(z));
+        }
+    });
+    (done && !left).then_some(out)
+}
+
+fn replace_counter(e: &Expr, counter: &tl_ir::Buffer, with: &Expr) -> Expr {
+    if matches!(e.kind(), ExprKind::Load(b, _) if b.id() == counter.id()) {
+        return with.clone();
+    }
+    e.map_children(&mut |c| replace_counter(c, counter, with))
+}
+
+/// `s` with every access of `old` made to `new` (a buffer of the same shape).
+fn rename_buffer(s: &Stmt, old: &tl_ir::Buffer, new: &tl_ir::Buffer) -> Stmt {
+    fn ex(e: &Expr, old: &tl_ir::Buffer, new: &tl_ir::Buffer) -> Expr {
+        let e2 = e.map_children(&mut |c| ex(c, old, new));
+        match e2.kind() {
+            ExprKind::Load(b, idx) if b.id() == old.id() => Expr::load(new, idx.clone()),
+            _ => e2,
+        }
+    }
+    s.map_exprs(&mut |e| ex(e, old, new))
+        .map_post(&mut |x| match x.kind {
+            StmtKind::Store {
+                buffer,
+                indices,
+                value,
+            } if buffer.id() == old.id() => Stmt::new(
+                StmtKind::Store {
+                    buffer: new.clone(),
+                    indices,
+                    value,
+                },
+                x.span,
+            ),
+            kind => Stmt::new(kind, x.span),
+        })
+}
+
+/// The consumers' half: the kernel with the marker's consumer branch, its block barriers
+/// among the consumer warps only.
+fn consumer_half(s: &Stmt, consumers: u32) -> Stmt {
+    s.map_post(&mut |x| match x.kind {
+        StmtKind::If { cond, else_, .. } if is_marker(&cond) => match else_ {
+            Some(e) => *e,
+            None => Stmt::empty(),
+        },
+        StmtKind::Eval(e) if matches!(e.kind(), ExprKind::Call(Intrinsic::SyncThreads, _)) => eval(
+            Intrinsic::NamedBarrier {
+                id: CONSUMER_BARRIER,
+                threads: consumers,
+            },
+            vec![],
+            x.span,
+        ),
+        kind => Stmt::new(kind, x.span),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_fit_the_file() {
+        for wgs in 1..=3u32 {
+            let c = wgs * 128;
+            match register_split(c) {
+                Some((p, q)) => {
+                    assert!(p % 8 == 0 && q % 8 == 0 && (24..=256).contains(&p) && q <= 256);
+                    assert!(128 * p + c * q <= REGISTER_FILE, "{c}: {p} {q}");
+                    assert!(q > REGISTER_FILE / (c + 128));
+                }
+                None => assert_eq!(wgs, 1),
+            }
+        }
+        assert_eq!(register_split(256), Some((40, 232)));
+    }
+}
