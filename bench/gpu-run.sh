@@ -288,50 +288,59 @@ if [ "$what" = tma ]; then
 fi
 
 if [ "$what" = ws ]; then
-  # Warp specialization (a producer warpgroup issuing the TMA loads; TILELANG_WS=1 asks for
-  # it wherever a kernel can take it, TILELANG_WS=0 for none): correctness at odd sizes in both
-  # code paths, each run under a time limit (a wrong register split or barrier count hangs),
-  # then speed specialized / specialized and persistent / not specialized beside cuBLAS and,
-  # for attention, cuDNN and FA2. WS_SHAPES and WS_ATTN narrow a run.
+  # Warp specialization (a producer warpgroup issuing the TMA loads, C out by TMA store): the
+  # Hopper GEMM default; other kernels take it with TILELANG_WS=1 (TILELANG_WS=0 turns it off
+  # everywhere). Correctness at odd sizes in both code paths, each run under a time limit (a
+  # wrong register split or barrier count hangs), then speed beside the earlier default (every
+  # warp loading and computing, 4 stages, C stored from the registers) and the peers (cuBLAS,
+  # cuDNN/FA2, cuBLASLt fp8). WS_SHAPES, WS_ATTN and WS_FP8 narrow a run.
   T="timeout ${WS_TIMEOUT:-120}"
+  OLD="--no-ws --stages 4 --no-persistent"
   log "warp specialization: correctness at odd sizes"
   fails=0
   chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
-  export TILELANG_WS=1
   for be in ptx cuda; do
     for l in nt nn tn; do
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16 --persistent
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 1000 --k 1000 --layout $l --dtype bf16
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 3000 --layout $l --dtype bf16 --persistent
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 777 --n 1000 --k 4104 --layout $l --dtype bf16
     done
-    TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 257 --n 129 --k 72 --layout nt --dtype f16 --out-dtype f32
-    TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --causal
-    TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 64 --dtype bf16
-    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling blocks
-    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling tensor
+    TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 257 --n 136 --k 72 --layout nt --dtype f16 --out-dtype f32
+    TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --causal
+    TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 64 --dtype bf16
+    TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/fp8_gemm --device cuda --m 1000 --n 1000 --k 1000 --scaling blocks
+    TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/fp8_gemm --device cuda --m 1000 --n 1000 --k 1000 --scaling tensor
   done
   echo "ws correctness failures: $fails"
   if [ "$fails" = 0 ]; then
-    log "gemm bf16: specialized / specialized+persistent / not specialized / cuBLAS"
-    for shape in ${WS_SHAPES:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144}; do
+    log "gemm bf16: default (specialized) / earlier default / cuBLAS"
+    for shape in ${WS_SHAPES:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144 4095,4095,4095 4097,4095,4104}; do
       set -- ${shape//,/ }
       for l in nt nn; do
-        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
-        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 --persistent 2>&1 | tail -n 1 | sed 's/^/[ws+persistent] /'
-        TILELANG_WS=0 $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[no ws] /'
+        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 $OLD 2>&1 | tail -n 1 | sed 's/^/[earlier] /'
         python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
       done
     done
-    log "attention fwd bf16: specialized / not / cuDNN, FA2"
-    for cfg in ${WS_ATTN:-4,16,4096,128 8,16,2048,64 2,32,8192,128}; do
+    log "attention fwd bf16: specialized (TILELANG_WS=1) / default / cuDNN, FA2"
+    for cfg in ${WS_ATTN:-4,16,4096,128 8,16,2048,64}; do
       set -- ${cfg//,/ }
       for c in "" --causal; do
-        $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
-        TILELANG_WS=0 $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[no ws] /'
+        TILELANG_WS=1 $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
+        $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
         python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
       done
     done
+    log "fp8 gemm: specialized (TILELANG_WS=1) / default / cuBLASLt"
+    for shape in ${WS_FP8:-8192,8192,8192 4096,4096,4096}; do
+      set -- ${shape//,/ }
+      for sc in "--scaling tensor --fast-accum" "--scaling tensor"; do
+        TILELANG_WS=1 $T $G/fp8_gemm --device cuda --m $1 --n $2 --k $3 $sc --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
+        $T $G/fp8_gemm --device cuda --m $1 --n $2 --k $3 $sc --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      done
+      python3 bench/fp8_peers.py tensor $1 $2 $3
+    done
   fi
-  unset TILELANG_WS
 fi
 
 if [ "$what" = fp8 ]; then

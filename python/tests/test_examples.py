@@ -122,3 +122,20 @@ def test_fp8_gemm_blockwise(target, rng):
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-5
     assert "k32.f32.e4m3.e4m3" in func.kernel.source("sm_90a")
 
+
+
+@pytest.mark.parametrize("disable", [False, True])
+def test_gemm_warp_specialized_in_sim(disable, rng):
+    """TileLang's ``tl.disable_warp_specialized``: False asks for a producer warpgroup on
+    sm_90a (the loads by TMA, C out by TMA store), True for none; both agree with numpy in the
+    simulator, tails included."""
+    # Rows of 16-byte multiples (TMA), tails in M and N.
+    func = gemm.matmul(130, 144, 200, 64, 64, 64)
+    configs = {"tl.disable_warp_specialized": disable}
+    kernel = tilelang.compile(func, out_idx=[2], target="sim:sm_90a", pass_configs=configs)
+    a = rng.standard_normal((130, 200)).astype(np.float16)
+    b = rng.standard_normal((200, 144)).astype(np.float16)
+    close(kernel(a, b), (a.astype(np.float32) @ b.astype(np.float32)), 0.06)
+    source = func.kernel.with_warp_specialize(not disable).source("sm_90a")
+    assert ("bar.sync 1, 128" in source) == (not disable)
+    assert ("tl_tma_store_2d(&" in source) == (not disable)

@@ -14,7 +14,6 @@ from .language import PrimFunc
 #: a warning naming them), so TileLang programs run unchanged.
 _TILELANG_PASS_CONFIGS = {
     "tl.disable_tma_lower",
-    "tl.disable_warp_specialized",
     "tl.disable_dynamic_tail_split",
     "tl.dynamic_alignment",
     "tl.disable_safe_memory_legalize",
@@ -53,6 +52,14 @@ def _device(target: str) -> str:
     )
 
 
+def _warp_specialize(pass_configs: dict | None) -> bool | None:
+    """``tl.disable_warp_specialized``: True keeps every warp loading and computing, False
+    asks for a producer warpgroup on sm_90a (where the kernel can take one); absent, the
+    compiler's default (not specialized unless ``TILELANG_WS=1``)."""
+    v = (pass_configs or {}).get("tl.disable_warp_specialized")
+    return None if v is None else not bool(v)
+
+
 def _options(pass_configs: dict | None) -> tuple[str | None, str | None]:
     dump, cache = None, None
     ignored = []
@@ -61,6 +68,8 @@ def _options(pass_configs: dict | None) -> tuple[str | None, str | None]:
             dump = str(v)
         elif k in ("cache_dir", "tl.cache_dir"):
             cache = str(v)
+        elif k == "tl.disable_warp_specialized":
+            pass
         elif k in _TILELANG_PASS_CONFIGS:
             ignored.append(k)
         else:
@@ -110,7 +119,10 @@ class JITKernel:
                 raise ValueError(f"out_idx names `{self.params[i].name}`, a scalar parameter")
         self.device = _native.resolve_device(_device(target))
         dump, cache = _options(pass_configs)
-        self._exe = func.kernel.compile(self.device, cache, dump)
+        ws = _warp_specialize(pass_configs)
+        if ws is not None:
+            self.kernel = self.kernel.with_warp_specialize(ws)
+        self._exe = self.kernel.compile(self.device, cache, dump)
         self.target = self.device
         # The per-call path is one native call (argument conversion, output allocation, the
         # launch and the return value all in Rust).
@@ -181,7 +193,11 @@ def precompile(func: PrimFunc, target: str = "sm_90a", pass_configs: dict | None
     if not isinstance(func, PrimFunc):
         raise TypeError(f"expected a @T.prim_func, got {type(func).__name__}")
     _, cache = _options(pass_configs)
-    return func.kernel.precompile(str(target), cache)
+    kernel = func.kernel
+    ws = _warp_specialize(pass_configs)
+    if ws is not None:
+        kernel = kernel.with_warp_specialize(ws)
+    return kernel.precompile(str(target), cache)
 
 
 class _JitFactory:

@@ -44,3 +44,24 @@ TL_DEVICE void tl_tma_load_5d(void* dst, const tl_tmap* map, const void* bar, in
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
                  ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(bar)) : "memory");
 }
+/* TMA stores (shared -> global, bulk groups). Elements outside the tensor are not written;
+ * the shared source may be reused after a `.read` wait retires the group. */
+TL_DEVICE void tl_tma_store_2d(const tl_tmap* map, const void* src, int32_t c0, int32_t c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(tl_smem_addr(src)) : "memory");
+}
+TL_DEVICE void tl_tma_store_3d(const tl_tmap* map, const void* src, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(tl_smem_addr(src)) : "memory");
+}
+TL_DEVICE void tl_tma_store_4d(const tl_tmap* map, const void* src, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(tl_smem_addr(src)) : "memory");
+}
+TL_DEVICE void tl_tma_store_5d(const tl_tmap* map, const void* src, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+    asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n"
+                 ::"l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(src)) : "memory");
+}
+TL_DEVICE void tl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+#define tl_bulk_wait(n) asm volatile("cp.async.bulk.wait_group " #n ";\n" ::: "memory")
+#define tl_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read " #n ";\n" ::: "memory")

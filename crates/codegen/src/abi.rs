@@ -34,16 +34,19 @@ pub struct Abi {
     pub tmaps: Vec<TmaSpec>,
 }
 
-/// The TMA descriptors a lowered kernel's `TmaLoad`s use, in order of first use: one per
-/// (tensor, box, swizzle).
+/// The TMA descriptors a lowered kernel's `TmaLoad`s and `TmaStore`s use, in order of first
+/// use: one per (tensor, box, swizzle).
 pub fn tma_specs(k: &Kernel) -> Vec<TmaSpec> {
     let mut out: Vec<TmaSpec> = vec![];
     k.body.walk(&mut |s| {
         for e in s.exprs() {
             e.visit(&mut |x| {
-                let ExprKind::Call(Intrinsic::TmaLoad { box_dims, swizzle }, args) = x.kind()
-                else {
-                    return;
+                let (box_dims, swizzle, args) = match x.kind() {
+                    ExprKind::Call(Intrinsic::TmaLoad { box_dims, swizzle }, args)
+                    | ExprKind::Call(Intrinsic::TmaStore { box_dims, swizzle }, args) => {
+                        (box_dims, swizzle, args)
+                    }
+                    _ => return,
                 };
                 let Some(param) = args.get(1).and_then(|t| tensor_param(k, t)) else {
                     return;

@@ -251,8 +251,14 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         Some(b) if b > 1 => format!("{}, {b}", k.threads.max(1)),
         _ => k.threads.max(1).to_string(),
     };
+    // TMA stores still reading shared memory must finish before the block exits.
+    let drain = if uses_tma_store(&k.body) {
+        "  tl_bulk_wait(0);\n"
+    } else {
+        ""
+    };
     code.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({bounds}) {kname}({}) {{\n{body}}}\n",
+        "extern \"C\" __global__ void __launch_bounds__({bounds}) {kname}({}) {{\n{body}{drain}}}\n",
         params.join(", ")
     ));
     let _ = sm;
@@ -467,6 +473,15 @@ pub(crate) fn planned_scope(k: &Kernel) -> &Stmt {
 
 /// With `rounds`, `body` repeats (a persistent kernel's round): two buffers share bytes only if
 /// a wait and a barrier separate them both within a round and across the loop's back edge.
+/// Whether the kernel issues TMA stores (it then waits for them before it exits).
+pub(crate) fn uses_tma_store(body: &Stmt) -> bool {
+    let mut found = false;
+    body.walk(&mut |s| {
+        found |= is_call(s, |op| matches!(op, Intrinsic::TmaStore { .. }));
+    });
+    found
+}
+
 pub(crate) fn plan_shared(body: &Stmt, rounds: bool, errors: &mut Vec<Diagnostic>) -> SharedPlan {
     let items = body.flattened();
     let mut slots: Vec<SharedSlot> = vec![];
@@ -711,6 +726,47 @@ impl Printer<'_> {
 
     /// `tl_tma_load_<rank>d(dst, &map, bar, coords innermost first)`: the map is the kernel's
     /// tensor-map parameter for this (tensor, box, swizzle).
+    fn cuda_tma_store(
+        &mut self,
+        op: &Intrinsic,
+        args: &[Expr],
+        box_dims: &[u32],
+        swizzle: u32,
+    ) -> String {
+        let rank = box_dims.len();
+        if !(2..=5).contains(&rank) {
+            return self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: a {rank}-d box (TMA stores take 2 to 5 dims here)"),
+                "this is a compiler bug in TMA store lowering",
+            );
+        }
+        if !self.cuda_nargs(op, args, 2 + rank) {
+            return "0".into();
+        }
+        let Some((src, _)) = self.cuda_addr(op, args.first(), "source", &[Scope::Shared], None)
+        else {
+            return "0".into();
+        };
+        let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", &[Scope::Global], None)
+        else {
+            return "0".into();
+        };
+        let Some(map) = self
+            .tmaps
+            .get(&(tensor.id(), box_dims.to_vec(), swizzle))
+            .cloned()
+        else {
+            return self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: no tensor map for `{}`", tensor.name()),
+                "this is a compiler bug: the ABI's tensor maps miss a TMA store",
+            );
+        };
+        let coords: Vec<String> = args[2..].iter().rev().map(|c| self.expr(c)).collect();
+        format!("tl_tma_store_{rank}d(&{map}, {src}, {})", coords.join(", "))
+    }
+
     fn cuda_tma_load(
         &mut self,
         op: &Intrinsic,
@@ -1256,6 +1312,13 @@ impl Printer<'_> {
             }
             Intrinsic::TmaLoad { box_dims, swizzle } => {
                 self.cuda_tma_load(op, args, box_dims, *swizzle)
+            }
+            Intrinsic::TmaStore { box_dims, swizzle } => {
+                self.cuda_tma_store(op, args, box_dims, *swizzle)
+            }
+            Intrinsic::BulkCommit => "tl_bulk_commit()".into(),
+            Intrinsic::BulkWait { n, read } => {
+                format!("tl_bulk_wait{}({n})", if *read { "_read" } else { "" })
             }
             other => self.unsupported(format!("the intrinsic {}", other.name())),
         }

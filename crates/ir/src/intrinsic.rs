@@ -135,6 +135,24 @@ pub enum Intrinsic {
     /// the address of the tensor's first element, the barrier's address, then one coordinate
     /// per tensor dim (i32, outermost first).
     TmaLoad { box_dims: Vec<u32>, swizzle: u32 },
+    /// `cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group`: the tensor-memory
+    /// accelerator copies a box of `box_dims` elements from shared memory (laid out as
+    /// `TmaLoad` lands one, with the `swizzle`) into a global tensor at the given
+    /// coordinates, asynchronously; elements outside the tensor are not written. The copy
+    /// joins the calling thread's open bulk group (`BulkCommit` closes it); the shared bytes
+    /// may be overwritten only after a `BulkWait` with `read` retires the group. The writes
+    /// are visible to other kernels once the kernel ends (codegen waits before it exits).
+    /// Shared-memory writes the copy reads must be fenced for the async proxy
+    /// (`FenceProxyAsync`) before a barrier that precedes it. args: the source's shared
+    /// address, the address of the tensor's first element, then one coordinate per tensor
+    /// dim (i32, outermost first).
+    TmaStore { box_dims: Vec<u32>, swizzle: u32 },
+    /// `cp.async.bulk.commit_group`: closes the calling thread's bulk group.
+    BulkCommit,
+    /// `cp.async.bulk.wait_group{.read} n`: waits until at most `n` of the calling thread's
+    /// bulk groups are pending — with `read`, until their sources have been read (the shared
+    /// bytes may be reused), else until their writes are done.
+    BulkWait { n: u32, read: bool },
     /// The index of the calling thread's wave (warp) in its block, `thread_idx / warp size`,
     /// known to the compiler to be the same for the whole wave (AMD: kept in a scalar
     /// register). i32.
@@ -407,6 +425,14 @@ impl Intrinsic {
             Intrinsic::TmaLoad { box_dims, swizzle } => {
                 let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
                 format!("tma_load<[{}], sw{swizzle}>", b.join(", "))
+            }
+            Intrinsic::TmaStore { box_dims, swizzle } => {
+                let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
+                format!("tma_store<[{}], sw{swizzle}>", b.join(", "))
+            }
+            Intrinsic::BulkCommit => "bulk_commit".into(),
+            Intrinsic::BulkWait { n, read } => {
+                format!("bulk_wait{}<{n}>", if *read { "_read" } else { "" })
             }
             Intrinsic::WaveIdx => "wave_idx".into(),
             Intrinsic::Mfma(m) => m.name(),

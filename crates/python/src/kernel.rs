@@ -57,6 +57,15 @@ impl PyKernel {
         self.k.name().to_string()
     }
 
+    /// This kernel with warp specialization asked for (`True`: a producer warpgroup issues
+    /// the pipelined loop's TMA loads on sm_90a where the kernel can take one) or refused
+    /// (`False`); TileLang's `tl.disable_warp_specialized` pass config sets it.
+    fn with_warp_specialize(&self, on: bool) -> PyKernel {
+        let mut ir = self.k.ir().clone();
+        ir.attrs.warp_specialize = Some(on);
+        PyKernel::new(Kernel::from_ir(ir))
+    }
+
     /// The tile IR, printed.
     fn __str__(&self) -> String {
         self.k.to_string()

@@ -280,6 +280,20 @@ pub enum Instr {
         bar: MemRef,
         coords: Vec<E>,
     },
+    /// `cp.async.bulk.tensor` store (TMA): a box of shared memory at `src` (swizzled) into
+    /// `tensor` at `coords`, elements outside the tensor not written; `src` stays read until
+    /// the thread's bulk group is waited for.
+    TmaStore {
+        box_dims: Vec<u32>,
+        swizzle: u32,
+        src: MemRef,
+        tensor: MemRef,
+        coords: Vec<E>,
+    },
+    /// `cp.async.bulk.commit_group`.
+    BulkCommit,
+    /// `cp.async.bulk.wait_group{.read} n`.
+    BulkWait(u32),
     /// End of the kernel body.
     Exit,
 }

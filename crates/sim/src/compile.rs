@@ -914,6 +914,38 @@ impl Compiler<'_> {
                     coords,
                 }
             }
+            Intrinsic::TmaStore { box_dims, swizzle } => {
+                need(2 + box_dims.len())?;
+                if box_dims.is_empty() || box_dims.len() > 5 {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {} has a box of {} dims (1 to 5)",
+                        self.span,
+                        box_dims.len()
+                    )));
+                }
+                if !matches!(swizzle, 0 | 32 | 64 | 128) {
+                    return Err(SimError::InvalidIr(format!(
+                        "{name} at {}: swizzle {swizzle} (0, 32, 64 or 128 bytes)",
+                        self.span
+                    )));
+                }
+                let src = self.address(args.first(), &name)?;
+                let tensor = self.address(args.get(1), &name)?;
+                let coords = args[2..]
+                    .iter()
+                    .map(|x| self.expr(x))
+                    .collect::<Result<_, _>>()?;
+                Instr::TmaStore {
+                    box_dims: box_dims.clone(),
+                    swizzle: *swizzle,
+                    src,
+                    tensor,
+                    coords,
+                }
+            }
+            Intrinsic::BulkCommit => Instr::BulkCommit,
+            // The model writes global memory at issue: both waits only free the sources.
+            Intrinsic::BulkWait { n, .. } => Instr::BulkWait(*n),
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,

@@ -171,6 +171,19 @@ pub enum SimError {
         read_at: Span,
     },
 
+    /// A write to shared bytes a TMA store still reads: its issuing thread has not waited for
+    /// the store's bulk group (`bulk_wait_read`) yet.
+    #[error("thread {thread} of block {} writes shared `{buffer}` byte {offset} at {span} while the TMA store thread {issuer} issued at {read_at} may still be reading it; that thread must retire the store (bulk_wait_read) before a barrier that precedes this write", fmt_block(.block))]
+    WriteDuringTmaStore {
+        buffer: String,
+        offset: usize,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        issuer: u32,
+        read_at: Span,
+    },
+
     /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
     #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
     OutOfBounds {

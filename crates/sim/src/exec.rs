@@ -113,6 +113,8 @@ pub struct Thread {
     pub cp: CpState,
     /// wgmma results in flight (they land at `wgmma.wait_group`).
     pub wg: AsyncGroups<PendingWrite>,
+    /// TMA stores in flight: the absolute shared bytes each still reads.
+    pub bulk: AsyncGroups<Vec<usize>>,
 }
 
 /// Counters for the report.
@@ -529,6 +531,19 @@ impl Interp<'_, '_> {
                         self.mem.write(&mut th.local, w.buf, w.off, &w.bytes, who)?;
                     }
                 }
+                Instr::BulkCommit => th.bulk.commit(),
+                Instr::BulkWait(n) => {
+                    for g in th.bulk.wait(*n) {
+                        self.mem.wgmma_reads_end(&g);
+                    }
+                }
+                Instr::TmaStore {
+                    box_dims,
+                    swizzle,
+                    src,
+                    tensor,
+                    coords,
+                } => self.tma_store(th, box_dims, *swizzle, (src, tensor), coords, pc)?,
                 Instr::CpCommit => th.cp.commit(),
                 Instr::CpWait(n) => {
                     for c in th.cp.wait(*n) {
@@ -650,6 +665,10 @@ impl Interp<'_, '_> {
                     pc,
                 )?,
                 Instr::Exit => {
+                    // Code generation waits for the thread's TMA stores before it exits.
+                    for g in th.bulk.wait(0) {
+                        self.mem.wgmma_reads_end(&g);
+                    }
                     th.pc = pc;
                     th.state = State::Done;
                     return Ok(());

@@ -265,6 +265,12 @@ impl<'p, 'g> Mem<'p, 'g> {
         Ok(())
     }
 
+    /// A TMA store issued by thread `tid` at `pc` reads the absolute shared bytes `bytes` until
+    /// the thread's bulk wait retires it (kept with the wgmma reads, tagged [`BULK_READER`]).
+    pub fn bulk_reads_begin(&mut self, bytes: &[usize], tid: u32, pc: u32) {
+        self.wgmma_reads_begin(bytes, tid | BULK_READER, pc);
+    }
+
     /// A wgmma issued by `warp` at `pc` reads the absolute shared bytes `bytes` until it is
     /// retired ([`Mem::wgmma_reads_end`]).
     pub fn wgmma_reads_begin(&mut self, bytes: &[usize], warp: u32, pc: u32) {
@@ -299,6 +305,17 @@ impl<'p, 'g> Mem<'p, 'g> {
         let info = self.info(buf);
         for i in 0..len {
             if let Some(&(_, warp, pc)) = self.wgmma_reads.get(&(info.base + off + i)) {
+                if warp & BULK_READER != 0 {
+                    return Err(SimError::WriteDuringTmaStore {
+                        buffer: info.name.clone(),
+                        offset: off + i,
+                        block: self.block,
+                        thread: who.tid as u32,
+                        span: self.prog.span(who.pc as usize),
+                        issuer: warp & !BULK_READER,
+                        read_at: self.prog.span(pc as usize),
+                    });
+                }
                 return Err(SimError::WriteDuringWgmmaRead {
                     buffer: info.name.clone(),
                     offset: off + i,
@@ -503,6 +520,10 @@ impl<'p, 'g> Mem<'p, 'g> {
         Ok(())
     }
 }
+
+/// Marks a reader of shared bytes in `Mem::wgmma_reads` as a TMA store's issuing thread (the
+/// rest is its id) rather than a wgmma's warp.
+pub const BULK_READER: u32 = 1 << 31;
 
 /// An access the compiler should never have produced (a buffer without backing memory, or a
 /// range the caller did not check).

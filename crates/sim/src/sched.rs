@@ -64,6 +64,7 @@ fn new_threads(prog: &Program, threads: u32, vars: [i64; 3]) -> Vec<Thread> {
                 stash: Stash::None,
                 cp: Default::default(),
                 wg: Default::default(),
+                bulk: Default::default(),
             }
         })
         .collect()

@@ -56,8 +56,18 @@ struct Args {
     overlap: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
     /// output tiles
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>)]
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>, conflicts_with = "no_persistent")]
     persistent: Option<u32>,
+    /// One block per output tile, where the default would be persistent (a short k loop)
+    #[arg(long)]
+    no_persistent: bool,
+    /// Warp specialization on sm_90a: a producer warpgroup issues the TMA loads and C goes out
+    /// by TMA store (the Hopper default)
+    #[arg(long, conflicts_with = "no_ws")]
+    ws: bool,
+    /// Every warp loads and computes (C stored from the registers)
+    #[arg(long)]
+    no_ws: bool,
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long, value_parser = common::size::<u32>)]
     panel: Option<u32>,
@@ -272,5 +282,14 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     };
     // The Hopper default overlaps already; the flag turns it on for other tiles.
     cfg.overlap |= args.overlap;
-    cfg.persistent = args.persistent;
+    if args.no_persistent {
+        cfg.persistent = None;
+    } else if args.persistent.is_some() {
+        cfg.persistent = args.persistent;
+    }
+    if args.ws {
+        cfg.warp_specialize = Some(true);
+    } else if args.no_ws {
+        cfg.warp_specialize = Some(false);
+    }
 }

@@ -194,6 +194,31 @@ fn hopper_defaults_and_wgmma_attention_compile_to_hgmma() {
             "attention d64 causal bm64 bn64 (run 6 winner)",
             flash_attention(BF16, 64, true, wg(64, 64, 2, 128)),
         ),
+        // Warp-specialized: O (a 4-d tensor) goes out by TMA store.
+        (
+            "attention d128 warp-specialized",
+            flash_attention(
+                BF16,
+                128,
+                false,
+                AttnConfig {
+                    warp_specialize: Some(true),
+                    ..AttnConfig::hopper()
+                },
+            ),
+        ),
+        (
+            "attention d64 causal warp-specialized",
+            flash_attention(
+                BF16,
+                64,
+                true,
+                AttnConfig {
+                    warp_specialize: Some(true),
+                    ..wg(64, 64, 2, 128)
+                },
+            ),
+        ),
     ];
     let opts = tl_nvrtc::CheckOptions {
         require_instructions: vec!["HGMMA".into(), "UTMALDG".into()],

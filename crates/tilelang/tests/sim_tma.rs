@@ -420,3 +420,62 @@ fn planted_warp_specialization_bugs_are_caught() {
         .expect_err("a named barrier counting absent threads must be reported");
     assert!(e.contains("named barrier 1"), "{e}");
 }
+
+#[test]
+fn tma_store_epilogue_bugs_are_caught() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    // A warp-specialized persistent GEMM stores C by TMA from a staging tile, and leaves the
+    // store in flight while the next tile runs: two blocks over six tiles, so each stages C
+    // again while its previous store may still read the tile.
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        persistent: Some(2),
+        warp_specialize: Some(true),
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    let layout = gemm::Layout::NT;
+    let k = gemm::gemm(layout, BF16, F32, cfg);
+    let low = tma_variant(&k);
+    let text = low.to_string();
+    assert!(text.contains("tma_store<"), "{text}");
+    // Tails in M and N: the store clips them.
+    let sh = shapes(layout, 136, 184, 128);
+    assert!(run_vs_cpu(&k, &low, &sh, 6).expect("the kernel as lowered runs") < 1e-5);
+    let broken = |body: Stmt| low.with_body(body);
+
+    // The staging tile is rewritten before the previous store has read it.
+    let no_read_wait = broken(rewrite_calls(
+        &low.body,
+        &|op| matches!(op, Intrinsic::BulkWait { .. }),
+        &|_, _| (Intrinsic::FenceProxyAsync, vec![]),
+    ));
+    let e = run_vs_cpu(&k, &no_read_wait, &sh, 6)
+        .expect_err("rewriting a tile a TMA store reads must be reported");
+    assert!(e.contains("TMA store"), "{e}");
+
+    // The fragment's writes are not fenced for the async proxy before the store reads them.
+    let no_fence = broken(remove_calls(&low.body, &|op| {
+        *op == Intrinsic::FenceProxyAsync
+    }));
+    let e =
+        run_vs_cpu(&k, &no_fence, &sh, 6).expect_err("an unfenced staging tile must be reported");
+    assert!(e.contains("fence"), "{e}");
+
+    // A box one column over: wrong output.
+    let shifted = broken(rewrite_calls(
+        &low.body,
+        &|op| matches!(op, Intrinsic::TmaStore { .. }),
+        &|op, a| {
+            let mut a = a.to_vec();
+            let col = a.len() - 1;
+            a[col] = a[col].clone() + Expr::int(8).cast(a[col].dtype());
+            (op.clone(), a)
+        },
+    ));
+    match run_vs_cpu(&k, &shifted, &sh, 6) {
+        Ok(err) => assert!(err > 1e-2, "a shifted TMA store went unnoticed ({err})"),
+        Err(e) => assert!(!e.is_empty()),
+    }
+}

@@ -392,6 +392,41 @@ impl Emitter {
                     b.operand()
                 ));
             }
+            Intrinsic::TmaStore { box_dims, swizzle } => {
+                let rank = box_dims.len();
+                if !(1..=5).contains(&rank) {
+                    return Err(format!("{op}: a {rank}-d box"));
+                }
+                Self::nargs(op, args, 2 + rank)?;
+                let (src, _) = self.mem_arg(args.first(), SHARED)?;
+                let (tensor, _) = target(args.get(1))?;
+                let Some(map) = self
+                    .tmaps
+                    .get(&(tensor.id(), box_dims.clone(), *swizzle))
+                    .cloned()
+                else {
+                    return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
+                };
+                let r = self.fresh(Class::B64);
+                self.ins(&format!("mov.b64 {r}, {map}"));
+                let map = self.fresh(Class::B64);
+                self.ins(&format!("cvta.param.u64 {map}, {r}"));
+                let mut coords = vec![];
+                for c in args[2..].iter().rev() {
+                    let v = self.expr(c)?;
+                    coords.push(self.reg(&v, Class::B32));
+                }
+                self.ins(&format!(
+                    "cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [{map}, {{{}}}], {}",
+                    coords.join(", "),
+                    src.operand()
+                ));
+            }
+            Intrinsic::BulkCommit => self.ins("cp.async.bulk.commit_group"),
+            Intrinsic::BulkWait { n, read } => self.ins(&format!(
+                "cp.async.bulk.wait_group{} {n}",
+                if *read { ".read" } else { "" }
+            )),
             Intrinsic::CpAsync { bytes } => {
                 Self::nargs(op, args, 3)?;
                 if !matches!(bytes, 4 | 8 | 16) {

@@ -194,6 +194,10 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     code.push_str(&em.regs.declarations());
     code.push('\n');
     code.push_str(&em.out);
+    // TMA stores still reading shared memory must finish before the block exits.
+    if crate::cuda::uses_tma_store(&k.body) {
+        code.push_str("  cp.async.bulk.wait_group 0;\n");
+    }
     code.push_str("  ret;\n}\n");
     Ok(CudaSource {
         code,

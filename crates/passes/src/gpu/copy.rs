@@ -155,6 +155,9 @@ impl Ctx<'_> {
         }
         match (src.buffer.scope(), dst.buffer.scope()) {
             (Scope::Fragment, Scope::Fragment) => self.copy_frag_frag(src, dst, span),
+            (Scope::Fragment, Scope::Global) if self.tma_store_epilogue(src, dst).is_some() => {
+                self.copy_frag_tma_store(src, dst, span)
+            }
             (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst) => {
                 self.copy_frag_staged(src, dst, span)
             }
@@ -501,6 +504,111 @@ impl Ctx<'_> {
             && shape[1] * bytes >= 64
             && tile >= 4096
             && self.smem_bytes + tile as usize <= self.target.max_shared_bytes()
+    }
+
+    /// The TMA plan of a fragment → global copy through a swizzled staging tile, where the
+    /// kernel is warp-specialized (the store then runs while the consumers go on to the next
+    /// tile of a persistent kernel), the target has TMA, the tensor's rows are whole 16-byte
+    /// units and the staging tile fits beside the kernel's other shared buffers (none of
+    /// which a warp-specialized kernel overlaps).
+    fn tma_store_epilogue(&self, frag: &Region, dst: &Region) -> Option<super::tma::TmaTile> {
+        if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
+            return None;
+        }
+        let shape = frag.buffer.const_shape()?;
+        let eb = dst.buffer.dtype().bytes() as i64;
+        let tile = shape.iter().product::<i64>() * eb;
+        if shape.len() != 2 || self.smem_bytes + tile as usize > self.target.max_shared_bytes() {
+            return None;
+        }
+        if !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer) {
+            return None;
+        }
+        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
+        let probe = Buffer::new(
+            "probe",
+            dims,
+            dst.buffer.dtype(),
+            Scope::Shared,
+            Span::UNKNOWN,
+        );
+        let full = Region::full(&probe);
+        let layout = super::mma::operand_smem_layout(&full)?;
+        super::tma::TmaTile::of(dst, &full, Some(&layout), &self.target, true)
+    }
+
+    /// Fragment → swizzled shared tile → one thread's TMA store per swizzle panel, left in
+    /// flight: the next such copy (or the kernel's end) waits for it to have read the tile.
+    ///
+    /// ```text
+    /// thread 0: bulk_wait_read 0; barrier        (the previous store has read the tile)
+    /// fragment → tile; fence_proxy_async; barrier
+    /// thread 0: tma_store per panel; bulk_commit
+    /// ```
+    fn copy_frag_tma_store(
+        &mut self,
+        frag: &Region,
+        dst: &Region,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        let Some(t) = self.tma_store_epilogue(frag, dst) else {
+            return Err(Diagnostic::internal(
+                "a TMA store epilogue that cannot be planned",
+            ));
+        };
+        let shape = frag.buffer.const_shape().unwrap_or_default();
+        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
+        let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
+        let full = Region::full(&stage);
+        if let Some(l) = super::mma::operand_smem_layout(&full) {
+            self.extra_smem.insert(stage.id(), (stage.clone(), l));
+        }
+        let to_shared = self.copy_frag(&full, frag, false, span)?;
+        let tid0 = self.tid.eq_(0);
+        let rank = dst.buffer.rank();
+        let mut box_dims = vec![1u32; rank];
+        box_dims[t.row_dim] = t.rows as u32;
+        box_dims[rank - 1] = t.panel as u32;
+        let tensor = crate::tile_util::address_of(&dst.buffer, vec![Expr::int(0); rank]);
+        let mut stores = vec![];
+        for p in 0..t.cols / t.panel {
+            let mut args = vec![
+                crate::tile_util::address_of(&stage, vec![Expr::int(0), Expr::int(p * t.panel)]),
+                tensor.clone(),
+            ];
+            for d in 0..rank {
+                let c = if d == rank - 1 {
+                    dst.offsets[d].clone() + p * t.panel
+                } else {
+                    dst.offsets[d].clone()
+                };
+                args.push(c.cast(DType::I32));
+            }
+            stores.push(self.eval(
+                Intrinsic::TmaStore {
+                    box_dims: box_dims.clone(),
+                    swizzle: t.swizzle,
+                },
+                args,
+                span,
+            ));
+        }
+        stores.push(self.eval(Intrinsic::BulkCommit, vec![], span));
+        Ok(Stmt::seq(
+            vec![
+                if_then(
+                    Some(tid0.clone()),
+                    self.eval(Intrinsic::BulkWait { n: 0, read: true }, vec![], span),
+                    span,
+                ),
+                self.sync(span),
+                to_shared,
+                self.eval(Intrinsic::FenceProxyAsync, vec![], span),
+                self.sync(span),
+                if_then(Some(tid0), Stmt::seq(stores, span), span),
+            ],
+            span,
+        ))
     }
 
     /// Fragment → swizzled shared tile → barrier → 16-byte coalesced global stores.

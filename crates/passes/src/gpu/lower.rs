@@ -34,6 +34,8 @@ pub struct Ctx<'a> {
     pub wgmma_batch: u32,
     /// Emit block-wide copies as rolled loops (one vector in flight per thread).
     pub rolled_copies: bool,
+    /// Fragment → global copies may go out by TMA store (a warp-specialized kernel).
+    pub tma_store: bool,
     /// `smem_keeps_runs` answers by (buffer id, vector), as they take a walk over the tile.
     pub run_cache: std::cell::RefCell<HashMap<(u64, i64), bool>>,
 }
@@ -56,6 +58,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         extra_smem: HashMap::new(),
         wgmma_batch: k.attrs.wgmma_batch.unwrap_or(1),
         rolled_copies: false,
+        tma_store: k.attrs.warp_specialized.is_some(),
         run_cache: Default::default(),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).

@@ -294,7 +294,7 @@ fn versioned_region(r: &Region, nb: &Buffer, lead: Option<Expr>) -> Region {
 /// The `pipeline` stage.
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let (plans, versioned) = plan(&k.body, target, issuer(target).split_stages());
-    let ws = ws::candidate(&k, &plans, target).map_err(Diagnostics::from)?;
+    let ws = ws::candidate(&k, &plans, target);
     let mut px = Pipeliner {
         ws,
         ws_out: None,
@@ -501,28 +501,18 @@ impl Pipeliner {
         // `overlap` sets the gemm's wait to `depth`; waits the kernel chose stay as they are.
         let overlap_depth = if chosen { 0 } else { depth };
         let tma = self.tma_bytes(&body, &plan);
-        if let Some(c) = self.ws.clone().filter(|c| c.loop_var == l.var.id()) {
-            match tma {
-                Some(bytes) if ws::consumers_use_wgmma(&body, &plan) => {
-                    return Ok(self.expand_ws(ws::Loop {
-                        l,
-                        stages: s,
-                        depth,
-                        overlap_depth,
-                        plan: &plan,
-                        bytes,
-                        span,
-                    }));
-                }
-                _ if c.forced => {
-                    return Err(Diagnostic::new(
-                        DiagKind::Unsupported,
-                        span,
-                        "warp specialization was asked for, but this pipelined loop's tiles do not all load by TMA, or no wgmma gemm consumes them".to_string(),
-                    )
-                    .help("drop `warp_specialize(true)`, or make the loop's copies whole 2-d tiles of 16-byte-aligned rows and its gemm a wgmma one"));
-                }
-                _ => {}
+        // Specialized where the tiles all load by TMA and a wgmma gemm consumes them.
+        if self.ws.as_ref().is_some_and(|c| c.loop_var == l.var.id()) {
+            if let Some(bytes) = tma.filter(|_| ws::consumers_use_wgmma(&body, &plan)) {
+                return Ok(self.expand_ws(ws::Loop {
+                    l,
+                    stages: s,
+                    depth,
+                    overlap_depth,
+                    plan: &plan,
+                    bytes,
+                    span,
+                }));
             }
         }
         if let Some(bytes) = tma {

@@ -133,8 +133,11 @@ impl Fp8Gemm {
                 overlap: true,
                 ..GemmConfig::tiles(128, 256, 128, if long { 4 } else { 3 }, 256)
             },
+            // Warp-specialized (a producer warpgroup; C out by TMA store): 1227 against 1199
+            // at 8192³, 1099 against 1081 at 4096³ (docs/performance.md, issue 14).
             (true, Fp8Scaling::Tensor) if long => GemmConfig {
                 panel: 8,
+                warp_specialize: Some(true),
                 ..GemmConfig::tiles(128, 128, 256, 3, 256)
             },
             (true, Fp8Scaling::Tensor) => GemmConfig {

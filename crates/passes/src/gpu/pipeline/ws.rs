@@ -25,8 +25,8 @@
 use std::collections::HashMap;
 
 use tl_ir::{
-    Buffer, DType, Diagnostic, Expr, ExprKind, For, ForKind, GemmInstruction, Intrinsic, Kernel,
-    Scope, Span, Stmt, StmtKind, TileOp, Var, WarpSpecialized,
+    Buffer, DType, Expr, ExprKind, For, ForKind, GemmInstruction, Intrinsic, Kernel, Scope, Span,
+    Stmt, StmtKind, TileOp, Var, WarpSpecialized,
 };
 use tl_target::Target;
 
@@ -36,11 +36,10 @@ use crate::tile_util::{address_of, eval, if_then, sync};
 /// Threads in a warpgroup (the producer's size, and the unit consumers come in).
 const WARPGROUP: u32 = 128;
 
-/// The loop a kernel may have specialized, and whether the kernel insists.
+/// The loop a kernel may have specialized.
 #[derive(Clone, Debug)]
 pub struct Candidate {
     pub loop_var: u64,
-    pub forced: bool,
 }
 
 /// The pipelined loop a kernel may have specialized, or why it cannot be.
@@ -96,36 +95,29 @@ fn reads_memory(e: &Expr) -> bool {
     e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() != Scope::Global))
 }
 
-/// The loop to specialize, by the kernel's attribute (`KernelAttrs::warp_specialize`) and,
-/// where the kernel does not say, `TILELANG_WS=1` (specialize every kernel that can be).
-/// Without either nothing is specialized: on an H100 the specialized GEMM ran at parity
-/// (0.99–1.0×) and attention 0.83–1.0× of the unspecialized kernels (docs/performance.md),
-/// so the compiler does not choose it on its own yet.
+/// The loop to specialize: by the kernel's attribute (`KernelAttrs::warp_specialize`:
+/// `Some(true)` specializes where the kernel can take it, `Some(false)` never) and, where the
+/// kernel does not say, `TILELANG_WS=1`; `TILELANG_WS=0` turns it off for every kernel (to
+/// compare). A kernel that cannot take it compiles unspecialized.
 pub fn candidate(
     k: &Kernel,
     plans: &HashMap<u64, PipelinePlan>,
     target: &Target,
-) -> Result<Option<Candidate>, Diagnostic> {
-    let forced = match k.attrs.warp_specialize {
-        Some(false) => return Ok(None),
-        Some(true) => true,
-        None => {
-            if !std::env::var("TILELANG_WS").is_ok_and(|v| v == "1") {
-                return Ok(None);
-            }
-            false
-        }
-    };
-    match obstacle(k, plans, target) {
-        Ok(loop_var) => Ok(Some(Candidate { loop_var, forced })),
-        Err(why) if forced => Err(Diagnostic::new(
-            tl_ir::DiagKind::Unsupported,
-            k.body.span,
-            format!("warp specialization was asked for, but {why}"),
-        )
-        .help("drop `warp_specialize(true)` (the compiler then keeps every warp loading and computing)")),
-        Err(_) => Ok(None),
+) -> Option<Candidate> {
+    let env = std::env::var("TILELANG_WS").ok();
+    if env.as_deref() == Some("0") {
+        return None;
     }
+    let wanted = k
+        .attrs
+        .warp_specialize
+        .unwrap_or(env.as_deref() == Some("1"));
+    if !wanted {
+        return None;
+    }
+    obstacle(k, plans, target)
+        .ok()
+        .map(|loop_var| Candidate { loop_var })
 }
 
 /// Whether the loop's consumers run on wgmma (what a producer warpgroup pays off for, and
