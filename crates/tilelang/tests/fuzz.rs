@@ -263,6 +263,10 @@ struct Prog {
     via_shared: bool,
     pipelined: bool,
     accumulate: bool,
+    /// Gemm: ask for warp specialization (sm_90a takes it where the k loop is pipelined, its
+    /// tiles load by TMA and a wgmma gemm consumes them: a producer warpgroup, C out by TMA
+    /// store; elsewhere it changes nothing).
+    warp_specialize: bool,
 }
 
 /// GEMM tiles (bm, bn, bk, threads) that every target lowers.
@@ -332,7 +336,21 @@ impl Prog {
             via_shared: r.coin(),
             pipelined: r.coin(),
             accumulate: r.coin(),
+            // Drawn last: the fields above stay what this program's seed gave before.
+            warp_specialize: gemm && r.coin(),
         }
+        .specializable()
+    }
+
+    /// A gemm that asks for warp specialization gets what sm_90a needs to take it: a
+    /// pipelined k loop and N and K in whole 16-byte rows (M keeps its tail).
+    fn specializable(mut self) -> Prog {
+        if self.warp_specialize {
+            self.pipelined = true;
+            self.n = self.n.next_multiple_of(16);
+            self.k = self.k.next_multiple_of(16);
+        }
+        self
     }
 
     /// Output dtype of the reductions' and the atomics' results.
@@ -554,6 +572,9 @@ impl Prog {
                                 GLayout::NT => t.alloc_shared([bn, bk], din),
                                 _ => t.alloc_shared([bk, bn], din),
                             };
+                            if p.warp_specialize {
+                                t.warp_specialize(true);
+                            }
                             let acc = t.alloc_fragment([bm, bn], F32);
                             t.clear(&acc);
                             let body = |t: &mut TileScope, ko: Expr| {
@@ -630,6 +651,9 @@ impl Prog {
         }
         if self.accumulate {
             with(&|q| q.accumulate = false);
+        }
+        if self.warp_specialize {
+            with(&|q| q.warp_specialize = false);
         }
         if self.dout != F32 {
             with(&|q| q.dout = F32);
@@ -752,10 +776,26 @@ fn check(p: &Prog, seed: u64, targets: &[Target]) -> Result<(), (Target, Failure
         .map(|t| t.to_f64_vec().expect("values"))
         .collect();
     let tol = p.tolerance();
+    // The variant for any sizes on every target; on sm_90a also the one for 16-byte rows
+    // when these sizes are such (the one TMA and warp specialization take).
+    let rows_aligned = ir.tensors().zip(&shapes).all(|((b, _), s)| {
+        s.last()
+            .is_some_and(|&n| n % (16 / b.dtype().bytes().max(1)) == 0)
+    });
+    let mut variants = vec![];
     for &target in targets {
-        let lowered = k
-            .lower(target)
-            .map_err(|d| (target, Failure::Lower(d.to_string())))?;
+        variants.push((target, false));
+        if target == Target::SM90 && rows_aligned {
+            variants.push((target, true));
+        }
+    }
+    for (target, aligned) in variants {
+        let lowered = if aligned {
+            k.lower_aligned(target)
+        } else {
+            k.lower(target)
+        }
+        .map_err(|d| (target, Failure::Lower(d.to_string())))?;
         let mut args: Vec<SimArg> = ir
             .tensors()
             .zip(&shapes)
@@ -895,13 +935,22 @@ fn campaign_from_env() {
 #[test]
 fn generator_covers_every_kind() {
     let mut kinds = std::collections::HashSet::new();
+    let mut specialized = 0;
     for i in 0..400 {
         let p = Prog::gen(&mut Rng(program_seed(CI_SEED, i)));
         kinds.insert(std::mem::discriminant(&p.kind));
         let (k, _) = p.build();
         k.verify().unwrap_or_else(|d| panic!("{p:?}: {d}"));
+        if p.warp_specialize && p.pipelined {
+            let low = k
+                .lower_aligned(Target::SM90)
+                .unwrap_or_else(|d| panic!("{p:?}: {d}"));
+            specialized += usize::from(low.attrs.warp_specialized.is_some());
+        }
     }
     assert_eq!(kinds.len(), 6);
+    // Some gemms run warp-specialized on sm_90a (a producer warpgroup, C by TMA store).
+    assert!(specialized >= 5, "{specialized} specialized programs");
 }
 
 // ----- regressions found by the campaigns -----
@@ -944,6 +993,7 @@ fn regression_static_width_narrower_than_the_tile() {
                 via_shared: false,
                 pipelined: false,
                 accumulate: false,
+                warp_specialize: false,
             };
             if let Err((t, f)) = check(&p, 1, &TARGETS) {
                 panic!("{p:?} on {t}: {f}");
@@ -979,6 +1029,7 @@ fn regression_static_reduced_length_layout() {
         via_shared: false,
         pipelined: false,
         accumulate: false,
+        warp_specialize: false,
     };
     let col = Prog {
         kind: Kind::ColReduce(Red::Max),
