@@ -145,8 +145,10 @@ impl Fp8Gemm {
                 min_blocks: 2,
                 ..GemmConfig::tiles(128, 128, 128, 3, 256)
             },
+            // Warp-specialized: 1134 against 1037 at 8192³, 1018 against 942 at 4096³.
             (true, Fp8Scaling::Blocks) => GemmConfig {
                 panel: 8,
+                warp_specialize: Some(true),
                 ..GemmConfig::tiles(128, 128, 128, 4, 256)
             },
         }

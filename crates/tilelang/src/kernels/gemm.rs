@@ -84,13 +84,14 @@ impl GemmConfig {
     /// Hopper (sm_90a) tiles, which the compiler runs on the warpgroup MMA with TMA loads, for
     /// 16-bit inputs: 128x256x64, 3 stages, two consumer warpgroups and a producer
     /// (warp-specialized), each k step's wgmma left running while the next step's tiles are
-    /// awaited, panels of 8 block-rows; C goes out through a shared tile by TMA store (which
+    /// awaited, panels of 16 block-rows; C goes out through a shared tile by TMA store (which
     /// the third stage's bytes leave room for). On an H100 this runs 716 and 763 TFLOP/s at
-    /// 4096³ and 8192³ NT against 675 and 752 for the earlier 4-stage kernel in which every
-    /// warp loads and computes (docs/performance.md, issue 14).
+    /// 4096³ and 8192³ NT (panels of 8) against 675 and 752 for the earlier 4-stage kernel in
+    /// which every warp loads and computes; panels of 16 add 0.6–3.5% (docs/performance.md,
+    /// issue 14).
     pub fn hopper() -> GemmConfig {
         GemmConfig {
-            panel: 8,
+            panel: 16,
             overlap: true,
             warp_specialize: Some(true),
             ..GemmConfig::tiles(128, 256, 64, 3, 256)
