@@ -12,6 +12,8 @@
 //!     TILELANG_FUZZ_CASES=5000 TILELANG_FUZZ_SEED=7 \
 //!         cargo test --release -p tilelang --test fuzz campaign -- --ignored --nocapture
 //!
+//! With `TILELANG_FUZZ_GPU=1` every program also runs on the machine's CUDA GPU.
+//!
 //! Regressions found by the campaigns are the `regression_*` tests at the end.
 
 use std::fmt;
@@ -710,6 +712,7 @@ enum Failure {
     Cpu(String),
     Lower(String),
     Sim(String),
+    Gpu(String),
     Mismatch { err: f64, tol: f64, output: String },
 }
 
@@ -720,6 +723,7 @@ impl fmt::Display for Failure {
             Failure::Cpu(e) => write!(f, "CPU backend: {e}"),
             Failure::Lower(e) => write!(f, "lowering: {e}"),
             Failure::Sim(e) => write!(f, "simulator: {e}"),
+            Failure::Gpu(e) => write!(f, "GPU: {e}"),
             Failure::Mismatch { err, tol, output } => {
                 write!(
                     f,
@@ -826,6 +830,76 @@ fn check(p: &Prog, seed: u64, targets: &[Target]) -> Result<(), (Target, Failure
                     },
                 ));
             }
+        }
+    }
+    if let Some(dev) = gpu() {
+        on_gpu(&k, &shapes, &inputs, &want, tol, dev, &opts)?;
+    }
+    Ok(())
+}
+
+/// The GPU a campaign also runs every program on: `TILELANG_FUZZ_GPU=1` asks for the first
+/// CUDA device (a campaign that asks for one and finds none fails, rather than pass without
+/// it).
+fn gpu() -> Option<&'static Device> {
+    static GPU: std::sync::OnceLock<Option<Device>> = std::sync::OnceLock::new();
+    GPU.get_or_init(|| {
+        if std::env::var("TILELANG_FUZZ_GPU").ok().as_deref() != Some("1") {
+            return None;
+        }
+        match Device::parse("cuda") {
+            Ok(d) => Some(d),
+            Err(e) => panic!("TILELANG_FUZZ_GPU=1, but there is no CUDA device: {e}"),
+        }
+    })
+    .as_ref()
+}
+
+/// Run the program on the GPU (the variant its sizes choose, as for any launch) on the
+/// inputs the CPU took, outputs poisoned with NaN, and compare with the CPU's outputs.
+fn on_gpu(
+    k: &Kernel,
+    shapes: &[Vec<usize>],
+    inputs: &[Vec<f64>],
+    want: &[Vec<f64>],
+    tol: f64,
+    dev: &Device,
+    opts: &CompileOptions,
+) -> Result<(), (Target, Failure)> {
+    let target = dev.target().unwrap_or(Target::SM90);
+    let fail = |e: String| (target, Failure::Gpu(e));
+    let ir = k.ir();
+    let exe = k.compile_with(dev, opts).map_err(|e| fail(e.to_string()))?;
+    let tensors: Vec<Tensor> = ir
+        .tensors()
+        .zip(shapes)
+        .zip(inputs)
+        .map(|(((b, role), s), v)| {
+            let mut v = v.clone();
+            if role == tilelang::ir::Role::Output {
+                v.iter_mut().for_each(|x| *x = f64::NAN);
+            }
+            Tensor::from_f64(s, b.dtype(), &v, dev)
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(e.to_string()))?;
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    exe.run(&refs).map_err(|e| fail(e.to_string()))?;
+    for (((b, role), t), w) in ir.tensors().zip(&tensors).zip(want) {
+        if role == tilelang::ir::Role::Input {
+            continue;
+        }
+        let got = t.to_f64_vec().map_err(|e| fail(e.to_string()))?;
+        let err = rel_err(&got, w).unwrap_or(f64::INFINITY);
+        if err.is_nan() || err > tol {
+            return Err((
+                target,
+                Failure::Mismatch {
+                    err,
+                    tol,
+                    output: b.name().to_string(),
+                },
+            ));
         }
     }
     Ok(())
