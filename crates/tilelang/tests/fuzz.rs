@@ -133,6 +133,10 @@ impl E {
                     U::SqrtAbs,
                     U::Sin,
                 ]);
+                // Not in gemm epilogues (`with_sel` off): the sine of an accumulator (tens to
+                // hundreds) turns the backends' differences in summation order into relative
+                // errors far above the dtype's (seed 19, program 346: sin(max(x·x, 3))).
+                let u = if u == U::Sin && !with_sel { U::Tanh } else { u };
                 E::Un(u, sub(r))
             }
             1 | 2 => {
@@ -833,6 +837,10 @@ fn check(p: &Prog, seed: u64, targets: &[Target]) -> Result<(), (Target, Failure
         }
     }
     if let Some(dev) = gpu() {
+        // Hopper's fp8 tensor cores add products in about 14 bits, not f32's 24 (why fp8
+        // GEMMs promote): a relative error near 2^-14 is the hardware's, not a bug (seed 19,
+        // programs 212 and 337: 3e-5 to 6e-5 over 15 to 47 products).
+        let tol = if p.din.is_fp8() { tol.max(2.5e-4) } else { tol };
         on_gpu(&k, &shapes, &inputs, &want, tol, dev, &opts)?;
     }
     Ok(())
