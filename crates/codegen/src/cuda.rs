@@ -724,56 +724,17 @@ impl Printer<'_> {
         false
     }
 
-    /// `tl_tma_load_<rank>d(dst, &map, bar, coords innermost first)`: the map is the kernel's
-    /// tensor-map parameter for this (tensor, box, swizzle).
-    fn cuda_tma_store(
+    /// `tl_tma_load_<rank>d(dst, &map, bar, coords…)` or `tl_tma_store_<rank>d(&map, src,
+    /// coords…)`, coordinates innermost first: the map is the kernel's tensor-map parameter for
+    /// this (tensor, box, swizzle).
+    fn cuda_tma(
         &mut self,
         op: &Intrinsic,
         args: &[Expr],
         box_dims: &[u32],
         swizzle: u32,
     ) -> String {
-        let rank = box_dims.len();
-        if !(2..=5).contains(&rank) {
-            return self.cuda_error(
-                DiagKind::Internal,
-                format!("{op}: a {rank}-d box (TMA stores take 2 to 5 dims here)"),
-                "this is a compiler bug in TMA store lowering",
-            );
-        }
-        if !self.cuda_nargs(op, args, 2 + rank) {
-            return "0".into();
-        }
-        let Some((src, _)) = self.cuda_addr(op, args.first(), "source", &[Scope::Shared], None)
-        else {
-            return "0".into();
-        };
-        let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", &[Scope::Global], None)
-        else {
-            return "0".into();
-        };
-        let Some(map) = self
-            .tmaps
-            .get(&(tensor.id(), box_dims.to_vec(), swizzle))
-            .cloned()
-        else {
-            return self.cuda_error(
-                DiagKind::Internal,
-                format!("{op}: no tensor map for `{}`", tensor.name()),
-                "this is a compiler bug: the ABI's tensor maps miss a TMA store",
-            );
-        };
-        let coords: Vec<String> = args[2..].iter().rev().map(|c| self.expr(c)).collect();
-        format!("tl_tma_store_{rank}d(&{map}, {src}, {})", coords.join(", "))
-    }
-
-    fn cuda_tma_load(
-        &mut self,
-        op: &Intrinsic,
-        args: &[Expr],
-        box_dims: &[u32],
-        swizzle: u32,
-    ) -> String {
+        let load = matches!(op, Intrinsic::TmaLoad { .. });
         let rank = box_dims.len();
         if !(2..=5).contains(&rank) {
             return self.cuda_error(
@@ -782,20 +743,26 @@ impl Printer<'_> {
                 "this is a compiler bug in TMA lowering",
             );
         }
-        if !self.cuda_nargs(op, args, 3 + rank) {
+        // The shared end and the tensor, then (loads) the barrier, then the coordinates.
+        let fixed = if load { 3 } else { 2 };
+        if !self.cuda_nargs(op, args, fixed + rank) {
             return "0".into();
         }
-        let Some((d, _)) = self.cuda_addr(op, args.first(), "destination", &[Scope::Shared], None)
-        else {
+        let side = if load { "destination" } else { "source" };
+        let Some((smem, _)) = self.cuda_addr(op, args.first(), side, &[Scope::Shared], None) else {
             return "0".into();
         };
         let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", &[Scope::Global], None)
         else {
             return "0".into();
         };
-        let Some((b, _)) = self.cuda_addr(op, args.get(2), "barrier", &[Scope::Shared], None)
-        else {
-            return "0".into();
+        let bar = if load {
+            match self.cuda_addr(op, args.get(2), "barrier", &[Scope::Shared], None) {
+                Some((b, _)) => Some(b),
+                None => return "0".into(),
+            }
+        } else {
+            None
         };
         let Some(map) = self
             .tmaps
@@ -805,14 +772,20 @@ impl Printer<'_> {
             return self.cuda_error(
                 DiagKind::Internal,
                 format!("{op}: no tensor map for `{}`", tensor.name()),
-                "this is a compiler bug: the ABI's tensor maps miss a TMA load",
+                "this is a compiler bug: the ABI's tensor maps miss a TMA copy",
             );
         };
-        let coords: Vec<String> = args[3..].iter().rev().map(|c| self.expr(c)).collect();
-        format!(
-            "tl_tma_load_{rank}d({d}, &{map}, {b}, {})",
-            coords.join(", ")
-        )
+        let coords: Vec<String> = args[fixed..].iter().rev().map(|c| self.expr(c)).collect();
+        match bar {
+            Some(b) => format!(
+                "tl_tma_load_{rank}d({smem}, &{map}, {b}, {})",
+                coords.join(", ")
+            ),
+            None => format!(
+                "tl_tma_store_{rank}d(&{map}, {smem}, {})",
+                coords.join(", ")
+            ),
+        }
     }
 
     /// The address of rank `peer`'s copy of the element `ptr` points to.
@@ -1310,11 +1283,9 @@ impl Printer<'_> {
                     _ => format!("tl_mbar_expect_tx({b}, {v})"),
                 }
             }
-            Intrinsic::TmaLoad { box_dims, swizzle } => {
-                self.cuda_tma_load(op, args, box_dims, *swizzle)
-            }
-            Intrinsic::TmaStore { box_dims, swizzle } => {
-                self.cuda_tma_store(op, args, box_dims, *swizzle)
+            Intrinsic::TmaLoad { box_dims, swizzle }
+            | Intrinsic::TmaStore { box_dims, swizzle } => {
+                self.cuda_tma(op, args, box_dims, *swizzle)
             }
             Intrinsic::BulkCommit => "tl_bulk_commit()".into(),
             Intrinsic::BulkWait { n, read } => {

@@ -342,6 +342,25 @@ impl Compiler<'_> {
         Ok(MemRef { buf, idx })
     }
 
+    /// A TMA copy's box (1 to 5 dims) and swizzle (0, 32, 64 or 128 bytes), loads and stores
+    /// alike.
+    fn tma_shape(&self, name: &str, box_dims: &[u32], swizzle: u32) -> Result<(), SimError> {
+        if box_dims.is_empty() || box_dims.len() > 5 {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {} has a box of {} dims (1 to 5)",
+                self.span,
+                box_dims.len()
+            )));
+        }
+        if !matches!(swizzle, 0 | 32 | 64 | 128) {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {}: swizzle {swizzle} (0, 32, 64 or 128 bytes)",
+                self.span
+            )));
+        }
+        Ok(())
+    }
+
     /// `Call(AddressOf, [Load(buf, idx)])` as the element it names.
     fn address(&mut self, e: Option<&Expr>, what: &str) -> Result<MemRef, SimError> {
         if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) = e.map(|e| e.kind()) {
@@ -884,19 +903,7 @@ impl Compiler<'_> {
             }
             Intrinsic::TmaLoad { box_dims, swizzle } => {
                 need(3 + box_dims.len())?;
-                if box_dims.is_empty() || box_dims.len() > 5 {
-                    return Err(SimError::InvalidIr(format!(
-                        "{name} at {} has a box of {} dims (1 to 5)",
-                        self.span,
-                        box_dims.len()
-                    )));
-                }
-                if !matches!(swizzle, 0 | 32 | 64 | 128) {
-                    return Err(SimError::InvalidIr(format!(
-                        "{name} at {}: swizzle {swizzle} (0, 32, 64 or 128 bytes)",
-                        self.span
-                    )));
-                }
+                self.tma_shape(&name, box_dims, *swizzle)?;
                 let dst = self.address(args.first(), &name)?;
                 let tensor = self.address(args.get(1), &name)?;
                 let bar = self.address(args.get(2), &name)?;
@@ -916,19 +923,7 @@ impl Compiler<'_> {
             }
             Intrinsic::TmaStore { box_dims, swizzle } => {
                 need(2 + box_dims.len())?;
-                if box_dims.is_empty() || box_dims.len() > 5 {
-                    return Err(SimError::InvalidIr(format!(
-                        "{name} at {} has a box of {} dims (1 to 5)",
-                        self.span,
-                        box_dims.len()
-                    )));
-                }
-                if !matches!(swizzle, 0 | 32 | 64 | 128) {
-                    return Err(SimError::InvalidIr(format!(
-                        "{name} at {}: swizzle {swizzle} (0, 32, 64 or 128 bytes)",
-                        self.span
-                    )));
-                }
+                self.tma_shape(&name, box_dims, *swizzle)?;
                 let src = self.address(args.first(), &name)?;
                 let tensor = self.address(args.get(1), &name)?;
                 let coords = args[2..]

@@ -54,6 +54,7 @@ mod order;
 mod race;
 mod sched;
 pub mod tensor_core;
+mod tma_box;
 mod tma_store;
 mod warp;
 

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use tl_ir::Scope;
 
 use crate::bytecode::{MemRef, E};
-use crate::compile::shared_align;
 use crate::error::{MbarrierState, SimError};
 use crate::exec::{rec, Interp, Loc, Thread};
 use crate::race::{Kind, Rec};
@@ -355,137 +354,34 @@ impl Interp<'_, '_> {
         coords: &[E],
         pc: u32,
     ) -> Result<(), SimError> {
-        let name = self.prog.name(pc as usize).to_string();
-        let span = self.prog.span(pc as usize);
-        let invalid = |msg: String| SimError::InvalidIr(format!("{name} at {span}: {msg}"));
-        let d = self.addr(th, dst, pc)?;
-        let t = self.addr(th, tensor, pc)?;
         let (b, _, _) = self.live_bar(th, bar, pc)?;
-        let mut at = Vec::with_capacity(coords.len());
-        for c in coords {
-            at.push(self.eval(th, c, pc)?.as_i64() as i32 as i64);
-        }
-        let (di, ti) = (self.mem.info(d.buf), self.mem.info(t.buf));
-        if ti.scope != Scope::Global || t.elem != 0 {
-            return Err(invalid(format!(
-                "the tensor operand is {} `{}`[{}], not the address of a global tensor's first element",
-                ti.scope, ti.name, t.elem
-            )));
-        }
-        if di.scope != Scope::Shared {
-            return Err(invalid(format!(
-                "the destination is {} `{}`, not shared memory",
-                di.scope, di.name
-            )));
-        }
-        let rank = box_dims.len();
-        if ti.shape.len() != rank || at.len() != rank {
-            return Err(invalid(format!(
-                "a box of {rank} dims and {} coordinates for `{}` of shape {:?}",
-                at.len(),
-                ti.name,
-                ti.shape
-            )));
-        }
-        let esize = ti.dtype.bytes();
-        if let Some(&bad) = box_dims.iter().find(|&&x| x == 0 || x > 256) {
-            return Err(invalid(format!(
-                "a box extent of {bad} (box {box_dims:?}; 1 to 256 per dim)"
-            )));
-        }
-        let inner = box_dims[rank - 1] as usize;
-        let row_bytes = inner * esize;
-        if !row_bytes.is_multiple_of(16) {
-            return Err(invalid(format!(
-                "box rows of {row_bytes} bytes ({inner} × {}): TMA boxes need rows of a multiple of 16 bytes",
-                ti.dtype
-            )));
-        }
-        if swizzle >= 32 && row_bytes > swizzle as usize {
-            return Err(invalid(format!(
-                "box rows of {row_bytes} bytes with a {swizzle}-byte swizzle (rows may span the swizzle's width at most)"
-            )));
-        }
-        // The descriptor (built at launch) needs every stride a multiple of 16 bytes.
-        let tensor_row = ti.shape[rank - 1] as usize * esize;
-        if rank > 1 && !pitched && !tensor_row.is_multiple_of(16) {
-            return Err(invalid(format!(
-                "`{}` of shape {:?} ({}) has rows of {tensor_row} bytes; a TMA descriptor needs its strides to be multiples of 16 bytes",
-                ti.name, ti.shape, ti.dtype
-            )));
-        }
-        // The destination: aligned (absolutely) for the swizzle, inside its buffer.
-        let rows: usize = box_dims[..rank - 1].iter().map(|&x| x as usize).product();
-        let total = rows * row_bytes;
-        let dstart = d.elem as i128 * di.dtype.bytes() as i128;
-        if d.elem < 0 || dstart + total as i128 > di.bytes() as i128 {
-            let esz = di.dtype.bytes().max(1) as i128;
-            let last = ((dstart + total as i128 - 1) / esz) as i64;
-            return Err(self
-                .mem
-                .oob(d.buf, vec![d.elem, last], vec![di.numel], th.tid, pc));
-        }
-        let doff = dstart as usize;
-        let align = if swizzle >= 32 {
-            8 * swizzle as usize
-        } else {
-            128
-        };
-        if shared_align(di.bytes()) < align {
-            return Err(invalid(format!(
-                "the destination `{}` is {} bytes: codegen places it on a {}-byte boundary only, and a TMA copy{} needs {align}-byte alignment (shared buffers of 128 bytes and more are 128-byte aligned, of 1 KiB and more 1024-byte aligned)",
-                di.name,
-                di.bytes(),
-                shared_align(di.bytes()),
-                if swizzle >= 32 {
-                    format!(" with a {swizzle}-byte swizzle")
-                } else {
-                    String::new()
-                }
-            )));
-        }
-        self.mem.aligned(d.buf, doff, align, &name, th.tid, pc)?;
+        let bx = self.tma_box(
+            th,
+            box_dims,
+            (swizzle, pitched),
+            (dst, tensor),
+            coords,
+            "destination",
+            pc,
+        )?;
+        let (d, t, doff, total) = (bx.shared, bx.tensor, bx.soff, bx.total);
+        let di = self.mem.info(d.buf);
         // Read the box now (out-of-range elements are zeros), row by row.
         let mut data = vec![0u8; total];
-        let shape = &ti.shape;
-        for r in 0..rows {
-            let mut rem = r;
-            let mut inside = true;
-            let mut flat: i64 = 0;
-            let mut idx = vec![0i64; rank - 1];
-            for dd in (0..rank - 1).rev() {
-                let n = box_dims[dd] as usize;
-                idx[dd] = at[dd] + (rem % n) as i64;
-                rem /= n;
-                inside &= (0..shape[dd]).contains(&idx[dd]);
-            }
-            if !inside {
-                continue;
-            }
-            for (dd, &i) in idx.iter().enumerate() {
-                flat = flat * shape[dd] + i;
-            }
-            let c0 = at[rank - 1];
-            let lo = c0.max(0);
-            let hi = (c0 + inner as i64).min(shape[rank - 1]);
-            if lo >= hi {
-                continue;
-            }
-            let gstart = ((flat * shape[rank - 1] + lo) as usize) * esize;
-            let len = (hi - lo) as usize * esize;
-            let out = r * row_bytes + (lo - c0) as usize * esize;
+        for row in self.box_rows(&bx, box_dims) {
+            let out = row.row * bx.row_bytes + row.in_row;
             let mut done = 0;
-            while done < len {
-                let n = (len - done).min(16);
+            while done < row.len {
+                let n = (row.len - done).min(16);
                 let bytes = self.mem.read(
                     &th.local,
                     t.buf,
-                    gstart + done,
+                    row.global + done,
                     n,
                     rec(th.tid, Kind::IntrinsicRead, pc),
                 )?;
                 self.mem
-                    .order_async_read(t.buf, gstart + done, n, th.tid, pc)?;
+                    .order_async_read(t.buf, row.global + done, n, th.tid, pc)?;
                 data[out + done..out + done + n].copy_from_slice(&bytes[..n]);
                 done += n;
             }

@@ -196,6 +196,43 @@ impl Emitter {
         }
     }
 
+    /// The generic address of the tensor map a TMA copy of `tensor` (`address_of` its first
+    /// element) in boxes of `box_dims` with `swizzle` uses, made where it is used (one thread
+    /// issues the copies): held across the kernel it costs two registers, which pushed
+    /// attention under its 128-register bound into spills.
+    fn tma_map(
+        &mut self,
+        op: &Intrinsic,
+        tensor: Option<&Expr>,
+        box_dims: &[u32],
+        swizzle: u32,
+    ) -> R<String> {
+        let (tensor, _) = target(tensor)?;
+        let Some(map) = self
+            .tmaps
+            .get(&(tensor.id(), box_dims.to_vec(), swizzle))
+            .cloned()
+        else {
+            return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
+        };
+        let r = self.fresh(Class::B64);
+        self.ins(&format!("mov.b64 {r}, {map}"));
+        let map = self.fresh(Class::B64);
+        self.ins(&format!("cvta.param.u64 {map}, {r}"));
+        Ok(map)
+    }
+
+    /// A TMA copy's coordinates (outermost first in the IR) as registers, innermost first as
+    /// the instruction takes them.
+    fn tma_coords(&mut self, coords: &[Expr]) -> R<Vec<String>> {
+        let mut out = vec![];
+        for c in coords.iter().rev() {
+            let v = self.expr(c)?;
+            out.push(self.reg(&v, Class::B32));
+        }
+        Ok(out)
+    }
+
     /// Intrinsics called for their effect.
     pub fn effect_call(&mut self, op: &Intrinsic, args: &[Expr]) -> R<()> {
         const SHARED: &[Scope] = &[Scope::Shared];
@@ -364,27 +401,9 @@ impl Emitter {
                 }
                 Self::nargs(op, args, 3 + rank)?;
                 let (d, _) = self.mem_arg(args.first(), SHARED)?;
-                let (tensor, _) = target(args.get(1))?;
-                let Some(map) = self
-                    .tmaps
-                    .get(&(tensor.id(), box_dims.clone(), *swizzle))
-                    .cloned()
-                else {
-                    return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
-                };
-                // The map's generic address, made where it is used (one thread issues the
-                // copies): held across the kernel it costs two registers, which pushed
-                // attention under its 128-register bound into spills.
-                let r = self.fresh(Class::B64);
-                self.ins(&format!("mov.b64 {r}, {map}"));
-                let map = self.fresh(Class::B64);
-                self.ins(&format!("cvta.param.u64 {map}, {r}"));
+                let map = self.tma_map(op, args.get(1), box_dims, *swizzle)?;
                 let (b, _) = self.mem_arg(args.get(2), SHARED)?;
-                let mut coords = vec![];
-                for c in args[3..].iter().rev() {
-                    let v = self.expr(c)?;
-                    coords.push(self.reg(&v, Class::B32));
-                }
+                let coords = self.tma_coords(&args[3..])?;
                 self.ins(&format!(
                     "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes {}, [{map}, {{{}}}], {}",
                     d.operand(),
@@ -399,23 +418,8 @@ impl Emitter {
                 }
                 Self::nargs(op, args, 2 + rank)?;
                 let (src, _) = self.mem_arg(args.first(), SHARED)?;
-                let (tensor, _) = target(args.get(1))?;
-                let Some(map) = self
-                    .tmaps
-                    .get(&(tensor.id(), box_dims.clone(), *swizzle))
-                    .cloned()
-                else {
-                    return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
-                };
-                let r = self.fresh(Class::B64);
-                self.ins(&format!("mov.b64 {r}, {map}"));
-                let map = self.fresh(Class::B64);
-                self.ins(&format!("cvta.param.u64 {map}, {r}"));
-                let mut coords = vec![];
-                for c in args[2..].iter().rev() {
-                    let v = self.expr(c)?;
-                    coords.push(self.reg(&v, Class::B32));
-                }
+                let map = self.tma_map(op, args.get(1), box_dims, *swizzle)?;
+                let coords = self.tma_coords(&args[2..])?;
                 self.ins(&format!(
                     "cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [{map}, {{{}}}], {}",
                     coords.join(", "),

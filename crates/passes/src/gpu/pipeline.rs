@@ -591,28 +591,7 @@ impl Pipeliner {
                 &cur,
             );
             // The fence below covers every shared buffer the consumers do not write themselves.
-            let written = written_shared(&consume);
-            let mut wgmma = false;
-            let consume = consume.map_post(&mut |x| match x.kind {
-                StmtKind::Op(TileOp::Gemm(mut g))
-                    if g.instruction == Some(GemmInstruction::Wgmma) =>
-                {
-                    wgmma = true;
-                    let a_regs = g.a.buffer.scope() == Scope::Fragment;
-                    g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
-                        && (a_regs || !written.contains(&g.a.buffer.id()));
-                    if depth > 0 {
-                        if overlap_depth > 0 {
-                            g.schedule.in_flight = overlap_depth as u32;
-                        }
-                        // The registers the groups left in flight use, waited for after the
-                        // loop.
-                        super::wgmma::add_register_pins(&mut drain, &g);
-                    }
-                    Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
-                }
-                kind => Stmt::new(kind, x.span),
-            });
+            let (consume, wgmma) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
             let consume = px.rewrite(&consume);
             // wgmma reads shared memory through the async proxy: every thread fences its
             // landed cp.async writes (and any earlier writes) before the barrier that hands
@@ -768,14 +747,7 @@ impl Pipeliner {
                     &versioned,
                     &Ver::Dynamic(ver.clone()),
                 );
-                stmts.push(st.map_post(&mut |x| match x.kind {
-                    StmtKind::Op(TileOp::Copy(mut c)) => {
-                        c.asynchronous = true;
-                        c.tma_barrier = Some(bar(ver.clone()));
-                        Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
-                    }
-                    kind => Stmt::new(kind, x.span),
-                }));
+                stmts.push(tma_copies(&st, &bar(ver.clone())));
             }
             Stmt::seq(stmts, span)
         };
@@ -840,24 +812,9 @@ impl Pipeliner {
             &versioned,
             &Ver::Dynamic(k.expr().floormod(s)),
         );
-        let written = written_shared(&consume);
         let mut drain = vec![];
-        let consume = consume.map_post(&mut |x| match x.kind {
-            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
-                let a_regs = g.a.buffer.scope() == Scope::Fragment;
-                // The operands were written by TMA (the async proxy wgmma reads through).
-                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
-                    && (a_regs || !written.contains(&g.a.buffer.id()));
-                if depth > 0 {
-                    if overlap_depth > 0 {
-                        g.schedule.in_flight = overlap_depth as u32;
-                    }
-                    super::wgmma::add_register_pins(&mut drain, &g);
-                }
-                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
-            }
-            kind => Stmt::new(kind, x.span),
-        });
+        // The operands were written by TMA (the async proxy wgmma reads through).
+        let (consume, _) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
         let consume = self.rewrite(&consume);
         let ahead = k.expr() + ahead_by;
         let steady = vec![
@@ -1037,6 +994,51 @@ fn loop_depth(
         )
         .help("wait_wgmma(1) at the end of the loop body")),
     }
+}
+
+/// The copies of `st` made asynchronous TMA copies completing on the mbarrier at `bar`.
+fn tma_copies(st: &Stmt, bar: &Expr) -> Stmt {
+    st.map_post(&mut |x| match x.kind {
+        StmtKind::Op(TileOp::Copy(mut c)) => {
+            c.asynchronous = true;
+            c.tma_barrier = Some(bar.clone());
+            Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
+        }
+        kind => Stmt::new(kind, x.span),
+    })
+}
+
+/// The wgmma gemms of a pipelined loop's consumers `consume`, scheduled: operand tiles the
+/// consumers do not write themselves need no fence of their own (the pipeline fences them, or
+/// TMA wrote them through the async proxy); with `depth` groups left in flight across
+/// iterations, the gemms leave `overlap_depth` of them (0: the kernel's own waits stay), and
+/// the registers those groups use go into `drain` (waited for after the loop). Also whether
+/// there was any wgmma gemm.
+fn schedule_wgmma(
+    consume: &Stmt,
+    depth: i64,
+    overlap_depth: i64,
+    drain: &mut Vec<Expr>,
+) -> (Stmt, bool) {
+    let written = written_shared(consume);
+    let mut any = false;
+    let out = consume.map_post(&mut |x| match x.kind {
+        StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
+            any = true;
+            let a_regs = g.a.buffer.scope() == Scope::Fragment;
+            g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
+                && (a_regs || !written.contains(&g.a.buffer.id()));
+            if depth > 0 {
+                if overlap_depth > 0 {
+                    g.schedule.in_flight = overlap_depth as u32;
+                }
+                super::wgmma::add_register_pins(drain, &g);
+            }
+            Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
+        }
+        kind => Stmt::new(kind, x.span),
+    });
+    (out, any)
 }
 
 /// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.

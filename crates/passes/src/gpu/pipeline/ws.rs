@@ -30,7 +30,7 @@ use tl_ir::{
 };
 use tl_target::Target;
 
-use super::{version_stmt, written_shared, PipelinePlan, Pipeliner, Ver};
+use super::{schedule_wgmma, tma_copies, version_stmt, PipelinePlan, Pipeliner, Ver};
 use crate::tile_util::{address_of, eval, if_then, sync};
 
 /// Threads in a warpgroup (the producer's size, and the unit consumers come in).
@@ -233,15 +233,7 @@ impl Pipeliner {
                 &versioned,
                 &Ver::Dynamic(stage(&g)),
             );
-            let bar = address_of(&full, vec![stage(&g)]);
-            load.push(st.map_post(&mut |x| match x.kind {
-                StmtKind::Op(TileOp::Copy(mut c)) => {
-                    c.asynchronous = true;
-                    c.tma_barrier = Some(bar.clone());
-                    Stmt::new(StmtKind::Op(TileOp::Copy(c)), x.span)
-                }
-                kind => Stmt::new(kind, x.span),
-            }));
+            load.push(tma_copies(&st, &address_of(&full, vec![stage(&g)])));
         }
         // (The `warp_specialize` stage elects its thread: here the kernel's threads are all
         // consumers, and a test for a thread past them would simplify away.)
@@ -265,25 +257,8 @@ impl Pipeliner {
             &versioned,
             &Ver::Dynamic(stage(&g)),
         );
-        let written = written_shared(&consume);
         let mut drain = vec![];
-        let mut reads_async = false;
-        let consume = consume.map_post(&mut |x| match x.kind {
-            StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
-                reads_async = true;
-                let a_regs = g.a.buffer.scope() == Scope::Fragment;
-                g.schedule.operands_fenced = !written.contains(&g.b.buffer.id())
-                    && (a_regs || !written.contains(&g.a.buffer.id()));
-                if depth > 0 {
-                    if overlap_depth > 0 {
-                        g.schedule.in_flight = overlap_depth as u32;
-                    }
-                    super::super::wgmma::add_register_pins(&mut drain, &g);
-                }
-                Stmt::new(StmtKind::Op(TileOp::Gemm(g)), x.span)
-            }
-            kind => Stmt::new(kind, x.span),
-        });
+        let (consume, reads_async) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
         let consume = self.rewrite(&consume);
         // A warp is done with a stage once the wgmma groups that read it have retired: lane
         // 0 arrives for the warp (its lanes passed the wgmma wait together).
