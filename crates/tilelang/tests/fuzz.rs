@@ -822,17 +822,8 @@ fn check(p: &Prog, seed: u64, targets: &[Target]) -> Result<(), (Target, Failure
             if role == tilelang::ir::Role::Input {
                 continue;
             }
-            let got = arg.to_f64(b.dtype());
-            let err = rel_err(&got, w).unwrap_or(f64::INFINITY);
-            if err.is_nan() || err > tol {
-                return Err((
-                    target,
-                    Failure::Mismatch {
-                        err,
-                        tol,
-                        output: b.name().to_string(),
-                    },
-                ));
+            if let Some(f) = mismatch(b.name(), &arg.to_f64(b.dtype()), w, tol) {
+                return Err((target, f));
             }
         }
     }
@@ -844,6 +835,17 @@ fn check(p: &Prog, seed: u64, targets: &[Target]) -> Result<(), (Target, Failure
         on_gpu(&k, &shapes, &inputs, &want, tol, dev, &opts)?;
     }
     Ok(())
+}
+
+/// Output `name`'s values `got` against the CPU's `want`: a mismatch beyond `tol` (a NaN, an
+/// unwritten element, counts as one).
+fn mismatch(name: &str, got: &[f64], want: &[f64], tol: f64) -> Option<Failure> {
+    let err = rel_err(got, want).unwrap_or(f64::INFINITY);
+    (err.is_nan() || err > tol).then(|| Failure::Mismatch {
+        err,
+        tol,
+        output: name.to_string(),
+    })
 }
 
 /// The GPU a campaign also runs every program on: `TILELANG_FUZZ_GPU=1` asks for the first
@@ -898,16 +900,8 @@ fn on_gpu(
             continue;
         }
         let got = t.to_f64_vec().map_err(|e| fail(e.to_string()))?;
-        let err = rel_err(&got, w).unwrap_or(f64::INFINITY);
-        if err.is_nan() || err > tol {
-            return Err((
-                target,
-                Failure::Mismatch {
-                    err,
-                    tol,
-                    output: b.name().to_string(),
-                },
-            ));
+        if let Some(f) = mismatch(b.name(), &got, w, tol) {
+            return Err((target, f));
         }
     }
     Ok(())

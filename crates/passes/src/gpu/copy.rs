@@ -556,34 +556,15 @@ impl Ctx<'_> {
                 "a TMA store epilogue that cannot be planned",
             ));
         };
-        let shape = frag.buffer.const_shape().unwrap_or_default();
-        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
-        let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
-        let full = Region::full(&stage);
-        if let Some(l) = super::mma::operand_smem_layout(&full) {
-            self.extra_smem.insert(stage.id(), (stage.clone(), l));
-        }
-        let to_shared = self.copy_frag(&full, frag, false, span)?;
+        let (full, to_shared) = self.stage_fragment(frag, dst, span)?;
         let tid0 = self.tid.eq_(0);
         let rank = dst.buffer.rank();
-        let mut box_dims = vec![1u32; rank];
-        box_dims[t.row_dim] = t.rows as u32;
-        box_dims[rank - 1] = t.panel as u32;
         let tensor = crate::tile_util::address_of(&dst.buffer, vec![Expr::int(0); rank]);
+        let (box_dims, panels) = t.boxes(dst, &full);
         let mut stores = vec![];
-        for p in 0..t.cols / t.panel {
-            let mut args = vec![
-                crate::tile_util::address_of(&stage, vec![Expr::int(0), Expr::int(p * t.panel)]),
-                tensor.clone(),
-            ];
-            for d in 0..rank {
-                let c = if d == rank - 1 {
-                    dst.offsets[d].clone() + p * t.panel
-                } else {
-                    dst.offsets[d].clone()
-                };
-                args.push(c.cast(DType::I32));
-            }
+        for (shared, coords) in panels {
+            let mut args = vec![shared, tensor.clone()];
+            args.extend(coords);
             stores.push(self.eval(
                 Intrinsic::TmaStore {
                     box_dims: box_dims.clone(),
@@ -611,13 +592,14 @@ impl Ctx<'_> {
         ))
     }
 
-    /// Fragment → swizzled shared tile → barrier → 16-byte coalesced global stores.
-    fn copy_frag_staged(
+    /// An epilogue's staging tile for `frag` (a scratch shared tile of `dst`'s type in the
+    /// tensor-core swizzle) and the copy of the fragment into it.
+    fn stage_fragment(
         &mut self,
         frag: &Region,
         dst: &Region,
         span: Span,
-    ) -> Result<Stmt, Diagnostic> {
+    ) -> Result<(Region, Stmt), Diagnostic> {
         let shape = frag.buffer.const_shape().unwrap_or_default();
         let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
         let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
@@ -626,6 +608,17 @@ impl Ctx<'_> {
             self.extra_smem.insert(stage.id(), (stage.clone(), l));
         }
         let to_shared = self.copy_frag(&full, frag, false, span)?;
+        Ok((full, to_shared))
+    }
+
+    /// Fragment → swizzled shared tile → barrier → 16-byte coalesced global stores.
+    fn copy_frag_staged(
+        &mut self,
+        frag: &Region,
+        dst: &Region,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        let (full, to_shared) = self.stage_fragment(frag, dst, span)?;
         let to_global = self.copy_blocked(&full, dst, span, false)?;
         Ok(Stmt::seq(
             vec![

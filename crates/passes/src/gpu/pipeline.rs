@@ -81,6 +81,17 @@ pub struct PipelinePlan {
     pub producers: Vec<usize>,
 }
 
+impl PipelinePlan {
+    /// The statements of the loop's (flattened) body that are not producers, in order.
+    pub fn consumers(&self, body: &[&Stmt]) -> Vec<Stmt> {
+        body.iter()
+            .enumerate()
+            .filter(|(i, _)| !self.producers.contains(i))
+            .map(|(_, st)| (*st).clone())
+            .collect()
+    }
+}
+
 /// Shared buffers accessed anywhere outside the loop whose variable is `var`.
 fn accessed_outside(root: &Stmt, var: &Var) -> HashSet<u64> {
     let mut out = HashSet::new();
@@ -572,12 +583,7 @@ impl Pipeliner {
                 span,
             ));
         }
-        let consumers: Vec<Stmt> = body
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !plan.producers.contains(i))
-            .map(|(_, st)| (*st).clone())
-            .collect();
+        let consumers = plan.consumers(&body);
         let mut drain = vec![];
         // One steady-state iteration `k` (consuming version `cur`, refilling `next`).
         let mut iteration = |px: &mut Pipeliner, k: Expr, cur: Ver, next: Ver| -> Stmt {
@@ -798,12 +804,7 @@ impl Pipeliner {
             let valid = Expr::int(st).lt(n.clone()).and(tid0.clone());
             out.push(if_then(Some(valid), issue(Expr::int(st)), span));
         }
-        let consumers: Vec<Stmt> = body
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !plan.producers.contains(i))
-            .map(|(_, st)| (*st).clone())
-            .collect();
+        let consumers = plan.consumers(&body);
         let k = Var::new(l.var.name(), DType::I32);
         let mut map = HashMap::new();
         map.insert(l.var.id(), lo.clone() + k.expr());

@@ -123,6 +123,38 @@ impl TmaTile {
     }
 }
 
+impl TmaTile {
+    /// The boxes of a copy between the global tile `global` and the shared tile `shared`:
+    /// the box extents (one per tensor dim) and, per swizzle panel, the shared address of the
+    /// panel's first element and the box's coordinates (outermost first, i32).
+    pub fn boxes(&self, global: &Region, shared: &Region) -> (Vec<u32>, Vec<(Expr, Vec<Expr>)>) {
+        let rank = global.buffer.rank();
+        let srank = shared.buffer.rank();
+        let mut box_dims = vec![1u32; rank];
+        box_dims[self.row_dim] = self.rows as u32;
+        box_dims[rank - 1] = self.panel as u32;
+        let panels = (0..self.cols / self.panel)
+            .map(|p| {
+                // The panel's first element: (row 0, column p·panel) of the tile.
+                let mut sidx: Vec<Expr> = shared.offsets.clone();
+                sidx[srank - 1] = sidx[srank - 1].clone() + p * self.panel;
+                let coords = (0..rank)
+                    .map(|d| {
+                        let c = if d == rank - 1 {
+                            global.offsets[d].clone() + p * self.panel
+                        } else {
+                            global.offsets[d].clone()
+                        };
+                        c.cast(DType::I32)
+                    })
+                    .collect();
+                (address_of(&shared.buffer, sidx), coords)
+            })
+            .collect();
+        (box_dims, panels)
+    }
+}
+
 impl Ctx<'_> {
     /// A copy the pipeline marked for TMA: one `TmaLoad` per panel of the destination tile,
     /// completing on `barrier` (the pipeline issues it from one thread).
@@ -136,31 +168,12 @@ impl Ctx<'_> {
         let layout = self.layouts.smem.get(&dst.buffer.id()).map(|(_, l)| l);
         // The pipeline checked the rows (or that the runtime stages the tensor pitched).
         let t = TmaTile::of(src, dst, layout, &self.target, true)?;
-        let sb = &src.buffer;
-        let rank = sb.rank();
-        let drank = dst.buffer.rank();
-        let mut box_dims = vec![1u32; rank];
-        box_dims[t.row_dim] = t.rows as u32;
-        box_dims[rank - 1] = t.panel as u32;
-        let tensor = address_of(sb, vec![Expr::int(0); rank]);
+        let (box_dims, panels) = t.boxes(src, dst);
+        let tensor = address_of(&src.buffer, vec![Expr::int(0); src.buffer.rank()]);
         let mut out = vec![];
-        for p in 0..t.cols / t.panel {
-            // The panel's first element: (row 0, column p·panel) of this stage's tile.
-            let mut didx: Vec<Expr> = dst.offsets.clone();
-            didx[drank - 1] = didx[drank - 1].clone() + p * t.panel;
-            let mut args = vec![
-                address_of(&dst.buffer, didx),
-                tensor.clone(),
-                barrier.clone(),
-            ];
-            for d in 0..rank {
-                let c = if d == rank - 1 {
-                    src.offsets[d].clone() + p * t.panel
-                } else {
-                    src.offsets[d].clone()
-                };
-                args.push(c.cast(DType::I32));
-            }
+        for (shared, coords) in panels {
+            let mut args = vec![shared, tensor.clone(), barrier.clone()];
+            args.extend(coords);
             out.push(eval(
                 Intrinsic::TmaLoad {
                     box_dims: box_dims.clone(),

@@ -246,12 +246,7 @@ impl Pipeliner {
         );
 
         // The consumers.
-        let consumers: Vec<Stmt> = body
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !plan.producers.contains(i))
-            .map(|(_, st)| (*st).clone())
-            .collect();
+        let consumers = plan.consumers(&body);
         let consume = version_stmt(
             &Stmt::seq(consumers, span).substitute(&map),
             &versioned,
