@@ -85,7 +85,7 @@ pub struct KernelAttrs {
     pub xcd_remap: Option<u32>,
     /// Hopper: input tensors the kernel only reads may be loaded by TMA even where their rows
     /// are not a multiple of 16 bytes; the runtime then stages each into a pitched copy (rows
-    /// padded to 16 bytes) before the launch and describes that copy to the TMA. Set on the
+    /// padded to 128-byte lines) before the launch and describes that copy to the TMA. Set on the
     /// variants built for sizes that break the 16-byte alignment (odd K).
     pub tma_pitched_inputs: bool,
     /// Fragment layouts chosen by layout inference (GPU targets), one per fragment buffer.

@@ -323,7 +323,8 @@ pub struct TensorMapRequest {
 /// A pitched copy made on the launch's stream before every launch: `height` rows of `width`
 /// bytes from `src` (rows `src_pitch` apart) to `dst` (rows `dst_pitch` apart). TMA needs
 /// tensor rows that are whole 16-byte units; an input whose rows are not (an odd K) is
-/// staged into a copy whose rows are padded to 16 bytes, and the tensor map reads that.
+/// staged into a copy whose rows are padded to whole 128-byte lines, and the tensor map reads
+/// that (see [`staging_pitch`] for the other inputs staged, and `crate::pitched` for the copy).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Staging {
     pub src: u64,
@@ -418,6 +419,37 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
     pack_gpu_params_staged(sig, b, None)
 }
 
+/// Where a TMA-read input goes through a pitched copy, and that copy's row pitch.
+///
+/// TMA needs rows of whole 16-byte units: other rows (an odd K) are always staged. Rows that
+/// are 16-byte units but do not start on 128-byte lines cost TMA about three L2 requests per
+/// box row instead of one; with one such operand a GEMM keeps its speed (4096×4096×4104 NN on
+/// an H100: 698 TFLOP/s, 629 staged), with two it is bound by the requests (NT: 451, 559
+/// staged), so those are staged when `line_misaligned` (how many inputs of the launch are so)
+/// is at least two. Staged rows are padded to whole lines. `TILELANG_TMA_PITCH_ALIGN=16`
+/// stages only what TMA needs, `=128` every input whose rows miss the lines.
+pub(crate) fn staging_pitch(row: usize, ptr: u64, line_misaligned: usize) -> Option<usize> {
+    const LINE: usize = 128;
+    let staged = row.next_multiple_of(LINE);
+    if !row.is_multiple_of(16) {
+        return Some(staged);
+    }
+    if row.is_multiple_of(LINE) && ptr.is_multiple_of(LINE as u64) {
+        return None;
+    }
+    let wanted = match std::env::var("TILELANG_TMA_PITCH_ALIGN").ok().as_deref() {
+        Some("16") => false,
+        Some("128") => true,
+        _ => line_misaligned >= 2,
+    };
+    wanted.then_some(staged)
+}
+
+/// Whether a tensor map reads a 16-byte-unit tensor whose rows miss 128-byte lines.
+fn misses_lines(row: usize, ptr: u64) -> bool {
+    row.is_multiple_of(16) && !(row.is_multiple_of(128) && ptr.is_multiple_of(128))
+}
+
 /// Scratch slots for pitched stagings and the device they live on.
 pub(crate) type ScratchSlots<'a> = (
     &'a mut Vec<Option<crate::cuda::DeviceBuf>>,
@@ -490,6 +522,25 @@ pub(crate) fn pack_gpu_params_staged(
         }
         p.push_i64(n);
     }
+    // The launch's TMA-read inputs whose rows miss 128-byte lines (see `staging_pitch`).
+    let line_misaligned = sig
+        .abi
+        .tmaps
+        .iter()
+        .filter(|t| {
+            let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, role }), Some(dims)) = (
+                b.args.get(t.param),
+                sig.params.get(t.param),
+                b.shapes.get(t.param),
+            ) else {
+                return false;
+            };
+            let row = dims.last().copied().unwrap_or(1).max(0) as usize * buffer.dtype().bytes();
+            *role == tl_ir::Role::Input
+                && dims.len() >= 2
+                && misses_lines(row, *ptr as usize as u64)
+        })
+        .count();
     for (i_map, t) in sig.abi.tmaps.iter().enumerate() {
         let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
             b.args.get(t.param),
@@ -505,14 +556,32 @@ pub(crate) fn pack_gpu_params_staged(
         let row = dims.last().copied().unwrap_or(1).max(0) as usize * elem_bytes;
         let mut ptr = *ptr as usize as u64;
         let mut row_pitch = None;
-        if dims.len() >= 2 && !row.is_multiple_of(16) {
+        let is_input = matches!(
+            sig.params.get(t.param),
+            Some(Param::Tensor {
+                role: tl_ir::Role::Input,
+                ..
+            })
+        );
+        let pitch = match (dims.len() >= 2, is_input) {
+            (true, true) => staging_pitch(row, ptr, line_misaligned),
+            (true, false) if !row.is_multiple_of(16) => {
+                return Err(bad(
+                    t.param,
+                    format!("its rows are {row} bytes and TMA needs whole 16-byte units; the kernel writes it, so no pitched copy can stand in for it (compile with TILELANG_TMA=0 and report it)"),
+                ));
+            }
+            _ => None,
+        };
+        // A copy only for speed is skipped where the launch path cannot stage.
+        let pitch = pitch.filter(|_| scratch.is_some() || !row.is_multiple_of(16));
+        if let Some(pitch) = pitch {
             let Some((slots, dev)) = scratch.as_mut() else {
                 return Err(bad(
                     t.param,
                     format!("its rows are {row} bytes and TMA needs whole 16-byte units; this launch path cannot stage a pitched copy"),
                 ));
             };
-            let pitch = row.next_multiple_of(16);
             let height: usize = dims[..dims.len() - 1]
                 .iter()
                 .map(|&d| d.max(0) as usize)
@@ -1185,6 +1254,23 @@ mod tests {
         let e = pack_gpu_params(&s, &b).unwrap_err().to_string();
         assert!(e.contains("`x`"), "{e}");
         assert!(e.contains("12 bytes") && e.contains("16-byte"), "{e}");
+    }
+
+    /// Odd rows are always staged, onto whole 128-byte lines; rows of 16-byte units that miss
+    /// the lines (by their length or the tensor's address) only when two inputs do.
+    #[test]
+    fn staging_pitch_pads_odd_rows_and_line_misses_of_two_inputs() {
+        if std::env::var_os("TILELANG_TMA_PITCH_ALIGN").is_some() {
+            return;
+        }
+        assert_eq!(staging_pitch(8190, 0, 0), Some(8192));
+        assert_eq!(staging_pitch(14, 256, 0), Some(128));
+        assert_eq!(staging_pitch(8192, 0, 3), None);
+        assert_eq!(staging_pitch(8208, 0, 1), None);
+        assert_eq!(staging_pitch(8208, 0, 2), Some(8320));
+        assert_eq!(staging_pitch(8192, 16, 2), Some(8192));
+        assert!(misses_lines(8208, 0) && misses_lines(256, 64) && !misses_lines(256, 128));
+        assert!(!misses_lines(8190, 0));
     }
 
     /// A tensor map travels as a 64-byte aligned 128-byte blob that the launch's pointer

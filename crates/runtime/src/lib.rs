@@ -12,6 +12,7 @@ pub mod exec;
 pub mod external;
 pub mod hip;
 pub mod nvrtc;
+pub mod pitched;
 pub mod profile;
 pub mod rng;
 pub mod selftest;

@@ -14,7 +14,7 @@ pub(crate) fn encode_tensor_map(
 ) -> std::result::Result<crate::exec::TensorMapBlob, String> {
     use sys::{
         CUtensorMapDataType as Dt, CUtensorMapFloatOOBfill as Oob, CUtensorMapInterleave as Il,
-        CUtensorMapL2promotion as L2, CUtensorMapSwizzle as Sw,
+        CUtensorMapSwizzle as Sw,
     };
     let rank = r.dims.len();
     if !(1..=5).contains(&rank) || r.box_dims.len() != rank {
@@ -80,7 +80,7 @@ pub(crate) fn encode_tensor_map(
             elem_strides.as_ptr(),
             Il::CU_TENSOR_MAP_INTERLEAVE_NONE,
             swizzle,
-            L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            l2_promotion(),
             Oob::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
         )
     };
@@ -91,4 +91,16 @@ pub(crate) fn encode_tensor_map(
         ));
     }
     Ok(crate::exec::TensorMapBlob(map.opaque))
+}
+
+/// The L2 promotion of every tensor map: 256 bytes, or `TILELANG_TMA_L2` (0, 64, 128, 256) to
+/// measure the others.
+fn l2_promotion() -> sys::CUtensorMapL2promotion {
+    use sys::CUtensorMapL2promotion as L2;
+    match std::env::var("TILELANG_TMA_L2").ok().as_deref() {
+        Some("0") => L2::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        Some("64") => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+        Some("128") => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        _ => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    }
 }
