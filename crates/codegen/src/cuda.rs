@@ -251,9 +251,10 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         Some(b) if b > 1 => format!("{}, {b}", k.threads.max(1)),
         _ => k.threads.max(1).to_string(),
     };
-    // TMA stores still reading shared memory must finish before the block exits.
+    // TMA stores still reading shared memory must finish reading before the block exits
+    // (their writes complete with the grid; see the PTX printer).
     let drain = if uses_tma_store(&k.body) {
-        "  tl_bulk_wait(0);\n"
+        "  tl_bulk_wait_read(0);\n"
     } else {
         ""
     };

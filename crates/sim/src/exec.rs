@@ -665,7 +665,8 @@ impl Interp<'_, '_> {
                     pc,
                 )?,
                 Instr::Exit => {
-                    // Code generation waits for the thread's TMA stores before it exits.
+                    // Code generation waits for the thread's TMA stores to have read shared memory before
+                    // it exits.
                     for g in th.bulk.wait(0) {
                         self.mem.wgmma_reads_end(&g);
                     }

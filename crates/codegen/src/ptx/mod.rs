@@ -194,9 +194,12 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     code.push_str(&em.regs.declarations());
     code.push('\n');
     code.push_str(&em.out);
-    // TMA stores still reading shared memory must finish before the block exits.
+    // TMA stores still reading shared memory must finish reading before the block exits
+    // (and frees it); their writes to global memory complete with the grid. Waiting for the
+    // writes too kept each block's multiprocessor from starting the next block for the
+    // store's whole latency (as CUTLASS's epilogues, the exit waits for the reads only).
     if crate::cuda::uses_tma_store(&k.body) {
-        code.push_str("  cp.async.bulk.wait_group 0;\n");
+        code.push_str("  cp.async.bulk.wait_group.read 0;\n");
     }
     code.push_str("  ret;\n}\n");
     Ok(CudaSource {

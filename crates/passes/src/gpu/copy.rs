@@ -226,19 +226,40 @@ impl Ctx<'_> {
     ) -> Stmt {
         let nvec = numel / v;
         let iters = (nvec + self.threads - 1) / self.threads;
+        // The scalar path is the fallback for misaligned sizes: keep it rolled, so it costs
+        // little code (it touches no register arrays, so it needs no constant indices), but
+        // in steps of SCALAR_UNROLL unrolled iterations, whose loads and stores overlap: one
+        // at a time, an epilogue storing a 128×256 tile into rows of an odd length waited on
+        // each shared load in turn (4096×4095×4096 bf16: 620 TFLOP/s against 722 aligned).
+        const SCALAR_UNROLL: i64 = 8;
+        let stepped = v == 1 && !self.rolled_copies && iters > SCALAR_UNROLL;
         let it = Var::new("it", DType::I32);
-        let flat_vec = it.expr() * self.threads + self.tid.clone();
+        let (outer, inner) = (Var::new("io", DType::I32), Var::new("ii", DType::I32));
+        let it_expr = if stepped {
+            outer.expr() * SCALAR_UNROLL + inner.expr()
+        } else {
+            it.expr()
+        };
+        let flat_vec = it_expr * self.threads + self.tid.clone();
         let coords = unflatten(&(flat_vec.clone() * v), ext);
         let sidx = region_index(src, &coords);
         let didx = region_index(dst, &coords);
         let body = self.move_elements(src, dst, &sidx, &didx, v, span, async_ok);
-        let body = if nvec % self.threads != 0 {
+        let covered = if stepped {
+            (iters + SCALAR_UNROLL - 1) / SCALAR_UNROLL * SCALAR_UNROLL
+        } else {
+            iters
+        };
+        let body = if nvec != covered * self.threads {
             if_then(Some(flat_vec.lt(nvec)), body, span)
         } else {
             body
         };
-        // The scalar path is the fallback for misaligned sizes: keep it rolled, so it costs
-        // little code (it touches no register arrays, so it needs no constant indices).
+        if stepped {
+            let steps = (iters + SCALAR_UNROLL - 1) / SCALAR_UNROLL;
+            let inner_loop = for_loop(&inner, SCALAR_UNROLL, ForKind::Unrolled, body, span);
+            return for_loop(&outer, steps, ForKind::Serial, inner_loop, span);
+        }
         let kind = if (v > 1 && !self.rolled_copies)
             || iters <= 1
             || (iters <= 4 && !self.rolled_copies)
