@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|fp8|fp8-sweep|softmax-long|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|fp8|fp8-sweep|softmax-long|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -69,6 +69,10 @@ if [ "$what" = sanitize ]; then
     "gemm --m 97 --n 75 --k 33 --dtype f32"
     "gemm --m 300 --n 200 --k 70 --layout nt --dtype bf16 --persistent --panel 2"
     "gemm --m 200 --n 136 --k 130 --layout nt --dtype bf16 --wgmma --overlap --bm 128 --bn 128 --bk 64 --threads 256 --stages 3"
+    "gemm --m 300 --n 257 --k 1001 --layout nt --dtype bf16"
+    "gemm --m 257 --n 136 --k 4104 --layout nt --dtype bf16"
+    "gemm --m 200 --n 999 --k 2100 --layout nn --dtype bf16"
+    "fp8_gemm --m 300 --n 256 --k 1001 --scaling tensor"
     "elementwise --n 100003 --dtype bf16"
     "elementwise --n 4099 --dtype f32 --block 1000"
     "softmax --rows 37 --cols 3001 --dtype bf16"
@@ -285,6 +289,75 @@ if [ "$what" = tma ]; then
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
     done
   done
+fi
+
+if [ "$what" = odd ]; then
+  # Where sizes that are not multiples of the tile lose their time: each odd dimension alone
+  # (M, N, K), the K whose rows are an odd number of 16-byte units (4104), and all together;
+  # TILELANG_TMA_PITCH_ALIGN=128 stages inputs whose rows are not whole 128-byte lines too.
+  # Then the kernel's own duration under ncu (the rest of the time is the pitched stagings).
+  T="timeout ${WS_TIMEOUT:-120}"
+  log "odd sizes: correctness (pitched stagings of 1, 2 and 4-byte aligned rows; odd-N epilogues)"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  for be in ptx cuda; do
+    for l in nt nn tn; do
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1001 --n 999 --k 1003 --layout $l --dtype bf16
+      TILELANG_BACKEND=$be TILELANG_TMA_PITCH_ALIGN=128 chk $T $G/gemm --device cuda --m 777 --n 1000 --k 4104 --layout $l --dtype bf16
+    done
+    TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 300 --n 257 --k 1001 --layout nt --dtype f16 --out-dtype f32
+    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 1000 --k 1001 --scaling tensor
+  done
+  echo "odd correctness failures: $fails"
+  log "odd sizes: one dimension at a time (TFLOP/s, variant)"
+  for shape in ${ODD_SHAPES:-4096,4096,4096 4095,4096,4096 4096,4095,4096 4096,4096,4095 4095,4095,4095 4096,4096,4104 4097,4095,4104}; do
+    set -- ${shape//,/ }
+    for l in nt nn; do
+      $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      TILELANG_TMA_PITCH_ALIGN=128 $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[pitch128] /'
+    done
+    python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
+  done
+fi
+
+if [ "$what" = odd-ncu ]; then
+  # The L2 promotion of the tensor maps (TILELANG_TMA_L2), then the GEMM kernel's own duration
+  # and memory traffic under ncu, at the sizes whose rows are not whole 128-byte lines.
+  T="timeout ${WS_TIMEOUT:-120}"
+  for shape in ${ODD_L2:-4096,4096,4104 4096,4096,4096}; do
+    set -- ${shape//,/ }
+    for l2 in 0 64 128 256; do
+      TILELANG_TMA_L2=$l2 $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed "s/^/[l2=$l2] /"
+    done
+  done
+  ncu --version | tail -n 1
+  for shape in ${ODD_NCU:-4096,4096,4096,nt 4096,4096,4104,nt 4096,4096,4104,nn 4096,4096,4095,nt}; do
+    set -- ${shape//,/ }
+    echo "\$ ncu gemm $1 $2 $3 $4"
+    $T ncu --clock-control none -c 3 --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors.sum,lts__t_requests.sum,lts__t_sector_hit_rate.pct \
+      $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $4 --dtype bf16 --reps 2 > /tmp/ncu.out 2>&1
+    echo "exit $?"; grep -v "^==PROF==" /tmp/ncu.out | grep -E "^  [a-z_]|duration|dram|lts|==ERR|==WARN" | tail -n 14
+  done
+fi
+
+if [ "$what" = kfit ]; then
+  # The per-tile fixed cost of the Hopper GEMM: 4096x4096xK for several K, ours (default,
+  # persistent, not persistent) and cuBLAS; time against K is a line whose intercept is what
+  # every tile pays besides its k steps (prologue, epilogue, launch).
+  T="timeout ${WS_TIMEOUT:-120}"
+  for k in ${KFIT_K:-1024 2048 4096 8192}; do
+    for mode in "" --persistent --no-persistent; do
+      $T $G/gemm --device cuda --m 4096 --n 4096 --k $k --layout nt --dtype bf16 --reps 30 $mode 2>&1 | tail -n 1 | sed "s/^/[${mode:-default}] /"
+    done
+    python3 $G/torch_peers.py gemm 4096 4096 $k --layout nt --dtype bf16
+  done
+  if [ -n "${KFIT_NCU:-}" ] && command -v ncu > /dev/null; then
+    for mode in --persistent --no-persistent; do
+      echo "\$ ncu gemm 4096 4096 $KFIT_NCU $mode"
+      $T ncu --clock-control none -k regex:tl_kernel -s 1 -c 1 --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_requests.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
+        $G/gemm --device cuda --m 4096 --n 4096 --k $KFIT_NCU --layout nt --dtype bf16 --reps 2 $mode 2>&1 | grep -E "^ +[a-z_]+__|tl_kernel|==ERR" | sed 's/  */ /g'
+    done
+  fi
 fi
 
 if [ "$what" = ws ]; then
