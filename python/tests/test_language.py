@@ -498,3 +498,86 @@ def test_wg_wait_and_wait_wgmma(rng):
     assert "wgmma.wait_group.sync.aligned 0" in src or "tl_wgmma_wait<0>" in src
     with pytest.raises(TypeError, match="wait_wgmma"):
         T.wait_wgmma(-1)
+
+
+def test_warp_shuffles_in_the_simulator(rng):
+    """T.shfl_xor (a butterfly sum), T.shfl_down, T.shfl_up and T.shfl_sync over two warps,
+    against numpy: lanes past the warp's end (down) or before its start (up) keep their own."""
+
+    @T.prim_func
+    def k(X: T.Tensor((64,), "float32"), S: T.Tensor((64,), "float32"),
+          D: T.Tensor((64,), "float32"), U: T.Tensor((64,), "float32"),
+          B: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64) as bx:
+            tx = T.get_thread_binding()
+            v = T.alloc_local([1], "float32")
+            v[0] = X[tx]
+            for off in [16, 8, 4, 2, 1]:
+                v[0] = v[0] + T.shfl_xor(v[0], off)
+            S[tx] = v[0]
+            D[tx] = T.shfl_down(X[tx], 3)
+            U[tx] = T.shfl_up(X[tx], 5)
+            B[tx] = T.shfl_sync(tx * 10, 7)
+
+    x = rng.integers(-8, 8, 64).astype(np.float32)  # small integers: sums are exact
+    kernel = tilelang.compile(k, target="sim")
+    s, d, u = (np.full(64, np.nan, np.float32) for _ in range(3))
+    b = np.zeros(64, np.int32)
+    kernel(x, s, d, u, b)
+    lane = np.arange(64) % 32
+    warp0 = np.arange(64) - lane
+    np.testing.assert_array_equal(s, np.repeat(x.reshape(2, 32).sum(1), 32))
+    np.testing.assert_array_equal(d, np.where(lane + 3 < 32, x[np.minimum(np.arange(64) + 3, 63)], x))
+    np.testing.assert_array_equal(u, np.where(lane >= 5, x[np.maximum(np.arange(64) - 5, 0)], x))
+    np.testing.assert_array_equal(b, (warp0 + 7) * 10)
+
+
+def test_shuffles_generate_warp_instructions_and_refuse_the_cpu():
+    @T.prim_func
+    def k(X: T.Tensor((32,), "float32"), Y: T.Tensor((32,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            tx = T.get_thread_binding()
+            Y[tx] = T.shfl_xor(X[tx], 1) + T.shfl_up(X[tx], 2)
+
+    cuda = tilelang.compile(k, target="sim").kernel.source("sm_80", False)
+    assert "__shfl_xor_sync(0xffffffffu" in cuda and "__shfl_sync(0xffffffffu" in cuda
+    with pytest.raises(TileLangError, match="thread_idx"):
+        tilelang.compile(k, target="cpu")
+
+
+def test_call_extern_as_expression_and_statement(rng):
+    """A value call runs on the CPU backend (C's fmaxf) and in the simulator (which knows
+    fmaxf); a device function the simulator does not know is named, and so is a statement
+    call there."""
+
+    @T.prim_func
+    def k(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[i] = T.call_extern("float32", "fmaxf", X[i], 0.25)
+
+    x = rng.standard_normal(64).astype(np.float32)
+    for target in ("cpu", "sim"):
+        y = np.full(64, np.nan, np.float32)
+        tilelang.compile(k, target=target)(x, y)
+        np.testing.assert_array_equal(y, np.maximum(x, np.float32(0.25)), err_msg=target)
+
+    @T.prim_func
+    def unknown(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                Y[i] = T.call_extern("float32", "my_device_fn", X[i])
+
+    src = tilelang.compile(unknown, target="sim").kernel.source("sm_80", False)
+    assert "my_device_fn(" in src
+    with pytest.raises(Exception, match="my_device_fn"):
+        tilelang.compile(unknown, target="sim")(x, np.zeros(64, np.float32))
+
+    @T.prim_func
+    def effect(X: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            T.call_extern("void", "__nanosleep", 100)
+
+    assert "__nanosleep(" in tilelang.compile(effect, target="sim").kernel.source("sm_80", False)
+    with pytest.raises(TypeError, match="func_name"):
+        T.call_extern("float32", 3)

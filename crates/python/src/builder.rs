@@ -708,6 +708,73 @@ impl Builder {
         Ok(PyExpr::new(self.scope()?.thread_idx()))
     }
 
+    /// A warp shuffle of `value` by `arg` over the whole warp: `kind` is `xor` (lane ^ arg),
+    /// `down` (lane + arg) or `idx` (lane arg).
+    fn shfl(
+        &mut self,
+        kind: &str,
+        value: &Bound<'_, PyAny>,
+        arg: &Bound<'_, PyAny>,
+    ) -> PyResult<PyExpr> {
+        let (v, a) = (to_expr(value)?, to_expr(arg)?);
+        if v.dtype().is_bool() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(
+                "a shuffle moves numbers, not booleans: cast the value to an integer first",
+            ));
+        }
+        let s = self.scope()?;
+        let e = match kind {
+            "xor" => s.shfl_xor(v, a),
+            "down" => s.shfl_down(v, a),
+            "idx" => s.shfl_idx(v, a),
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "unknown shuffle `{other}` (xor, down or idx)"
+                )))
+            }
+        };
+        Ok(PyExpr::new(e))
+    }
+
+    /// Call the device function `name` on `args`: an expression of `dtype`, or (`dtype`
+    /// None) a statement run for its effect.
+    #[pyo3(signature = (name, args, dtype=None))]
+    fn call_extern(
+        &mut self,
+        name: &str,
+        args: &Bound<'_, PyAny>,
+        dtype: Option<&str>,
+    ) -> PyResult<Option<PyExpr>> {
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "`{name}` is not a function name (letters, digits, `_` and `::` only)"
+            )));
+        }
+        let args = to_exprs(args)?;
+        match dtype {
+            Some(d) => {
+                let dt = dtype_arg(d)?;
+                Ok(Some(PyExpr::new(self.scope()?.call_extern(name, args, dt))))
+            }
+            None => {
+                let call = tilelang::ir::Expr::call(
+                    tilelang::ir::Intrinsic::Extern {
+                        name: name.to_string(),
+                        pure: false,
+                    },
+                    args,
+                    tilelang::ir::DType::Bool,
+                );
+                self.scope()?.evaluate(call);
+                Ok(None)
+            }
+        }
+    }
+
     fn sync_threads(&mut self) -> PyResult<()> {
         self.scope()?.sync_threads();
         Ok(())

@@ -435,3 +435,63 @@ fn warp_specialized_halves_bind_variables_of_their_own() {
         );
     });
 }
+
+/// Thread-level code: a store whose index or value comes from `thread_idx` or a shuffle is
+/// made by every thread (block-level stores of one value stay with one thread), and so is a
+/// store under a branch on the thread index. A butterfly sum over each warp by `shfl_xor`,
+/// `shfl_down` and `shfl_idx`, against the host, in the simulator.
+#[test]
+fn thread_level_stores_and_warp_shuffles_in_the_simulator() {
+    let k = Kernel::build("shuffles", |k| {
+        let x = k.input("X", [64], F32);
+        let s = k.output("S", [64], F32);
+        let d = k.output("D", [64], F32);
+        let b = k.output("B", [64], F32);
+        let one = k.output("ONE", [2], F32);
+        k.launch([1], 64, |t, [_bx]| {
+            let tid = t.thread_idx();
+            let v = t.let_("v", x.at([tid.clone()]));
+            let mut sum = v.clone();
+            for m in [16, 8, 4, 2, 1] {
+                let sh = t.shfl_xor(sum.clone(), Expr::int(m));
+                sum = t.let_("sum", sum + sh);
+            }
+            t.store(&s, [tid.clone()], sum);
+            t.store(&d, [tid.clone()], t.shfl_down(v.clone(), Expr::int(3)));
+            t.store(&b, [tid.clone()], t.shfl_idx(v.clone(), Expr::int(7)));
+            // One value for the block: one thread writes it; under a branch on the thread
+            // index, the thread that takes it.
+            t.store(&one, [Expr::int(0)], Expr::float(1.0));
+            t.if_(tid.clone().eq_(37), |t| {
+                t.store(&one, [Expr::int(1)], Expr::float(37.0))
+            });
+        });
+    });
+    let low = k.lower(Target::SM80).expect("lowers");
+    let text = low.to_string();
+    assert!(
+        text.contains("shfl_xor") && text.contains("shfl_down"),
+        "{text}"
+    );
+    let dev = Device::SIM;
+    let xs: Vec<f64> = (0..64).map(|i| ((i * 7) % 13) as f64 - 6.0).collect();
+    let x = Tensor::from_f64(&[64], F32, &xs, &dev).expect("x");
+    let outs: Vec<Tensor> = [64, 64, 64, 2]
+        .iter()
+        .map(|&n| Tensor::from_f64(&[n], F32, &vec![f64::NAN; n], &dev).expect("out"))
+        .collect();
+    k.compile(&dev)
+        .expect("compiles")
+        .run(&[&x, &outs[0], &outs[1], &outs[2], &outs[3]])
+        .expect("runs in the simulator");
+    let got: Vec<Vec<f64>> = outs.iter().map(|t| t.to_f64_vec().expect("out")).collect();
+    for i in 0..64 {
+        let (warp, lane) = (i / 32 * 32, i % 32);
+        let sum: f64 = xs[warp..warp + 32].iter().sum();
+        assert_eq!(got[0][i], sum, "S[{i}]");
+        let down = if lane + 3 < 32 { xs[i + 3] } else { xs[i] };
+        assert_eq!(got[1][i], down, "D[{i}]");
+        assert_eq!(got[2][i], xs[warp + 7], "B[{i}]");
+    }
+    assert_eq!(got[3], vec![1.0, 37.0]);
+}

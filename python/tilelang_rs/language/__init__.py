@@ -37,6 +37,8 @@ __all__ = [
     "floordiv", "floormod", "truncdiv", "truncmod", "cast", "Cast", "max_value", "min_value",
     # annotations
     "use_swizzle", "annotate_layout",
+    # thread-level escape hatches
+    "get_thread_binding", "shfl_xor", "shfl_down", "shfl_up", "shfl_sync", "call_extern",
 ]
 
 Number = Union[int, float, bool]
@@ -606,6 +608,57 @@ def annotate_layout(layouts: dict) -> None:
         if not isinstance(buf, TileBuffer):
             raise TypeError(f"annotate_layout keys are buffers, got {buf!r}")
         t.b.annotate_layout(buf, str(layout))
+
+
+# ----- warp shuffles and device functions (escape hatches) -----
+#
+# Thread-level code: each call runs on every thread that reaches it. A shuffle is collective:
+# every lane of the warp must reach it together (keep it out of branches that split a warp).
+# GPU targets and the simulator only: the CPU backend runs a block as one thread.
+
+
+def shfl_xor(value: Value, offset: Value) -> Expr:
+    """``value`` as the lane ``lane ^ offset`` of this warp holds it (``__shfl_xor_sync``)."""
+    return _trace.current().b.shfl("xor", value, offset)
+
+
+def shfl_down(value: Value, offset: Value) -> Expr:
+    """``value`` from the lane ``offset`` above; lanes within ``offset`` of the warp's end keep
+    their own (``__shfl_down_sync``)."""
+    return _trace.current().b.shfl("down", value, offset)
+
+
+def shfl_up(value: Value, offset: Value) -> Expr:
+    """``value`` from the lane ``offset`` below; the lowest ``offset`` lanes keep their own
+    (``__shfl_up_sync``)."""
+    b = _trace.current().b
+    lane = b.thread_idx() % 32
+    # The shuffle runs on every lane (bound before the choice), then each lane picks.
+    got = b.let_("shfl_up", b.shfl("idx", value, max(lane - offset, 0)))
+    return select(lane >= offset, got, value)
+
+
+def shfl_sync(value: Value, src_lane: Value) -> Expr:
+    """``value`` as lane ``src_lane`` of this warp holds it (``__shfl_sync``)."""
+    return _trace.current().b.shfl("idx", value, src_lane)
+
+
+def call_extern(dtype: Any, func_name: str, *args: Value) -> Expr | None:
+    """Call the device function ``func_name`` on ``args`` (TileLang's ``T.call_extern``).
+
+    With a value type (``"float32"``, ``T.int32``…) the call is an expression of that type and
+    must not have side effects the compiler has to keep; with ``"void"``/``"handle"``/``None``
+    it is a statement, run for its effect. The name is printed as written into the C, CUDA
+    C++ or HIP source (the PTX path hands such kernels to CUDA C++); the simulator runs only the
+    math functions it knows (``expf``, ``fmaxf``…) and names any other.
+    """
+    if not isinstance(func_name, str):
+        raise TypeError(f"T.call_extern(dtype, func_name, *args): func_name must be a str, got {func_name!r}")
+    b = _trace.current().b
+    if dtype is None or str(dtype) in ("void", "handle"):
+        b.call_extern(func_name, list(args), None)
+        return None
+    return b.call_extern(func_name, list(args), _dtype(dtype))
 
 
 # ----- multi-rank kernels (the TileScale model; docs/distributed.md) -----

@@ -38,6 +38,11 @@ pub struct Ctx<'a> {
     pub tma_store: bool,
     /// `smem_keeps_runs` answers by (buffer id, vector), as they take a walk over the tile.
     pub run_cache: std::cell::RefCell<HashMap<(u64, i64), bool>>,
+    /// Block-level `let`s whose values differ between threads (see [`Ctx::per_thread`]).
+    pub per_thread_lets: std::collections::HashSet<tl_ir::Var>,
+    /// Inside branches whose conditions differ between threads (`if thread_idx() == 0`): the
+    /// stores there are made by the threads that take the branch.
+    pub per_thread_branches: u32,
 }
 
 /// The `lower_tile_ops` stage.
@@ -60,6 +65,8 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         rolled_copies: false,
         tma_store: k.attrs.warp_specialized.is_some(),
         run_cache: Default::default(),
+        per_thread_lets: Default::default(),
+        per_thread_branches: 0,
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {
@@ -261,8 +268,11 @@ impl<'a> Ctx<'a> {
                 _ => s.clone(),
             },
             StmtKind::AnnotateLayout { .. } => Stmt::empty(),
-            StmtKind::Let { value, .. } => {
+            StmtKind::Let { var, value } => {
                 self.check_block_level_frag_read(value, span);
+                if self.per_thread(value) {
+                    self.per_thread_lets.insert(var.clone());
+                }
                 s.clone()
             }
             // Register operands of intrinsics the pipeline placed (a wgmma wait after its
@@ -271,8 +281,11 @@ impl<'a> Ctx<'a> {
             StmtKind::Eval(_) => s.clone(),
             StmtKind::If { cond, then_, else_ } => {
                 self.check_block_level_frag_read(cond, span);
+                let split = self.per_thread(cond) as u32;
+                self.per_thread_branches += split;
                 let t = self.block(then_);
                 let e = else_.as_ref().map(|e| Box::new(self.block(e)));
+                self.per_thread_branches -= split;
                 Stmt::new(
                     StmtKind::If {
                         cond: cond.clone(),
@@ -303,7 +316,12 @@ impl<'a> Ctx<'a> {
                 for e in s.exprs() {
                     self.check_block_level_frag_read(e, span);
                 }
+                let per_thread = self.per_thread_branches > 0
+                    || s.exprs().into_iter().any(|e| self.per_thread(e));
                 match buffer.scope() {
+                    // Thread-level code (an index or value from `thread_idx` or a shuffle):
+                    // every thread makes its own store, as in CUDA.
+                    Scope::Shared | Scope::Global if per_thread => s.clone(),
                     // Memory every thread sees: one thread writes.
                     Scope::Shared | Scope::Global => {
                         crate::tile_util::if_then(Some(self.tid.eq_(0)), s.clone(), span)
@@ -333,6 +351,22 @@ impl<'a> Ctx<'a> {
                 }
             },
         }
+    }
+
+    /// Does `e` differ between the threads of a block: does it read `thread_idx`, a warp
+    /// shuffle, or a block-level `let` that does?
+    fn per_thread(&self, e: &Expr) -> bool {
+        e.any(&mut |x| match x.kind() {
+            ExprKind::Call(
+                Intrinsic::ThreadIdx
+                | Intrinsic::ShflXor { .. }
+                | Intrinsic::ShflDown { .. }
+                | Intrinsic::ShflIdx { .. },
+                _,
+            ) => true,
+            ExprKind::Var(v) => self.per_thread_lets.contains(v),
+            _ => false,
+        })
     }
 
     fn check_block_level_frag_read(&mut self, e: &Expr, span: Span) {

@@ -760,6 +760,26 @@ impl TileScope {
         Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32)
     }
 
+    /// `value` as lane `lane ^ mask` of this warp holds it (CUDA's `__shfl_xor_sync` over the
+    /// whole warp). A shuffle is collective: every lane of the warp must reach it, with the
+    /// same `mask`. GPU targets and the simulator only (the CPU backend runs a block as one
+    /// thread).
+    pub fn shfl_xor(&self, value: Expr, mask: Expr) -> Expr {
+        shuffle(Intrinsic::ShflXor { width: 32 }, value, mask)
+    }
+
+    /// `value` from the lane `delta` above this one; the lanes within `delta` of the warp's
+    /// end keep their own (`__shfl_down_sync`). Collective, as [`shfl_xor`](Self::shfl_xor).
+    pub fn shfl_down(&self, value: Expr, delta: Expr) -> Expr {
+        shuffle(Intrinsic::ShflDown { width: 32 }, value, delta)
+    }
+
+    /// `value` as lane `lane` (0..32) of this warp holds it (`__shfl_sync`). Collective, as
+    /// [`shfl_xor`](Self::shfl_xor).
+    pub fn shfl_idx(&self, value: Expr, lane: Expr) -> Expr {
+        shuffle(Intrinsic::ShflIdx { width: 32 }, value, lane)
+    }
+
     /// Call a device function by name (escape hatch), as an expression.
     pub fn call_extern(&self, name: &str, args: impl IntoExprs, dtype: DType) -> Expr {
         Expr::call(
@@ -960,4 +980,10 @@ impl IfHandle<'_> {
             *else_ = Some(Box::new(Stmt::seq(body.finish(), *span)));
         }
     }
+}
+
+/// A shuffle of `value` (kept in its type) by a lane argument taken as `int32`.
+fn shuffle(op: Intrinsic, value: Expr, arg: Expr) -> Expr {
+    let dt = value.dtype();
+    Expr::call(op, vec![value, arg.cast(DType::I32)], dt)
 }
