@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|fp8|fp8-sweep|softmax-long|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|sanitize|big|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -356,6 +356,33 @@ if [ "$what" = kfit ]; then
       echo "\$ ncu gemm 4096 4096 $KFIT_NCU $mode"
       $T ncu --clock-control none -k regex:tl_kernel -s 1 -c 1 --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sector_hit_rate.pct,lts__t_requests.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum \
         $G/gemm --device cuda --m 4096 --n 4096 --k $KFIT_NCU --layout nt --dtype bf16 --reps 2 $mode 2>&1 | grep -E "^ +[a-z_]+__|tl_kernel|==ERR" | sed 's/  */ /g'
+    done
+  fi
+fi
+
+if [ "$what" = pingpong ]; then
+  # Warp-specialized attention with its two consumer warpgroups taking turns at the tensor
+  # cores (FA3's ping-pong, TILELANG_PINGPONG=1; off by default) against the default
+  # (unspecialized) kernel and cuDNN / FA2. Correctness first, in both code paths.
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+  for be in ptx cuda; do
+    for c in "" --causal; do
+      TILELANG_BACKEND=$be TILELANG_WS=1 TILELANG_PINGPONG=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 $c
+      TILELANG_BACKEND=$be TILELANG_WS=1 TILELANG_PINGPONG=1 chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 $c
+    done
+  done
+  echo "ping-pong correctness failures: $fails"
+  if [ "$fails" = 0 ]; then
+    for cfg in ${PP_ATTN:-4,16,4096,128 8,16,2048,64 2,32,8192,128}; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        TILELANG_WS=1 TILELANG_PINGPONG=1 $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws+pingpong] /'
+        TILELANG_WS=1 $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ws] /'
+        $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
     done
   fi
 fi

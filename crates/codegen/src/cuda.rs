@@ -1015,6 +1015,9 @@ impl Printer<'_> {
             Intrinsic::NamedBarrier { id, threads } => {
                 format!("asm volatile(\"bar.sync {id}, {threads};\" ::: \"memory\")")
             }
+            Intrinsic::NamedBarrierArrive { id, threads } => {
+                format!("asm volatile(\"bar.arrive {id}, {threads};\" ::: \"memory\")")
+            }
             Intrinsic::SetMaxNReg { inc, regs } => format!(
                 "asm volatile(\"setmaxnreg.{}.sync.aligned.u32 {regs};\")",
                 if *inc { "inc" } else { "dec" }

@@ -22,6 +22,11 @@ pub enum Intrinsic {
     /// the ones that name barrier `id` (1 to 15; 0 is `__syncthreads`'). Warp-specialized
     /// kernels sync their consumer warps with it while the producer warps run on.
     NamedBarrier { id: u32, threads: u32 },
+    /// `bar.arrive id, threads`: counts the calling warps into barrier `id`'s current phase
+    /// without waiting; the phase completes once `threads` threads have synced or arrived.
+    /// Warp-specialized consumers take turns issuing their tensor-core work with it (the
+    /// `warp_specialize` stage's ping-pong). It orders no memory for the simulator.
+    NamedBarrierArrive { id: u32, threads: u32 },
     /// `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`: the calling warpgroup's registers per
     /// thread become `regs` (a multiple of 8, 24 to 256), so a warp-specialized kernel's
     /// producer warps hand registers to its consumer warps. Every thread of the warpgroup
@@ -392,6 +397,9 @@ impl Intrinsic {
             Intrinsic::SyncThreads => "sync_threads".into(),
             Intrinsic::SyncWarp => "sync_warp".into(),
             Intrinsic::NamedBarrier { id, threads } => format!("named_barrier<{id}, {threads}>"),
+            Intrinsic::NamedBarrierArrive { id, threads } => {
+                format!("named_barrier_arrive<{id}, {threads}>")
+            }
             Intrinsic::SetMaxNReg { inc, regs } => {
                 format!("setmaxnreg_{}<{regs}>", if *inc { "inc" } else { "dec" })
             }

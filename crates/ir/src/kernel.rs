@@ -103,6 +103,11 @@ pub struct KernelAttrs {
     /// keeps every warp both loading and computing, `Some(true)` asks for a producer
     /// warpgroup (an error where the kernel cannot take one).
     pub warp_specialize: Option<bool>,
+    /// A warp-specialized kernel's two consumer warpgroups take turns issuing their wgmma
+    /// groups (the `warp_specialize` stage's ping-pong; `TILELANG_PINGPONG=1`/`=0` overrides
+    /// it for every kernel). Off unless asked for: on an H100 it measured slower
+    /// (docs/performance.md, session 17).
+    pub ping_pong: bool,
     /// Set by the `pipeline` stage when it split a loop into producer and consumer halves
     /// (marked by `Intrinsic::ProducerWarps`); the `warp_specialize` stage finishes the job.
     pub warp_specialized: Option<WarpSpecialized>,

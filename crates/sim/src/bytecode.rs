@@ -115,6 +115,12 @@ pub enum Instr {
         id: u32,
         threads: u32,
     },
+    /// `bar.arrive id, threads`: counts the thread into barrier `id`'s current phase and goes
+    /// on.
+    NamedArrive {
+        id: u32,
+        threads: u32,
+    },
     /// Warp collective: `regs[dst] = shfl(value, arg)` over the warp's lanes.
     Shfl {
         kind: ShflKind,

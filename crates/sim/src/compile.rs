@@ -647,16 +647,24 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::SyncWarp => Instr::SyncWarp,
-            Intrinsic::NamedBarrier { id, threads } => {
+            Intrinsic::NamedBarrier { id, threads }
+            | Intrinsic::NamedBarrierArrive { id, threads } => {
                 if !(1..16).contains(id) || *threads == 0 || !threads.is_multiple_of(32) {
                     return Err(SimError::InvalidIr(format!(
                         "{name} at {}: a named barrier takes an id from 1 to 15 and a nonzero multiple of 32 threads",
                         self.span
                     )));
                 }
-                Instr::NamedBarrier {
-                    id: *id,
-                    threads: *threads,
+                if matches!(op, Intrinsic::NamedBarrierArrive { .. }) {
+                    Instr::NamedArrive {
+                        id: *id,
+                        threads: *threads,
+                    }
+                } else {
+                    Instr::NamedBarrier {
+                        id: *id,
+                        threads: *threads,
+                    }
                 }
             }
             // Register allocation only: nothing the simulator computes changes (the

@@ -345,6 +345,31 @@ impl Interp<'_, '_> {
     }
 
     /// Run `th` until it blocks or finishes.
+    /// `bar.arrive`: count the thread into the barrier's current phase and go on; the
+    /// scheduler completes the phase once the threads waiting at it and those arrived make
+    /// its count (`sched::release_named_barriers`).
+    fn named_arrive(&mut self, id: u32, threads: u32, tid: u32, pc: u32) -> Result<(), SimError> {
+        let e = self.mem.named_arrivals.entry(id).or_insert((threads, 0));
+        if e.0 != threads || e.1 >= threads {
+            let (counts, arrived) = *e;
+            return Err(SimError::NamedBarrier {
+                block: self.mem.block,
+                id,
+                threads: counts,
+                arrived,
+                waiting: tid,
+                barrier: self.prog.span(pc as usize),
+                detail: if counts != threads {
+                    format!("thread {tid} arrives at it counting {threads}")
+                } else {
+                    format!("thread {tid} arrives at a phase every counted thread has reached")
+                },
+            });
+        }
+        e.1 += 1;
+        Ok(())
+    }
+
     pub fn run_thread(&mut self, th: &mut Thread) -> Result<(), SimError> {
         let prog = self.prog;
         loop {
@@ -545,6 +570,9 @@ impl Interp<'_, '_> {
                     coords,
                 } => self.tma_store(th, box_dims, *swizzle, (src, tensor), coords, pc)?,
                 Instr::CpCommit => th.cp.commit(),
+                Instr::NamedArrive { id, threads } => {
+                    self.named_arrive(*id, *threads, th.tid, pc)?
+                }
                 Instr::CpWait(n) => {
                     for c in th.cp.wait(*n) {
                         self.land(th.tid, c)?;

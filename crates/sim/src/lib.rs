@@ -308,6 +308,7 @@ pub fn run_ranks(
             proxy_fences: vec![],
             wgmma_reads: Default::default(),
             mbars: Default::default(),
+            named_arrivals: Default::default(),
             order: None,
         },
         stats: Stats::default(),

@@ -42,6 +42,9 @@ pub struct Mem<'p, 'g> {
     pub wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
     /// The block's mbarriers and the TMA copies in flight on them.
     pub mbars: crate::mbarrier::Mbars,
+    /// Named barriers' current phases that threads have arrived at without waiting
+    /// (`bar.arrive`): id → (threads the barrier counts, threads arrived).
+    pub named_arrivals: std::collections::HashMap<u32, (u32, u32)>,
 }
 
 impl<'p, 'g> Mem<'p, 'g> {

@@ -39,6 +39,7 @@ pub fn run_block(
     it.mem.proxy_fences = vec![vec![]; threads as usize];
     it.mem.wgmma_reads.clear();
     it.mem.mbars.clear();
+    it.mem.named_arrivals.clear();
     let mut ths = new_threads(prog, threads, vars);
     let r = schedule(it, &mut ths).and_then(|s| match s {
         Sched::Done => Ok(()),
@@ -475,8 +476,36 @@ fn release_named_barriers(it: &mut Interp, ths: &mut [Thread]) -> Result<bool, S
         }
     }
     let mut released = false;
+    // A phase that threads only arrived at (none waits) completes too.
+    let arrived_only: Vec<u32> = it
+        .mem
+        .named_arrivals
+        .iter()
+        .filter(|(id, (threads, n))| n == threads && !waiting.iter().any(|w| w.0 == **id))
+        .map(|(id, _)| *id)
+        .collect();
+    for id in arrived_only {
+        it.mem.named_arrivals.remove(&id);
+        released = true;
+    }
     for (id, threads, who) in waiting {
-        let n = who.len() as u32;
+        let arrived = match it.mem.named_arrivals.get(&id) {
+            Some(&(counts, n)) if counts != threads => {
+                let t = &ths[who[0]];
+                return Err(SimError::NamedBarrier {
+                    block: it.mem.block,
+                    id,
+                    threads: counts,
+                    arrived: n,
+                    waiting: t.tid,
+                    barrier: it.prog.span(t.pc as usize),
+                    detail: format!("thread {} waits at it counting {threads}", t.tid),
+                });
+            }
+            Some(&(_, n)) => n,
+            None => 0,
+        };
+        let n = who.len() as u32 + arrived;
         if n > threads {
             let t = &ths[who[0]];
             return Err(SimError::NamedBarrier {
@@ -495,13 +524,19 @@ fn release_named_barriers(it: &mut Interp, ths: &mut [Thread]) -> Result<bool, S
         if let Some(e) = it.mem.take_uninit() {
             return Err(e);
         }
-        it.mem.epoch += 1;
-        it.mem.global_epoch += 1;
-        let first = ths[who[0]].tid;
-        let contiguous = who.windows(2).all(|w| w[1] == w[0] + 1);
-        if let Some(o) = it.mem.order.as_mut() {
-            if contiguous {
-                o.barrier_lanes(first, n);
+        if arrived > 0 {
+            // Completed with threads that arrived and went on (a ping-pong turn): it
+            // schedules, and is taken to order no memory.
+            it.mem.named_arrivals.remove(&id);
+        } else {
+            it.mem.epoch += 1;
+            it.mem.global_epoch += 1;
+            let first = ths[who[0]].tid;
+            let contiguous = who.windows(2).all(|w| w[1] == w[0] + 1);
+            if let Some(o) = it.mem.order.as_mut() {
+                if contiguous {
+                    o.barrier_lanes(first, n);
+                }
             }
         }
         it.stats.barriers += 1;
@@ -556,7 +591,8 @@ fn stuck(it: &Interp, ths: &[Thread]) -> SimError {
                 .filter(|u| {
                     u.state == State::Barrier && named_at(it, u.pc).is_some_and(|x| x.0 == id)
                 })
-                .count() as u32;
+                .count() as u32
+                + it.mem.named_arrivals.get(&id).map_or(0, |a| a.1);
             let others: Vec<String> = ths
                 .iter()
                 .filter(|u| !(u.state == State::Barrier && named_at(it, u.pc).is_some()))

@@ -143,6 +143,7 @@ const KNOBS: &[&str] = &[
     "TILELANG_NVRTC_PTX_VIA_JITLINK",
     "TILELANG_TMA",
     "TILELANG_WS",
+    "TILELANG_PINGPONG",
 ];
 
 /// A variable or buffer the kernel names.

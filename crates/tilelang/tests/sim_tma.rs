@@ -479,3 +479,69 @@ fn tma_store_epilogue_bugs_are_caught() {
         Err(e) => assert!(!e.is_empty()),
     }
 }
+
+/// Warp-specialized attention with two consumer warpgroups takes turns issuing its GEMMs
+/// (FlashAttention-3's ping-pong: `bar.sync` on its own named barrier before each wgmma group,
+/// `bar.arrive` on the other's after the commit), agrees with the CPU backend causal and not,
+/// and a broken hand-over is reported as the deadlock it is.
+#[test]
+fn ping_pong_attention_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0")
+        || std::env::var("TILELANG_PINGPONG").is_ok_and(|v| v == "0")
+    {
+        return;
+    }
+    // Without the attribute there are no turns.
+    let plain = tma_variant(&flash_attention(
+        BF16,
+        64,
+        false,
+        AttnConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            warp_specialize: Some(true),
+            ..AttnConfig::tiles(128, 64, 2, 256)
+        },
+    ));
+    if std::env::var_os("TILELANG_PINGPONG").is_none() {
+        assert!(
+            !plain.to_string().contains("named_barrier_arrive"),
+            "{plain}"
+        );
+    }
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    let cfg = AttnConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(true),
+        ping_pong: true,
+        ..AttnConfig::tiles(128, 64, 2, 256)
+    };
+    for causal in [false, true] {
+        let k = flash_attention(BF16, 64, causal, cfg);
+        let low = tma_variant(&k);
+        let text = low.to_string();
+        assert!(text.contains("named_barrier_arrive<2, 256>"), "{text}");
+        assert!(text.contains("named_barrier<3, 256>"), "{text}");
+        let s = vec![1, 2, 200, 64];
+        let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 2, 200]];
+        let e =
+            run_vs_cpu(&k, &low, &shapes, 11).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
+        assert!(e < 1e-2, "causal {causal}: {e}");
+        if causal {
+            continue;
+        }
+        // Warpgroup 0 never hands over: warpgroup 1 waits at its barrier forever.
+        let no_hand_over = low.with_body(rewrite_calls(
+            &low.body,
+            &|op| matches!(op, Intrinsic::NamedBarrierArrive { id: 3, .. }),
+            &|_, _| (Intrinsic::FenceProxyAsync, vec![]),
+        ));
+        let e = run_vs_cpu(&k, &no_hand_over, &shapes, 11)
+            .expect_err("a turn that is never handed over must be reported");
+        // Reported as the first wait that can never complete: the consumers' barrier, or
+        // the producer's wait for a stage the stuck warpgroup never releases.
+        assert!(
+            e.contains("named barrier 3") || e.contains("deadlock"),
+            "{e}"
+        );
+    }
+}

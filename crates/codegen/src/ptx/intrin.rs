@@ -243,6 +243,9 @@ impl Emitter {
             Intrinsic::NamedBarrier { id, threads } => {
                 self.ins(&format!("bar.sync {id}, {threads}"))
             }
+            Intrinsic::NamedBarrierArrive { id, threads } => {
+                self.ins(&format!("bar.arrive {id}, {threads}"))
+            }
             Intrinsic::SetMaxNReg { inc, regs } => self.ins(&format!(
                 "setmaxnreg.{}.sync.aligned.u32 {regs}",
                 if *inc { "inc" } else { "dec" }

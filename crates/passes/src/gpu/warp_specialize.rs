@@ -56,7 +56,8 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         ))
     })?;
     let mut producer = fresh_bindings(&producer);
-    let consumer = consumer_half(&body, consumers);
+    let turns = ping_pong_wanted(k.attrs.ping_pong);
+    let consumer = ping_pong(&consumer_half(&body, consumers), consumers, turns);
     let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
     let mut out = hoisted;
     // Each half counts iterations in a register of its own: one both halves assigned would
@@ -400,6 +401,157 @@ fn consumer_half(s: &Stmt, consumers: u32) -> Stmt {
         ),
         kind => Stmt::new(kind, x.span),
     })
+}
+
+/// Named barriers through which the two consumer warpgroups take turns (ping-pong).
+const TURN_BARRIERS: [u32; 2] = [2, 3];
+
+/// Whether the consumers take turns issuing their tensor-core work: as the kernel asks
+/// (`KernelAttrs::ping_pong`), unless `TILELANG_PINGPONG=1` (every kernel that can) or `=0`
+/// (none) says otherwise, to measure.
+fn ping_pong_wanted(asked: bool) -> bool {
+    match std::env::var("TILELANG_PINGPONG").ok().as_deref() {
+        Some("1") => true,
+        Some("0") => false,
+        _ => asked,
+    }
+}
+
+/// FlashAttention-3's ping-pong between the two consumer warpgroups: where a consumer loop
+/// issues two or more wgmma groups per iteration with other work between them (attention's
+/// two GEMMs around the softmax), each group's issue becomes a turn: a warpgroup waits for its
+/// turn (`bar.sync` on its barrier) before the group's first wgmma and hands the turn over
+/// (`bar.arrive` on the other's) after its commit. The tensor cores then run one warpgroup's
+/// GEMM while the other computes its softmax, instead of both computing at once and both
+/// waiting at once. Warpgroup 1 hands warpgroup 0 the first turn before the loop and warpgroup
+/// 0 takes the last hand-over after it, so every phase of both barriers completes within the
+/// loop's run (a persistent kernel runs it again). The loop's trip count must be the same for
+/// both warpgroups (it may not depend on the thread index); loops whose groups sit under
+/// branches are left alone.
+fn ping_pong(s: &Stmt, consumers: u32, wanted: bool) -> Stmt {
+    if consumers != 2 * 128 || !wanted {
+        return s.clone();
+    }
+    s.map_post(&mut |x| match x.kind {
+        StmtKind::For(l) if turns_apply(&l) => {
+            let span = x.span;
+            let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
+            let first = tid.clone().lt(128);
+            let mut body = vec![];
+            for st in flatten(&l.body) {
+                if starts_group(&st) {
+                    body.push(turn(&first, true, span));
+                }
+                let commit = is_call(&st, |op| matches!(op, Intrinsic::WgmmaCommit));
+                body.push(st);
+                if commit {
+                    body.push(turn(&first, false, span));
+                }
+            }
+            let mut l2 = *l;
+            l2.body = Stmt::seq(body, span);
+            Stmt::seq(
+                vec![
+                    // Warpgroup 1 hands warpgroup 0 its first turn ...
+                    if_then(
+                        Some(tid.clone().ge(128)),
+                        arrive(TURN_BARRIERS[0], span),
+                        span,
+                    ),
+                    Stmt::new(StmtKind::For(Box::new(l2)), span),
+                    // ... and warpgroup 0 takes warpgroup 1's last hand-over.
+                    if_then(Some(first), sync_on(TURN_BARRIERS[0], span), span),
+                ],
+                span,
+            )
+        }
+        kind => Stmt::new(kind, x.span),
+    })
+}
+
+/// Does loop `l` issue two or more wgmma groups per iteration, each at the top of its body,
+/// with a trip count every consumer thread agrees on?
+fn turns_apply(l: &tl_ir::For) -> bool {
+    let top = flatten(&l.body);
+    let commits = top
+        .iter()
+        .filter(|s| is_call(s, |op| matches!(op, Intrinsic::WgmmaCommit)))
+        .count();
+    let mut nested = 0;
+    l.body.walk(&mut |s| {
+        if is_call(s, |op| matches!(op, Intrinsic::WgmmaCommit)) {
+            nested += 1;
+        }
+    });
+    commits >= 2 && nested == commits && !reads_thread_idx(&l.min) && !reads_thread_idx(&l.extent)
+}
+
+/// The statements of a loop body, the sequences in it that declare no names opened (a
+/// sequence with a `let` or an allocation is a scope and stays whole).
+fn flatten(s: &Stmt) -> Vec<Stmt> {
+    fn open(s: &Stmt, out: &mut Vec<Stmt>) {
+        match &s.kind {
+            StmtKind::Seq(v) if !declares(v) => v.iter().for_each(|x| open(x, out)),
+            _ => out.push(s.clone()),
+        }
+    }
+    let mut out = vec![];
+    match &s.kind {
+        StmtKind::Seq(v) => v.iter().for_each(|x| open(x, &mut out)),
+        _ => out.push(s.clone()),
+    }
+    out
+}
+
+fn declares(v: &[Stmt]) -> bool {
+    v.iter()
+        .any(|s| matches!(s.kind, StmtKind::Let { .. } | StmtKind::Alloc(_)))
+}
+
+fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
+    matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), ExprKind::Call(op, _) if pred(op)))
+}
+
+/// The first statement of a wgmma group: its register fence.
+fn starts_group(s: &Stmt) -> bool {
+    is_call(s, |op| matches!(op, Intrinsic::WgmmaFence))
+}
+
+/// Wait for this warpgroup's turn (`take`), or hand the turn to the other warpgroup.
+fn turn(first: &Expr, take: bool, span: tl_ir::Span) -> Stmt {
+    let [a, b] = TURN_BARRIERS;
+    let (mine, other) = if take { (a, b) } else { (b, a) };
+    let op = |id| {
+        if take {
+            sync_on(id, span)
+        } else {
+            arrive(id, span)
+        }
+    };
+    Stmt::new(
+        StmtKind::If {
+            cond: first.clone(),
+            then_: Box::new(op(mine)),
+            else_: Some(Box::new(op(other))),
+        },
+        span,
+    )
+}
+
+fn sync_on(id: u32, span: tl_ir::Span) -> Stmt {
+    eval(Intrinsic::NamedBarrier { id, threads: 256 }, vec![], span)
+}
+
+fn arrive(id: u32, span: tl_ir::Span) -> Stmt {
+    eval(
+        Intrinsic::NamedBarrierArrive { id, threads: 256 },
+        vec![],
+        span,
+    )
+}
+
+fn reads_thread_idx(e: &Expr) -> bool {
+    e.any(&mut |x| matches!(x.kind(), ExprKind::Call(Intrinsic::ThreadIdx, _)))
 }
 
 #[cfg(test)]

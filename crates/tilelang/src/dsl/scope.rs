@@ -728,6 +728,14 @@ impl TileScope {
         self.state.borrow_mut().attrs.warp_specialize = Some(on);
     }
 
+    /// With warp specialization and two consumer warpgroups: make them take turns issuing
+    /// their wgmma groups (FlashAttention-3's ping-pong), so one warpgroup's tensor-core work
+    /// runs while the other computes. Off by default: the turns alone (without FA3's
+    /// software-pipelined second GEMM) measured slower on an H100 (docs/performance.md).
+    pub fn ping_pong(&mut self, on: bool) {
+        self.state.borrow_mut().attrs.ping_pong = on;
+    }
+
     /// Ask for `blocks` resident blocks per SM (CUDA's `__launch_bounds__(threads, blocks)`): the
     /// compiler caps registers to fit them. More blocks hide more latency; too few registers
     /// spill (check with `tilelang check-cuda`, or let the autotuner, which rejects spills, try).

@@ -18,6 +18,9 @@ pub struct AttnConfig {
     pub instruction: Option<GemmInstruction>,
     /// Warp specialization (`TileScope::warp_specialize`): `None` lets the compiler choose.
     pub warp_specialize: Option<bool>,
+    /// With warp specialization, the two consumer warpgroups take turns at the tensor cores
+    /// (`TileScope::ping_pong`; off by default).
+    pub ping_pong: bool,
 }
 
 impl AttnConfig {
@@ -30,6 +33,7 @@ impl AttnConfig {
             threads,
             instruction: None,
             warp_specialize: None,
+            ping_pong: false,
         }
     }
 
@@ -151,6 +155,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         threads,
         instruction,
         warp_specialize,
+        ping_pong,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -173,6 +178,9 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
             |t, [bx_launch, by, bz]| {
                 if let Some(on) = warp_specialize {
                     t.warp_specialize(on);
+                }
+                if ping_pong {
+                    t.ping_pong(true);
                 }
                 // Causal: the query blocks near the end of the sequence see the most keys, so
                 // they launch first and the light ones fill the tail of the grid.
