@@ -16,6 +16,11 @@ export TILELANG_CACHE_DIR="${TILELANG_CACHE_DIR:-/tmp/tl-cache}"
 out="${OUT:-/tmp}"
 log() { echo "== $*"; }
 run() { echo "\$ $*"; "$@" 2>&1 | tail -n 3; }
+# One checked run: its last line, and on failure its exit status and tail; counts `fails`.
+chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
+# `chk` of the bf16 GEMM example in the NT, NN and TN layouts with the code path $1 and the
+# options after it (T, the time limit, set by the section).
+gemm_layouts() { local be=$1; shift; for l in nt nn tn; do TILELANG_BACKEND=$be chk ${T:-} $G/gemm --device cuda "$@" --layout $l --dtype bf16; done; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.get_device_name())'
@@ -212,7 +217,6 @@ if [ "$what" = hopper ]; then
   # MN-major) and the wgmma NN gemm (MN-major B). Correctness first, each in its own process.
   log "wgmma attention and NN gemm: correctness at odd sizes"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for cfg in "64 64 128 2" "128 128 256 2" "128 64 256 3"; do
     set -- $cfg
     for c in "" --causal; do
@@ -270,7 +274,6 @@ if [ "$what" = tma ]; then
   # and without TMA beside cuBLAS, at aligned sizes and at sizes that break the tile.
   log "tma gemm: correctness at odd sizes"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for l in nt nn tn; do
     chk $G/gemm --device cuda --m 1000 --n 999 --k 1000 --layout $l --dtype bf16
     chk $G/gemm --device cuda --m 257 --n 129 --k 72 --layout $l --dtype f16 --out-dtype f32
@@ -299,12 +302,9 @@ if [ "$what" = odd ]; then
   T="timeout ${WS_TIMEOUT:-120}"
   log "odd sizes: correctness (pitched stagings of 1, 2 and 4-byte aligned rows; odd-N epilogues)"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for be in ptx cuda; do
-    for l in nt nn tn; do
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1001 --n 999 --k 1003 --layout $l --dtype bf16
-      TILELANG_BACKEND=$be TILELANG_TMA_PITCH_ALIGN=128 chk $T $G/gemm --device cuda --m 777 --n 1000 --k 4104 --layout $l --dtype bf16
-    done
+    gemm_layouts $be --m 1001 --n 999 --k 1003
+    TILELANG_TMA_PITCH_ALIGN=128 gemm_layouts $be --m 777 --n 1000 --k 4104
     TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 300 --n 257 --k 1001 --layout nt --dtype f16 --out-dtype f32
     TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 1000 --k 1001 --scaling tensor
   done
@@ -366,7 +366,6 @@ if [ "$what" = pingpong ]; then
   # (unspecialized) kernel and cuDNN / FA2. Correctness first, in both code paths.
   T="timeout ${WS_TIMEOUT:-120}"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for be in ptx cuda; do
     for c in "" --causal; do
       TILELANG_BACKEND=$be TILELANG_WS=1 TILELANG_PINGPONG=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 $c
@@ -375,6 +374,27 @@ if [ "$what" = pingpong ]; then
   done
   echo "ping-pong correctness failures: $fails"
   if [ "$fails" = 0 ]; then
+    # The fp8 GEMMs (promotion after each k tile: one warpgroup promotes while the other's
+    # wgmma runs) and the bf16 GEMM, with and without turns.
+    for be in ptx cuda; do
+      for sc in tensor blocks; do
+        TILELANG_BACKEND=$be TILELANG_PINGPONG=1 chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 4100 --scaling $sc
+      done
+      TILELANG_BACKEND=$be TILELANG_PINGPONG=1 chk $T $G/gemm --device cuda --m 1000 --n 999 --k 3000 --layout nt --dtype bf16
+    done
+    echo "ping-pong correctness failures (gemms): $fails"
+    for shape in ${PP_GEMM:-8192,8192,8192 4096,4096,4096}; do
+      set -- ${shape//,/ }
+      for sc in tensor blocks; do
+        for pp in 1 0; do
+          TILELANG_PINGPONG=$pp $T $G/fp8_gemm --device cuda --m $1 --n $2 --k $3 --scaling $sc --reps 30 2>&1 | tail -n 1 | sed "s/^/[pingpong=$pp] /"
+        done
+      done
+      python3 bench/fp8_peers.py tensor $1 $2 $3
+      for pp in 1 0; do
+        TILELANG_PINGPONG=$pp $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed "s/^/[pingpong=$pp] /"
+      done
+    done
     for cfg in ${PP_ATTN:-4,16,4096,128 8,16,2048,64 2,32,8192,128}; do
       set -- ${cfg//,/ }
       for c in "" --causal; do
@@ -398,13 +418,10 @@ if [ "$what" = ws ]; then
   OLD="--no-ws --stages 4 --no-persistent"
   log "warp specialization: correctness at odd sizes"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for be in ptx cuda; do
-    for l in nt nn tn; do
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 1000 --k 1000 --layout $l --dtype bf16
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 3000 --layout $l --dtype bf16 --persistent
-      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 777 --n 1000 --k 4104 --layout $l --dtype bf16
-    done
+    gemm_layouts $be --m 1000 --n 1000 --k 1000
+    gemm_layouts $be --m 1000 --n 999 --k 3000 --persistent
+    gemm_layouts $be --m 777 --n 1000 --k 4104
     TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 257 --n 136 --k 72 --layout nt --dtype f16 --out-dtype f32
     TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --causal
     TILELANG_BACKEND=$be TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 64 --dtype bf16
@@ -449,7 +466,6 @@ if [ "$what" = fp8 ]; then
   # and FP8_EXTRA (tile options for ours) narrow or vary a run.
   log "fp8 gemm: correctness at odd sizes"
   fails=0
-  chk() { echo "\$ $*"; "$@" > /tmp/chk.out 2>&1; rc=$?; tail -n 1 /tmp/chk.out; [ $rc = 0 ] || { fails=$((fails+1)); echo "FAILED (exit $rc)"; tail -n 5 /tmp/chk.out; }; }
   for be in ptx cuda; do
     TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 1000 --n 999 --k 999 --scaling tensor
     TILELANG_BACKEND=$be chk $G/fp8_gemm --device cuda --m 1000 --n 999 --k 1000 --scaling tensor --fast-accum --a e5m2

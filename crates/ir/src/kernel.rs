@@ -105,7 +105,8 @@ pub struct KernelAttrs {
     pub warp_specialize: Option<bool>,
     /// A warp-specialized kernel's two consumer warpgroups take turns issuing their wgmma
     /// groups (the `warp_specialize` stage's ping-pong; `TILELANG_PINGPONG=1`/`=0` overrides
-    /// it for every kernel). Off unless asked for: on an H100 it measured slower
+    /// it for every kernel). Asked for by the specialized fp8 GEMM with per-tensor promotion
+    /// only: it measured faster there and slower for attention and the bf16 GEMM on an H100
     /// (docs/performance.md, session 17).
     pub ping_pong: bool,
     /// Set by the `pipeline` stage when it split a loop into producer and consumer halves

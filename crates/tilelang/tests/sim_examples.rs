@@ -464,14 +464,7 @@ fn fp8_wgmma_gemm_in_sim() {
         let k = fp8_gemm::fp8_gemm(spec, cfg);
         let text = k.lower(Target::SM90).expect("lowers").to_string();
         assert!(text.contains(tag), "{tag}: {text}");
-        let (sa, sb) = spec.scale_shapes(m, n, kk);
-        let shapes = [
-            vec![m, kk],
-            vec![n, kk],
-            sa.to_vec(),
-            sb.to_vec(),
-            vec![m, n],
-        ];
+        let shapes = spec.tensor_shapes(m, n, kk);
         let e = sim_vs_cpu(&k, Target::SM90, &shapes, 13);
         assert!(
             e < 1e-5,

@@ -418,12 +418,12 @@ fn ping_pong_wanted(asked: bool) -> bool {
 }
 
 /// FlashAttention-3's ping-pong between the two consumer warpgroups: where a consumer loop
-/// issues two or more wgmma groups per iteration with other work between them (attention's
-/// two GEMMs around the softmax), each group's issue becomes a turn: a warpgroup waits for its
-/// turn (`bar.sync` on its barrier) before the group's first wgmma and hands the turn over
-/// (`bar.arrive` on the other's) after its commit. The tensor cores then run one warpgroup's
-/// GEMM while the other computes its softmax, instead of both computing at once and both
-/// waiting at once. Warpgroup 1 hands warpgroup 0 the first turn before the loop and warpgroup
+/// issues wgmma groups with other work after them (attention's two GEMMs around the softmax,
+/// an fp8 GEMM's promotion of its partial accumulator), each group's issue becomes a turn: a
+/// warpgroup waits for its turn (`bar.sync` on its barrier) before the group's first wgmma
+/// and hands the turn over (`bar.arrive` on the other's) after its commit. The tensor cores
+/// then run one warpgroup's GEMM while the other computes, instead of both computing at once
+/// and both waiting at once. Warpgroup 1 hands warpgroup 0 the first turn before the loop and warpgroup
 /// 0 takes the last hand-over after it, so every phase of both barriers completes within the
 /// loop's run (a persistent kernel runs it again). The loop's trip count must be the same for
 /// both warpgroups (it may not depend on the thread index); loops whose groups sit under
@@ -469,7 +469,7 @@ fn ping_pong(s: &Stmt, consumers: u32, wanted: bool) -> Stmt {
     })
 }
 
-/// Does loop `l` issue two or more wgmma groups per iteration, each at the top of its body,
+/// Does loop `l` issue wgmma groups, each at the top of its body,
 /// with a trip count every consumer thread agrees on?
 fn turns_apply(l: &tl_ir::For) -> bool {
     let top = flatten(&l.body);
@@ -483,7 +483,7 @@ fn turns_apply(l: &tl_ir::For) -> bool {
             nested += 1;
         }
     });
-    commits >= 2 && nested == commits && !reads_thread_idx(&l.min) && !reads_thread_idx(&l.extent)
+    commits >= 1 && nested == commits && !reads_thread_idx(&l.min) && !reads_thread_idx(&l.extent)
 }
 
 /// The statements of a loop body, the sequences in it that declare no names opened (a

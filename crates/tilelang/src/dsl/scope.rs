@@ -730,8 +730,10 @@ impl TileScope {
 
     /// With warp specialization and two consumer warpgroups: make them take turns issuing
     /// their wgmma groups (FlashAttention-3's ping-pong), so one warpgroup's tensor-core work
-    /// runs while the other computes. Off by default: the turns alone (without FA3's
-    /// software-pipelined second GEMM) measured slower on an H100 (docs/performance.md).
+    /// runs while the other computes. Off by default: on an H100 the turns helped the fp8
+    /// GEMM that promotes its partial accumulator after every k tile (which asks for them),
+    /// and slowed attention (without FA3's software-pipelined second GEMM) and the bf16 GEMM
+    /// (docs/performance.md).
     pub fn ping_pong(&mut self, on: bool) {
         self.state.borrow_mut().attrs.ping_pong = on;
     }

@@ -74,6 +74,13 @@ impl Fp8Gemm {
         }
     }
 
+    /// The shapes of the kernel's tensors, in parameter order (A, B, SA, SB, C), for an
+    /// `m × n × k` problem.
+    pub fn tensor_shapes(&self, m: usize, n: usize, k: usize) -> Vec<Vec<usize>> {
+        let (sa, sb) = self.scale_shapes(m, n, k);
+        vec![vec![m, k], vec![n, k], sa.to_vec(), sb.to_vec(), vec![m, n]]
+    }
+
     /// Why `cfg`'s tiles cannot run this GEMM, if they cannot.
     pub fn check_tiles(&self, cfg: &GemmConfig) -> Result<(), String> {
         if self.scaling == Fp8Scaling::Blocks && (cfg.bk <= 0 || SCALE_BLOCK % cfg.bk != 0) {
@@ -197,6 +204,13 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
             threads,
             |t, [bx, by]| {
                 cfg.schedule_blocks(t);
+                // Specialized per-tensor promotion: the two consumer warpgroups take turns at
+                // the tensor cores, so one promotes its partial while the other's wgmma runs
+                // (8192³ on an H100: 1257 against 1224 TFLOP/s, 4096³ 1115 against 1108; the
+                // block-scaled kernel measured slower with turns: docs/performance.md).
+                if promote && !blocks && cfg.warp_specialize == Some(true) {
+                    t.ping_pong(true);
+                }
                 let a_s = t.alloc_shared_named("A_s", [bm, bk], spec.a);
                 let b_s = t.alloc_shared_named("B_s", [bn, bk], spec.b);
                 let sa_s = blocks.then(|| t.alloc_shared_named("SA_s", [1, bm], F32));
