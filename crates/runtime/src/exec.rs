@@ -239,16 +239,19 @@ impl Fallback {
         (m.max(1).trailing_zeros() + 1) as usize
     }
 
-    /// The alignment class of bound sizes `ints`: per required dim, the largest power of two
-    /// up to its multiple that divides it; as a slot index and the (dim, multiple) pairs the
-    /// class's variant may assume.
-    fn class(&self, ints: &[i64]) -> (usize, Vec<(usize, i64)>) {
+    /// The alignment class of bound sizes `ints` whose tensors start at addresses that are
+    /// multiples of `ptr_align` bytes (16 or a smaller power of two): per required dim, the
+    /// largest power of two up to its multiple that divides it and that the addresses allow
+    /// (a dim's multiple is the elements of 16 bytes); as a slot index and the (dim, multiple)
+    /// pairs the class's variant may assume.
+    fn class(&self, ints: &[i64], ptr_align: i64) -> (usize, Vec<(usize, i64)>) {
         let mut index = 0usize;
         let mut assumed = vec![];
         for &(d, m) in &self.requires {
             let v = ints.get(d).copied().unwrap_or(0);
+            let cap = (ptr_align * m / 16).max(1);
             let mut a = m.max(1);
-            while a > 1 && v % a != 0 {
+            while a > 1 && (v % a != 0 || a > cap) {
                 a /= 2;
             }
             index = index * Fallback::levels(m) + a.trailing_zeros() as usize;
@@ -256,6 +259,20 @@ impl Fallback {
         }
         (index, assumed)
     }
+}
+
+/// The largest power of two up to 16 that divides the address of every tensor argument.
+fn pointer_alignment(args: &[BoundArg]) -> i64 {
+    let mut p = 16i64;
+    for a in args {
+        if let BoundArg::Ptr(x) = a {
+            let addr = *x as usize as u64;
+            while p > 1 && !addr.is_multiple_of(p as u64) {
+                p /= 2;
+            }
+        }
+    }
+    p
 }
 
 /// One checked argument, in parameter order.
@@ -431,7 +448,8 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
 pub(crate) fn staging_pitch(row: usize, ptr: u64, line_misaligned: usize) -> Option<usize> {
     const LINE: usize = 128;
     let staged = row.next_multiple_of(LINE);
-    if !row.is_multiple_of(16) {
+    // TMA takes only 16-byte aligned tensors (a view at an offset may start anywhere).
+    if !row.is_multiple_of(16) || !ptr.is_multiple_of(16) {
         return Some(staged);
     }
     if row.is_multiple_of(LINE) && ptr.is_multiple_of(LINE as u64) {
@@ -694,14 +712,22 @@ impl Executable {
         let Some(fb) = &self.fallback else {
             return Ok(self);
         };
-        let fits = fb
-            .requires
-            .iter()
-            .all(|&(d, m)| b.ints.get(d).is_some_and(|v| v % m == 0));
+        // A GPU variant's vectors and tensor maps also assume 16-byte aligned tensors; a view
+        // that starts elsewhere (a torch slice at an offset) takes the class its address
+        // allows instead of faulting.
+        let ptr_align = match self.module {
+            Module::Cuda(_) | Module::Hip(_) => pointer_alignment(&b.args),
+            _ => 16,
+        };
+        let fits = ptr_align == 16
+            && fb
+                .requires
+                .iter()
+                .all(|&(d, m)| b.ints.get(d).is_some_and(|v| v % m == 0));
         if fits {
             return Ok(self);
         }
-        let (index, assumed) = fb.class(&b.ints);
+        let (index, assumed) = fb.class(&b.ints, ptr_align);
         let Some(slot) = fb.built.get(index) else {
             return Err(RuntimeError::Launch(format!(
                 "kernel `{}`: no variant slot for alignment class {index}",
@@ -1269,8 +1295,32 @@ mod tests {
         assert_eq!(staging_pitch(8208, 0, 1), None);
         assert_eq!(staging_pitch(8208, 0, 2), Some(8320));
         assert_eq!(staging_pitch(8192, 16, 2), Some(8192));
+        assert_eq!(staging_pitch(8192, 8, 0), Some(8192));
         assert!(misses_lines(8208, 0) && misses_lines(256, 64) && !misses_lines(256, 128));
         assert!(!misses_lines(8190, 0));
+    }
+
+    /// Tensors at addresses off 16 bytes (views at an offset) lower the class: a bf16 dim of
+    /// multiple 8 falls to 4 elements at an 8-byte aligned address, to 1 at a 2-byte one,
+    /// whatever its size; 16-byte aligned addresses leave the sizes alone.
+    #[test]
+    fn misaligned_tensor_addresses_lower_the_alignment_class() {
+        let fb = Fallback {
+            requires: vec![(0, 8), (1, 4)],
+            build: Box::new(|_| Err(RuntimeError::Launch("unused".into()))),
+            built: vec![],
+        };
+        assert_eq!(fb.class(&[4096, 4096], 16).1, vec![(0, 8), (1, 4)]);
+        assert_eq!(fb.class(&[4096, 4096], 8).1, vec![(0, 4), (1, 2)]);
+        assert_eq!(fb.class(&[4096, 4096], 2).1, vec![(0, 1), (1, 1)]);
+        assert_eq!(fb.class(&[4095, 4096], 16).1, vec![(0, 1), (1, 4)]);
+        let at = |a: usize| BoundArg::Ptr(a as *mut c_void);
+        assert_eq!(
+            pointer_alignment(&[at(256), BoundArg::Int(3), at(4096)]),
+            16
+        );
+        assert_eq!(pointer_alignment(&[at(256), at(4098)]), 2);
+        assert_eq!(pointer_alignment(&[at(24)]), 8);
     }
 
     /// A tensor map travels as a 64-byte aligned 128-byte blob that the launch's pointer
