@@ -261,6 +261,19 @@ impl Fallback {
     }
 }
 
+/// Whether every tensor parameter's row length (its last dim) is one of the sizes `requires`
+/// names (by index into the signature's dims).
+fn rows_vary_with(sig: &Signature, requires: &[(usize, i64)]) -> bool {
+    sig.params.iter().all(|p| match p {
+        Param::Tensor { buffer, .. } => buffer.shape().last().is_none_or(|last| {
+            last.as_var()
+                .and_then(|v| sig.dims.iter().position(|d| d == v))
+                .is_some_and(|i| requires.iter().any(|&(d, _)| d == i))
+        }),
+        _ => true,
+    })
+}
+
 /// The largest power of two up to 16 that divides the address of every tensor argument.
 fn pointer_alignment(args: &[BoundArg]) -> i64 {
     let mut p = 16i64;
@@ -592,7 +605,8 @@ pub(crate) fn pack_gpu_params_staged(
             _ => None,
         };
         // A copy only for speed is skipped where the launch path cannot stage.
-        let pitch = pitch.filter(|_| scratch.is_some() || !row.is_multiple_of(16));
+        let pitch = pitch
+            .filter(|_| scratch.is_some() || !row.is_multiple_of(16) || !ptr.is_multiple_of(16));
         if let Some(pitch) = pitch {
             let Some((slots, dev)) = scratch.as_mut() else {
                 return Err(bad(
@@ -709,15 +723,28 @@ impl Executable {
 
     /// [`variant_for`](Self::variant_for) of arguments this executable has bound already.
     fn variant_for_bound(&self, b: &Bound) -> Result<&Executable> {
-        let Some(fb) = &self.fallback else {
-            return Ok(self);
-        };
         // A GPU variant's vectors and tensor maps also assume 16-byte aligned tensors; a view
         // that starts elsewhere (a torch slice at an offset) takes the class its address
-        // allows instead of faulting.
+        // allows instead of faulting — where every tensor's rows run along a size the classes
+        // vary; a static row length is assumed aligned, so such a launch is refused instead.
         let ptr_align = match self.module {
             Module::Cuda(_) | Module::Hip(_) => pointer_alignment(&b.args),
             _ => 16,
+        };
+        if ptr_align < 16 && !self.classes_cover_every_row() {
+            if let Some(i) = b
+                .args
+                .iter()
+                .position(|a| matches!(a, BoundArg::Ptr(x) if !(*x as usize).is_multiple_of(16)))
+            {
+                return Err(self.sig.bad_arg(
+                    i,
+                    "it starts at an address that is not a multiple of 16 bytes (a view at an offset?), and this kernel's static row lengths let it assume 16-byte aligned rows: pass an aligned copy (`x.clone()` in torch), or make the row length a symbolic size".into(),
+                ));
+            }
+        }
+        let Some(fb) = &self.fallback else {
+            return Ok(self);
         };
         let fits = ptr_align == 16
             && fb
@@ -741,6 +768,14 @@ impl Executable {
                 self.sig.name
             ))),
         }
+    }
+
+    /// Whether each tensor parameter's row length (its last dim) is a size the alignment
+    /// classes vary, so that a class for a smaller alignment exists for every tensor.
+    fn classes_cover_every_row(&self) -> bool {
+        self.fallback
+            .as_ref()
+            .is_some_and(|fb| rows_vary_with(&self.sig, &fb.requires))
     }
 
     pub fn signature(&self) -> &Signature {
@@ -1314,6 +1349,22 @@ mod tests {
         assert_eq!(fb.class(&[4096, 4096], 8).1, vec![(0, 4), (1, 2)]);
         assert_eq!(fb.class(&[4096, 4096], 2).1, vec![(0, 1), (1, 1)]);
         assert_eq!(fb.class(&[4095, 4096], 16).1, vec![(0, 1), (1, 4)]);
+        // `sig()`'s x is [N, 4] (a static row), y [2·N]: no class varies their rows.
+        assert!(!rows_vary_with(&sig(), &[(0, 4)]));
+        let mut s = sig();
+        let n = s.dims[0].clone();
+        s.params = vec![Param::Tensor {
+            buffer: Buffer::new(
+                "z",
+                vec![Expr::int(3), Expr::from(&n)],
+                DType::BF16,
+                Scope::Global,
+                Span::UNKNOWN,
+            ),
+            role: Role::Input,
+        }];
+        assert!(rows_vary_with(&s, &[(0, 8)]));
+        assert!(!rows_vary_with(&s, &[]));
         let at = |a: usize| BoundArg::Ptr(a as *mut c_void);
         assert_eq!(
             pointer_alignment(&[at(256), BoundArg::Int(3), at(4096)]),
