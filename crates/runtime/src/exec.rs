@@ -726,12 +726,14 @@ impl Executable {
         // A GPU variant's vectors and tensor maps also assume 16-byte aligned tensors; a view
         // that starts elsewhere (a torch slice at an offset) takes the class its address
         // allows instead of faulting — where every tensor's rows run along a size the classes
-        // vary; a static row length is assumed aligned, so such a launch is refused instead.
+        // vary; a static row length is assumed aligned, so such a launch is refused instead,
+        // as is a multi-rank kernel's (`put_block` and friends choose 16-byte accesses at run
+        // time from the offsets and the count only).
         let ptr_align = match self.module {
             Module::Cuda(_) | Module::Hip(_) => pointer_alignment(&b.args),
             _ => 16,
         };
-        if ptr_align < 16 && !self.classes_cover_every_row() {
+        if ptr_align < 16 && (self.sig.dist.is_some() || !self.classes_cover_every_row()) {
             if let Some(i) = b
                 .args
                 .iter()
@@ -739,7 +741,11 @@ impl Executable {
             {
                 return Err(self.sig.bad_arg(
                     i,
-                    "it starts at an address that is not a multiple of 16 bytes (a view at an offset?), and this kernel's static row lengths let it assume 16-byte aligned rows: pass an aligned copy (`x.clone()` in torch), or make the row length a symbolic size".into(),
+                    if self.sig.dist.is_some() {
+                        "it starts at an address that is not a multiple of 16 bytes (a view at an offset?), and a multi-rank kernel's copies assume 16-byte aligned tensors: pass an aligned copy (`x.clone()` in torch)".into()
+                    } else {
+                        "it starts at an address that is not a multiple of 16 bytes (a view at an offset?), and this kernel's static row lengths let it assume 16-byte aligned rows: pass an aligned copy (`x.clone()` in torch), or make the row length a symbolic size".into()
+                    },
                 ));
             }
         }
