@@ -465,20 +465,43 @@ pub(crate) fn staging_pitch(row: usize, ptr: u64, line_misaligned: usize) -> Opt
     if !row.is_multiple_of(16) || !ptr.is_multiple_of(16) {
         return Some(staged);
     }
-    if row.is_multiple_of(LINE) && ptr.is_multiple_of(LINE as u64) {
+    if !misses_lines(row, ptr) {
         return None;
     }
-    let wanted = match std::env::var("TILELANG_TMA_PITCH_ALIGN").ok().as_deref() {
-        Some("16") => false,
-        Some("128") => true,
-        _ => line_misaligned >= 2,
+    let wanted = match line_pitch_knob() {
+        Some(all) => all,
+        None => line_misaligned >= 2,
     };
     wanted.then_some(staged)
+}
+
+/// `TILELANG_TMA_PITCH_ALIGN`, read once: `Some(false)` for 16 (stage only what TMA needs),
+/// `Some(true)` for 128 (every input whose rows miss the lines), `None` for the rule.
+fn line_pitch_knob() -> Option<bool> {
+    static K: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *K.get_or_init(
+        || match std::env::var("TILELANG_TMA_PITCH_ALIGN").ok().as_deref() {
+            Some("16") => Some(false),
+            Some("128") => Some(true),
+            _ => None,
+        },
+    )
 }
 
 /// Whether a tensor map reads a 16-byte-unit tensor whose rows miss 128-byte lines.
 fn misses_lines(row: usize, ptr: u64) -> bool {
     row.is_multiple_of(16) && !(row.is_multiple_of(128) && ptr.is_multiple_of(128))
+}
+
+/// What packing needs of the tensor behind a tensor map: its address, element size, shape,
+/// row bytes, and whether the kernel only reads it.
+#[derive(Clone, Copy)]
+struct MapTensor<'a> {
+    ptr: u64,
+    elem_bytes: usize,
+    dims: &'a Vec<i64>,
+    row: usize,
+    is_input: bool,
 }
 
 /// Scratch slots for pitched stagings and the device they live on.
@@ -553,27 +576,9 @@ pub(crate) fn pack_gpu_params_staged(
         }
         p.push_i64(n);
     }
-    // The launch's TMA-read inputs whose rows miss 128-byte lines (see `staging_pitch`).
-    let line_misaligned = sig
-        .abi
-        .tmaps
-        .iter()
-        .filter(|t| {
-            let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, role }), Some(dims)) = (
-                b.args.get(t.param),
-                sig.params.get(t.param),
-                b.shapes.get(t.param),
-            ) else {
-                return false;
-            };
-            let row = dims.last().copied().unwrap_or(1).max(0) as usize * buffer.dtype().bytes();
-            *role == tl_ir::Role::Input
-                && dims.len() >= 2
-                && misses_lines(row, *ptr as usize as u64)
-        })
-        .count();
-    for (i_map, t) in sig.abi.tmaps.iter().enumerate() {
-        let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
+    let mut tensors = Vec::with_capacity(sig.abi.tmaps.len());
+    for t in &sig.abi.tmaps {
+        let (Some(BoundArg::Ptr(ptr)), Some(Param::Tensor { buffer, role }), Some(dims)) = (
             b.args.get(t.param),
             sig.params.get(t.param),
             b.shapes.get(t.param),
@@ -584,16 +589,28 @@ pub(crate) fn pack_gpu_params_staged(
             ));
         };
         let elem_bytes = buffer.dtype().bytes();
-        let row = dims.last().copied().unwrap_or(1).max(0) as usize * elem_bytes;
-        let mut ptr = *ptr as usize as u64;
+        tensors.push(MapTensor {
+            ptr: *ptr as usize as u64,
+            elem_bytes,
+            dims,
+            row: dims.last().copied().unwrap_or(1).max(0) as usize * elem_bytes,
+            is_input: *role == tl_ir::Role::Input,
+        });
+    }
+    // The launch's TMA-read inputs whose rows miss 128-byte lines (see `staging_pitch`).
+    let line_misaligned = tensors
+        .iter()
+        .filter(|m| m.is_input && m.dims.len() >= 2 && misses_lines(m.row, m.ptr))
+        .count();
+    for (i_map, (t, m)) in sig.abi.tmaps.iter().zip(&tensors).enumerate() {
+        let MapTensor {
+            mut ptr,
+            elem_bytes,
+            dims,
+            row,
+            is_input,
+        } = *m;
         let mut row_pitch = None;
-        let is_input = matches!(
-            sig.params.get(t.param),
-            Some(Param::Tensor {
-                role: tl_ir::Role::Input,
-                ..
-            })
-        );
         let pitch = match (dims.len() >= 2, is_input) {
             (true, true) => staging_pitch(row, ptr, line_misaligned),
             (true, false) if !row.is_multiple_of(16) => {

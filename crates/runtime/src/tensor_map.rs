@@ -94,13 +94,14 @@ pub(crate) fn encode_tensor_map(
 }
 
 /// The L2 promotion of every tensor map: 256 bytes, or `TILELANG_TMA_L2` (0, 64, 128, 256) to
-/// measure the others.
+/// measure the others (read once: maps are encoded at every launch).
 fn l2_promotion() -> sys::CUtensorMapL2promotion {
     use sys::CUtensorMapL2promotion as L2;
-    match std::env::var("TILELANG_TMA_L2").ok().as_deref() {
+    static P: std::sync::OnceLock<L2> = std::sync::OnceLock::new();
+    *P.get_or_init(|| match std::env::var("TILELANG_TMA_L2").ok().as_deref() {
         Some("0") => L2::CU_TENSOR_MAP_L2_PROMOTION_NONE,
         Some("64") => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
         Some("128") => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
         _ => L2::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-    }
+    })
 }

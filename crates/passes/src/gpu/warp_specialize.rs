@@ -26,7 +26,7 @@ use tl_ir::{
 };
 use tl_target::Target;
 
-use crate::tile_util::{address_of, eval, if_then, sync};
+use crate::tile_util::{address_of, eval, if_then, is_call, sync};
 
 /// The named barrier the consumer warps sync with (0 is `__syncthreads`').
 const CONSUMER_BARRIER: u32 = 1;
@@ -423,11 +423,11 @@ fn ping_pong_wanted(asked: bool) -> bool {
 /// warpgroup waits for its turn (`bar.sync` on its barrier) before the group's first wgmma
 /// and hands the turn over (`bar.arrive` on the other's) after its commit. The tensor cores
 /// then run one warpgroup's GEMM while the other computes, instead of both computing at once
-/// and both waiting at once. Warpgroup 1 hands warpgroup 0 the first turn before the loop and warpgroup
-/// 0 takes the last hand-over after it, so every phase of both barriers completes within the
-/// loop's run (a persistent kernel runs it again). The loop's trip count must be the same for
-/// both warpgroups (it may not depend on the thread index); loops whose groups sit under
-/// branches are left alone.
+/// and both waiting at once. Warpgroup 1 hands warpgroup 0 the first turn before the loop and
+/// warpgroup 0 takes the last hand-over after it, so every phase of both barriers completes
+/// within the loop's run (a persistent kernel runs it again). The loop's trip count must be the
+/// same for both warpgroups (it may not depend on the thread index); loops whose groups sit
+/// under branches are left alone.
 fn ping_pong(s: &Stmt, consumers: u32, wanted: bool) -> Stmt {
     if consumers != 2 * 128 || !wanted {
         return s.clone();
@@ -486,30 +486,16 @@ fn turns_apply(l: &tl_ir::For) -> bool {
     commits >= 1 && nested == commits && !reads_thread_idx(&l.min) && !reads_thread_idx(&l.extent)
 }
 
-/// The statements of a loop body, the sequences in it that declare no names opened (a
-/// sequence with a `let` or an allocation is a scope and stays whole).
+/// The statements of a loop body, its nested sequences that declare no names merged in (a
+/// sequence with a `let` or an allocation is a scope and stays whole: `Stmt::flatten`).
 fn flatten(s: &Stmt) -> Vec<Stmt> {
-    fn open(s: &Stmt, out: &mut Vec<Stmt>) {
-        match &s.kind {
-            StmtKind::Seq(v) if !declares(v) => v.iter().for_each(|x| open(x, out)),
-            _ => out.push(s.clone()),
-        }
+    match s.clone().flatten() {
+        Stmt {
+            kind: StmtKind::Seq(v),
+            ..
+        } => v,
+        one => vec![one],
     }
-    let mut out = vec![];
-    match &s.kind {
-        StmtKind::Seq(v) => v.iter().for_each(|x| open(x, &mut out)),
-        _ => out.push(s.clone()),
-    }
-    out
-}
-
-fn declares(v: &[Stmt]) -> bool {
-    v.iter()
-        .any(|s| matches!(s.kind, StmtKind::Let { .. } | StmtKind::Alloc(_)))
-}
-
-fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
-    matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), ExprKind::Call(op, _) if pred(op)))
 }
 
 /// The first statement of a wgmma group: its register fence.
