@@ -12,6 +12,10 @@
 #          torch's fused symmetric-memory ops
 #   sweep  all-gather bus bandwidth 4 KiB..256 MiB per rank and all-reduce latency
 #          8 KiB..1 MiB, beside NCCL (and torch's one-shot all-reduce)
+#   b2b    calls queued back to back with no host barrier between (the kernels' entry
+#          handshake orders each against the peers' previous call): the all-gather at small
+#          and large messages, AG+GEMM and GEMM+RS at one perf shape each, on all GPUs, beside
+#          NCCL (+cuBLAS) timed in the same run
 #   fault  one rank leaves mid-run; the others must fail with a clear error, none hang
 #   torch  the T.* all-gather on torch's symmetric memory (peer tables) beside NCCL
 #
@@ -65,7 +69,7 @@ for phase in $phases; do
     for k in ${SMOKE_KERNELS:-all-gather all-reduce all-reduce-two-shot ag-gemm gemm-rs}; do
       for r in $(printf '%s\n' 2 "$all" | sort -un); do
         [ "$r" -le "$gpus" ] || continue
-        name="smoke $k $r ranks"; ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0 --check-every
+        name="smoke $k $r ranks"; ours "$r" --kernel "$k" --m 200 --n 1000 --k 520 --reps 5 --check-rows 0 --check-every --back-to-back 10
       done
     done
     # Two processes on one GPU: the protocol without NVLink.
@@ -104,6 +108,17 @@ for phase in $phases; do
       done
       name="sweep all-reduce nccl R=$r"; peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
     done
+    ;;
+  b2b)
+    r=$all; m=$((8192 / r))
+    for bytes in 4096 1048576 16777216; do
+      name="b2b all-gather ours R=$r bytes=$bytes"; ours "$r" --kernel all-gather --n $((bytes / 4)) --reps 20 --back-to-back 50 --check-rows 0 --call-timeout 10
+    done
+    name="b2b all-gather nccl R=$r"; peers "$r" --op all-gather --sweep 1024,262144,4194304
+    name="b2b ag-gemm ours R=$r N=8192"; ours "$r" --kernel ag-gemm --m "$m" --n $((8192 / r)) --k 8192 --check-rows 16 --back-to-back 20
+    name="b2b ag-gemm peers R=$r N=8192"; peers "$r" --op ag-gemm --shape "$m,$((8192 / r)),8192"
+    name="b2b gemm-rs ours R=$r K=8192"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((8192 / r)) --check-rows 8 --back-to-back 20
+    name="b2b gemm-rs peers R=$r K=8192"; peers "$r" --op gemm-rs --shape "$m,8192,$((8192 / r))"
     ;;
   fault)
     # Rank 1 leaves after the host barrier of call 4, so the others' kernels wait on it. No

@@ -127,3 +127,36 @@ def test_warp_puts_reach_the_next_rank(ranks):
         prev = (r + ranks - 1) % ranks
         np.testing.assert_array_equal(per_rank[r][1][prev], per_rank[prev][0])
         assert per_rank[r][2][prev] == 4
+
+
+@T.prim_func
+def counted_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+                   FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
+    with T.Kernel(T.get_num_ranks(), threads=64) as p:
+        rank = T.get_rank()
+        T.put_block(X[0], OUT[rank, 0], N, p)
+        T.sync_threads()
+        if T.get_thread_binding() == 0:
+            T.signal(FLAGS[rank], 1, p, op="add")
+            T.wait_counter(FLAGS[p], epoch)
+        T.sync_threads()
+
+
+def test_a_counter_wait_holds_across_wrap_around():
+    # The flags stand one below 2**31 (the most an int32 holds); this call's arrival takes
+    # them to -2**31, which T.wait_counter reads as having reached epoch 2**31.
+    n, top = 16, 2**31 - 1
+    per_rank = []
+    for r in range(2):
+        a = args(r, 2, n, epoch=-2**31)
+        a[2] = np.full(2, top, np.int32)
+        per_rank.append(a)
+    assert tilelang.sim_ranks(counted_gather, per_rank)
+    for a in per_rank:
+        np.testing.assert_array_equal(a[2], np.full(2, -2**31, np.int32))
+    # Waiting for the next count, which no rank sends, is a deadlock — not a pass.
+    stuck = [args(r, 2, n, epoch=-2**31 + 1) for r in range(2)]
+    for a in stuck:
+        a[2] = np.full(2, top, np.int32)
+    with pytest.raises(ValueError, match="deadlock"):
+        tilelang.sim_ranks(counted_gather, stuck)

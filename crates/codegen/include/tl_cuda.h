@@ -274,9 +274,27 @@ TL_DEVICE void tl_wait_##NAME##_##SCOPE##_s64(const void* p, int64_t v) {       
 TL_DEVICE void tl_wait_##NAME##_##SCOPE##_u64(const void* p, uint64_t v) {                     \
     while (!(tl_ld_acquire_##SCOPE##_b64(p) OP v)) {}                                           \
 }
+/* Counters: spin until `*p - v CMP 0`, the difference taken modulo 2^bits and read as signed
+ * (serial-number arithmetic), so a counter that wraps past 2^31 keeps comparing right. The
+ * subtraction is unsigned: no signed overflow. */
+#define TL_DEFINE_WAIT_COUNTER(NAME, OP, SCOPE)                                                  \
+TL_DEVICE void tl_wait_counter_##NAME##_##SCOPE##_s32(const void* p, int32_t v) {              \
+    while (!((int32_t)(tl_ld_acquire_##SCOPE##_b32(p) - (uint32_t)v) OP 0)) {}                 \
+}                                                                                              \
+TL_DEVICE void tl_wait_counter_##NAME##_##SCOPE##_u32(const void* p, uint32_t v) {             \
+    while (!((int32_t)(tl_ld_acquire_##SCOPE##_b32(p) - v) OP 0)) {}                           \
+}                                                                                              \
+TL_DEVICE void tl_wait_counter_##NAME##_##SCOPE##_s64(const void* p, int64_t v) {              \
+    while (!((int64_t)(tl_ld_acquire_##SCOPE##_b64(p) - (uint64_t)v) OP 0)) {}                 \
+}                                                                                              \
+TL_DEVICE void tl_wait_counter_##NAME##_##SCOPE##_u64(const void* p, uint64_t v) {             \
+    while (!((int64_t)(tl_ld_acquire_##SCOPE##_b64(p) - v) OP 0)) {}                           \
+}
 #define TL_DEFINE_WAITS(SCOPE)                                                                   \
 TL_DEFINE_WAIT(eq, ==, SCOPE) TL_DEFINE_WAIT(ne, !=, SCOPE) TL_DEFINE_WAIT(lt, <, SCOPE)       \
-TL_DEFINE_WAIT(le, <=, SCOPE) TL_DEFINE_WAIT(gt, >, SCOPE) TL_DEFINE_WAIT(ge, >=, SCOPE)
+TL_DEFINE_WAIT(le, <=, SCOPE) TL_DEFINE_WAIT(gt, >, SCOPE) TL_DEFINE_WAIT(ge, >=, SCOPE)       \
+TL_DEFINE_WAIT_COUNTER(lt, <, SCOPE) TL_DEFINE_WAIT_COUNTER(le, <=, SCOPE)                     \
+TL_DEFINE_WAIT_COUNTER(gt, >, SCOPE) TL_DEFINE_WAIT_COUNTER(ge, >=, SCOPE)
 TL_DEFINE_WAITS(cta)
 TL_DEFINE_WAITS(gpu)
 TL_DEFINE_WAITS(sys)

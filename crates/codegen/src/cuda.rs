@@ -941,7 +941,11 @@ impl Printer<'_> {
                     scope.name()
                 )
             }
-            Intrinsic::WaitUntil { cmp, scope } => {
+            Intrinsic::WaitUntil {
+                cmp,
+                scope,
+                wrapping,
+            } => {
                 let v = value(self);
                 let suffix = match ty {
                     DType::I32 => "s32",
@@ -956,7 +960,14 @@ impl Printer<'_> {
                         )
                     }
                 };
-                format!("tl_wait_{}_{}_{suffix}({p}, {v})", cmp.name(), scope.name())
+                // Equality is the same either way.
+                let ordered = !matches!(cmp, tl_ir::CmpOp::Eq | tl_ir::CmpOp::Ne);
+                let kind = if *wrapping && ordered { "counter_" } else { "" };
+                format!(
+                    "tl_wait_{kind}{}_{}_{suffix}({p}, {v})",
+                    cmp.name(),
+                    scope.name()
+                )
             }
             other => self.cuda_error(
                 DiagKind::Internal,

@@ -229,10 +229,14 @@ pub enum Intrinsic {
     /// Spin until `element cmp value` holds, reading the element with `ld.acquire.{scope}`
     /// (what the thread reads after the wait is ordered after the store that satisfied it).
     /// args: the element (a `Load` of an integer global buffer), the value, and optionally the
-    /// rank whose copy of a symmetric buffer to watch.
+    /// rank whose copy of a symmetric buffer to watch. With `wrapping`, the comparison is of
+    /// `element − value` (in the element's width, as a signed number) with zero — serial-number
+    /// arithmetic, so a counter that wraps around past 2^31 keeps comparing right as long as
+    /// it stays within 2^(bits−1) of the value.
     WaitUntil {
         cmp: crate::expr::CmpOp,
         scope: MemScope,
+        wrapping: bool,
     },
     /// Copy `lanes` consecutive elements (16 bytes at most, aligned to the vector) between
     /// global buffers, one side on a peer: with `put`, from this rank's source into the
@@ -466,8 +470,13 @@ impl Intrinsic {
                     scope.name()
                 )
             }
-            Intrinsic::WaitUntil { cmp, scope } => {
-                format!("wait_until_{}_{}", cmp.name(), scope.name())
+            Intrinsic::WaitUntil {
+                cmp,
+                scope,
+                wrapping,
+            } => {
+                let kind = if *wrapping { "counter" } else { "until" };
+                format!("wait_{kind}_{}_{}", cmp.name(), scope.name())
             }
             Intrinsic::PeerCopy { lanes, put } => {
                 format!("{}<{lanes}>", if *put { "peer_put" } else { "peer_get" })

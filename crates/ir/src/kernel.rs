@@ -155,6 +155,9 @@ pub struct DistAttrs {
     /// address plus `table[p]` minus the parameter's own address. Empty: the flat heap
     /// (`heap_stride`).
     pub peer_tables: Vec<(u64, crate::buffer::Buffer)>,
+    /// Symbolic sizes that count the ranks (a `[R, …]` buffer with a row per rank): a launch
+    /// binds each to the same value as `num_ranks`, or is refused.
+    pub rank_dims: Vec<Var>,
 }
 
 #[derive(Clone, PartialEq, Debug)]

@@ -663,6 +663,13 @@ impl Builder {
         Ok(())
     }
 
+    /// `T.wait_counter`: until the counter has reached the value, modulo 2^bits.
+    fn wait_counter(&mut self, flag: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let (f, v) = (to_expr(flag)?, to_expr(value)?);
+        self.scope()?.wait_counter(f, v);
+        Ok(())
+    }
+
     /// `T.put_block` (`put`) / `T.get_block`: the block copies `count` elements to or from a
     /// peer.
     /// `T.put_block` / `T.get_block`, or with `warp` `T.put_warp` / `T.get_warp`.

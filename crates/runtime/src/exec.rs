@@ -36,6 +36,8 @@ pub struct DistParams {
     pub num_ranks: usize,
     pub heap_stride: usize,
     pub tables: bool,
+    /// Symbolic sizes that must equal `num_ranks` (`DistAttrs::rank_dims`).
+    pub rank_dims: Vec<String>,
 }
 
 impl DistParams {
@@ -51,6 +53,7 @@ impl DistParams {
             num_ranks: at(&d.num_ranks)?,
             heap_stride: at(&d.heap_stride)?,
             tables: !d.peer_tables.is_empty(),
+            rank_dims: d.rank_dims.iter().map(|v| v.name().to_string()).collect(),
         })
     }
 
@@ -86,6 +89,43 @@ impl DistParams {
                     "heap_stride {stride} with {ranks} ranks: this rank's symmetric heap is not set up (pass `SymmetricHeap::stride()` from tl_dist, or build the kernel with peer tables for memory another library mapped)"
                 ),
             ));
+        }
+        Ok(())
+    }
+
+    /// Every size that counts the ranks must be the launch's `num_ranks`: a buffer with a row
+    /// per rank sized for another job would be read past its end or half filled.
+    fn check_rank_dims(
+        &self,
+        sig: &Signature,
+        args: &[Arg],
+        dims: &HashMap<String, i64>,
+    ) -> Result<()> {
+        let Some(Arg::Int(ranks)) = args.get(self.num_ranks) else {
+            return Ok(());
+        };
+        for name in &self.rank_dims {
+            let Some(&v) = dims.get(name) else { continue };
+            if v != *ranks {
+                let holders: Vec<&str> = sig
+                    .params
+                    .iter()
+                    .filter(|p| match p {
+                        Param::Tensor { buffer, .. } => buffer.shape().iter().any(
+                            |e| matches!(e.kind(), tl_ir::ExprKind::Var(x) if x.name() == name),
+                        ),
+                        Param::Scalar(_) => false,
+                    })
+                    .map(|p| p.name())
+                    .collect();
+                return Err(sig.bad_arg(
+                    self.num_ranks,
+                    format!(
+                        "{ranks} ranks, but the tensors ({}) have {v} rows of ranks (`{name}`): size them for {ranks} ranks, or pass the job's rank count",
+                        holders.join(", ")
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -1181,6 +1221,9 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
             )
         })
         .collect();
+    if let Some(d) = &sig.dist {
+        d.check_rank_dims(sig, args, &dims)?;
+    }
     Ok(Bound {
         ptrs,
         ints,

@@ -237,13 +237,15 @@ pub enum Instr {
     },
     /// `fence.{acq_rel|sc}.{scope}`.
     Fence,
-    /// Spin until `addr cmp value` (an acquire load each time) on rank `peer`.
+    /// Spin until `addr cmp value` (an acquire load each time) on rank `peer`; with
+    /// `wrapping`, until `(addr − value) cmp 0` in the flag's width.
     WaitUntil {
         addr: MemRef,
         cmp: CmpOp,
         value: E,
         peer: Option<E>,
         scope: tl_ir::MemScope,
+        wrapping: bool,
     },
     /// Copy `lanes` elements from `src` to `dst`, the destination (`put`) or the source on
     /// rank `peer`, the other side on this rank.

@@ -740,7 +740,11 @@ impl Compiler<'_> {
                 need(0)?;
                 Instr::Fence
             }
-            Intrinsic::WaitUntil { cmp, scope } => {
+            Intrinsic::WaitUntil {
+                cmp,
+                scope,
+                wrapping,
+            } => {
                 if args.len() != 2 && args.len() != 3 {
                     need(2)?;
                 }
@@ -758,6 +762,7 @@ impl Compiler<'_> {
                     value,
                     peer,
                     scope: *scope,
+                    wrapping: *wrapping,
                 }
             }
             Intrinsic::PeerCopy { lanes, put } => {

@@ -70,6 +70,8 @@ pub struct FlagWait {
     pub cmp: tl_ir::CmpOp,
     pub value: Value,
     pub scope: tl_ir::MemScope,
+    /// Compare `flag − value` with zero (serial-number arithmetic).
+    pub wrapping: bool,
 }
 
 /// One lane's operands of an AMD `buffer_load … lds`.
@@ -631,6 +633,7 @@ impl Interp<'_, '_> {
                     value,
                     peer,
                     scope,
+                    wrapping,
                 } => {
                     let (buf, off) = self.index(th, addr, pc)?;
                     let rank = match peer {
@@ -644,6 +647,7 @@ impl Interp<'_, '_> {
                         cmp: *cmp,
                         value: self.eval(th, value, pc)?,
                         scope: *scope,
+                        wrapping: *wrapping,
                     };
                     if !self.flag_holds(&w, th.tid, pc)? {
                         th.pc = pc;
@@ -976,6 +980,12 @@ impl Interp<'_, '_> {
         let b = self.mem.rank_bytes(w.rank, w.buf, w.off, n, tid, pc)?;
         let v = elem::decode(b, dt);
         let (a, c) = (v.as_i64(), w.value.as_i64());
+        if w.wrapping {
+            // Serial-number arithmetic: the difference in the flag's width, as a signed value.
+            let bits = 8 * n.min(8) as u32;
+            let diff = (a.wrapping_sub(c) as u64) << (64 - bits);
+            return Ok(w.cmp.eval((diff as i64) >> (64 - bits), 0));
+        }
         Ok(if dt.is_signed_int() {
             w.cmp.eval(a, c)
         } else {

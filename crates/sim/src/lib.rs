@@ -222,6 +222,23 @@ pub fn run_ranks(
     ranks: &mut [Vec<SimArg>],
     opts: &SimOptions,
 ) -> Result<SimReport, SimError> {
+    run_ranks_calls(kernel, ranks, &[vec![]], opts)
+}
+
+/// Back-to-back launches of `kernel` on every rank, as one stream per rank runs them: call
+/// `c` sets the scalar arguments `calls[c]` names (an `epoch`, say) and otherwise takes
+/// `ranks[r]`, whose tensors every call shares. Rank `r`'s call `c + 1` starts when all of
+/// `r`'s blocks of call `c` have finished — not the other ranks' — so a rank may run a call
+/// ahead of a peer, as on GPUs. That is where a kernel that writes into a peer's buffers
+/// before the peer has finished reading them in the previous call goes wrong; the memory-order
+/// check reports it (a kernel boundary orders a rank's launches, nothing orders them against
+/// a peer's). The scalars are left as the last call set them.
+pub fn run_ranks_calls(
+    kernel: &Kernel,
+    ranks: &mut [Vec<SimArg>],
+    calls: &[Vec<(&str, i64)>],
+    opts: &SimOptions,
+) -> Result<SimReport, SimError> {
     if opts.verify {
         verify_level(kernel, Level::Thread).map_err(|d| SimError::InvalidIr(d.to_string()))?;
     }
@@ -234,6 +251,9 @@ pub fn run_ranks(
     if ranks.is_empty() {
         return Err(SimError::BadArgs("no ranks to run".into()));
     }
+    if calls.is_empty() {
+        return Err(SimError::BadArgs("no calls to run".into()));
+    }
     let n = ranks.len();
     if n > 1 && kernel.attrs.dist.is_none() {
         return Err(SimError::BadArgs(format!(
@@ -241,21 +261,38 @@ pub fn run_ranks(
             kernel.name
         )));
     }
-    // Each rank's program: scalar arguments (the rank among them) are constants in it.
+    // Each (call, rank)'s program: scalar arguments (the rank, the epoch) are constants in it.
     let mut bounds = vec![];
     let mut progs = vec![];
-    for (r, args) in ranks.iter().enumerate() {
-        if let Some(d) = &kernel.attrs.dist {
-            check_rank_args(kernel, d, args, r, n)?;
+    for sets in calls {
+        for args in ranks.iter_mut() {
+            set_scalars(kernel, args, sets)?;
         }
-        let bound = bind::bind(kernel, args)?;
-        progs.push(compile::compile(kernel, &bound)?);
-        bounds.push(bound);
+        for (r, args) in ranks.iter().enumerate() {
+            if let Some(d) = &kernel.attrs.dist {
+                check_rank_args(kernel, d, args, r, n)?;
+            }
+            let bound = bind::bind(kernel, args)?;
+            if let Some(d) = &kernel.attrs.dist {
+                for v in &d.rank_dims {
+                    let got = bound.env.get(&v.id()).map(|x| x.as_i64());
+                    if got.is_some_and(|g| g != n as i64) {
+                        return Err(SimError::BadArgs(format!(
+                            "rank {r} of {n}: the tensors size `{}` (the number of ranks) as {}, not {n}",
+                            v.name(),
+                            got.unwrap_or_default()
+                        )));
+                    }
+                }
+            }
+            progs.push(compile::compile(kernel, &bound)?);
+            bounds.push(bound);
+        }
     }
     let prog0 = &progs[0];
     for &b in &prog0.symmetric {
         let first = prog0.bufs[b as usize].bytes();
-        for (r, p) in progs.iter().enumerate().skip(1) {
+        for (r, p) in progs.iter().enumerate().take(n).skip(1) {
             let bytes = p.bufs[b as usize].bytes();
             if bytes != first {
                 return Err(SimError::SymmetricMismatch {
@@ -267,8 +304,9 @@ pub fn run_ranks(
             }
         }
     }
+    // (call, rank, block, block variables), call-major: a rank's launches in stream order.
     let mut launch_blocks = vec![];
-    for (r, bound) in bounds.iter().enumerate() {
+    for (i, bound) in bounds.iter().enumerate() {
         for b in bind::blocks(bound.grid, opts.blocks.as_deref())? {
             let vars = bind::block_var_values(
                 b,
@@ -277,7 +315,7 @@ pub fn run_ranks(
                 kernel.attrs.swizzle_panel,
                 kernel.attrs.xcd_remap,
             );
-            launch_blocks.push((r, b, vars));
+            launch_blocks.push((i / n, i % n, b, vars));
         }
     }
     let mut tensors = ranks.iter_mut().map(|args| {
@@ -321,11 +359,12 @@ pub fn run_ranks(
     if kernel.attrs.dist.is_some() && opts.check_races && agents <= order::MAX_AGENTS {
         let info = launch_blocks
             .iter()
-            .flat_map(|&(rank, block, _)| {
+            .flat_map(|&(call, rank, block, _)| {
                 (0..kernel.threads).map(move |thread| order::AgentInfo {
                     rank,
                     block,
                     thread,
+                    call,
                 })
             })
             .collect();
@@ -334,18 +373,27 @@ pub fn run_ranks(
     let order_checked = it.mem.order.is_some();
     // Multi-rank kernels always run concurrently: each block has its own threads in the
     // order checker.
-    if progs.iter().any(|p| p.waits) || n > 1 || kernel.attrs.dist.is_some() {
+    if progs.iter().any(|p| p.waits) || n > 1 || kernel.attrs.dist.is_some() || calls.len() > 1 {
         let ctxs = launch_blocks
             .iter()
             .enumerate()
-            .map(|(i, &(r, b, vars))| {
+            .map(|(i, &(call, r, b, vars))| {
                 let base = (i * kernel.threads as usize) as u32;
-                sched::BlockCtx::new(&progs[r], r, kernel.threads, b, vars, checks, base)
+                let prog = call * n + r;
+                sched::BlockCtx::new(
+                    &progs[prog],
+                    (r, call, prog),
+                    kernel.threads,
+                    b,
+                    vars,
+                    checks,
+                    base,
+                )
             })
             .collect();
         sched::run_concurrent(&mut it, &progs, ctxs, opts.resident_blocks)?;
     } else {
-        for &(_, b, vars) in &launch_blocks {
+        for &(_, _, b, vars) in &launch_blocks {
             sched::run_block(&mut it, kernel.threads, b, vars, checks)?;
         }
     }
@@ -365,6 +413,31 @@ pub fn run_ranks(
         registers_per_thread: prog0.nregs,
         order_checked,
     })
+}
+
+/// Set the scalar arguments `sets` names (a name that is no scalar parameter is an error).
+fn set_scalars(kernel: &Kernel, args: &mut [SimArg], sets: &[(&str, i64)]) -> Result<(), SimError> {
+    for &(name, value) in sets {
+        let at = kernel
+            .params
+            .iter()
+            .position(|p| matches!(p, tl_ir::Param::Scalar(s) if s.name() == name))
+            .ok_or_else(|| {
+                SimError::BadArgs(format!(
+                    "kernel `{}` has no scalar parameter `{name}` to set for a call",
+                    kernel.name
+                ))
+            })?;
+        match args.get_mut(at) {
+            Some(a @ SimArg::Int(_)) => *a = SimArg::Int(value),
+            other => {
+                return Err(SimError::BadArgs(format!(
+                    "argument {at} (`{name}`) must be an integer to be set per call, got {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A rank's `rank` and `num_ranks` arguments must say which rank it is and how many there are.

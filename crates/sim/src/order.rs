@@ -31,6 +31,8 @@ pub struct AgentInfo {
     pub rank: usize,
     pub block: [i64; 3],
     pub thread: u32,
+    /// Which of a run's back-to-back launches (0 for the first).
+    pub call: usize,
 }
 
 /// The last plain write of a byte: its writer, the writer's clock then, and where.
@@ -283,6 +285,25 @@ impl Order {
         self.barrier_lanes(0, threads);
     }
 
+    /// The end of one launch and the start of the next on a rank (stream order): every thread
+    /// of `into` is ordered after everything the threads of `from` did (all finished).
+    pub fn kernel_boundary(
+        &mut self,
+        into: std::ops::Range<usize>,
+        from: &[std::ops::Range<usize>],
+    ) {
+        let n = self.clocks.first().map_or(0, |c| c.len());
+        let mut all = vec![0u32; n];
+        for r in from {
+            for c in &self.clocks[r.clone()] {
+                join(&mut all, c);
+            }
+        }
+        for c in &mut self.clocks[into] {
+            join(c, &all);
+        }
+    }
+
     /// A barrier of threads `first..first + count` of the running block (`sync_warp`: a warp's
     /// lanes), as [`Order::barrier`].
     pub fn barrier_lanes(&mut self, first: u32, count: u32) {
@@ -312,8 +333,13 @@ pub struct ScopeTooNarrow {
 
 /// Where a report's thread is.
 pub fn describe(a: &AgentInfo, span: Span) -> String {
+    let call = if a.call > 0 {
+        format!(" in call {}", a.call + 1)
+    } else {
+        String::new()
+    };
     format!(
-        "thread {} of block [{}, {}, {}] on rank {} at {span}",
+        "thread {} of block [{}, {}, {}] on rank {}{call} at {span}",
         a.thread, a.block[0], a.block[1], a.block[2], a.rank
     )
 }
@@ -329,6 +355,7 @@ mod tests {
                     rank: 0,
                     block: [0, 0, 0],
                     thread,
+                    call: 0,
                 })
                 .collect(),
         )

@@ -99,6 +99,10 @@ pub enum Sched {
 /// threads and the per-block memory state, swapped into the interpreter while it runs.
 pub struct BlockCtx {
     pub rank: usize,
+    /// Which of the run's back-to-back launches this block belongs to, and the index of that
+    /// launch's program for its rank.
+    pub call: usize,
+    pub prog: usize,
     hw: [i64; 3],
     ths: Vec<Thread>,
     shared: Vec<u8>,
@@ -119,9 +123,10 @@ pub struct BlockCtx {
 }
 
 impl BlockCtx {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         prog: &Program,
-        rank: usize,
+        (rank, call, prog_index): (usize, usize, usize),
         threads: u32,
         hw: [i64; 3],
         vars: [i64; 3],
@@ -130,6 +135,8 @@ impl BlockCtx {
     ) -> BlockCtx {
         BlockCtx {
             rank,
+            call,
+            prog: prog_index,
             hw,
             ths: new_threads(prog, threads, vars),
             shared: vec![POISON; prog.shared_bytes],
@@ -167,15 +174,16 @@ impl BlockCtx {
 }
 
 /// Make `rank` the running rank: its program and its tensors.
-fn enter_rank<'p>(it: &mut Interp<'p, '_>, progs: &'p [Program], rank: usize) {
+fn enter_rank<'p>(it: &mut Interp<'p, '_>, progs: &'p [Program], c: &BlockCtx) {
+    let rank = c.rank;
     if it.mem.rank != rank {
         let old = it.mem.rank;
         std::mem::swap(&mut it.mem.globals, &mut it.mem.peers[old]);
         std::mem::swap(&mut it.mem.globals, &mut it.mem.peers[rank]);
         it.mem.rank = rank;
     }
-    it.prog = &progs[rank];
-    it.mem.prog = &progs[rank];
+    it.prog = &progs[c.prog];
+    it.mem.prog = &progs[c.prog];
 }
 
 /// Run every block of every rank concurrently: each block runs until it finishes or blocks
@@ -196,15 +204,40 @@ pub fn run_concurrent<'p>(
         for c in ctxs.iter().filter(|c| c.started && !c.done) {
             active[c.rank] += 1;
         }
+        // A rank's next launch starts when all its blocks of the one before have finished
+        // (stream order; the other ranks may be a launch behind): from then on its threads are
+        // ordered after everything that launch did.
+        let unfinished: Vec<(usize, usize)> = ctxs
+            .iter()
+            .filter(|c| !c.done)
+            .map(|c| (c.rank, c.call))
+            .collect();
+        let mut boundaries = vec![];
         for c in ctxs.iter_mut().filter(|c| !c.started) {
-            if resident.is_none_or(|n| active[c.rank] < n) {
+            let earlier_running = unfinished
+                .iter()
+                .any(|&(r, call)| r == c.rank && call < c.call);
+            if !earlier_running && resident.is_none_or(|n| active[c.rank] < n) {
                 c.started = true;
                 active[c.rank] += 1;
+                if c.call > 0 {
+                    boundaries.push((c.rank, c.call, c.agent_base, c.ths.len()));
+                }
+            }
+        }
+        if let Some(order) = it.mem.order.as_mut() {
+            for (rank, call, base, threads) in boundaries {
+                let from: Vec<std::ops::Range<usize>> = ctxs
+                    .iter()
+                    .filter(|o| o.rank == rank && o.call + 1 == call)
+                    .map(|o| o.agent_base as usize..o.agent_base as usize + o.ths.len())
+                    .collect();
+                order.kernel_boundary(base as usize..base as usize + threads, &from);
             }
         }
         let mut progressed = false;
         for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
-            enter_rank(it, progs, c.rank);
+            enter_rank(it, progs, c);
             c.swap(it);
             let before = (
                 it.stats.instructions,
@@ -244,9 +277,9 @@ pub fn run_concurrent<'p>(
         if !progressed {
             let mut waits = vec![];
             for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
-                enter_rank(it, progs, c.rank);
+                enter_rank(it, progs, c);
                 c.swap(it);
-                waits.push(describe_blocked(it, c.rank, &c.ths));
+                waits.push(describe_blocked(it, c.rank, c.call, &c.ths));
                 c.swap(it);
             }
             for r in 0..ranks {
@@ -263,7 +296,7 @@ pub fn run_concurrent<'p>(
 }
 
 /// Where the threads of a blocked block wait, for the deadlock report.
-fn describe_blocked(it: &mut Interp, rank: usize, ths: &[Thread]) -> String {
+fn describe_blocked(it: &mut Interp, rank: usize, call: usize, ths: &[Thread]) -> String {
     let b = it.mem.block;
     let mut parts: Vec<String> = vec![];
     let mut seen: Vec<(u32, &'static str)> = vec![];
@@ -304,8 +337,13 @@ fn describe_blocked(it: &mut Interp, rank: usize, ths: &[Thread]) -> String {
         };
         parts.push(text);
     }
+    let call = if call > 0 {
+        format!(" (call {})", call + 1)
+    } else {
+        String::new()
+    };
     format!(
-        "rank {rank} block [{}, {}, {}]: {}",
+        "rank {rank}{call} block [{}, {}, {}]: {}",
         b[0],
         b[1],
         b[2],

@@ -77,6 +77,12 @@ struct Args {
     /// for any sizes
     #[arg(long)]
     aligned: bool,
+    /// Also time this many calls queued back to back on the stream, with no host barrier
+    /// between them (the kernels' entry handshake orders each call against the peers' previous
+    /// one); the host clock over the whole run, per call. The last call's output is checked.
+    /// In the simulator: run this many calls back to back (the memory-order check spans them).
+    #[arg(long, default_value_t = 0)]
+    back_to_back: usize,
 }
 
 /// One argument of the kernel, in parameter order.
@@ -176,6 +182,15 @@ fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
     })
 }
 
+/// The entry handshake's flags of the kernels that push (`READY`, docs/distributed.md).
+fn ready(world: usize) -> Buf {
+    Buf::Symmetric {
+        shape: vec![world],
+        dtype: I32,
+        init: vec![0.0; world],
+    }
+}
+
 fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
     let (m, n, k) = (a.m, a.n, a.k);
     let cfg = tiles(a, sim)?;
@@ -199,6 +214,7 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                     dtype: I32,
                     init: vec![0.0; world],
                 },
+                ready(world),
             ],
             epoch: true,
             out: 1,
@@ -235,6 +251,7 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                     dtype: I32,
                     init: vec![0.0; world * m.div_ceil(bm)],
                 },
+                ready(world),
             ],
             epoch: true,
             out: 3,
@@ -279,6 +296,7 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                         dtype: I32,
                         init: vec![0.0; tm * tn],
                     },
+                    ready(world),
                 ],
                 epoch: true,
                 out: 4,
@@ -494,7 +512,11 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let t = Instant::now();
-    let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())?;
+    let calls: Vec<Vec<(&str, i64)>> = match (a.back_to_back, plans[0].epoch) {
+        (n, true) if n > 1 => (1..=n as i64).map(|e| vec![("epoch", e)]).collect(),
+        _ => vec![vec![]],
+    };
+    let rep = tl_sim::run_ranks_calls(&lowered, &mut args, &calls, &SimOptions::default())?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     let mut err: f64 = 0.0;
     for (p, v) in plans.iter().zip(&args) {
@@ -512,7 +534,11 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
             flops: 0.0,
             bus_bytes: 0.0,
         },
-        &format!("device=sim(sm_90a) order_checked={}", rep.order_checked),
+        &format!(
+            "device=sim(sm_90a) calls={} order_checked={}",
+            calls.len(),
+            rep.order_checked
+        ),
     ))
 }
 
@@ -630,8 +656,8 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     };
     let mut err = check(&p, &output()?, a.check_rows, &format!("rank {me}, call 1"))?;
     // Timed calls, as bench/dist_peers.py times its peers: a barrier (here the host
-    // rendezvous, which these kernels also need between calls: docs/distributed.md), then CUDA
-    // events around the one call; the median per rank, the slowest rank's.
+    // rendezvous; the kernels themselves need none between calls), then CUDA events around the
+    // one call; the median per rank, the slowest rank's.
     let mut times = vec![];
     for e in 0..a.warmup + a.reps {
         rv.barrier()?;
@@ -651,11 +677,52 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     }
     times.sort_by(f64::total_cmp);
     let ms = times.get(times.len() / 2).copied().unwrap_or(0.0);
-    let all = rv.all_gather(&[ms.to_le_bytes(), err.to_le_bytes()].concat())?;
+    // Back to back: every rank queues its calls with no barrier between (one before the
+    // first), then waits for all; the host clock per call, the slowest rank's.
+    let mut b2b_ms = 0.0;
+    if a.back_to_back > 0 && p.epoch {
+        rv.barrier()?;
+        exe.synchronize()?;
+        let first = 2 + (a.warmup + a.reps) as i64;
+        let t = Instant::now();
+        for e in 0..a.back_to_back as i64 {
+            let epoch = first + e;
+            let mut args: Vec<Arg> = vec![];
+            for (l, s) in locals.iter().zip(&syms) {
+                match (l, s) {
+                    (Some(t), _) => args.push(Arg::Tensor(t)),
+                    (None, Some((_, e))) => args.push(Arg::External(e)),
+                    _ => anyhow::bail!("a buffer with no memory"),
+                }
+            }
+            args.extend([
+                Arg::Int(epoch),
+                Arg::Int(me as i64),
+                Arg::Int(world as i64),
+                Arg::Int(heap.stride() as i64),
+            ]);
+            exe.run_args(&args)?;
+        }
+        if !exe.synchronize_within(limit * a.back_to_back as u32)? {
+            eprintln!(
+                "error: rank {me}: {} back-to-back calls of `{}` still run after {:.1} s; stopping",
+                a.back_to_back,
+                a.kernel,
+                a.call_timeout * a.back_to_back as f64
+            );
+            std::process::exit(3)
+        }
+        b2b_ms = t.elapsed().as_secs_f64() * 1e3 / a.back_to_back as f64;
+        let who = format!("rank {me}, last back-to-back call");
+        err = err.max(check(&p, &output()?, a.check_rows, &who)?);
+    }
+    let all =
+        rv.all_gather(&[ms.to_le_bytes(), err.to_le_bytes(), b2b_ms.to_le_bytes()].concat())?;
     let decode =
         |b: &[u8], i: usize| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or_default());
     let worst_ms = all.iter().map(|b| decode(b, 0)).fold(0.0, f64::max);
     let worst_err = all.iter().map(|b| decode(b, 1)).fold(0.0, f64::max);
+    let worst_b2b = all.iter().map(|b| decode(b, 2)).fold(0.0, f64::max);
     drop(heap);
     if me == 0 {
         Ok(summary(
@@ -668,8 +735,13 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
                 bus_bytes: p.bus_bytes,
             },
             &format!(
-                "device=cuda gpus={gpus} checked_rows={}",
-                rows_to_check(p.rows, a.check_rows).len()
+                "device=cuda gpus={gpus} checked_rows={}{}",
+                rows_to_check(p.rows, a.check_rows).len(),
+                if worst_b2b > 0.0 {
+                    format!(" back_to_back={} b2b_ms={worst_b2b:.4}", a.back_to_back)
+                } else {
+                    String::new()
+                }
             ),
         ))
     } else if worst_err.is_finite() && worst_err < 1e-6 {

@@ -761,6 +761,14 @@ wait_gt = _wait("gt")
 wait_ge = _wait("ge")
 
 
+def wait_counter(counter: Expr, target: Value) -> None:
+    """Spin until the counter element has reached ``target``: ``counter - target``, taken
+    modulo 2**bits and read as signed, is ≥ 0 (an acquire at system scope). Unlike
+    ``T.wait_ge`` it keeps working when a counter of arrivals wraps past 2**31, as long as it
+    stays within 2**(bits-1) of the target."""
+    _trace.current().b.wait_counter(counter, target)
+
+
 def put_block(src: Expr, dst: Expr, size: Value, dst_pe: Value) -> None:
     """The whole block copies ``size`` consecutive elements from ``src`` (this rank) to rank
     ``dst_pe``'s copy of the symmetric tensor of ``dst`` (elements, e.g. ``A[i, 0]``)."""

@@ -293,7 +293,11 @@ impl Emitter {
                     self.ins(&format!("red{q}.global.add.{ty} {}, {v}", a.operand()));
                 }
             }
-            Intrinsic::WaitUntil { cmp, scope } => {
+            Intrinsic::WaitUntil {
+                cmp,
+                scope,
+                wrapping,
+            } => {
                 if args.len() != 2 && args.len() != 3 {
                     return Err(format!("{op} with {} arguments", args.len()));
                 }
@@ -319,7 +323,18 @@ impl Emitter {
                     scope.name(),
                     a.operand()
                 ));
-                self.ins(&format!("setp.{}.{cmp_ty} {p}, {r}, {v}", cmp.name()));
+                if *wrapping {
+                    // Serial-number arithmetic: the signed difference against zero.
+                    let (sub_ty, signed) = match class {
+                        Class::B64 => ("s64", "s64"),
+                        _ => ("s32", "s32"),
+                    };
+                    let d = self.fresh(class);
+                    self.ins(&format!("sub.{sub_ty} {d}, {r}, {v}"));
+                    self.ins(&format!("setp.{}.{signed} {p}, {d}, 0", cmp.name()));
+                } else {
+                    self.ins(&format!("setp.{}.{cmp_ty} {p}, {r}, {v}", cmp.name()));
+                }
                 self.ins(&format!("@!{p} bra {top}"));
             }
             Intrinsic::PeerCopy { lanes, put } => {

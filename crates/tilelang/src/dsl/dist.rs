@@ -60,8 +60,24 @@ impl KernelBuilder {
             heap_stride,
             symmetric: vec![],
             peer_tables: vec![],
+            rank_dims: vec![],
         });
         d
+    }
+
+    /// A symbolic size that counts the ranks (as `k.dim`), for buffers with a row per rank:
+    /// a launch whose tensors make it differ from `num_ranks` is refused, naming both. Makes
+    /// the kernel distributed.
+    #[track_caller]
+    pub fn ranks_dim(&mut self, name: &str) -> Expr {
+        self.distributed();
+        let e = self.dim(name);
+        if let Some(v) = self.dims.iter().find(|d| d.expr() == e).cloned() {
+            if let Some(d) = self.state.borrow_mut().attrs.dist.as_mut() {
+                d.rank_dims.push(v);
+            }
+        }
+        e
     }
 
     /// Address peers through tables instead of the flat heap: every symmetric buffer `X` gets
@@ -330,12 +346,18 @@ impl TileScope {
 
     /// A barrier of all `blocks` blocks of this launch on this rank: every block's threads
     /// arrive, and none goes on before all have (and what each wrote before is visible to all
-    /// after). `counter` is an i32 element of a global buffer, zero before the first launch;
-    /// it counts arrivals across calls and launches, so it needs no reset. Every block of the
-    /// grid must call it the same number of times, and all blocks must be resident at once
-    /// (a grid no larger than the device holds).
+    /// after). `counter` is an i32 element of a global buffer, zero before the first launch.
+    /// It holds a round number above bit 20 and the arrivals of the current round below:
+    /// each block adds 1 (a release), the block that completes the round adds
+    /// `2^20 − blocks` more — the count is back to zero and the round one higher — and every
+    /// block waits until the counter has reached the next round (an acquire, compared as a
+    /// wrapping counter). So the barrier needs no reset, keeps working when the round number
+    /// wraps around, and launches with different block counts (below 2^20) may share the
+    /// counter. Every block of the grid must call it the same number of times, and all blocks
+    /// must be resident at once (a grid no larger than the device holds).
     #[track_caller]
     pub fn barrier_blocks(&mut self, counter: Expr, blocks: impl Into<Expr>) {
+        const ROUND: i64 = 1 << 20;
         let span = self.here();
         let blocks = blocks.into().cast(DType::I32);
         self.check_element("barrier_blocks", &counter, false, span);
@@ -343,14 +365,37 @@ impl TileScope {
         let tid = self.thread_idx();
         self.if_(tid.eq_(0), |t| {
             let old = t.atom_add(counter.clone(), None, 1, MemSem::Release, MemScope::Gpu);
-            // The arrivals that complete this round: the next multiple of `blocks`.
-            let round = Expr::binary(tl_ir::BinOp::Div, old, blocks.clone()) + 1;
-            let target = t.let_("target", round * blocks.clone());
-            let args = t.mem_args("barrier_blocks", counter.clone(), vec![target], None, span);
+            // Unsigned arithmetic: the round number wraps around without a signed overflow.
+            let old = old.cast(DType::U32);
+            let arrived = t.let_(
+                "arrived",
+                Expr::binary(
+                    tl_ir::BinOp::BitAnd,
+                    old.clone(),
+                    Expr::int_of(ROUND - 1, DType::U32),
+                ),
+            );
+            let closes = (arrived.clone() + Expr::int_of(1, DType::U32))
+                .eq_(blocks.clone().cast(DType::U32));
+            t.if_(closes, |t| {
+                t.red_add(
+                    counter.clone(),
+                    None,
+                    Expr::int(ROUND) - blocks.clone(),
+                    MemSem::Release,
+                    MemScope::Gpu,
+                );
+            });
+            let next = t.let_(
+                "next_round",
+                (old - arrived + Expr::int_of(ROUND, DType::U32)).cast(DType::I32),
+            );
+            let args = t.mem_args("barrier_blocks", counter.clone(), vec![next], None, span);
             let call = Expr::call(
                 Intrinsic::WaitUntil {
                     cmp: CmpOp::Ge,
                     scope: MemScope::Gpu,
+                    wrapping: true,
                 },
                 args,
                 DType::Bool,
@@ -400,7 +445,7 @@ impl TileScope {
                 );
             });
             t.serial(ranks.clone(), |t, p| {
-                t.wait(bar.at([row.clone(), p]), CmpOp::Ge, round.clone());
+                t.wait_counter(bar.at([row.clone(), p]), round.clone());
             });
         });
         self.sync_threads();
@@ -455,6 +500,38 @@ impl TileScope {
             Intrinsic::WaitUntil {
                 cmp,
                 scope: MemScope::Sys,
+                wrapping: false,
+            },
+            args,
+            DType::Bool,
+        );
+        self.push(StmtKind::Eval(call), span);
+    }
+
+    /// Wait until the counter `flag` (on this rank's copy) has reached `value`: `flag − value`,
+    /// taken modulo 2^bits and read as signed, is at least zero (an acquire at system scope).
+    /// Unlike `wait(flag, Ge, value)` this keeps working when the counter wraps around past
+    /// 2^31 — a flag that counts arrivals across calls does after 2^31 of them — as long as
+    /// the flag never runs more than 2^(bits−1) ahead of or behind the value.
+    #[track_caller]
+    pub fn wait_counter(&mut self, flag: Expr, value: impl Into<Expr>) {
+        let span = self.here();
+        if !flag.dtype().is_int() {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!("a wait on a {} counter", flag.dtype()),
+                )
+                .help("counters are integers (i32, u32, i64 or u64)"),
+            );
+        }
+        let args = self.mem_args("wait_counter", flag, vec![value.into()], None, span);
+        let call = Expr::call(
+            Intrinsic::WaitUntil {
+                cmp: CmpOp::Ge,
+                scope: MemScope::Sys,
+                wrapping: true,
             },
             args,
             DType::Bool,

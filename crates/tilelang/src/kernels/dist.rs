@@ -2,7 +2,7 @@
 //! signals and waits), each checked against a single-device reference.
 
 use crate::dsl::SignalOp;
-use crate::ir::{CmpOp, MemScope, MemSem};
+use crate::ir::{MemScope, MemSem};
 use crate::prelude::*;
 
 /// ⌈a/b⌉ of positive values by truncating division, which every backend prints for a
@@ -11,11 +11,48 @@ fn ceil_div_positive(a: Expr, b: Expr) -> Expr {
     Expr::binary(crate::ir::BinOp::Div, a + b.clone() - 1, b)
 }
 
+/// The count a flag reaches after `epoch` calls of `per_call` arrivals each, modulo 2^32 (an
+/// unsigned product: no signed overflow once the counts wrap around, which the counter waits
+/// compare through).
+fn calls_times(epoch: &Expr, per_call: impl Into<Expr>) -> Expr {
+    epoch.cast(DType::U32) * per_call.into().cast(DType::U32)
+}
+
 /// `(a + b) mod n` for `a, b ≥ 0` with `a + b < 2n`, without a division (every backend prints
 /// it).
 fn add_mod(a: Expr, b: Expr, n: Expr) -> Expr {
     let sum = a + b;
     select(sum.ge(&n), sum.clone() - n, sum)
+}
+
+/// Back-to-back calls: a rank may start call `e + 1` while a peer still runs call `e`, so it
+/// must not push into that peer's buffers before the peer has finished reading them. Each
+/// kernel that pushes therefore opens with an entry handshake on a symmetric `READY` (`[R]`
+/// i32, zero before the first call): a rank that has entered call `e` — so everything it read
+/// in earlier calls is done, by stream order — stores `e` into `READY[rank]` of each rank that
+/// pushes to it (a release at system scope, by thread 0 of one block per source), and a block
+/// waits for `READY[peer] ≥ e` here before it pushes to `peer`. A block announces before it
+/// waits, so no wait depends on a block that waits first.
+fn announce_entry(t: &mut TileScope, ready: &Buffer, rank: &Expr, src: &Expr, epoch: &Expr) {
+    let tid = t.thread_idx();
+    t.if_(tid.eq_(0), |t| {
+        t.signal(
+            ready.at([rank.clone()]),
+            src.clone(),
+            epoch.clone(),
+            SignalOp::Set,
+        );
+    });
+}
+
+/// Wait (thread 0, then a block barrier) until rank `peer` has entered this call: see
+/// [`announce_entry`].
+fn await_entry(t: &mut TileScope, ready: &Buffer, peer: &Expr, epoch: &Expr) {
+    let tid = t.thread_idx();
+    t.if_(tid.eq_(0), |t| {
+        t.wait_counter(ready.at([peer.clone()]), epoch.clone());
+    });
+    t.sync_threads();
 }
 
 /// After this block's pushes to rank `peer`: a block barrier, then one thread signals `peer`
@@ -31,7 +68,7 @@ fn exchange_signals(t: &mut TileScope, flags: &Buffer, rank: &Expr, peer: &Expr,
             epoch.clone(),
             SignalOp::Set,
         );
-        t.wait(flags.at([peer.clone()]), CmpOp::Ge, epoch.clone());
+        t.wait_counter(flags.at([peer.clone()]), epoch.clone());
     });
     t.sync_threads();
 }
@@ -47,18 +84,21 @@ pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 16;
 /// `p`, then one thread adds 1 to rank `p`'s `FLAGS[rank]` (a release) and waits until all `G`
 /// parts of rank `p`'s shard have arrived here (`FLAGS[p] ≥ epoch·G`): when the kernel ends,
 /// this rank's `OUT` is complete. `epoch` grows by one per call, so the flags never need a
-/// reset.
+/// reset. Before pushing, block `(g, p)` waits until rank `p` has entered this call (the entry
+/// handshake of [`announce_entry`]: block `(0, p)` announces to rank `p`), so back-to-back
+/// calls need no barrier between them.
 ///
-/// Arguments: `X`, `OUT`, `FLAGS` (`[R]` i32, symmetric, zero before the first call), `epoch`,
-/// then the scalars every distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
+/// Arguments: `X`, `OUT`, `FLAGS` (`[R]` i32, symmetric, zero before the first call), `READY`
+/// (`[R]` i32, symmetric, zero before the first call), `epoch`, then the scalars every
+/// distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
 pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
     all_gather_with(dtype, threads, false)
 }
 
 /// [`all_gather`] addressing peers through tables (torch's symmetric memory, or any library
-/// that maps the peers' buffers itself): after `epoch` come `OUT_peers` and `FLAGS_peers`
-/// (`[NR]` i64, every rank's address of its `OUT` and `FLAGS`), then `rank`, `num_ranks`,
-/// `heap_stride` (unused).
+/// that maps the peers' buffers itself): after `epoch` come `OUT_peers`, `FLAGS_peers` and
+/// `READY_peers` (`[NR]` i64, every rank's address of its `OUT`, `FLAGS` and `READY`), then
+/// `rank`, `num_ranks`, `heap_stride` (unused).
 pub fn all_gather_peer_tables(dtype: DType, threads: u32) -> Kernel {
     all_gather_with(dtype, threads, true)
 }
@@ -69,16 +109,21 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
         if tables {
             k.peer_tables();
         }
-        let (r, n) = (k.dim("R"), k.dim("N"));
+        let (r, n) = (k.ranks_dim("R"), k.dim("N"));
         let x = k.input("X", [&n], dtype);
         let out = k.symmetric("OUT", [&r, &n], dtype);
         let flags = k.symmetric("FLAGS", [&r], I32);
+        let ready = k.symmetric("READY", [&r], I32);
         let d = k.distributed();
         let epoch = k.scalar("epoch", I32);
         k.launch(
             [Expr::int(g), d.num_ranks.clone()],
             threads,
             |t, [part, p]| {
+                t.if_(part.eq_(0), |t| {
+                    announce_entry(t, &ready, &d.rank, &p, &epoch)
+                });
+                await_entry(t, &ready, &p, &epoch);
                 // Parts of whole 16-byte units (8 elements cover every element size), so every
                 // part's start stays aligned for vector copies.
                 let share = ceil_div_positive(n.clone(), Expr::int(8 * g)) * 8;
@@ -94,7 +139,7 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
                 let tid = t.thread_idx();
                 t.if_(tid.eq_(0), |t| {
                     t.signal(flags.at([d.rank.clone()]), p.clone(), 1, SignalOp::Add);
-                    t.wait(flags.at([p.clone()]), CmpOp::Ge, &epoch * g);
+                    t.wait_counter(flags.at([p.clone()]), calls_times(&epoch, g));
                 });
                 t.sync_threads();
             },
@@ -136,11 +181,14 @@ impl AgGemmConfig {
 /// (`epoch · ⌈N/bn⌉`: the flags count up across calls and need no reset), then computes
 /// output tile `(y, x)` of `C[s]` from `AG[s]` as a pipelined GEMM. A consumer waits only for
 /// the rows its tile reads, so tiles of shards that have arrived run while the rest is in
-/// flight.
+/// flight. A producer pushes only once its peer has entered this call (the entry handshake of
+/// [`announce_entry`]; producer block `(0, 0, z)` announces to rank `rank − z`), since the
+/// peer's consumers of the previous call may still read `AG`.
 ///
 /// Arguments: `A`, `B`, `AG` (`[R, M, K]`, symmetric), `C` (`[R, M, N]`), `FLAGS` (`[R,
-/// ⌈M/bm⌉]` i32, symmetric, zero before the first call), `epoch` (1, 2, … per call), then
-/// `rank`, `num_ranks`, `heap_stride`.
+/// ⌈M/bm⌉]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
+/// before the first call), `epoch` (1, 2, … per call), then `rank`, `num_ranks`,
+/// `heap_stride`.
 pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     let AgGemmConfig {
         bm,
@@ -150,13 +198,14 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         threads,
     } = cfg;
     Kernel::build("ag_gemm", |k| {
-        let (r, m, n, kd) = (k.dim("R"), k.dim("M"), k.dim("N"), k.dim("K"));
+        let (r, m, n, kd) = (k.ranks_dim("R"), k.dim("M"), k.dim("N"), k.dim("K"));
         let tiles_m = k.dim("TM");
         let a = k.input("A", [&m, &kd], dtype);
         let b = k.input("B", [&n, &kd], dtype);
         let ag = k.symmetric("AG", [&r, &m, &kd], dtype);
         let c = k.output("C", [&r, &m, &n], F32);
         let flags = k.symmetric("FLAGS", [&r, &tiles_m], I32);
+        let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         let tiles_n = ceildiv(&n, bn);
@@ -182,6 +231,16 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         "peer",
                         add_mod(d.rank.clone(), bz.clone(), d.num_ranks.clone()),
                     );
+                    t.if_(bx.eq_(0).and(by.eq_(0)), |t| {
+                        // Rank `rank − z` pushes here from its blocks of this z.
+                        let src = add_mod(
+                            d.rank.clone(),
+                            d.num_ranks.clone() - &bz,
+                            d.num_ranks.clone(),
+                        );
+                        announce_entry(t, &ready, &d.rank, &src, &epoch);
+                    });
+                    await_entry(t, &ready, &peer, &epoch);
                     t.put_block(
                         a.at([lo.clone(), Expr::int(0)]),
                         ag.at([d.rank.clone(), lo.clone(), Expr::int(0)]),
@@ -206,10 +265,9 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         add_mod(d.rank.clone(), &bz - &d.num_ranks, d.num_ranks.clone()),
                     );
                     t.if_(tid.eq_(0), |t| {
-                        t.wait(
+                        t.wait_counter(
                             flags.at([s.clone(), by.clone()]),
-                            CmpOp::Ge,
-                            &epoch * tiles_n.clone(),
+                            calls_times(&epoch, tiles_n.clone()),
                         );
                     });
                     t.sync_threads();
@@ -239,7 +297,7 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
 /// number of blocks `⌈N/block⌉`), then `rank`, `num_ranks`, `heap_stride`.
 pub fn all_reduce(block: i64, threads: u32) -> Kernel {
     Kernel::build("all_reduce", |k| {
-        let (r, n, g) = (k.dim("R"), k.dim("N"), k.dim("G"));
+        let (r, n, g) = (k.ranks_dim("R"), k.dim("N"), k.dim("G"));
         let x = k.symmetric("X", [&n], F32);
         let y = k.output("Y", [&n], F32);
         let bar = k.symmetric("BAR", [&g, &r], I32);
@@ -275,11 +333,14 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// Blocks with `z = R` reduce: block `(x, y, R)` waits until its tile has all `R` arrivals of
 /// this call (`epoch · R`), sums the partials in registers and stores the tile of `C` — one
 /// reducer per tile. Reducers of tiles whose partials have arrived run while other tiles are
-/// still being computed.
+/// still being computed. A tile is pushed only once rank `q` has entered this call (the entry
+/// handshake of [`announce_entry`]: block `(0, 0, z)` announces to rank `rank − 1 − z`), since
+/// `q`'s reducers of the previous call may still read `PART`.
 ///
 /// Arguments: `A`, `B`, `STAGE` (`[R, TM, TN, bm, bn]` f32, scratch), `PART` (`[R, TM, TN,
 /// bm, bn]` f32, symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero
-/// before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+/// before the first call), `READY` (`[R]` i32, symmetric, zero before the first call),
+/// `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     let AgGemmConfig {
         bm,
@@ -289,7 +350,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         threads,
     } = cfg;
     Kernel::build("gemm_rs", |k| {
-        let (r, mq, n, kd) = (k.dim("R"), k.dim("MQ"), k.dim("N"), k.dim("K"));
+        let (r, mq, n, kd) = (k.ranks_dim("R"), k.dim("MQ"), k.dim("N"), k.dim("K"));
         let (tm, tn) = (k.dim("TM"), k.dim("TN"));
         let a = k.input("A", [&r, &mq, &kd], dtype);
         let b = k.input("B", [&n, &kd], dtype);
@@ -304,6 +365,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         let part = k.symmetric("PART", tiled, F32);
         let c = k.output("C", [&mq, &n], F32);
         let flags = k.symmetric("FLAGS", [&tm, &tn], I32);
+        let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch(
@@ -317,6 +379,15 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                         "q",
                         add_mod(d.rank.clone() + 1, bz.clone(), d.num_ranks.clone()),
                     );
+                    t.if_(bx.eq_(0).and(by.eq_(0)), |t| {
+                        // Rank `rank − 1 − z` pushes here from its blocks of this z.
+                        let src = add_mod(
+                            d.rank.clone(),
+                            d.num_ranks.clone() - 1 - &bz,
+                            d.num_ranks.clone(),
+                        );
+                        announce_entry(t, &ready, &d.rank, &src, &epoch);
+                    });
                     let a_s = t.alloc_shared_named("A_s", [bm, bk], dtype);
                     let b_s = t.alloc_shared_named("B_s", [bn, bk], dtype);
                     let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
@@ -339,7 +410,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                             zero.clone(),
                         ]),
                     );
-                    t.sync_threads();
+                    await_entry(t, &ready, &q, &epoch);
                     t.put_block(
                         tile(&stage, q.clone()),
                         tile(&part, d.rank.clone()),
@@ -358,10 +429,9 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                 })
                 .else_(|t| {
                     t.if_(tid.eq_(0), |t| {
-                        t.wait(
+                        t.wait_counter(
                             flags.at([by.clone(), bx.clone()]),
-                            CmpOp::Ge,
-                            &epoch * d.num_ranks.clone(),
+                            calls_times(&epoch, d.num_ranks.clone()),
                         );
                     });
                     t.sync_threads();
@@ -392,15 +462,23 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
 /// it then stores the count into rank `p`'s `COUNTS[rank]`, signals rank `p`'s `FLAGS[rank]`
 /// with `epoch` (a release) and waits for rank `p`'s signal here: when the kernel ends, `RECV[s]`
 /// holds the `COUNTS[s]` rows rank `s` routed to this rank, in its (token, choice) order. A row
-/// past `CAP` is dropped (its `SLOT` is -1), as capacity-limited MoE layers do.
+/// past `CAP` is dropped (its `SLOT` is -1), as capacity-limited MoE layers do. Block `p`
+/// pushes only once rank `p` has entered this call (the entry handshake of
+/// [`announce_entry`]), since rank `p` may still read what the previous call delivered.
 ///
 /// Arguments: `X`, `DEST` (`[T, K]` i32), `EXPERT` (`[T, K]` i32), `SLOT` (`[T, K]` i32, out),
 /// `RECV`, `RECV_EXPERT` (`[R, CAP]` i32, symmetric), `COUNTS` (`[R]` i32, symmetric), `FLAGS`
-/// (`[R]` i32, symmetric, zero before the first call), `epoch`, then `rank`, `num_ranks`,
-/// `heap_stride`.
+/// (`[R]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
+/// before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
     Kernel::build("moe_dispatch", |k| {
-        let (r, t_n, kk, h, cap) = (k.dim("R"), k.dim("T"), k.dim("K"), k.dim("H"), k.dim("CAP"));
+        let (r, t_n, kk, h, cap) = (
+            k.ranks_dim("R"),
+            k.dim("T"),
+            k.dim("K"),
+            k.dim("H"),
+            k.dim("CAP"),
+        );
         let x = k.input("X", [&t_n, &h], dtype);
         let dest = k.input("DEST", [&t_n, &kk], I32);
         let expert = k.input("EXPERT", [&t_n, &kk], I32);
@@ -409,9 +487,12 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
         let recv_expert = k.symmetric("RECV_EXPERT", [&r, &cap], I32);
         let counts = k.symmetric("COUNTS", [&r], I32);
         let flags = k.symmetric("FLAGS", [&r], I32);
+        let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch([d.num_ranks.clone()], threads, |t, [p]| {
+            announce_entry(t, &ready, &d.rank, &p, &epoch);
+            await_entry(t, &ready, &p, &epoch);
             let n = t.alloc_var(I32);
             t.store(&n, [0], 0);
             let tid = t.thread_idx();
@@ -457,7 +538,7 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
                     epoch.clone(),
                     SignalOp::Set,
                 );
-                t.wait(flags.at([p.clone()]), CmpOp::Ge, epoch.clone());
+                t.wait_counter(flags.at([p.clone()]), epoch.clone());
             });
             t.sync_threads();
         });
@@ -469,20 +550,25 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
 /// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric) in one contiguous push
 /// per rank, with a release signal each; when the kernel ends, `BACK[q]` holds the outputs of
 /// the rows this rank sent to rank `q`. [`moe_gather`] then weighs them into each token's
-/// output.
+/// output. Block `s` pushes only once rank `s` has entered this call (the entry handshake of
+/// [`announce_entry`]).
 ///
 /// Arguments: `YR`, `COUNTS` (`[R]` i32, as dispatch left them), `BACK`, `FLAGS` (`[R]` i32,
-/// symmetric, zero before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+/// symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero before the
+/// first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
     Kernel::build("moe_combine", |k| {
-        let (r, h, cap) = (k.dim("R"), k.dim("H"), k.dim("CAP"));
+        let (r, h, cap) = (k.ranks_dim("R"), k.dim("H"), k.dim("CAP"));
         let yr = k.input("YR", [&r, &cap, &h], dtype);
         let counts = k.input("COUNTS", [&r], I32);
         let back = k.symmetric("BACK", [&r, &cap, &h], dtype);
         let flags = k.symmetric("FLAGS", [&r], I32);
+        let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
         k.launch([d.num_ranks.clone()], threads, |t, [s]| {
+            announce_entry(t, &ready, &d.rank, &s, &epoch);
+            await_entry(t, &ready, &s, &epoch);
             t.put_block(
                 yr.at([s.clone(), Expr::int(0), Expr::int(0)]),
                 back.at([d.rank.clone(), Expr::int(0), Expr::int(0)]),
@@ -562,7 +648,7 @@ pub fn moe_gather(dtype: DType, threads: u32, block_h: i64) -> Kernel {
 /// `num_ranks`, `heap_stride`.
 pub fn all_reduce_two_shot(block: i64, threads: u32) -> Kernel {
     Kernel::build("all_reduce_two_shot", |k| {
-        let (r, n, g) = (k.dim("R"), k.dim("N"), k.dim("G"));
+        let (r, n, g) = (k.ranks_dim("R"), k.dim("N"), k.dim("G"));
         let x = k.symmetric("X", [&n], F32);
         let red = k.symmetric("RED", [&n], F32);
         let y = k.output("Y", [&n], F32);
