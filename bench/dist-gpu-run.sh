@@ -16,6 +16,9 @@
 #          handshake orders each against the peers' previous call): the all-gather at small
 #          and large messages, AG+GEMM and GEMM+RS at one perf shape each, on all GPUs, beside
 #          NCCL (+cuBLAS) timed in the same run
+#   moe    the MoE all-to-all (dispatch, identity expert, combine, gather; every token must
+#          come back): 4096 tokens x 7168 hidden, top-8 of 256 experts, on 2 and all GPUs,
+#          beside NCCL's all_to_all_single moving the same rows per peer
 #   fault  one rank leaves mid-run; the others must fail with a clear error, none hang
 #   torch  the T.* all-gather on torch's symmetric memory (peer tables) beside NCCL
 #
@@ -119,6 +122,13 @@ for phase in $phases; do
     name="b2b ag-gemm peers R=$r N=8192"; peers "$r" --op ag-gemm --shape "$m,$((8192 / r)),8192"
     name="b2b gemm-rs ours R=$r K=8192"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((8192 / r)) --check-rows 8 --back-to-back 20
     name="b2b gemm-rs peers R=$r K=8192"; peers "$r" --op gemm-rs --shape "$m,8192,$((8192 / r))"
+    ;;
+  moe)
+    for r in $(printf '%s\n' 2 "$all" | sort -un); do
+      [ "$r" -le "$gpus" ] || continue
+      name="moe ours R=$r"; ours "$r" --kernel moe --m 4096 --k 7168 --topk 8 --experts 256 --reps 10 --call-timeout 20
+      name="moe nccl all-to-all R=$r"; peers "$r" --op all-to-all --shape "$((4096 * 8 / r)),1,7168" --reps 10
+    done
     ;;
   fault)
     # Rank 1 leaves after the host barrier of call 4, so the others' kernels wait on it. No

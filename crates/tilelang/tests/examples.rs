@@ -414,4 +414,49 @@ fn distributed_kernels_on_simulated_ranks() {
             assert!(last.ends_with("PASS"), "{last}");
         }
     }
+    // The MoE round trip (dispatch, identity expert, combine, gather): every token back.
+    for ranks in ["1", "3"] {
+        let last = run_on(
+            "distributed",
+            &[
+                "--kernel",
+                "moe",
+                "--ranks",
+                ranks,
+                "--m",
+                "70",
+                "--k",
+                "40",
+                "--topk",
+                "2",
+                "--experts",
+                "6",
+            ],
+            "sim",
+        );
+        assert!(last.ends_with("PASS"), "{last}");
+    }
+    // Back to back: the memory-order check spans the calls.
+    let last = run_on(
+        "distributed",
+        &[
+            "--kernel",
+            "ag-gemm",
+            "--ranks",
+            "2",
+            "--m",
+            "40",
+            "--n",
+            "64",
+            "--k",
+            "32",
+            "--back-to-back",
+            "2",
+        ],
+        "sim",
+    );
+    assert!(
+        last.contains("calls=2 order_checked=true") && last.ends_with("PASS"),
+        "{last}"
+    );
 }

@@ -55,24 +55,6 @@ fn await_entry(t: &mut TileScope, ready: &Buffer, peer: &Expr, epoch: &Expr) {
     t.sync_threads();
 }
 
-/// After this block's pushes to rank `peer`: a block barrier, then one thread signals `peer`
-/// (its `flags[rank] = epoch`, a release) and waits for `peer`'s signal here
-/// (`flags[peer] ≥ epoch`), and a block barrier hands that on to every thread.
-fn exchange_signals(t: &mut TileScope, flags: &Buffer, rank: &Expr, peer: &Expr, epoch: &Expr) {
-    t.sync_threads();
-    let tid = t.thread_idx();
-    t.if_(tid.eq_(0), |t| {
-        t.signal(
-            flags.at([rank.clone()]),
-            peer.clone(),
-            epoch.clone(),
-            SignalOp::Set,
-        );
-        t.wait_counter(flags.at([peer.clone()]), epoch.clone());
-    });
-    t.sync_threads();
-}
-
 /// Blocks that push one rank's shard to one peer in [`all_gather`]: one block alone cannot
 /// keep an NVLink port busy, and every block of the grid must be resident at once (each waits
 /// for a peer's blocks), so the grid stays small: `BLOCKS_PER_PEER · R` blocks.
@@ -454,23 +436,35 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     })
 }
 
+/// Blocks that push one rank's rows to one peer in [`moe_combine`] (as in [`all_gather`]:
+/// one block alone cannot keep an NVLink port busy).
+pub const MOE_COMBINE_BLOCKS_PER_PEER: i64 = 16;
+
 /// Mixture-of-experts dispatch (all-to-all with a count per destination, top-`K` routing):
 /// choice `j` of rank `r`'s token `t` (a row of `X`, `[T, H]`) goes to rank `DEST[t, j]` for
-/// expert `EXPERT[t, j]`. Block `p` walks the (token, choice) pairs in order and pushes each
-/// one routed to rank `p` into the next free row of rank `p`'s `RECV[rank]` (`[R, CAP, H]`,
-/// symmetric) with its expert in `RECV_EXPERT[rank, row]`, recording the row in `SLOT[t, j]`;
-/// it then stores the count into rank `p`'s `COUNTS[rank]`, signals rank `p`'s `FLAGS[rank]`
-/// with `epoch` (a release) and waits for rank `p`'s signal here: when the kernel ends, `RECV[s]`
-/// holds the `COUNTS[s]` rows rank `s` routed to this rank, in its (token, choice) order. A row
-/// past `CAP` is dropped (its `SLOT` is -1), as capacity-limited MoE layers do. Block `p`
-/// pushes only once rank `p` has entered this call (the entry handshake of
-/// [`announce_entry`]), since rank `p` may still read what the previous call delivered.
+/// expert `EXPERT[t, j]`. The rows routed to rank `p` land in rank `p`'s `RECV[rank]` (`[R,
+/// CAP, H]`, symmetric) in (token, choice) order, with their experts in `RECV_EXPERT[rank,
+/// row]`; `SLOT[t, j]` records the row. When the kernel ends, `RECV[s]` holds the
+/// `COUNTS[s]` rows rank `s` routed to this rank. A row past `CAP` is dropped (its `SLOT` is
+/// -1), as capacity-limited MoE layers do.
+///
+/// The grid is `[⌈T/tokens_per_block⌉, R]`: block `(g, p)` takes the tokens of chunk `g` for
+/// rank `p`. Its first row is the number of pairs routed to `p` by the earlier chunks — every
+/// thread counts a strided share of them, summed in shared memory — and it walks its own
+/// chunk's (token, choice) pairs in order, the whole block pushing each row routed to `p`.
+/// Then it adds 1 to rank `p`'s `FLAGS[rank]` (a release; the last chunk's block first stores
+/// the count into rank `p`'s `COUNTS[rank]`) and waits until all chunks of rank `p` have
+/// arrived here (`FLAGS[p]` reaches `epoch · G`, a wrap-safe counter). A block pushes only
+/// once rank `p` has entered this call (the entry handshake of [`announce_entry`]), since
+/// rank `p` may still read what the previous call delivered. Every rank must have the same
+/// `T` (the same number of chunks).
 ///
 /// Arguments: `X`, `DEST` (`[T, K]` i32), `EXPERT` (`[T, K]` i32), `SLOT` (`[T, K]` i32, out),
 /// `RECV`, `RECV_EXPERT` (`[R, CAP]` i32, symmetric), `COUNTS` (`[R]` i32, symmetric), `FLAGS`
 /// (`[R]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
 /// before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
-pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
+pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel {
+    let tc = tokens_per_block.max(1);
     Kernel::build("moe_dispatch", |k| {
         let (r, t_n, kk, h, cap) = (
             k.ranks_dim("R"),
@@ -490,73 +484,110 @@ pub fn moe_dispatch(dtype: DType, threads: u32) -> Kernel {
         let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
-        k.launch([d.num_ranks.clone()], threads, |t, [p]| {
-            announce_entry(t, &ready, &d.rank, &p, &epoch);
-            await_entry(t, &ready, &p, &epoch);
-            let n = t.alloc_var(I32);
-            t.store(&n, [0], 0);
-            let tid = t.thread_idx();
-            t.serial(&t_n, |t, tok| {
-                t.serial(&kk, |t, j| {
-                    t.if_(dest.at([tok.clone(), j.clone()]).eq_(p.clone()), |t| {
-                        let row = t.let_("row", n.at([0]));
-                        t.if_(row.lt(&cap), |t| {
-                            t.put_block(
-                                x.at([tok.clone(), Expr::int(0)]),
-                                recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
-                                &h,
-                                p.clone(),
+        let chunks = ceildiv(&t_n, tc);
+        k.launch(
+            [chunks.clone(), d.num_ranks.clone()],
+            threads,
+            |t, [g, p]| {
+                t.if_(g.eq_(0), |t| announce_entry(t, &ready, &d.rank, &p, &epoch));
+                await_entry(t, &ready, &p, &epoch);
+                let tid = t.thread_idx();
+                // Rows routed to `p` by the chunks before this one.
+                let before = t.alloc_shared_named("before", [1], I32);
+                let mine = t.alloc_shared_named("mine", [threads as i64], I32);
+                t.if_(tid.eq_(0), |t| t.store(&before, [0], 0));
+                t.sync_threads();
+                let pairs = t.let_("pairs_before", &g * tc * &kk);
+                let per = ceil_div_positive(pairs.clone(), Expr::int(threads as i64));
+                t.parallel([threads as i64], |t, [i]| {
+                    t.store(&mine, [i.clone()], 0);
+                    t.serial(per.clone(), |t, s| {
+                        let at = &s * threads as i64 + &i;
+                        t.if_(at.lt(&pairs), |t| {
+                            let routed = dest
+                                .at([
+                                    Expr::binary(crate::ir::BinOp::Div, at.clone(), kk.clone()),
+                                    Expr::binary(crate::ir::BinOp::Mod, at.clone(), kk.clone()),
+                                ])
+                                .eq_(p.clone());
+                            t.store(
+                                &mine,
+                                [i.clone()],
+                                mine.at([i.clone()]) + select(routed, 1, 0),
                             );
-                            t.if_(tid.eq_(0), |t| {
-                                t.st(
-                                    recv_expert.at([d.rank.clone(), row.clone()]),
-                                    Some(p.clone()),
-                                    expert.at([tok.clone(), j.clone()]),
-                                    MemSem::Weak,
-                                    MemScope::Sys,
-                                );
+                        });
+                    });
+                    t.atomic_add_at(before.at([0]), mine.at([i.clone()]));
+                });
+                t.sync_threads();
+                let n = t.alloc_var(I32);
+                t.store(&n, [0], before.at([0]));
+                t.serial(tc, |t, tt| {
+                    let tok = t.let_("tok", &g * tc + &tt);
+                    t.if_(tok.lt(&t_n), |t| {
+                        t.serial(&kk, |t, j| {
+                            t.if_(dest.at([tok.clone(), j.clone()]).eq_(p.clone()), |t| {
+                                let row = t.let_("row", n.at([0]));
+                                t.if_(row.lt(&cap), |t| {
+                                    t.put_block(
+                                        x.at([tok.clone(), Expr::int(0)]),
+                                        recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
+                                        &h,
+                                        p.clone(),
+                                    );
+                                    t.if_(tid.eq_(0), |t| {
+                                        t.st(
+                                            recv_expert.at([d.rank.clone(), row.clone()]),
+                                            Some(p.clone()),
+                                            expert.at([tok.clone(), j.clone()]),
+                                            MemSem::Weak,
+                                            MemScope::Sys,
+                                        );
+                                    });
+                                    t.store(&slot, [tok.clone(), j.clone()], row.clone());
+                                })
+                                .else_(|t| t.store(&slot, [tok.clone(), j.clone()], -1));
+                                t.store(&n, [0], row + 1);
                             });
-                            t.store(&slot, [tok.clone(), j.clone()], row.clone());
-                        })
-                        .else_(|t| t.store(&slot, [tok.clone(), j.clone()], -1));
-                        t.store(&n, [0], row + 1);
+                        });
                     });
                 });
-            });
-            t.sync_threads();
-            t.if_(tid.eq_(0), |t| {
-                t.st(
-                    counts.at([d.rank.clone()]),
-                    Some(p.clone()),
-                    min(n.at([0]), cap.clone()),
-                    MemSem::Relaxed,
-                    MemScope::Sys,
-                );
-                t.signal(
-                    flags.at([d.rank.clone()]),
-                    p.clone(),
-                    epoch.clone(),
-                    SignalOp::Set,
-                );
-                t.wait_counter(flags.at([p.clone()]), epoch.clone());
-            });
-            t.sync_threads();
-        });
+                t.sync_threads();
+                t.if_(tid.eq_(0), |t| {
+                    // The last chunk's block has seen every row routed to `p`.
+                    t.if_(g.eq_(chunks.clone() - 1), |t| {
+                        t.st(
+                            counts.at([d.rank.clone()]),
+                            Some(p.clone()),
+                            min(n.at([0]), cap.clone()),
+                            MemSem::Relaxed,
+                            MemScope::Sys,
+                        );
+                    });
+                    t.signal(flags.at([d.rank.clone()]), p.clone(), 1, SignalOp::Add);
+                    t.wait_counter(flags.at([p.clone()]), calls_times(&epoch, chunks.clone()));
+                });
+                t.sync_threads();
+            },
+        );
     })
 }
 
 /// Mixture-of-experts combine, the return half of the all-to-all: this rank's expert outputs
 /// for the rows rank `s` sent (`YR[s]`, `[R, CAP, H]`, in the order they arrived, `COUNTS[s]`
-/// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric) in one contiguous push
-/// per rank, with a release signal each; when the kernel ends, `BACK[q]` holds the outputs of
-/// the rows this rank sent to rank `q`. [`moe_gather`] then weighs them into each token's
-/// output. Block `s` pushes only once rank `s` has entered this call (the entry handshake of
-/// [`announce_entry`]).
+/// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric). The grid is `[G, R]`
+/// (`G` = [`MOE_COMBINE_BLOCKS_PER_PEER`]): block `(part, s)` pushes part `part` of the
+/// contiguous run to rank `s` and adds 1 to rank `s`'s `FLAGS[rank]` (a release), then waits
+/// until all `G` parts of rank `s`'s run have arrived here: when the kernel ends, `BACK[q]`
+/// holds the outputs of the rows this rank sent to rank `q`. [`moe_gather`] then weighs them
+/// into each token's output. A block pushes only once rank `s` has entered this call (the
+/// entry handshake of [`announce_entry`]).
 ///
 /// Arguments: `YR`, `COUNTS` (`[R]` i32, as dispatch left them), `BACK`, `FLAGS` (`[R]` i32,
 /// symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero before the
 /// first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
+    let g = MOE_COMBINE_BLOCKS_PER_PEER;
     Kernel::build("moe_combine", |k| {
         let (r, h, cap) = (k.ranks_dim("R"), k.dim("H"), k.dim("CAP"));
         let yr = k.input("YR", [&r, &cap, &h], dtype);
@@ -566,17 +597,41 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
         let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
-        k.launch([d.num_ranks.clone()], threads, |t, [s]| {
-            announce_entry(t, &ready, &d.rank, &s, &epoch);
-            await_entry(t, &ready, &s, &epoch);
-            t.put_block(
-                yr.at([s.clone(), Expr::int(0), Expr::int(0)]),
-                back.at([d.rank.clone(), Expr::int(0), Expr::int(0)]),
-                counts.at([s.clone()]) * h.clone(),
-                s.clone(),
-            );
-            exchange_signals(t, &flags, &d.rank, &s, &epoch);
-        });
+        k.launch(
+            [Expr::int(g), d.num_ranks.clone()],
+            threads,
+            |t, [part, s]| {
+                t.if_(part.eq_(0), |t| {
+                    announce_entry(t, &ready, &d.rank, &s, &epoch)
+                });
+                await_entry(t, &ready, &s, &epoch);
+                let len = t.let_("len", counts.at([s.clone()]) * h.clone());
+                // Parts of whole 16-byte units, as in the all-gather.
+                let share = ceil_div_positive(len.clone(), Expr::int(8 * g)) * 8;
+                let lo = t.let_("lo", min(&part * &share, len.clone()));
+                let hi = t.let_("hi", min(&lo + &share, len.clone()));
+                // Element `lo` of the run as (row, column): every index stays within its extent.
+                let (row, col) = (
+                    Expr::binary(crate::ir::BinOp::Div, lo.clone(), h.clone()),
+                    Expr::binary(crate::ir::BinOp::Mod, lo.clone(), h.clone()),
+                );
+                t.if_(hi.gt(&lo), |t| {
+                    t.put_block(
+                        yr.at([s.clone(), row.clone(), col.clone()]),
+                        back.at([d.rank.clone(), row, col]),
+                        &hi - &lo,
+                        s.clone(),
+                    );
+                });
+                t.sync_threads();
+                let tid = t.thread_idx();
+                t.if_(tid.eq_(0), |t| {
+                    t.signal(flags.at([d.rank.clone()]), s.clone(), 1, SignalOp::Add);
+                    t.wait_counter(flags.at([s.clone()]), calls_times(&epoch, g));
+                });
+                t.sync_threads();
+            },
+        );
     })
 }
 

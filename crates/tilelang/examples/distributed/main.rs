@@ -15,6 +15,8 @@
 //! That path sets up the symmetric heap with CUDA's virtual memory API; it has run on 2, 3
 //! and 4 H100s and as 2 and 4 processes on one (docs/performance.md, "Multi-rank").
 
+mod moe;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -29,9 +31,16 @@ use tl_sim::{SimArg, SimOptions};
 #[derive(Parser, Debug)]
 #[command(about = "Multi-rank kernels with a single-device reference check")]
 struct Args {
-    /// all-gather, ag-gemm, gemm-rs, all-reduce or all-reduce-two-shot
+    /// all-gather, ag-gemm, gemm-rs, all-reduce, all-reduce-two-shot or moe (dispatch,
+    /// identity expert, combine and gather: `--m` tokens per rank, `--k` hidden)
     #[arg(long, default_value = "ag-gemm")]
     kernel: String,
+    /// moe: choices per token (a power of two)
+    #[arg(long, default_value_t = 8)]
+    topk: usize,
+    /// moe: experts in all, spread evenly over the ranks
+    #[arg(long, default_value_t = 256)]
+    experts: usize,
     /// Rows per rank (M; MQ for gemm-rs; N for the vector kernels)
     #[arg(long, default_value_t = 64)]
     m: usize,
@@ -430,6 +439,18 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(other) => anyhow::bail!("--device {other:?}: sim or cuda"),
         None => std::env::var("RANK").is_ok(),
     };
+    if a.kernel == "moe" {
+        let ok = if gpu {
+            moe::run_gpu(&a)?
+        } else {
+            moe::run_sim(&a)?
+        };
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     if gpu {
         run_gpu(&a)
     } else {
