@@ -414,6 +414,26 @@ fn distributed_kernels_on_simulated_ranks() {
             assert!(last.ends_with("PASS"), "{last}");
         }
     }
+    // GEMM + RS pushing bf16 partials.
+    let last = run_on(
+        "distributed",
+        &[
+            "--kernel",
+            "gemm-rs",
+            "--ranks",
+            "2",
+            "--m",
+            "70",
+            "--n",
+            "40",
+            "--k",
+            "48",
+            "--partials",
+            "bf16",
+        ],
+        "sim",
+    );
+    assert!(last.ends_with("PASS"), "{last}");
     // The MoE round trip (dispatch, identity expert, combine, gather): every token back.
     for ranks in ["1", "3"] {
         let last = run_on(

@@ -1984,3 +1984,93 @@ fn pushing_before_the_peer_entered_the_call_is_reported() {
         );
     }
 }
+
+/// The warp-specialized AG + GEMM (the aligned variant on sm_90a): its producer warpgroup
+/// loads the gathered rows by TMA, so it repeats the consumers' wait for them and fences the
+/// proxies. Removing any synchronization of the lowered kernel (the producer's wait and fence
+/// among them) is reported or leaves the answer unchanged, over two calls back to back; the
+/// producer's wait and its proxy fence are each reported.
+#[test]
+fn warp_specialized_ag_gemm_needs_its_producers_wait() {
+    use tilelang::ir::{ExprKind, Intrinsic, Stmt, StmtKind};
+    use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
+    // 64-wide k steps: the TMA boxes warp specialization takes.
+    let lowered = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128))
+        .lower_aligned(Target::SM90)
+        .expect("lower");
+    assert!(lowered.attrs.warp_specialized.is_some(), "not specialized");
+    let make = || -> Vec<Vec<SimArg>> {
+        (0..2)
+            .map(|r| ag_gemm_args(r, 2, (64, 64, 128), 64, 1))
+            .collect()
+    };
+    let calls = [vec![("epoch", 1)], vec![("epoch", 2)]];
+    let mut base = make();
+    tl_sim::run_ranks_calls(&lowered, &mut base, &calls, &SimOptions::default())
+        .expect("the kernel itself");
+    // The producer's own statements: remove each of its waits, then its proxy fence.
+    let in_producer = |k: &tilelang::ir::Kernel, drop: &dyn Fn(&Expr) -> bool| {
+        let mut dropped = 0;
+        let body = k.body.map_post(&mut |st: Stmt| {
+            if let StmtKind::Eval(e) = &st.kind {
+                if drop(e) {
+                    dropped += 1;
+                    return Stmt::empty();
+                }
+            }
+            st
+        });
+        (k.with_body(body), dropped)
+    };
+    let fence = |e: &Expr| {
+        matches!(
+            e.kind(),
+            ExprKind::Call(Intrinsic::FenceProxyAsyncGlobal, _)
+        )
+    };
+    let (no_fence, n) = in_producer(&lowered, &fence);
+    assert!(n >= 1, "no proxy fence");
+    let e = tl_sim::run_ranks_calls(&no_fence, &mut make(), &calls, &SimOptions::default())
+        .expect_err("TMA loads of peers' rows without the proxy fence");
+    assert!(matches!(e, SimError::AsyncProxyUnfenced { .. }), "{e}");
+    let (mut caught, mut harmless, mut silent) = (0, 0, vec![]);
+    for i in 0.. {
+        let Some((m, what)) = mutant(&lowered, i) else {
+            break;
+        };
+        let mut args = make();
+        match tl_sim::run_ranks_calls(&m, &mut args, &calls, &SimOptions::default()) {
+            Err(_) => caught += 1,
+            Ok(_) if args == base => harmless += 1,
+            Ok(_) => silent.push(format!("{what:?} #{i}")),
+        }
+    }
+    println!("warp-specialized ag_gemm: {caught} mutants caught, {harmless} harmless");
+    assert!(silent.is_empty(), "silently wrong: {silent:?}");
+    assert!(caught >= 3, "{caught} caught");
+}
+
+/// GEMM + RS warp-specialized (the aligned variant on sm_90a: its GEMM reads only local
+/// inputs, so the producer needs no wait), two calls back to back: the same sums as the
+/// general variant, every access ordered.
+#[test]
+fn warp_specialized_gemm_rs_matches_the_general_variant() {
+    use tilelang::kernels::dist::{gemm_rs, AgGemmConfig};
+    let k = gemm_rs(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128));
+    let ws = k.lower_aligned(Target::SM90).expect("lower");
+    assert!(ws.attrs.warp_specialized.is_some(), "not specialized");
+    let general = k.lower(Target::SM90).expect("lower");
+    let calls = [vec![("epoch", 1)], vec![("epoch", 2)]];
+    let make = || -> Vec<Vec<SimArg>> {
+        (0..2)
+            .map(|r| gemm_rs_args(r, 2, (64, 64, 128), (64, 64)))
+            .collect()
+    };
+    let (mut a, mut b) = (make(), make());
+    let rep = tl_sim::run_ranks_calls(&ws, &mut a, &calls, &SimOptions::default()).expect("ws");
+    assert!(rep.order_checked);
+    tl_sim::run_ranks_calls(&general, &mut b, &calls, &SimOptions::default()).expect("general");
+    for r in 0..2 {
+        assert_eq!(a[r][4], b[r][4], "rank {r}'s C");
+    }
+}

@@ -38,6 +38,8 @@ mod amd;
 mod nvidia;
 mod ws;
 
+pub(crate) use ws::replicable_wait;
+
 /// What differs between targets' asynchronous copies.
 trait Issue {
     /// The copies for an iteration that may lie past the loop's end (`valid` says whether it

@@ -209,6 +209,11 @@ fn producer_half(s: &Stmt, dropped: &mut HashSet<u64>) -> Option<Stmt> {
                     } else {
                         dropped.insert(var.id());
                     }
+                } else if let Some(waits) = crate::gpu::pipeline::replicable_wait(x) {
+                    // A multi-rank kernel's waits for what its loads read (`pipeline::ws`
+                    // allows no other acquire before the loop): the producer's thread waits
+                    // too, before its first load.
+                    out.extend(waits);
                 }
             }
             out.push(producer_half(&v[at], dropped)?);

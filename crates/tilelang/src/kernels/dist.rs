@@ -195,6 +195,9 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
             [tiles_n.clone(), ceildiv(&m, bm), d.num_ranks.clone() * 2],
             threads,
             |t, [bx, by, bz]| {
+                // A producer warpgroup loads the GEMM's tiles (TMA on sm_90a), after repeating
+                // the consumers' wait for the gathered rows.
+                t.warp_specialize(true);
                 let tid = t.thread_idx();
                 t.if_(bz.lt(&d.num_ranks), |t| {
                     // Producer: rows [lo, hi) of row tile `by`, this block's share.
@@ -324,6 +327,13 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// before the first call), `READY` (`[R]` i32, symmetric, zero before the first call),
 /// `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
+    gemm_rs_partials(dtype, cfg, F32)
+}
+
+/// [`gemm_rs`] with partial tiles of type `partial` in `STAGE` and `PART` (the reducer still
+/// sums in f32): bf16 halves the bytes every rank pushes, as a bf16 GEMM followed by NCCL's
+/// bf16 reduce-scatter does — with the same rounding of each partial to bf16.
+pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kernel {
     let AgGemmConfig {
         bm,
         bn,
@@ -343,8 +353,8 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
             Expr::int(bm),
             Expr::int(bn),
         ];
-        let stage = k.inout("STAGE", tiled.clone(), F32);
-        let part = k.symmetric("PART", tiled, F32);
+        let stage = k.inout("STAGE", tiled.clone(), partial);
+        let part = k.symmetric("PART", tiled, partial);
         let c = k.output("C", [&mq, &n], F32);
         let flags = k.symmetric("FLAGS", [&tm, &tn], I32);
         let ready = k.symmetric("READY", [&r], I32);
@@ -354,6 +364,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
             [tn.clone(), tm.clone(), d.num_ranks.clone() + 1],
             threads,
             |t, [bx, by, bz]| {
+                t.warp_specialize(true);
                 let tid = t.thread_idx();
                 let zero = Expr::int(0);
                 t.if_(bz.lt(&d.num_ranks), |t| {
@@ -425,7 +436,7 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                                 &sum,
                                 [i.clone(), j.clone()],
                                 sum.at([i.clone(), j.clone()])
-                                    + part.at([s.clone(), by.clone(), bx.clone(), i, j]),
+                                    + part.at([s.clone(), by.clone(), bx.clone(), i, j]).cast(F32),
                             );
                         });
                     });
@@ -436,9 +447,12 @@ pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     })
 }
 
-/// Blocks that push one rank's rows to one peer in [`moe_combine`] (as in [`all_gather`]:
-/// one block alone cannot keep an NVLink port busy).
-pub const MOE_COMBINE_BLOCKS_PER_PEER: i64 = 16;
+/// Blocks in all that push one rank's rows in [`moe_combine`], spread over the peers (at
+/// least [`MOE_COMBINE_MIN_BLOCKS_PER_PEER`] each): one block alone cannot keep an NVLink port
+/// busy, and with few peers each needs more (16 per peer between two H100s moved 138 GB/s,
+/// against 310 at 16 per peer among four).
+pub const MOE_COMBINE_BLOCKS: i64 = 64;
+pub const MOE_COMBINE_MIN_BLOCKS_PER_PEER: i64 = 16;
 
 /// Mixture-of-experts dispatch (all-to-all with a count per destination, top-`K` routing):
 /// choice `j` of rank `r`'s token `t` (a row of `X`, `[T, H]`) goes to rank `DEST[t, j]` for
@@ -576,7 +590,8 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
 /// Mixture-of-experts combine, the return half of the all-to-all: this rank's expert outputs
 /// for the rows rank `s` sent (`YR[s]`, `[R, CAP, H]`, in the order they arrived, `COUNTS[s]`
 /// rows) go back to rank `s`'s `BACK[rank]` (`[R, CAP, H]`, symmetric). The grid is `[G, R]`
-/// (`G` = [`MOE_COMBINE_BLOCKS_PER_PEER`]): block `(part, s)` pushes part `part` of the
+/// (`G` = max([`MOE_COMBINE_BLOCKS`] / R, [`MOE_COMBINE_MIN_BLOCKS_PER_PEER`])): block
+/// `(part, s)` pushes part `part` of the
 /// contiguous run to rank `s` and adds 1 to rank `s`'s `FLAGS[rank]` (a release), then waits
 /// until all `G` parts of rank `s`'s run have arrived here: when the kernel ends, `BACK[q]`
 /// holds the outputs of the rows this rank sent to rank `q`. [`moe_gather`] then weighs them
@@ -587,7 +602,6 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
 /// symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero before the
 /// first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
-    let g = MOE_COMBINE_BLOCKS_PER_PEER;
     Kernel::build("moe_combine", |k| {
         let (r, h, cap) = (k.ranks_dim("R"), k.dim("H"), k.dim("CAP"));
         let yr = k.input("YR", [&r, &cap, &h], dtype);
@@ -597,41 +611,45 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
         let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
         let d = k.distributed();
-        k.launch(
-            [Expr::int(g), d.num_ranks.clone()],
-            threads,
-            |t, [part, s]| {
-                t.if_(part.eq_(0), |t| {
-                    announce_entry(t, &ready, &d.rank, &s, &epoch)
-                });
-                await_entry(t, &ready, &s, &epoch);
-                let len = t.let_("len", counts.at([s.clone()]) * h.clone());
-                // Parts of whole 16-byte units, as in the all-gather.
-                let share = ceil_div_positive(len.clone(), Expr::int(8 * g)) * 8;
-                let lo = t.let_("lo", min(&part * &share, len.clone()));
-                let hi = t.let_("hi", min(&lo + &share, len.clone()));
-                // Element `lo` of the run as (row, column): every index stays within its extent.
-                let (row, col) = (
-                    Expr::binary(crate::ir::BinOp::Div, lo.clone(), h.clone()),
-                    Expr::binary(crate::ir::BinOp::Mod, lo.clone(), h.clone()),
-                );
-                t.if_(hi.gt(&lo), |t| {
-                    t.put_block(
-                        yr.at([s.clone(), row.clone(), col.clone()]),
-                        back.at([d.rank.clone(), row, col]),
-                        &hi - &lo,
-                        s.clone(),
-                    );
-                });
-                t.sync_threads();
-                let tid = t.thread_idx();
-                t.if_(tid.eq_(0), |t| {
-                    t.signal(flags.at([d.rank.clone()]), s.clone(), 1, SignalOp::Add);
-                    t.wait_counter(flags.at([s.clone()]), calls_times(&epoch, g));
-                });
-                t.sync_threads();
-            },
+        let g = max(
+            Expr::binary(
+                crate::ir::BinOp::Div,
+                Expr::int(MOE_COMBINE_BLOCKS),
+                d.num_ranks.clone(),
+            ),
+            MOE_COMBINE_MIN_BLOCKS_PER_PEER,
         );
+        k.launch([g.clone(), d.num_ranks.clone()], threads, |t, [part, s]| {
+            t.if_(part.eq_(0), |t| {
+                announce_entry(t, &ready, &d.rank, &s, &epoch)
+            });
+            await_entry(t, &ready, &s, &epoch);
+            let len = t.let_("len", counts.at([s.clone()]) * h.clone());
+            // Parts of whole 16-byte units, as in the all-gather.
+            let share = ceil_div_positive(len.clone(), g.clone() * 8) * 8;
+            let lo = t.let_("lo", min(&part * &share, len.clone()));
+            let hi = t.let_("hi", min(&lo + &share, len.clone()));
+            // Element `lo` of the run as (row, column): every index stays within its extent.
+            let (row, col) = (
+                Expr::binary(crate::ir::BinOp::Div, lo.clone(), h.clone()),
+                Expr::binary(crate::ir::BinOp::Mod, lo.clone(), h.clone()),
+            );
+            t.if_(hi.gt(&lo), |t| {
+                t.put_block(
+                    yr.at([s.clone(), row.clone(), col.clone()]),
+                    back.at([d.rank.clone(), row, col]),
+                    &hi - &lo,
+                    s.clone(),
+                );
+            });
+            t.sync_threads();
+            let tid = t.thread_idx();
+            t.if_(tid.eq_(0), |t| {
+                t.signal(flags.at([d.rank.clone()]), s.clone(), 1, SignalOp::Add);
+                t.wait_counter(flags.at([s.clone()]), calls_times(&epoch, g.clone()));
+            });
+            t.sync_threads();
+        });
     })
 }
 

@@ -51,9 +51,6 @@ fn obstacle(
     if !target.has_tma() {
         return Err(format!("{target} has no TMA"));
     }
-    if k.attrs.dist.is_some() {
-        return Err("a multi-rank kernel's loads may read what peers wrote".into());
-    }
     if !k.threads.is_multiple_of(WARPGROUP) || k.threads > 3 * WARPGROUP {
         return Err(format!(
             "the kernel has {} threads; consumers come as 1 to 3 warpgroups of 128",
@@ -69,13 +66,38 @@ fn obstacle(
             plans.len()
         ));
     }
-    let top = k.body.flattened();
-    let mut found = None;
-    for s in &top {
-        match &s.kind {
-            StmtKind::For(l) if plans.contains_key(&l.var.id()) => {
-                found = Some(l.var.id());
-                break;
+    find_loop(&k.body, plans, k.attrs.dist.is_some())?.ok_or_else(|| {
+        "the pipelined loop is not at the kernel's top level or under `if`s from it".to_string()
+    })
+}
+
+/// The pipelined loop, reached from `s` through sequences and `if`s (the control the
+/// producer half repeats). On the way, a `let` that reads memory the producer cannot see is
+/// an obstacle; so, in a multi-rank kernel, is anything that acquires (a wait, an acquire
+/// load or atomic, a fence) other than a wait the producer can repeat itself
+/// ([`replicable_wait`]): the producer's loads must be ordered after the same acquires as the
+/// consumers' reads would have been.
+fn find_loop(
+    s: &Stmt,
+    plans: &HashMap<u64, PipelinePlan>,
+    dist: bool,
+) -> Result<Option<u64>, String> {
+    for st in s.flattened() {
+        match &st.kind {
+            StmtKind::For(l) if plans.contains_key(&l.var.id()) => return Ok(Some(l.var.id())),
+            StmtKind::If { cond, then_, else_ } if holds_loop(st, plans) => {
+                if reads_memory(cond) {
+                    return Err("the pipelined loop lies under an `if` whose condition reads shared or local memory; the producer warps would not see it".into());
+                }
+                let inner = if holds_loop(then_, plans) {
+                    find_loop(then_, plans, dist)?
+                } else {
+                    match else_ {
+                        Some(e) => find_loop(e, plans, dist)?,
+                        None => None,
+                    }
+                };
+                return Ok(inner);
             }
             // The producer recomputes the lets it needs: they must not read what the
             // consumers wrote.
@@ -85,10 +107,66 @@ fn obstacle(
                     var.name()
                 ));
             }
+            _ if dist && acquires(st) && replicable_wait(st).is_none() => {
+                return Err("a multi-rank kernel acquires before its pipelined loop other than by waits the producer warps can repeat (their loads must see what the acquire orders)".into());
+            }
             _ => {}
         }
     }
-    found.ok_or_else(|| "the pipelined loop is not at the kernel's top level".to_string())
+    Ok(None)
+}
+
+fn holds_loop(s: &Stmt, plans: &HashMap<u64, PipelinePlan>) -> bool {
+    let mut found = false;
+    s.walk(&mut |x| {
+        if let StmtKind::For(l) = &x.kind {
+            found |= plans.contains_key(&l.var.id());
+        }
+    });
+    found
+}
+
+/// Whether `s` orders later reads after other threads' writes: a wait, an acquire load or
+/// atomic, a fence.
+fn acquires(s: &Stmt) -> bool {
+    let mut any = false;
+    s.walk(&mut |st| {
+        for e in st.exprs() {
+            any |= e.any(&mut |x| {
+                matches!(x.kind(), ExprKind::Call(op, _) if match op {
+                    Intrinsic::WaitUntil { .. } | Intrinsic::Fence { .. } => true,
+                    Intrinsic::MemLoad { sem, .. } | Intrinsic::MemAtomAdd { sem, .. } => {
+                        sem.acquires()
+                    }
+                    _ => false,
+                })
+            });
+        }
+    });
+    any
+}
+
+/// The waits of `s` as the producer thread repeats them: `s` a wait, or an `if` on the
+/// thread (thread 0 waits for the block) holding only waits — the producer's one thread
+/// waits itself, unguarded.
+pub fn replicable_wait(s: &Stmt) -> Option<Vec<Stmt>> {
+    let is_wait = |x: &Stmt| {
+        matches!(&x.kind, StmtKind::Eval(e)
+            if matches!(e.kind(), ExprKind::Call(Intrinsic::WaitUntil { .. }, _)))
+    };
+    match &s.kind {
+        _ if is_wait(s) => Some(vec![s.clone()]),
+        StmtKind::If {
+            cond,
+            then_,
+            else_: None,
+        } if cond.any(&mut |x| matches!(x.kind(), ExprKind::Call(Intrinsic::ThreadIdx, _))) => {
+            let waits = then_.flattened();
+            (!waits.is_empty() && waits.iter().all(|w| is_wait(w)))
+                .then(|| waits.into_iter().cloned().collect())
+        }
+        _ => None,
+    }
 }
 
 fn reads_memory(e: &Expr) -> bool {
@@ -237,13 +315,21 @@ impl Pipeliner {
         }
         // (The `warp_specialize` stage elects its thread: here the kernel's threads are all
         // consumers, and a test for a thread past them would simplify away.)
-        let producer = Stmt::seq(
-            vec![
-                serial(&k, n.clone(), Stmt::seq(load, span), span),
-                advance(&counter),
-            ],
-            span,
-        );
+        let mut producer = vec![];
+        // A source written in this kernel (a symmetric one by peers' puts, acquired by the
+        // waits the producer repeats before this loop) was written through the generic proxy;
+        // TMA reads through the async proxy, which the acquire does not order: fence first.
+        let written_source = plan.producers.iter().any(|&i| {
+            matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
+                if self.symmetric.contains(&c.src.buffer.id())
+                    || !self.read_only.contains(&c.src.buffer.id()))
+        });
+        if written_source {
+            producer.push(eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span));
+        }
+        producer.push(serial(&k, n.clone(), Stmt::seq(load, span), span));
+        producer.push(advance(&counter));
+        let producer = Stmt::seq(producer, span);
 
         // The consumers.
         let consumers = plan.consumers(&body);
