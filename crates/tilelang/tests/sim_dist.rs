@@ -1995,7 +1995,7 @@ fn warp_specialized_ag_gemm_needs_its_producers_wait() {
     use tilelang::ir::{ExprKind, Intrinsic, Stmt, StmtKind};
     use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
     // 64-wide k steps: the TMA boxes warp specialization takes.
-    let lowered = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128))
+    let lowered = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128).specialized())
         .lower_aligned(Target::SM90)
         .expect("lower");
     assert!(lowered.attrs.warp_specialized.is_some(), "not specialized");
@@ -2056,7 +2056,7 @@ fn warp_specialized_ag_gemm_needs_its_producers_wait() {
 #[test]
 fn warp_specialized_gemm_rs_matches_the_general_variant() {
     use tilelang::kernels::dist::{gemm_rs, AgGemmConfig};
-    let k = gemm_rs(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128));
+    let k = gemm_rs(BF16, AgGemmConfig::tiles(64, 64, 64, 2, 128).specialized());
     let ws = k.lower_aligned(Target::SM90).expect("lower");
     assert!(ws.attrs.warp_specialized.is_some(), "not specialized");
     let general = k.lower(Target::SM90).expect("lower");

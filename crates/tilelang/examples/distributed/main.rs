@@ -97,6 +97,10 @@ struct Args {
     /// exactly)
     #[arg(long, default_value = "f32")]
     partials: String,
+    /// ag-gemm, gemm-rs: a producer warpgroup for the GEMM's TMA loads (sm_90a, aligned
+    /// sizes; off by default, slower on 4 H100s at the large shapes)
+    #[arg(long)]
+    ws: bool,
 }
 
 impl Args {
@@ -166,6 +170,11 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
 }
 
 fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
+    let cfg = tiles_only(a, sim)?;
+    Ok(if a.ws { cfg.specialized() } else { cfg })
+}
+
+fn tiles_only(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
     let small = AgGemmConfig::tiles(64, 64, 32, 2, 128);
     // The faster of the two tried on 4 H100s for both GEMMs (docs/performance.md).
     let large = AgGemmConfig::tiles(128, 256, 64, 3, 256);

@@ -137,6 +137,10 @@ pub struct AgGemmConfig {
     pub bk: i64,
     pub stages: u32,
     pub threads: u32,
+    /// A producer warpgroup for the GEMM's TMA loads (sm_90a, aligned sizes; it repeats the
+    /// consumers' waits before its loads). Off by default: on 4 H100s it made AG + GEMM at
+    /// N = 28672 and GEMM + RS at K = 28672 15–20% slower (docs/performance.md).
+    pub warp_specialize: bool,
 }
 
 impl AgGemmConfig {
@@ -147,6 +151,15 @@ impl AgGemmConfig {
             bk,
             stages,
             threads,
+            warp_specialize: false,
+        }
+    }
+
+    /// The same tiles with a producer warpgroup (see `warp_specialize`).
+    pub fn specialized(self) -> AgGemmConfig {
+        AgGemmConfig {
+            warp_specialize: true,
+            ..self
         }
     }
 }
@@ -178,6 +191,7 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         bk,
         stages,
         threads,
+        warp_specialize: ws,
     } = cfg;
     Kernel::build("ag_gemm", |k| {
         let (r, m, n, kd) = (k.ranks_dim("R"), k.dim("M"), k.dim("N"), k.dim("K"));
@@ -195,9 +209,11 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
             [tiles_n.clone(), ceildiv(&m, bm), d.num_ranks.clone() * 2],
             threads,
             |t, [bx, by, bz]| {
-                // A producer warpgroup loads the GEMM's tiles (TMA on sm_90a), after repeating
-                // the consumers' wait for the gathered rows.
-                t.warp_specialize(true);
+                // With a producer warpgroup, it repeats the consumers' wait for the gathered
+                // rows before its TMA loads.
+                if ws {
+                    t.warp_specialize(true);
+                }
                 let tid = t.thread_idx();
                 t.if_(bz.lt(&d.num_ranks), |t| {
                     // Producer: rows [lo, hi) of row tile `by`, this block's share.
@@ -340,6 +356,7 @@ pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kern
         bk,
         stages,
         threads,
+        warp_specialize: ws,
     } = cfg;
     Kernel::build("gemm_rs", |k| {
         let (r, mq, n, kd) = (k.ranks_dim("R"), k.dim("MQ"), k.dim("N"), k.dim("K"));
@@ -364,7 +381,9 @@ pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kern
             [tn.clone(), tm.clone(), d.num_ranks.clone() + 1],
             threads,
             |t, [bx, by, bz]| {
-                t.warp_specialize(true);
+                if ws {
+                    t.warp_specialize(true);
+                }
                 let tid = t.thread_idx();
                 let zero = Expr::int(0);
                 t.if_(bz.lt(&d.num_ranks), |t| {
