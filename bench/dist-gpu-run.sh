@@ -91,18 +91,21 @@ for phase in $phases; do
     # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
     # PERF_KERNELS and PERF_RANKS pick (default: both kernels, 8/4/2 ranks where there are
     # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS), PERF_WS=1 adds runs with a
-    # producer warpgroup (--ws). GEMM+RS also runs with bf16 partials.
+    # producer warpgroup (--ws), PERF_PANEL=N runs rasterized in panels of N row tiles
+    # (--panel). GEMM+RS also runs with bf16 partials.
     for r in ${PERF_RANKS:-$(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done)}; do
       m=$((8192 / r))
       for kern in ${PERF_KERNELS:-ag-gemm gemm-rs}; do
         for big in 8192 28672; do
           if [ "$kern" = ag-gemm ]; then
             name="perf ag-gemm ours R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 ${TILES:+--tiles "$TILES"}
+            if [ -n "${PERF_PANEL:-}" ]; then name="perf ag-gemm ours panel $PERF_PANEL R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
             if [ -n "${PERF_WS:-}" ]; then name="perf ag-gemm ours ws R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --ws ${TILES:+--tiles "$TILES"}; fi
             name="perf ag-gemm peers R=$r N=$big"; peers "$r" --op ag-gemm --shape "$m,$((big / r)),8192"
           else
             name="perf gemm-rs ours R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 ${TILES:+--tiles "$TILES"}
             name="perf gemm-rs ours bf16 partials R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 ${TILES:+--tiles "$TILES"}
+            if [ -n "${PERF_PANEL:-}" ]; then name="perf gemm-rs ours bf16 partials panel $PERF_PANEL R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
             if [ -n "${PERF_WS:-}" ]; then name="perf gemm-rs ours ws R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --ws ${TILES:+--tiles "$TILES"}; fi
             name="perf gemm-rs peers R=$r K=$big"; peers "$r" --op gemm-rs --shape "$m,8192,$((big / r))"
           fi

@@ -282,12 +282,13 @@ pub(crate) fn scalar_param_type(dt: DType) -> &'static str {
 }
 
 /// `block_vars[d] = blockIdx.{x,y,z}`, or the panel swizzle of the design doc for a 2-d grid
-/// with `attrs.swizzle_panel` (a panel of 1 row is the identity, so it is skipped).
+/// with `attrs.swizzle_panel` (a panel of 1 row is the identity, so it is skipped); a 3-d
+/// grid's (x, y) within each z alike.
 fn block_indices(p: &mut Printer, k: &Kernel) {
     let axes = ["x", "y", "z"];
     let vars: Vec<String> = k.block_vars.iter().map(|v| p.names.var(v)).collect();
     match k.attrs.swizzle_panel {
-        Some(panel) if panel > 1 && vars.len() == 2 => {
+        Some(panel) if panel > 1 && matches!(vars.len(), 2 | 3) => {
             // 32-bit unsigned arithmetic: exact for grids of fewer than 2^32 blocks.
             p.line("const uint32_t tl_gx = gridDim.x, tl_gy = gridDim.y;");
             p.line("const uint32_t tl_lin = blockIdx.y * tl_gx + blockIdx.x;");
@@ -307,6 +308,9 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
                 "const int32_t {} = (int32_t)(tl_panel * {panel}u + tl_r % tl_rows);",
                 vars[1]
             ));
+            if let Some(z) = vars.get(2) {
+                p.line(&format!("const int32_t {z} = (int32_t)blockIdx.z;"));
+            }
         }
         _ => {
             for (v, a) in vars.iter().zip(axes) {

@@ -327,9 +327,11 @@ fn resource_descriptors(p: &mut Printer, k: &Kernel) {
 fn block_indices(p: &mut Printer, k: &Kernel) {
     let axes = ["x", "y", "z"];
     let vars: Vec<String> = k.block_vars.iter().map(|v| p.names.var(v)).collect();
-    let xcd = k.attrs.xcd_remap.filter(|&x| x > 1);
     let panel = k.attrs.swizzle_panel.filter(|&x| x > 1);
-    if vars.len() != 2 || (xcd.is_none() && panel.is_none()) {
+    // A 3-d grid rasterizes (x, y) within each z in panels; the XCD remap is 2-d only.
+    let xcd = k.attrs.xcd_remap.filter(|&x| x > 1 && vars.len() == 2);
+    let planar = vars.len() == 2 || (vars.len() == 3 && panel.is_some());
+    if !planar || (xcd.is_none() && panel.is_none()) {
         for (v, a) in vars.iter().zip(axes) {
             p.line(&format!(
                 "const int32_t {v} = (int32_t)__builtin_amdgcn_workgroup_id_{a}();"
@@ -390,6 +392,11 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
                 vars[1]
             ));
         }
+    }
+    if let Some(z) = vars.get(2) {
+        p.line(&format!(
+            "const int32_t {z} = (int32_t)__builtin_amdgcn_workgroup_id_z();"
+        ));
     }
 }
 

@@ -210,11 +210,15 @@ pub fn block_var_values(
     xcd: Option<u32>,
 ) -> [i64; 3] {
     let (gx, gy) = (grid[0], grid[1]);
-    let Some(n) = gx.checked_mul(gy).filter(|_| ndim == 2 && gx > 0 && gy > 0) else {
+    // A 3-d grid rasterizes (x, y) within each z in panels too; the XCD remap is 2-d only.
+    let Some(n) = gx
+        .checked_mul(gy)
+        .filter(|_| (ndim == 2 || (ndim == 3 && panel.is_some())) && gx > 0 && gy > 0)
+    else {
         return b;
     };
     let mut l = b[1] * gx + b[0];
-    if let Some(x) = xcd.filter(|&x| x > 1) {
+    if let Some(x) = xcd.filter(|&x| x > 1 && ndim == 2) {
         l = xcd_remap(l, n, x as i64);
     }
     match panel {

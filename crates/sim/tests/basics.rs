@@ -315,6 +315,55 @@ fn scalar_params_and_block_swizzle() {
     assert_eq!(v.iter().sum::<f64>(), 1.0);
 }
 
+/// A 3-d grid with a panel swizzle rasterizes (x, y) within each z: every (x, y, z) tile is
+/// computed once, by a block of the same z, and hardware block (1, 0, z) takes tile (x 0,
+/// y 1), as in a 2-d grid.
+#[test]
+fn block_swizzle_of_a_3d_grid_stays_within_each_z() {
+    let out = global(
+        "out",
+        vec![Expr::int(2), Expr::int(4), Expr::int(4)],
+        DType::I32,
+    );
+    let mut k = kernel(
+        "swz3",
+        vec![],
+        vec![output(&out)],
+        vec![Expr::int(4), Expr::int(4), Expr::int(2)],
+        1,
+        |b, v| {
+            b.store_nd(
+                &out,
+                vec![v[2].clone(), v[1].clone(), v[0].clone()],
+                v[2].clone() + 1,
+            );
+        },
+    );
+    k.attrs.swizzle_panel = Some(2);
+    let mut args = vec![SimArg::zeros(DType::I32, &[2, 4, 4])];
+    let r = run(&k, &mut args, &opts()).expect("runs");
+    assert_eq!(r.blocks, 32);
+    let want: Vec<f64> = (0..32).map(|i| (i / 16 + 1) as f64).collect();
+    assert_eq!(
+        args[0].to_f64(DType::I32),
+        want,
+        "every tile once, in its own z"
+    );
+    let mut args = vec![SimArg::zeros(DType::I32, &[2, 4, 4])];
+    let o = SimOptions {
+        blocks: Some(vec![[1, 0, 1]]),
+        ..opts()
+    };
+    run(&k, &mut args, &o).expect("runs");
+    let v = args[0].to_f64(DType::I32);
+    assert_eq!(
+        v[16 + 4],
+        2.0,
+        "hardware block (1, 0, 1) computes z 1, row 1, column 0"
+    );
+    assert_eq!(v.iter().sum::<f64>(), 2.0);
+}
+
 #[test]
 fn vector_copies_and_alignment() {
     let a = global("a", vec![Expr::int(64)], DType::F16);

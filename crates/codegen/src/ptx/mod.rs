@@ -254,7 +254,8 @@ fn array_registers(k: &Kernel) -> u64 {
 }
 
 /// Bind the block index variables: `%ctaid`, or for a 2-d grid with a panel swizzle the
-/// rasterized indices of [`tl_ir::ops::panel_block_indices`] over the linear block number.
+/// rasterized indices of [`tl_ir::ops::panel_block_indices`] over the linear block number (a
+/// 3-d grid: the same for (x, y) within each z).
 fn block_indices(em: &mut Emitter, k: &Kernel) -> emit::R<()> {
     let axes = ["x", "y", "z"];
     let mut ctaid = vec![];
@@ -265,7 +266,7 @@ fn block_indices(em: &mut Emitter, k: &Kernel) -> emit::R<()> {
         ctaid.push(r);
     }
     match k.attrs.swizzle_panel {
-        Some(panel) if panel > 1 && k.block_vars.len() == 2 => {
+        Some(panel) if panel > 1 && matches!(k.block_vars.len(), 2 | 3) => {
             fn var(em: &mut Emitter, name: &str, reg: String) -> Expr {
                 let v = Var::new(name, DType::I32);
                 em.env.insert(v.id(), Val::Reg(reg, Class::B32));
@@ -287,6 +288,9 @@ fn block_indices(em: &mut Emitter, k: &Kernel) -> emit::R<()> {
             for (v, e) in k.block_vars.iter().zip(logical) {
                 let val = em.expr(&e)?;
                 em.env.insert(v.id(), val);
+            }
+            if let (Some(z), Some(r)) = (k.block_vars.get(2), ctaid.get(2)) {
+                em.env.insert(z.id(), Val::Reg(r.clone(), Class::B32));
             }
         }
         _ => {

@@ -40,6 +40,15 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         (Some(panel), 2) if panel > 1 => {
             tl_ir::ops::panel_block_indices(t.clone(), g[0].clone(), g[1].clone(), panel).to_vec()
         }
+        // A 3-d grid: (x, y) in panels within each z, as for a launched grid.
+        (Some(panel), 3) if panel > 1 => {
+            let plane = g[0].clone() * g[1].clone();
+            let within = Expr::binary(BinOp::Mod, t.clone(), plane.clone());
+            let mut v =
+                tl_ir::ops::panel_block_indices(within, g[0].clone(), g[1].clone(), panel).to_vec();
+            v.push(Expr::binary(BinOp::Div, t.clone(), plane));
+            v
+        }
         _ => {
             let mut out = vec![];
             let mut rest = t.clone();

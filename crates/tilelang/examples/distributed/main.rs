@@ -101,6 +101,10 @@ struct Args {
     /// sizes; off by default, slower on 4 H100s at the large shapes)
     #[arg(long)]
     ws: bool,
+    /// ag-gemm, gemm-rs: rasterize the GEMM tiles in panels of this many row tiles (0: row by
+    /// row)
+    #[arg(long, default_value_t = 0)]
+    panel: u32,
 }
 
 impl Args {
@@ -170,7 +174,7 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
 }
 
 fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
-    let cfg = tiles_only(a, sim)?;
+    let cfg = tiles_only(a, sim)?.panels(a.panel);
     Ok(if a.ws { cfg.specialized() } else { cfg })
 }
 

@@ -141,6 +141,10 @@ pub struct AgGemmConfig {
     /// consumers' waits before its loads). Off by default: on 4 H100s it made AG + GEMM at
     /// N = 28672 and GEMM + RS at K = 28672 15–20% slower (docs/performance.md).
     pub warp_specialize: bool,
+    /// Rasterize the GEMM's tiles in panels of this many row tiles (`use_swizzle`, within
+    /// each z of the grid), so the blocks resident at once share `B` tiles in L2; 0 or 1: row
+    /// by row.
+    pub panel: u32,
 }
 
 impl AgGemmConfig {
@@ -152,7 +156,13 @@ impl AgGemmConfig {
             stages,
             threads,
             warp_specialize: false,
+            panel: 0,
         }
+    }
+
+    /// The same tiles rasterized in panels of `panel` row tiles (see `panel`).
+    pub fn panels(self, panel: u32) -> AgGemmConfig {
+        AgGemmConfig { panel, ..self }
     }
 
     /// The same tiles with a producer warpgroup (see `warp_specialize`).
@@ -192,6 +202,7 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         stages,
         threads,
         warp_specialize: ws,
+        panel,
     } = cfg;
     Kernel::build("ag_gemm", |k| {
         let (r, m, n, kd) = (k.ranks_dim("R"), k.dim("M"), k.dim("N"), k.dim("K"));
@@ -213,6 +224,9 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
                 // rows before its TMA loads.
                 if ws {
                     t.warp_specialize(true);
+                }
+                if panel > 1 {
+                    t.use_swizzle(panel);
                 }
                 let tid = t.thread_idx();
                 t.if_(bz.lt(&d.num_ranks), |t| {
@@ -357,6 +371,7 @@ pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kern
         stages,
         threads,
         warp_specialize: ws,
+        panel,
     } = cfg;
     Kernel::build("gemm_rs", |k| {
         let (r, mq, n, kd) = (k.ranks_dim("R"), k.dim("MQ"), k.dim("N"), k.dim("K"));
@@ -383,6 +398,9 @@ pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kern
             |t, [bx, by, bz]| {
                 if ws {
                     t.warp_specialize(true);
+                }
+                if panel > 1 {
+                    t.use_swizzle(panel);
                 }
                 let tid = t.thread_idx();
                 let zero = Expr::int(0);
