@@ -91,7 +91,7 @@ for phase in $phases; do
     # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
     # PERF_KERNELS and PERF_RANKS pick (default: both kernels, 8/4/2 ranks where there are
     # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS), PERF_WS=1 adds runs with a
-    # producer warpgroup (--ws), PERF_PANEL=N runs rasterized in panels of N row tiles
+    # producer warpgroup (--ws), PERF_PANEL=N adds runs rasterized in panels of N row tiles (the default: 8)
     # (--panel). GEMM+RS also runs with bf16 partials.
     for r in ${PERF_RANKS:-$(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done)}; do
       m=$((8192 / r))
@@ -106,7 +106,7 @@ for phase in $phases; do
             name="perf gemm-rs ours R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 ${TILES:+--tiles "$TILES"}
             name="perf gemm-rs ours bf16 partials R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 ${TILES:+--tiles "$TILES"}
             if [ -n "${PERF_PANEL:-}" ]; then name="perf gemm-rs ours bf16 partials panel $PERF_PANEL R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
-            if [ -n "${PERF_WS:-}" ]; then name="perf gemm-rs ours ws R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --ws ${TILES:+--tiles "$TILES"}; fi
+            if [ -n "${PERF_WS:-}" ]; then name="perf gemm-rs ours bf16 partials ws R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --ws ${TILES:+--tiles "$TILES"}; fi
             name="perf gemm-rs peers R=$r K=$big"; peers "$r" --op gemm-rs --shape "$m,8192,$((big / r))"
           fi
         done

@@ -102,9 +102,10 @@ struct Args {
     #[arg(long)]
     ws: bool,
     /// ag-gemm, gemm-rs: rasterize the GEMM tiles in panels of this many row tiles (0: row by
-    /// row)
-    #[arg(long, default_value_t = 0)]
-    panel: u32,
+    /// row); default 8 on a GPU (17% faster AG+GEMM at N = 28672 on 4 H100s), 0 in the
+    /// simulator
+    #[arg(long)]
+    panel: Option<u32>,
 }
 
 impl Args {
@@ -174,7 +175,7 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
 }
 
 fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
-    let cfg = tiles_only(a, sim)?.panels(a.panel);
+    let cfg = tiles_only(a, sim)?.panels(a.panel.unwrap_or(if sim { 0 } else { 8 }));
     Ok(if a.ws { cfg.specialized() } else { cfg })
 }
 
