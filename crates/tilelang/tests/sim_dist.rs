@@ -2109,3 +2109,32 @@ fn panel_rasterized_gemms_match_row_by_row() {
     assert_eq!(a[0][4], b[0][4]);
     assert_eq!(a[1][4], b[1][4]);
 }
+
+/// A TMA store leaves its global writes in flight (the epilogue waits only until the store
+/// has read its shared tile), so a buffer the kernel reads back takes the ordinary stores:
+/// GEMM + RS's staged bf16 partials, which its blocks push to peers right after. (On 4 H100s
+/// the TMA-stored partials came out wrong, relative error 0.21; the simulator writes a TMA
+/// store's bytes at issue and cannot see that.) A plain warp-specialized GEMM's output still
+/// goes out by TMA store.
+#[test]
+fn a_buffer_read_back_in_the_kernel_is_not_tma_stored() {
+    use tilelang::kernels::dist::{gemm_rs_partials, AgGemmConfig};
+    let cfg = AgGemmConfig::tiles(128, 256, 64, 3, 256).specialized();
+    let rs = gemm_rs_partials(BF16, cfg, BF16)
+        .lower_aligned(Target::SM90)
+        .expect("lower");
+    assert!(rs.attrs.warp_specialized.is_some());
+    assert!(
+        !format!("{rs:?}").contains("tma_store"),
+        "STAGE went out by TMA store"
+    );
+    let gemm = tilelang::kernels::gemm::gemm(
+        tilelang::kernels::gemm::Layout::NT,
+        BF16,
+        BF16,
+        tilelang::kernels::gemm::GemmConfig::hopper(),
+    )
+    .lower_aligned(Target::SM90)
+    .expect("lower");
+    assert!(format!("{gemm:?}").contains("tma_store"), "the control");
+}

@@ -536,6 +536,11 @@ impl Ctx<'_> {
         if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
             return None;
         }
+        // The kernel reads the tensor back (GEMM + RS pushes its staged partials to a peer):
+        // its writes must be complete, which the epilogue's store does not wait for.
+        if self.read_back.contains(&dst.buffer.id()) {
+            return None;
+        }
         let shape = frag.buffer.const_shape()?;
         let eb = dst.buffer.dtype().bytes() as i64;
         let tile = shape.iter().product::<i64>() * eb;
