@@ -77,7 +77,7 @@ for phase in $phases; do
     done
     # Sizes every tensor's rows take as 16-byte units: the TMA, warp-specialized variant.
     for k in ag-gemm gemm-rs; do
-      for ws in "" --ws; do
+      for ws in "" --no-ws; do
         name="smoke $k aligned $ws $all ranks"; ours "$all" --kernel "$k" --m 512 --n 1024 --k 512 --reps 5 --check-rows 0 --check-every --back-to-back 10 $ws
       done
     done
@@ -90,8 +90,9 @@ for phase in $phases; do
     # Column-parallel (AG+GEMM): per rank A [8192/R, 8192], B [N/R, 8192].
     # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
     # PERF_KERNELS and PERF_RANKS pick (default: both kernels, 8/4/2 ranks where there are
-    # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS), PERF_WS=1 adds runs with a
-    # producer warpgroup (--ws), PERF_PANEL=N adds runs rasterized in panels of N row tiles (the default: 8)
+    # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS), PERF_WS=1 adds runs without
+    # the producer warpgroup (--no-ws), PERF_PANEL=N adds runs rasterized in panels of N row
+    # tiles (the default: 8)
     # (--panel). GEMM+RS also runs with bf16 partials.
     for r in ${PERF_RANKS:-$(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done)}; do
       m=$((8192 / r))
@@ -100,13 +101,13 @@ for phase in $phases; do
           if [ "$kern" = ag-gemm ]; then
             name="perf ag-gemm ours R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 ${TILES:+--tiles "$TILES"}
             if [ -n "${PERF_PANEL:-}" ]; then name="perf ag-gemm ours panel $PERF_PANEL R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
-            if [ -n "${PERF_WS:-}" ]; then name="perf ag-gemm ours ws R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --ws ${TILES:+--tiles "$TILES"}; fi
+            if [ -n "${PERF_WS:-}" ]; then name="perf ag-gemm ours no-ws R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --no-ws ${TILES:+--tiles "$TILES"}; fi
             name="perf ag-gemm peers R=$r N=$big"; peers "$r" --op ag-gemm --shape "$m,$((big / r)),8192"
           else
             name="perf gemm-rs ours R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 ${TILES:+--tiles "$TILES"}
             name="perf gemm-rs ours bf16 partials R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 ${TILES:+--tiles "$TILES"}
             if [ -n "${PERF_PANEL:-}" ]; then name="perf gemm-rs ours bf16 partials panel $PERF_PANEL R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
-            if [ -n "${PERF_WS:-}" ]; then name="perf gemm-rs ours bf16 partials ws R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --ws ${TILES:+--tiles "$TILES"}; fi
+            if [ -n "${PERF_WS:-}" ]; then name="perf gemm-rs ours bf16 partials no-ws R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 --partials bf16 --no-ws ${TILES:+--tiles "$TILES"}; fi
             name="perf gemm-rs peers R=$r K=$big"; peers "$r" --op gemm-rs --shape "$m,8192,$((big / r))"
           fi
         done

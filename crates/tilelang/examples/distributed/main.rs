@@ -97,13 +97,16 @@ struct Args {
     /// exactly)
     #[arg(long, default_value = "f32")]
     partials: String,
-    /// ag-gemm, gemm-rs: a producer warpgroup for the GEMM's TMA loads (sm_90a, aligned
-    /// sizes; off by default, slower on 4 H100s at the large shapes)
+    /// ag-gemm, gemm-rs: without the producer warpgroup for the GEMM's TMA loads (on by
+    /// default on a GPU: sm_90a, aligned sizes)
     #[arg(long)]
+    no_ws: bool,
+    /// ag-gemm, gemm-rs: with the producer warpgroup (the simulator's default is without)
+    #[arg(long, conflicts_with = "no_ws")]
     ws: bool,
     /// ag-gemm, gemm-rs: rasterize the GEMM tiles in panels of this many row tiles (0: row by
     /// row); default 8 on a GPU (17% faster AG+GEMM at N = 28672 on 4 H100s), 0 in the
-    /// simulator
+    /// simulator. Large tiles on a GPU: `AgGemmConfig::hopper`
     #[arg(long)]
     panel: Option<u32>,
 }
@@ -176,7 +179,11 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
 
 fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
     let cfg = tiles_only(a, sim)?.panels(a.panel.unwrap_or(if sim { 0 } else { 8 }));
-    Ok(if a.ws { cfg.specialized() } else { cfg })
+    let ws = a.ws || (!sim && !a.no_ws);
+    Ok(AgGemmConfig {
+        warp_specialize: ws,
+        ..cfg
+    })
 }
 
 fn tiles_only(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {

@@ -138,8 +138,9 @@ pub struct AgGemmConfig {
     pub stages: u32,
     pub threads: u32,
     /// A producer warpgroup for the GEMM's TMA loads (sm_90a, aligned sizes; it repeats the
-    /// consumers' waits before its loads). Off by default: on 4 H100s it made AG + GEMM at
-    /// N = 28672 and GEMM + RS at K = 28672 15–20% slower (docs/performance.md).
+    /// consumers' waits before its loads). On 4 H100s it made AG + GEMM at N = 28672 and
+    /// GEMM + RS at K = 28672 15–23% slower with tiles walked row by row, and 4–14% faster
+    /// with panel rasterization ([`AgGemmConfig::hopper`] has both; docs/performance.md).
     pub warp_specialize: bool,
     /// Rasterize the GEMM's tiles in panels of this many row tiles (`use_swizzle`, within
     /// each z of the grid), so the blocks resident at once share `B` tiles in L2; 0 or 1: row
@@ -163,6 +164,14 @@ impl AgGemmConfig {
     /// The same tiles rasterized in panels of `panel` row tiles (see `panel`).
     pub fn panels(self, panel: u32) -> AgGemmConfig {
         AgGemmConfig { panel, ..self }
+    }
+
+    /// The fastest found on 4 H100s at the tensor-parallel shapes: 128×256×64 tiles in 3
+    /// stages, two consumer warpgroups and a producer one, rasterized in panels of 8 row tiles.
+    pub fn hopper() -> AgGemmConfig {
+        AgGemmConfig::tiles(128, 256, 64, 3, 256)
+            .specialized()
+            .panels(8)
     }
 
     /// The same tiles with a producer warpgroup (see `warp_specialize`).
