@@ -622,27 +622,8 @@ fn gemm_rs_matches_the_single_device_sum() {
             (2, (70, 72, 48)),
             (3, (40, 64, 32)),
         ] {
-            let (tm, tn) = (mq.div_ceil(bm), n.div_ceil(bn));
             let mut args: Vec<Vec<SimArg>> = (0..ranks)
-                .map(|r| {
-                    vec![
-                        SimArg::tensor(BF16, &[ranks, mq, kk], &pattern(r, ranks * mq * kk)),
-                        SimArg::tensor(BF16, &[n, kk], &pattern(50 + r, n * kk)),
-                        SimArg::zeros(F32, &[ranks, tm, tn, bm, bn]),
-                        SimArg::tensor(
-                            F32,
-                            &[ranks, tm, tn, bm, bn],
-                            &vec![f64::NAN; ranks * tm * tn * bm * bn],
-                        ),
-                        SimArg::tensor(F32, &[mq, n], &vec![f64::NAN; mq * n]),
-                        SimArg::zeros(I32, &[tm, tn]),
-                        SimArg::zeros(I32, &[ranks]),
-                        SimArg::Int(1),
-                        SimArg::Int(r as i64),
-                        SimArg::Int(ranks as i64),
-                        SimArg::Int(0),
-                    ]
-                })
+                .map(|r| gemm_rs_args(r, ranks, (mq, n, kk), (bm, bn)))
                 .collect();
             let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
                 .unwrap_or_else(|e| panic!("{target}, {ranks} ranks, {mq}x{n}x{kk}: {e}"));
@@ -1848,7 +1829,12 @@ fn gemm_rs_args(
         SimArg::tensor(BF16, &[ranks, mq, kk], &pattern(r, ranks * mq * kk)),
         SimArg::tensor(BF16, &[n, kk], &pattern(50 + r, n * kk)),
         SimArg::zeros(F32, &[ranks, tm, tn, bm, bn]),
-        SimArg::zeros(F32, &[ranks, tm, tn, bm, bn]),
+        // Partials nobody has pushed read as NaN.
+        SimArg::tensor(
+            F32,
+            &[ranks, tm, tn, bm, bn],
+            &vec![f64::NAN; ranks * tm * tn * bm * bn],
+        ),
         SimArg::tensor(F32, &[mq, n], &vec![f64::NAN; mq * n]),
         SimArg::zeros(I32, &[tm, tn]),
         SimArg::zeros(I32, &[ranks]),

@@ -678,7 +678,8 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let limit = std::time::Duration::from_secs_f64(a.call_timeout.max(0.001));
     // One call, timed alone; a call still running after `limit` waits on a peer that is not
     // coming: say so (naming the rank the rendezvous finds missing) instead of hanging.
-    let launch = |epoch: i64| -> anyhow::Result<f64> {
+    // A call's arguments: the buffers, `epoch` where the kernel takes it, then this rank's.
+    let call_args = |epoch: i64| -> anyhow::Result<Vec<Arg>> {
         let mut args: Vec<Arg> = vec![];
         for (l, s) in locals.iter().zip(&syms) {
             match (l, s) {
@@ -695,6 +696,10 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             Arg::Int(world as i64),
             Arg::Int(heap.stride() as i64),
         ]);
+        Ok(args)
+    };
+    let launch = |epoch: i64| -> anyhow::Result<f64> {
+        let args = call_args(epoch)?;
         match exe.run_timed(&args, limit)? {
             Some(ms) => Ok(ms),
             None => {
@@ -764,22 +769,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         let first = 2 + (a.warmup + a.reps) as i64;
         let t = Instant::now();
         for e in 0..a.back_to_back as i64 {
-            let epoch = first + e;
-            let mut args: Vec<Arg> = vec![];
-            for (l, s) in locals.iter().zip(&syms) {
-                match (l, s) {
-                    (Some(t), _) => args.push(Arg::Tensor(t)),
-                    (None, Some((_, e))) => args.push(Arg::External(e)),
-                    _ => anyhow::bail!("a buffer with no memory"),
-                }
-            }
-            args.extend([
-                Arg::Int(epoch),
-                Arg::Int(me as i64),
-                Arg::Int(world as i64),
-                Arg::Int(heap.stride() as i64),
-            ]);
-            exe.run_args(&args)?;
+            exe.run_args(&call_args(first + e)?)?;
         }
         if !exe.synchronize_within(limit * a.back_to_back as u32)? {
             eprintln!(

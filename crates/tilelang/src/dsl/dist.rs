@@ -485,27 +485,7 @@ impl TileScope {
     #[track_caller]
     pub fn wait(&mut self, flag: Expr, cmp: CmpOp, value: impl Into<Expr>) {
         let span = self.here();
-        if !flag.dtype().is_int() {
-            self.error(
-                Diagnostic::new(
-                    DiagKind::InvalidArgument,
-                    span,
-                    format!("a wait on a {} flag", flag.dtype()),
-                )
-                .help("flags are integers (i32, u32, i64 or u64)"),
-            );
-        }
-        let args = self.mem_args("wait", flag, vec![value.into()], None, span);
-        let call = Expr::call(
-            Intrinsic::WaitUntil {
-                cmp,
-                scope: MemScope::Sys,
-                wrapping: false,
-            },
-            args,
-            DType::Bool,
-        );
-        self.push(StmtKind::Eval(call), span);
+        self.push_wait(("wait", "flag"), flag, (cmp, false), value.into(), span);
     }
 
     /// Wait until the counter `flag` (on this rank's copy) has reached `value`: `flag − value`,
@@ -516,22 +496,41 @@ impl TileScope {
     #[track_caller]
     pub fn wait_counter(&mut self, flag: Expr, value: impl Into<Expr>) {
         let span = self.here();
+        self.push_wait(
+            ("wait_counter", "counter"),
+            flag,
+            (CmpOp::Ge, true),
+            value.into(),
+            span,
+        );
+    }
+
+    /// A `WaitUntil` at system scope on an integer element of this rank (`op` and `what`
+    /// name the call and the element in errors).
+    fn push_wait(
+        &mut self,
+        (op, what): (&str, &str),
+        flag: Expr,
+        (cmp, wrapping): (CmpOp, bool),
+        value: Expr,
+        span: tl_ir::Span,
+    ) {
         if !flag.dtype().is_int() {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
                     span,
-                    format!("a wait on a {} counter", flag.dtype()),
+                    format!("a wait on a {} {what}", flag.dtype()),
                 )
-                .help("counters are integers (i32, u32, i64 or u64)"),
+                .help(format!("{what}s are integers (i32, u32, i64 or u64)")),
             );
         }
-        let args = self.mem_args("wait_counter", flag, vec![value.into()], None, span);
+        let args = self.mem_args(op, flag, vec![value], None, span);
         let call = Expr::call(
             Intrinsic::WaitUntil {
-                cmp: CmpOp::Ge,
+                cmp,
                 scope: MemScope::Sys,
-                wrapping: true,
+                wrapping,
             },
             args,
             DType::Bool,
