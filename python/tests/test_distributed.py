@@ -11,17 +11,31 @@ from tilelang_rs import language as T
 R, N = T.symbolic("R"), T.symbolic("N")
 
 
-@T.prim_func
-def all_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+def gather(counted):
+    """An all-gather whose flags hold the epoch (``counted=False``: set, then ``wait_ge``) or
+    count arrivals (``counted=True``: add 1, then ``wait_counter``, wrap-safe)."""
+
+    @T.prim_func
+    def kernel(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
                FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
-    with T.Kernel(T.get_num_ranks(), threads=64) as p:
-        rank = T.get_rank()
-        T.put_block(X[0], OUT[rank, 0], N, p)
-        T.sync_threads()
-        if T.get_thread_binding() == 0:
-            T.signal(FLAGS[rank], epoch, p)
-            T.wait_ge(FLAGS[p], epoch)
-        T.sync_threads()
+        with T.Kernel(T.get_num_ranks(), threads=64) as p:
+            rank = T.get_rank()
+            T.put_block(X[0], OUT[rank, 0], N, p)
+            T.sync_threads()
+            if T.get_thread_binding() == 0:
+                if counted:
+                    T.signal(FLAGS[rank], 1, p, op="add")
+                    T.wait_counter(FLAGS[p], epoch)
+                else:
+                    T.signal(FLAGS[rank], epoch, p)
+                    T.wait_ge(FLAGS[p], epoch)
+            T.sync_threads()
+
+    return kernel
+
+
+all_gather = gather(counted=False)
+counted_gather = gather(counted=True)
 
 
 def args(r, ranks, n, epoch=1):
@@ -127,19 +141,6 @@ def test_warp_puts_reach_the_next_rank(ranks):
         prev = (r + ranks - 1) % ranks
         np.testing.assert_array_equal(per_rank[r][1][prev], per_rank[prev][0])
         assert per_rank[r][2][prev] == 4
-
-
-@T.prim_func
-def counted_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
-                   FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
-    with T.Kernel(T.get_num_ranks(), threads=64) as p:
-        rank = T.get_rank()
-        T.put_block(X[0], OUT[rank, 0], N, p)
-        T.sync_threads()
-        if T.get_thread_binding() == 0:
-            T.signal(FLAGS[rank], 1, p, op="add")
-            T.wait_counter(FLAGS[p], epoch)
-        T.sync_threads()
 
 
 def test_a_counter_wait_holds_across_wrap_around():

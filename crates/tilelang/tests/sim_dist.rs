@@ -1256,23 +1256,8 @@ fn random_multi_rank_launches_agree_with_their_references() {
             }
             _ => {
                 let nn = 1 + next(100);
-                let (tm, tn) = (m.div_ceil(64), nn.div_ceil(64));
                 let a = (0..ranks)
-                    .map(|r| {
-                        vec![
-                            SimArg::tensor(BF16, &[ranks, m, kk], &pattern(r, ranks * m * kk)),
-                            SimArg::tensor(BF16, &[nn, kk], &pattern(50 + r, nn * kk)),
-                            SimArg::zeros(F32, &[ranks, tm, tn, 64, 64]),
-                            SimArg::zeros(F32, &[ranks, tm, tn, 64, 64]),
-                            SimArg::tensor(F32, &[m, nn], &vec![f64::NAN; m * nn]),
-                            SimArg::zeros(I32, &[tm, tn]),
-                            SimArg::zeros(I32, &[ranks]),
-                            SimArg::Int(1),
-                            SimArg::Int(r as i64),
-                            SimArg::Int(ranks as i64),
-                            SimArg::Int(0),
-                        ]
-                    })
+                    .map(|r| gemm_rs_args(r, ranks, (m, nn, kk), (64, 64)))
                     .collect();
                 let want = (0..ranks)
                     .map(|q| {
