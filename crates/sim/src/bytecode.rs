@@ -301,7 +301,12 @@ pub enum Instr {
     /// `cp.async.bulk.commit_group`.
     BulkCommit,
     /// `cp.async.bulk.wait_group{.read} n`.
-    BulkWait(u32),
+    /// `cp.async.bulk.wait_group[.read] n`: with `read`, only the sources are free after it;
+    /// without, the stores' global writes are complete too.
+    BulkWait {
+        n: u32,
+        read: bool,
+    },
     /// End of the kernel body.
     Exit,
 }

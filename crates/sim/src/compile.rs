@@ -952,8 +952,9 @@ impl Compiler<'_> {
                 }
             }
             Intrinsic::BulkCommit => Instr::BulkCommit,
-            // The model writes global memory at issue: both waits only free the sources.
-            Intrinsic::BulkWait { n, .. } => Instr::BulkWait(*n),
+            // The model writes global memory at issue, but keeps the bytes "in flight" until
+            // the issuing thread's full wait (`Mem::tma_writes`).
+            Intrinsic::BulkWait { n, read } => Instr::BulkWait { n: *n, read: *read },
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
             Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,

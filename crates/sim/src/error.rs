@@ -184,6 +184,18 @@ pub enum SimError {
         read_at: Span,
     },
 
+    /// A read of global bytes a TMA store wrote before its issuing thread waited for the store
+    /// to land (`cp.async.bulk.wait_group 0` without `.read`): on a GPU the read may see the
+    /// old bytes.
+    #[error("{reader} reads global `{buffer}` byte {offset}, which the TMA store {writer} issued may not have written yet; the issuing thread must wait for the store to land (cp.async.bulk.wait_group 0, not .read) before a barrier or signal that orders this read — or store that tensor without TMA")]
+    TmaStoreInFlight {
+        buffer: String,
+        offset: usize,
+        /// "thread T of block [x, y, z] at FILE:LINE", of the read and of the store.
+        reader: String,
+        writer: String,
+    },
+
     /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
     #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
     OutOfBounds {

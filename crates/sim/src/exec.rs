@@ -559,9 +559,13 @@ impl Interp<'_, '_> {
                     }
                 }
                 Instr::BulkCommit => th.bulk.commit(),
-                Instr::BulkWait(n) => {
+                Instr::BulkWait { n, read } => {
                     for g in th.bulk.wait(*n) {
                         self.mem.wgmma_reads_end(&g);
+                    }
+                    // A full wait for every group: this thread's stores have landed.
+                    if !*read && *n == 0 {
+                        self.mem.tma_writes_land(th.tid);
                     }
                 }
                 Instr::TmaStore {

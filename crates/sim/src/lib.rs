@@ -347,6 +347,7 @@ pub fn run_ranks_calls(
             wgmma_reads: Default::default(),
             mbars: Default::default(),
             named_arrivals: Default::default(),
+            tma_writes: Default::default(),
             order: None,
         },
         stats: Stats::default(),

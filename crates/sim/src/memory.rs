@@ -45,9 +45,67 @@ pub struct Mem<'p, 'g> {
     /// Named barriers' current phases that threads have arrived at without waiting
     /// (`bar.arrive`): id → (threads the barrier counts, threads arrived).
     pub named_arrivals: std::collections::HashMap<u32, (u32, u32)>,
+    /// Global bytes TMA stores wrote whose issuing thread has not yet waited for them to land
+    /// (`cp.async.bulk.wait_group 0` without `.read`), by (rank, buffer): (first byte, end,
+    /// issuing block, thread, instruction). A generic read of them is reported: the model
+    /// writes at issue, a GPU later.
+    pub tma_writes: TmaWrites,
 }
 
+/// See [`Mem::tma_writes`].
+pub type TmaWrites =
+    std::collections::HashMap<(usize, u32), Vec<(usize, usize, [i64; 3], u32, u32)>>;
+
 impl<'p, 'g> Mem<'p, 'g> {
+    /// A TMA store of the running block's thread `tid` wrote `[lo, hi)` of global `buf`.
+    pub fn tma_write(&mut self, buf: u32, (lo, hi): (usize, usize), tid: u32, pc: u32) {
+        let (rank, block) = (self.rank, self.block);
+        self.tma_writes
+            .entry((rank, buf))
+            .or_default()
+            .push((lo, hi, block, tid, pc));
+    }
+
+    /// Thread `tid` of the running block waited for all its TMA stores to land.
+    pub fn tma_writes_land(&mut self, tid: u32) {
+        let (rank, block) = (self.rank, self.block);
+        for ((r, _), v) in self.tma_writes.iter_mut() {
+            if *r == rank {
+                v.retain(|&(_, _, b, t, _)| !(b == block && t == tid));
+            }
+        }
+        self.tma_writes.retain(|_, v| !v.is_empty());
+    }
+
+    /// A generic read of `[off, off + len)` of global `buf` on this rank must not see bytes a
+    /// TMA store still has in flight.
+    fn check_tma_landed(&self, buf: u32, off: usize, len: usize, who: Rec) -> Result<(), SimError> {
+        let Some(v) = self.tma_writes.get(&(self.rank, buf)) else {
+            return Ok(());
+        };
+        if let Some(&(lo, _, block, tid, pc)) =
+            v.iter().find(|&&(lo, hi, ..)| lo < off + len && off < hi)
+        {
+            let info = self.info(buf);
+            let at = |t: u32, b: [i64; 3], pc: u32| {
+                format!(
+                    "thread {t} of block [{}, {}, {}] at {}",
+                    b[0],
+                    b[1],
+                    b[2],
+                    self.prog.span(pc as usize)
+                )
+            };
+            return Err(SimError::TmaStoreInFlight {
+                buffer: info.name.clone(),
+                offset: off.max(lo),
+                reader: at(who.tid as u32, self.block, who.pc),
+                writer: at(tid, block, pc),
+            });
+        }
+        Ok(())
+    }
+
     pub fn info(&self, buf: u32) -> &'p BufInfo {
         // The compiler only emits indices of buffers it put in the table.
         &self.prog.bufs[buf as usize]
@@ -476,6 +534,7 @@ impl<'p, 'g> Mem<'p, 'g> {
         let len = len.min(16);
         let src: &[u8] = match info.scope {
             Scope::Global => {
+                self.check_tma_landed(buf, off, len, who)?;
                 let when = self.when(who.tid as u32);
                 self.global_writes
                     .read(info.base, off, len, who, when)

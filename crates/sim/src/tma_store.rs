@@ -3,7 +3,9 @@
 //! elements outside the tensor not written — and keeps the shared bytes "being read" until
 //! the issuing thread's bulk wait retires the store, so a write to them before then is
 //! reported (`WriteDuringTmaStore`). The box's shared bytes must be visible to the async
-//! proxy (each writer fenced, then a barrier), as for wgmma.
+//! proxy (each writer fenced, then a barrier), as for wgmma. The global bytes count as in
+//! flight until the issuing thread's full bulk wait (not `.read`): a generic read of them
+//! before then is reported (`TmaStoreInFlight`), since a GPU may not have written them yet.
 
 use crate::bytecode::{MemRef, E};
 use crate::error::SimError;
@@ -61,6 +63,8 @@ impl Interp<'_, '_> {
             let bytes = data[from..from + row.len].to_vec();
             self.mem
                 .write(&mut th.local, t.buf, row.global, &bytes, wrote)?;
+            self.mem
+                .tma_write(t.buf, (row.global, row.global + row.len), th.tid, pc);
         }
         self.mem.bulk_reads_begin(&reading, th.tid, pc);
         th.bulk.issue(reading);

@@ -480,6 +480,77 @@ fn tma_store_epilogue_bugs_are_caught() {
     }
 }
 
+/// A TMA store's global writes land after the store is issued (the epilogue waits only
+/// until the store has read its tile): reading them back in the kernel before the issuing
+/// thread's full wait (`cp.async.bulk.wait_group 0`, not `.read`) is reported; after it,
+/// the read is fine. (GEMM + RS on 4 H100s pushed its TMA-stored partials too early and came
+/// out wrong; the compiler no longer TMA-stores buffers the kernel reads back.)
+#[test]
+fn reading_back_a_tma_store_in_flight_is_reported() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(true),
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    let k = gemm::gemm(gemm::Layout::NT, BF16, F32, cfg);
+    let low = tma_variant(&k);
+    assert!(low.to_string().contains("tma_store<"));
+    let c = low
+        .params
+        .iter()
+        .find_map(|p| match p {
+            tilelang::ir::Param::Tensor { buffer, .. } if buffer.name() == "C" => {
+                Some(buffer.clone())
+            }
+            _ => None,
+        })
+        .expect("C");
+    let sh = shapes(gemm::Layout::NT, 64, 64, 128);
+    // Thread 0 (the one that issued the store) reads C back at the kernel's end, after a
+    // wait for the stores: full or `.read`.
+    let read_back = |read: bool| {
+        let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
+        let zero = || vec![Expr::int(0), Expr::int(0)];
+        let tail = Stmt::new(
+            StmtKind::If {
+                cond: tid.eq_(0),
+                then_: Box::new(Stmt::seq(
+                    vec![
+                        Stmt::new(
+                            StmtKind::Eval(Expr::call(
+                                Intrinsic::BulkWait { n: 0, read },
+                                vec![],
+                                DType::Bool,
+                            )),
+                            low.body.span,
+                        ),
+                        Stmt::new(
+                            StmtKind::Store {
+                                buffer: c.clone(),
+                                indices: zero(),
+                                value: Expr::load(&c, zero()),
+                            },
+                            low.body.span,
+                        ),
+                    ],
+                    low.body.span,
+                )),
+                else_: None,
+            },
+            low.body.span,
+        );
+        low.with_body(Stmt::seq(vec![low.body.clone(), tail], low.body.span))
+    };
+    let e =
+        run_vs_cpu(&k, &read_back(true), &sh, 3).expect_err("a read of C before the store landed");
+    assert!(e.contains("may not have written yet"), "{e}");
+    let err = run_vs_cpu(&k, &read_back(false), &sh, 3).expect("after a full wait");
+    assert!(err < 1e-5, "{err}");
+}
+
 /// Warp-specialized attention with two consumer warpgroups takes turns issuing its GEMMs
 /// (FlashAttention-3's ping-pong: `bar.sync` on its own named barrier before each wgmma group,
 /// `bar.arrive` on the other's after the commit), agrees with the CPU backend causal and not,
