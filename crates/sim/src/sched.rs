@@ -275,13 +275,23 @@ pub fn run_concurrent<'p>(
             return Ok(());
         }
         if !progressed {
-            let mut waits = vec![];
+            // Blocks stuck alike (same rank, call and waits) make one line.
+            let mut groups: Vec<(String, String, Vec<[i64; 3]>)> = vec![];
             for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
                 enter_rank(it, progs, c);
                 c.swap(it);
-                waits.push(describe_blocked(it, c.rank, c.call, &c.ths));
+                let (who, what) = describe_blocked(it, c.rank, c.call, &c.ths);
+                let block = it.mem.block;
                 c.swap(it);
+                match groups.iter_mut().find(|g| g.0 == who && g.1 == what) {
+                    Some(g) => g.2.push(block),
+                    None => groups.push((who, what, vec![block])),
+                }
             }
+            let mut waits: Vec<String> = groups
+                .into_iter()
+                .map(|(who, what, blocks)| format!("{who} {}: {what}", fmt_blocks(&blocks)))
+                .collect();
             for r in 0..ranks {
                 let waiting = ctxs.iter().filter(|c| c.rank == r && !c.started).count();
                 if let (true, Some(n)) = (waiting > 0, resident) {
@@ -295,9 +305,24 @@ pub fn run_concurrent<'p>(
     }
 }
 
-/// Where the threads of a blocked block wait, for the deadlock report.
-fn describe_blocked(it: &mut Interp, rank: usize, call: usize, ths: &[Thread]) -> String {
-    let b = it.mem.block;
+/// `block [x, y, z]`, or for several `4 blocks ([x, y, z], …)` (the first three named).
+fn fmt_blocks(blocks: &[[i64; 3]]) -> String {
+    let one = |b: &[i64; 3]| format!("[{}, {}, {}]", b[0], b[1], b[2]);
+    match blocks {
+        [b] => format!("block {}", one(b)),
+        _ => {
+            let mut named: Vec<String> = blocks.iter().take(3).map(one).collect();
+            if blocks.len() > 3 {
+                named.push("…".into());
+            }
+            format!("{} blocks ({})", blocks.len(), named.join(", "))
+        }
+    }
+}
+
+/// Where the threads of a blocked block wait, for the deadlock report: whose (rank and call)
+/// and what they wait for.
+fn describe_blocked(it: &mut Interp, rank: usize, call: usize, ths: &[Thread]) -> (String, String) {
     let mut parts: Vec<String> = vec![];
     let mut seen: Vec<(u32, &'static str)> = vec![];
     for t in ths.iter().filter(|t| t.state != State::Done) {
@@ -342,13 +367,7 @@ fn describe_blocked(it: &mut Interp, rank: usize, call: usize, ths: &[Thread]) -
     } else {
         String::new()
     };
-    format!(
-        "rank {rank}{call} block [{}, {}, {}]: {}",
-        b[0],
-        b[1],
-        b[2],
-        parts.join(", ")
-    )
+    (format!("rank {rank}{call}"), parts.join(", "))
 }
 
 fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {

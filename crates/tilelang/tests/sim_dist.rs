@@ -91,6 +91,17 @@ fn a_wait_nothing_satisfies_is_a_reported_deadlock() {
             && msg.contains(&format!("`FLAGS`[0] on rank 0 >= {} (it is {G})", 2 * G)),
         "{msg}"
     );
+    // Blocks stuck alike make one line: the G that push to rank 1 wait at the handshake.
+    assert!(
+        msg.contains(&format!(
+            "rank 0 {G} blocks ([0, 1, 0], [1, 1, 0], [2, 1, 0], …):"
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.matches("; ").count() < 4,
+        "one line per kind of wait: {msg}"
+    );
 }
 
 #[test]
