@@ -346,7 +346,6 @@ impl Interp<'_, '_> {
         Ok(elem::decode(&b, dt))
     }
 
-    /// Run `th` until it blocks or finishes.
     /// `bar.arrive`: count the thread into the barrier's current phase and go on; the
     /// scheduler completes the phase once the threads waiting at it and those arrived make
     /// its count (`sched::release_named_barriers`).
@@ -372,6 +371,7 @@ impl Interp<'_, '_> {
         Ok(())
     }
 
+    /// Run `th` until it blocks or finishes.
     pub fn run_thread(&mut self, th: &mut Thread) -> Result<(), SimError> {
         let prog = self.prog;
         loop {
@@ -701,8 +701,8 @@ impl Interp<'_, '_> {
                     pc,
                 )?,
                 Instr::Exit => {
-                    // Code generation waits for the thread's TMA stores to have read shared memory before
-                    // it exits.
+                    // Code generation waits for the thread's TMA stores to have read shared
+                    // memory before it exits.
                     for g in th.bulk.wait(0) {
                         self.mem.wgmma_reads_end(&g);
                     }

@@ -276,11 +276,10 @@ pub fn run_ranks_calls(
             if let Some(d) = &kernel.attrs.dist {
                 for v in &d.rank_dims {
                     let got = bound.env.get(&v.id()).map(|x| x.as_i64());
-                    if got.is_some_and(|g| g != n as i64) {
+                    if let Some(g) = got.filter(|&g| g != n as i64) {
                         return Err(SimError::BadArgs(format!(
-                            "rank {r} of {n}: the tensors size `{}` (the number of ranks) as {}, not {n}",
-                            v.name(),
-                            got.unwrap_or_default()
+                            "rank {r} of {n}: the tensors size `{}` (the number of ranks) as {g}, not {n}",
+                            v.name()
                         )));
                     }
                 }

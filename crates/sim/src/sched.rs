@@ -123,7 +123,6 @@ pub struct BlockCtx {
 }
 
 impl BlockCtx {
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         prog: &Program,
         (rank, call, prog_index): (usize, usize, usize),
@@ -207,16 +206,13 @@ pub fn run_concurrent<'p>(
         // A rank's next launch starts when all its blocks of the one before have finished
         // (stream order; the other ranks may be a launch behind): from then on its threads are
         // ordered after everything that launch did.
-        let unfinished: Vec<(usize, usize)> = ctxs
-            .iter()
-            .filter(|c| !c.done)
-            .map(|c| (c.rank, c.call))
-            .collect();
+        let mut current_call = vec![usize::MAX; ranks];
+        for c in ctxs.iter().filter(|c| !c.done) {
+            current_call[c.rank] = current_call[c.rank].min(c.call);
+        }
         let mut boundaries = vec![];
         for c in ctxs.iter_mut().filter(|c| !c.started) {
-            let earlier_running = unfinished
-                .iter()
-                .any(|&(r, call)| r == c.rank && call < c.call);
+            let earlier_running = current_call[c.rank] < c.call;
             if !earlier_running && resident.is_none_or(|n| active[c.rank] < n) {
                 c.started = true;
                 active[c.rank] += 1;
