@@ -393,7 +393,28 @@ impl Stmt {
         out
     }
 
-    /// Visit every statement, pre-order.
+    /// The ids of the buffers this statement may read: tile ops' sources and every loaded
+    /// element (also under an intrinsic's address operand, as a peer copy's source is, or
+    /// an atomic's element).
+    pub fn read_buffers(&self) -> std::collections::HashSet<u64> {
+        let mut out = std::collections::HashSet::new();
+        self.walk(&mut |s| {
+            if let StmtKind::Op(op) = &s.kind {
+                for r in op.regions().0 {
+                    out.insert(r.buffer.id());
+                }
+            }
+            for e in s.exprs() {
+                e.visit(&mut |x| {
+                    if let crate::ExprKind::Load(b, _) = x.kind() {
+                        out.insert(b.id());
+                    }
+                });
+            }
+        });
+        out
+    }
+
     /// The ids of the buffers this statement may write: stores, tile ops' destinations, and
     /// elements updated through their address (atomics, memory-model stores, peer copies).
     pub fn written_buffers(&self) -> std::collections::HashSet<u64> {
@@ -438,6 +459,7 @@ impl Stmt {
         out
     }
 
+    /// Visit every statement, pre-order.
     pub fn walk(&self, f: &mut dyn FnMut(&Stmt)) {
         f(self);
         match &self.kind {

@@ -36,9 +36,9 @@ pub struct Ctx<'a> {
     pub rolled_copies: bool,
     /// Fragment → global copies may go out by TMA store (a warp-specialized kernel).
     pub tma_store: bool,
-    /// Global buffers the kernel reads (a copy's source, a load, an intrinsic's operand): a
-    /// TMA store into one would leave its writes in flight (the epilogue waits only for the
-    /// store to have read shared memory) while the kernel reads them back.
+    /// Buffers the kernel reads (`Stmt::read_buffers`): a TMA store into one would leave its
+    /// writes in flight (the epilogue waits only for the store to have read shared memory)
+    /// while the kernel reads them back.
     pub read_back: std::collections::HashSet<u64>,
     /// `smem_keeps_runs` answers by (buffer id, vector), as they take a walk over the tile.
     pub run_cache: std::cell::RefCell<HashMap<(u64, i64), bool>>,
@@ -68,7 +68,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         wgmma_batch: k.attrs.wgmma_batch.unwrap_or(1),
         rolled_copies: false,
         tma_store: k.attrs.warp_specialized.is_some(),
-        read_back: read_globals(&k.body),
+        read_back: k.body.read_buffers(),
         run_cache: Default::default(),
         per_thread_lets: Default::default(),
         per_thread_branches: 0,
@@ -426,28 +426,4 @@ impl<'a> Ctx<'a> {
 
 fn reads_fragment(e: &Expr) -> bool {
     e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() == Scope::Fragment))
-}
-
-/// The global buffers `body` reads: tile copies' sources and every load (also those under an
-/// intrinsic's address operand, as a peer copy's source is).
-fn read_globals(body: &Stmt) -> std::collections::HashSet<u64> {
-    let mut out = std::collections::HashSet::new();
-    body.walk(&mut |s| {
-        if let StmtKind::Op(tl_ir::TileOp::Copy(c)) = &s.kind {
-            if c.src.buffer.scope() == Scope::Global {
-                out.insert(c.src.buffer.id());
-            }
-        }
-        for e in s.exprs() {
-            e.any(&mut |x| {
-                if let tl_ir::ExprKind::Load(b, _) = x.kind() {
-                    if b.scope() == Scope::Global {
-                        out.insert(b.id());
-                    }
-                }
-                false
-            });
-        }
-    });
-    out
 }

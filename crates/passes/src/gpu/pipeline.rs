@@ -407,6 +407,19 @@ fn read_only_inputs(k: &Kernel) -> std::collections::HashSet<u64> {
 }
 
 impl Pipeliner {
+    /// Whether the loop's loads read a source written in this kernel: a symmetric one by
+    /// peers' puts (acquired by a wait before the loop), any other by blocks handing it over
+    /// through a flag. Those writes went through the generic proxy; TMA reads through the
+    /// async proxy, which the acquire does not order, so the loading thread fences the
+    /// proxies (`fence.proxy.async.global`) before its first load.
+    fn loads_written_source(&self, plan: &PipelinePlan, body: &[&Stmt]) -> bool {
+        plan.producers.iter().any(|&i| {
+            matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
+                if self.symmetric.contains(&c.src.buffer.id())
+                    || !self.read_only.contains(&c.src.buffer.id()))
+        })
+    }
+
     fn rewrite(&mut self, s: &Stmt) -> Stmt {
         let span = s.span;
         match &s.kind {
@@ -785,17 +798,9 @@ impl Pipeliner {
             out.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
         }
         out.push(sync(span));
-        // A source written in this kernel (a symmetric one by peers' puts, acquired by a wait
-        // before the loop; any other by blocks handing it over through a flag) was written
-        // through the generic proxy; TMA reads through the async proxy, which that acquire
-        // does not order. The issuing thread fences the proxies after the barrier above (so
-        // after whichever thread acquired), before its first load.
-        let written_source = plan.producers.iter().any(|&i| {
-            matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
-                if self.symmetric.contains(&c.src.buffer.id())
-                    || !self.read_only.contains(&c.src.buffer.id()))
-        });
-        if written_source {
+        // The issuing thread fences the proxies after the barrier above (so after whichever
+        // thread acquired), before its first load (`loads_written_source`).
+        if self.loads_written_source(plan, &body) {
             out.push(if_then(
                 Some(tid0.clone()),
                 eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span),

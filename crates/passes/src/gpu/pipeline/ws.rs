@@ -316,15 +316,8 @@ impl Pipeliner {
         // (The `warp_specialize` stage elects its thread: here the kernel's threads are all
         // consumers, and a test for a thread past them would simplify away.)
         let mut producer = vec![];
-        // A source written in this kernel (a symmetric one by peers' puts, acquired by the
-        // waits the producer repeats before this loop) was written through the generic proxy;
-        // TMA reads through the async proxy, which the acquire does not order: fence first.
-        let written_source = plan.producers.iter().any(|&i| {
-            matches!(&body[i].kind, StmtKind::Op(TileOp::Copy(c))
-                if self.symmetric.contains(&c.src.buffer.id())
-                    || !self.read_only.contains(&c.src.buffer.id()))
-        });
-        if written_source {
+        // After the waits the producer repeats before this loop (`replicable_wait`).
+        if self.loads_written_source(plan, &body) {
             producer.push(eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span));
         }
         producer.push(serial(&k, n.clone(), Stmt::seq(load, span), span));
