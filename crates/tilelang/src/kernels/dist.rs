@@ -55,6 +55,36 @@ fn await_entry(t: &mut TileScope, ready: &Buffer, peer: &Expr, epoch: &Expr) {
     t.sync_threads();
 }
 
+/// Part `part` of `parts` of a run of `len` elements, `[lo, hi)`: parts of whole 16-byte
+/// units (8 elements cover every element size), so every part's start stays aligned for
+/// vector copies; the last parts may be empty.
+fn vector_part(t: &mut TileScope, part: &Expr, parts: Expr, len: &Expr) -> (Expr, Expr) {
+    let share = ceil_div_positive(len.clone(), parts * 8) * 8;
+    let lo = t.let_("lo", min(part * &share, len.clone()));
+    let hi = t.let_("hi", min(&lo + &share, len.clone()));
+    (lo, hi)
+}
+
+/// After this block's pushes to rank `peer`: a block barrier, then one thread adds 1 to
+/// `peer`'s `flags[rank]` (a release) and waits until `flags[peer]` here has counted all
+/// `per_call` arrivals of `epoch` calls from `peer` (a wrap-safe counter), and a block
+/// barrier hands that on to every thread.
+fn arrive_and_await(
+    t: &mut TileScope,
+    flags: &Buffer,
+    (rank, peer): (&Expr, &Expr),
+    epoch: &Expr,
+    per_call: Expr,
+) {
+    t.sync_threads();
+    let tid = t.thread_idx();
+    t.if_(tid.eq_(0), |t| {
+        t.signal(flags.at([rank.clone()]), peer.clone(), 1, SignalOp::Add);
+        t.wait_counter(flags.at([peer.clone()]), calls_times(epoch, per_call));
+    });
+    t.sync_threads();
+}
+
 /// Blocks that push one rank's shard to one peer in [`all_gather`]: one block alone cannot
 /// keep an NVLink port busy, and every block of the grid must be resident at once (each waits
 /// for a peer's blocks), so the grid stays small: `BLOCKS_PER_PEER · R` blocks.
@@ -106,24 +136,14 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
                     announce_entry(t, &ready, &d.rank, &p, &epoch)
                 });
                 await_entry(t, &ready, &p, &epoch);
-                // Parts of whole 16-byte units (8 elements cover every element size), so every
-                // part's start stays aligned for vector copies.
-                let share = ceil_div_positive(n.clone(), Expr::int(8 * g)) * 8;
-                let lo = t.let_("lo", min(&part * &share, n.clone()));
-                let hi = t.let_("hi", min(&lo + &share, n.clone()));
+                let (lo, hi) = vector_part(t, &part, Expr::int(g), &n);
                 t.put_block(
                     x.at([lo.clone()]),
                     out.at([d.rank.clone(), lo.clone()]),
                     &hi - &lo,
                     p.clone(),
                 );
-                t.sync_threads();
-                let tid = t.thread_idx();
-                t.if_(tid.eq_(0), |t| {
-                    t.signal(flags.at([d.rank.clone()]), p.clone(), 1, SignalOp::Add);
-                    t.wait_counter(flags.at([p.clone()]), calls_times(&epoch, g));
-                });
-                t.sync_threads();
+                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, Expr::int(g));
             },
         );
     })
@@ -612,22 +632,18 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
                         });
                     });
                 });
-                t.sync_threads();
-                t.if_(tid.eq_(0), |t| {
-                    // The last chunk's block has seen every row routed to `p`.
-                    t.if_(g.eq_(chunks.clone() - 1), |t| {
-                        t.st(
-                            counts.at([d.rank.clone()]),
-                            Some(p.clone()),
-                            min(n.at([0]), cap.clone()),
-                            MemSem::Relaxed,
-                            MemScope::Sys,
-                        );
-                    });
-                    t.signal(flags.at([d.rank.clone()]), p.clone(), 1, SignalOp::Add);
-                    t.wait_counter(flags.at([p.clone()]), calls_times(&epoch, chunks.clone()));
+                // The last chunk's block has seen every row routed to `p`; thread 0 stores the
+                // count before its release arrival.
+                t.if_(tid.eq_(0).and(g.eq_(chunks.clone() - 1)), |t| {
+                    t.st(
+                        counts.at([d.rank.clone()]),
+                        Some(p.clone()),
+                        min(n.at([0]), cap.clone()),
+                        MemSem::Relaxed,
+                        MemScope::Sys,
+                    );
                 });
-                t.sync_threads();
+                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, chunks.clone());
             },
         );
     })
@@ -671,10 +687,7 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
             });
             await_entry(t, &ready, &s, &epoch);
             let len = t.let_("len", counts.at([s.clone()]) * h.clone());
-            // Parts of whole 16-byte units, as in the all-gather.
-            let share = ceil_div_positive(len.clone(), g.clone() * 8) * 8;
-            let lo = t.let_("lo", min(&part * &share, len.clone()));
-            let hi = t.let_("hi", min(&lo + &share, len.clone()));
+            let (lo, hi) = vector_part(t, &part, g.clone(), &len);
             // Element `lo` of the run as (row, column): every index stays within its extent.
             let (row, col) = (
                 Expr::binary(crate::ir::BinOp::Div, lo.clone(), h.clone()),
@@ -688,13 +701,7 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
                     s.clone(),
                 );
             });
-            t.sync_threads();
-            let tid = t.thread_idx();
-            t.if_(tid.eq_(0), |t| {
-                t.signal(flags.at([d.rank.clone()]), s.clone(), 1, SignalOp::Add);
-                t.wait_counter(flags.at([s.clone()]), calls_times(&epoch, g.clone()));
-            });
-            t.sync_threads();
+            arrive_and_await(t, &flags, (&d.rank, &s), &epoch, g.clone());
         });
     })
 }
