@@ -177,20 +177,13 @@ fn ref_row_nt(a_seed: usize, a_off: usize, b_seed: usize, n: usize, k: usize) ->
         .collect()
 }
 
+/// The GEMM tiles (`--tiles`), with a producer warpgroup and panels as the flags say: by
+/// default `AgGemmConfig::hopper` on a GPU, small tiles row by row in the simulator.
 fn tiles(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
-    let cfg = tiles_only(a, sim)?.panels(a.panel.unwrap_or(if sim { 0 } else { 8 }));
-    let ws = a.ws || (!sim && !a.no_ws);
-    Ok(AgGemmConfig {
-        warp_specialize: ws,
-        ..cfg
-    })
-}
-
-fn tiles_only(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
     let small = AgGemmConfig::tiles(64, 64, 32, 2, 128);
-    // The faster of the two tried on 4 H100s for both GEMMs (docs/performance.md).
-    let large = AgGemmConfig::tiles(128, 256, 64, 3, 256);
-    Ok(match a.tiles.as_deref() {
+    // The fastest tried on 4 H100s for both GEMMs (docs/performance.md).
+    let large = AgGemmConfig::hopper();
+    let shape = match a.tiles.as_deref() {
         Some("small") => small,
         Some("large") => large,
         None if sim => small,
@@ -200,6 +193,11 @@ fn tiles_only(a: &Args, sim: bool) -> anyhow::Result<AgGemmConfig> {
                 "--tiles {spec:?}: small, large or BMxBNxBK:STAGES:THREADS (e.g. 128x256x64:3:256)"
             )
         })?,
+    };
+    Ok(AgGemmConfig {
+        warp_specialize: a.ws || (!sim && !a.no_ws),
+        panel: a.panel.unwrap_or(if sim { 0 } else { 8 }),
+        ..shape
     })
 }
 
