@@ -12,6 +12,10 @@
 #          torch's fused symmetric-memory ops
 #   sweep  all-gather bus bandwidth 4 KiB..256 MiB per rank and all-reduce latency
 #          8 KiB..1 MiB, beside NCCL (and torch's one-shot all-reduce)
+#   p2p    the distributed copies' bandwidth, 4 KiB..256 MiB per rank, on a pair and to all
+#          peers at once: the all-gather pushed or pulled, by blocks or by warps
+#          (--transfer), and moved by the copy engines (all-gather-ce), beside NCCL's
+#          send/recv and all-gather; P2P_SIZES overrides the sizes (bytes)
 #   b2b    calls queued back to back with no host barrier between (the kernels' entry
 #          handshake orders each against the peers' previous call): the all-gather at small
 #          and large messages, AG+GEMM and GEMM+RS at one perf shape each, on all GPUs, beside
@@ -126,6 +130,27 @@ for phase in $phases; do
       done
       name="sweep all-reduce nccl R=$r"; peers "$r" --op all-reduce --sweep 2048,16384,65536,262144 --reps 50
     done
+    ;;
+  p2p)
+    sizes="${P2P_SIZES:-4096 65536 1048576 16777216 268435456}"
+    floats=$(for b in $sizes; do echo $((b / 4)); done | paste -sd,)
+    for r in $(printf '%s\n' 2 "$all" | sort -un); do
+      [ "$r" -le "$gpus" ] || continue
+      # Each way checked first at an odd size, every call and 5 back to back.
+      for t in put-block put-warp get-block get-warp; do
+        name="p2p check $t R=$r"; ours "$r" --kernel all-gather --transfer "$t" --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
+      done
+      name="p2p check copy engines R=$r"; ours "$r" --kernel all-gather-ce --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
+      for bytes in $sizes; do
+        for t in put-block put-warp get-block get-warp; do
+          name="p2p $t R=$r bytes=$bytes"; ours "$r" --kernel all-gather --transfer "$t" --n $((bytes / 4)) --reps 20 --check-rows 0 --call-timeout 10
+        done
+        name="p2p copy-engines R=$r bytes=$bytes"; ours "$r" --kernel all-gather-ce --n $((bytes / 4)) --reps 20 --check-rows 0 --call-timeout 10
+      done
+      name="p2p nccl send-recv R=$r"; peers "$r" --op sendrecv --sweep "$floats"
+      name="p2p nccl all-gather R=$r"; peers "$r" --op all-gather --sweep "$floats"
+    done
+    step "p2p copy engines 2 ranks on one GPU" env CUDA_VISIBLE_DEVICES=0 bash scripts/dist-run.sh 2 "$ex" --device cuda --kernel all-gather-ce --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
     ;;
   b2b)
     r=$all; m=$((8192 / r))

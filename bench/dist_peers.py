@@ -1,6 +1,6 @@
 """Peers of the multi-rank kernels, timed in one torchrun job: NCCL through torch.distributed
 (all_gather_into_tensor then matmul; matmul then reduce_scatter_tensor; all_to_all_single;
-all_reduce) and PyTorch's symmetric-memory fused ops where the installed torch has them
+all_reduce; send/recv to every peer) and PyTorch's symmetric-memory fused ops where the installed torch has them
 (fused_all_gather_matmul, fused_matmul_reduce_scatter, one_shot_all_reduce).
 
     torchrun --nproc_per_node N bench/dist_peers.py --op ag-gemm --shape 1024,3584,8192
@@ -96,7 +96,8 @@ def all_reduce_once(args, n, world, r, g, name):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--op", choices=["ag-gemm", "gemm-rs", "all-to-all", "all-reduce", "all-gather"],
+    p.add_argument("--op", choices=["ag-gemm", "gemm-rs", "all-to-all", "all-reduce", "all-gather",
+                                    "sendrecv"],
                    default="ag-gemm")
     p.add_argument("--sweep", default="",
                    help="comma-separated n values for all-gather/all-reduce, each timed in turn")
@@ -183,6 +184,24 @@ def main():
             out = torch.empty(world * n, device="cuda", dtype=torch.float32)
             bus = (world - 1) * n * 4
             report(args, "nccl", timed(lambda: dist.all_gather_into_tensor(out, x), reps=args.reps), 0.0, bus)
+    elif args.op == "sendrecv":
+        # Every rank sends its n floats to every peer and receives theirs, by NCCL's send/recv
+        # (one batch per call): on 2 ranks, the pair exchange in both directions at once. The
+        # same bytes as the all-gather, counted the same way.
+        for n in [int(v) for v in args.sweep.split(",") if v] or [n]:
+            args.n = n
+            x = torch.randn(n, device="cuda", dtype=torch.float32, generator=g)
+            out = torch.empty(world, n, device="cuda", dtype=torch.float32)
+            peers = [p for p in range(world) if p != r]
+
+            def exchange():
+                ops = [dist.P2POp(dist.isend, x, p) for p in peers]
+                ops += [dist.P2POp(dist.irecv, out[p], p) for p in peers]
+                for w in dist.batch_isend_irecv(ops):
+                    w.wait()
+
+            bus = (world - 1) * n * 4
+            report(args, "nccl-send-recv", timed(exchange, reps=args.reps), 0.0, bus)
     else:
         for n in [int(v) for v in args.sweep.split(",") if v] or [n]:
             args.n = n

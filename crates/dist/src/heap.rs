@@ -13,12 +13,13 @@
 //!
 //! Run on 2, 3 and 4 H100s (NVLink) and as 2 and 4 processes sharing one GPU, by the
 //! `distributed` example (docs/performance.md, "Multi-rank"). The copy-engine producer
-//! ([`SymmetricHeap::put_signal_async`]) has not run on a GPU yet.
+//! ([`SymmetricHeap::put_signal_async`]) is in [`crate::copy_engine`].
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use cudarc::driver::sys;
 
+use crate::copy_engine::CopyStream;
 use crate::error::{DistError, Result};
 use crate::fdpass::exchange_fds;
 use crate::rendezvous::Rendezvous;
@@ -44,7 +45,7 @@ pub struct SymmetricHeap {
     _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
 
-fn check(me: usize, op: &str, r: sys::CUresult) -> Result<()> {
+pub(crate) fn check(me: usize, op: &str, r: sys::CUresult) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -231,6 +232,15 @@ impl SymmetricHeap {
     }
 
     /// The device address of rank `rank`'s copy of `buf`.
+    /// Make the heap's context current on this thread (streams and events are created in it).
+    pub(crate) fn bind(&self) -> Result<()> {
+        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
+            me: self.rank,
+            op: "making the context current".into(),
+            detail: e.to_string(),
+        })
+    }
+
     pub fn ptr(&self, buf: SymmetricBuffer, rank: usize) -> u64 {
         self.base + rank as u64 * self.stride + buf.offset
     }
@@ -311,6 +321,25 @@ impl SymmetricHeap {
                 stream.raw,
             )
         })?;
+        self.signal_async(stream, peer, (flags, flag_offset), value)
+    }
+
+    /// Queue on `stream` a write of `value` into rank `peer`'s 32-bit flag at byte
+    /// `flag_offset` of `flags`, after everything queued on `stream` before it (the driver
+    /// issues a system-wide fence before a stream write).
+    pub fn signal_async(
+        &self,
+        stream: &CopyStream,
+        peer: usize,
+        (flags, flag_offset): (SymmetricBuffer, u64),
+        value: u32,
+    ) -> Result<()> {
+        if flag_offset + 4 > flags.bytes || peer >= self.world {
+            return Err(DistError::Heap(format!(
+                "signal_async: a flag at byte {flag_offset} of a {}-byte buffer, to rank {peer} of {}",
+                flags.bytes, self.world
+            )));
+        }
         // SAFETY: a mapped 4-byte flag.
         check(self.rank, "cuStreamWriteValue32 to a peer's flag", unsafe {
             sys::cuStreamWriteValue32_v2(stream.raw, self.ptr(flags, peer) + flag_offset, value, 0)
@@ -318,7 +347,8 @@ impl SymmetricHeap {
     }
 
     /// Queue on `stream` a wait until this rank's 32-bit flag at byte `flag_offset` of `flags`
-    /// is at least `value` (`cuStreamWaitValue32`, GEQ).
+    /// has reached `value` (`cuStreamWaitValue32`, GEQ: `(i32)(flag − value) ≥ 0`, a counter
+    /// comparison that survives wrap-around).
     pub fn wait_async(
         &self,
         stream: &CopyStream,
@@ -373,45 +403,6 @@ impl SymmetricHeap {
             )
         }
         .map_err(|e| DistError::Heap(e.to_string()))
-    }
-}
-
-/// A CUDA stream of the heap's context, for copy-engine transfers beside the kernels' stream.
-pub struct CopyStream {
-    raw: sys::CUstream,
-    me: usize,
-}
-
-impl CopyStream {
-    pub fn new(heap: &SymmetricHeap) -> Result<CopyStream> {
-        heap._ctx.bind_to_thread().map_err(|e| DistError::Driver {
-            me: heap.rank,
-            op: "making the context current".into(),
-            detail: e.to_string(),
-        })?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flag 1 = CU_STREAM_NON_BLOCKING.
-        check(heap.rank, "cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, 1)
-        })?;
-        Ok(CopyStream { raw, me: heap.rank })
-    }
-
-    /// Wait for everything queued on the stream.
-    pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: a live stream.
-        check(self.me, "cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.raw)
-        })
-    }
-}
-
-impl Drop for CopyStream {
-    fn drop(&mut self) {
-        // SAFETY: destroying the stream created in `new`, once.
-        unsafe {
-            sys::cuStreamDestroy_v2(self.raw);
-        }
     }
 }
 

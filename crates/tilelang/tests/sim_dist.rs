@@ -59,6 +59,53 @@ fn all_gather_on_1_2_and_4_ranks() {
     }
 }
 
+/// The all-gather's four transfers (push or pull, by blocks or by warps) gather the same rows,
+/// two calls back to back on 1 and 3 ranks and one on 2 (where the order check keeps a clock
+/// for every thread of one call: every access is checked); a pull's `X` is symmetric, so its
+/// argument list is the push's.
+#[test]
+fn all_gather_by_every_transfer() {
+    use tilelang::kernels::dist::{all_gather_by, Transfer};
+    for how in [
+        Transfer::PUT_BLOCK,
+        Transfer::PUT_WARP,
+        Transfer::GET_BLOCK,
+        Transfer::GET_WARP,
+    ] {
+        // Two warps per block: a warp's run is half a block's.
+        let lowered = all_gather_by(F32, 64, how)
+            .lower(Target::SM90)
+            .unwrap_or_else(|d| panic!("{how:?}: {d}"));
+        for ranks in [1usize, 2, 3] {
+            // 37: element-wise tails; 200: more parts than 8-element units, so some are empty.
+            let calls_n = if ranks == 2 { 1 } else { 2 };
+            let calls: Vec<Vec<(&str, i64)>> = (1..=calls_n).map(|e| vec![("epoch", e)]).collect();
+            for n in [37usize, 200] {
+                let mut args: Vec<Vec<SimArg>> = (0..ranks)
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .collect();
+                let rep =
+                    tl_sim::run_ranks_calls(&lowered, &mut args, &calls, &SimOptions::default())
+                        .unwrap_or_else(|e| panic!("{how:?}, {ranks} ranks, N={n}: {e}"));
+                assert!(rep.order_checked || ranks == 3, "{how:?}, {ranks} ranks");
+                let want: Vec<f64> = (0..ranks).flat_map(|r| shard(r, n)).collect();
+                for (r, a) in args.iter().enumerate() {
+                    assert_eq!(
+                        a[1].to_f64(F32),
+                        want,
+                        "{how:?}: rank {r} of {ranks}, N={n}"
+                    );
+                    assert_eq!(
+                        a[2].to_f64(I32),
+                        vec![(calls_n * G) as f64; ranks],
+                        "{how:?}: flags on rank {r}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The second call (epoch 2) works on flags the first left at G, without a reset.
 #[test]
 fn all_gather_epochs_need_no_reset() {
@@ -280,6 +327,18 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
             &[
                 "red.release.sys.global.add.u32",
                 "ld.acquire.sys.global.b32",
+            ][..],
+        ),
+        (
+            tilelang::kernels::dist::all_gather_by(
+                F32,
+                128,
+                tilelang::kernels::dist::Transfer::GET_WARP,
+            ),
+            &[
+                "red.release.sys.global.add.u32",
+                "ld.acquire.sys.global.b32",
+                "setp.ge.s32",
             ][..],
         ),
         (

@@ -22,7 +22,8 @@ use std::time::Instant;
 
 use clap::Parser;
 use tilelang::kernels::dist::{
-    ag_gemm, all_gather, all_reduce, all_reduce_two_shot, gemm_rs_partials, AgGemmConfig,
+    ag_gemm, all_gather_by, all_reduce, all_reduce_two_shot, gemm_rs_partials, AgGemmConfig,
+    Transfer,
 };
 use tilelang::prelude::*;
 use tilelang::runtime::external::ExternalTensor;
@@ -31,10 +32,15 @@ use tl_sim::{SimArg, SimOptions};
 #[derive(Parser, Debug)]
 #[command(about = "Multi-rank kernels with a single-device reference check")]
 struct Args {
-    /// all-gather, ag-gemm, gemm-rs, all-reduce, all-reduce-two-shot or moe (dispatch,
-    /// identity expert, combine and gather: `--m` tokens per rank, `--k` hidden)
+    /// all-gather, all-gather-ce (the same exchange moved by the copy engines, GPUs only),
+    /// ag-gemm, gemm-rs, all-reduce, all-reduce-two-shot or moe (dispatch, identity expert,
+    /// combine and gather: `--m` tokens per rank, `--k` hidden)
     #[arg(long, default_value = "ag-gemm")]
     kernel: String,
+    /// all-gather: put-block, put-warp, get-block or get-warp (push into the peers or pull
+    /// from them, by whole blocks or each warp on its own run)
+    #[arg(long, default_value = "put-block")]
+    transfer: String,
     /// moe: choices per token (a power of two)
     #[arg(long, default_value_t = 8)]
     topk: usize,
@@ -112,6 +118,15 @@ struct Args {
 }
 
 impl Args {
+    fn transfer(&self) -> anyhow::Result<Transfer> {
+        Transfer::parse(&self.transfer).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--transfer {:?}: put-block, put-warp, get-block or get-warp",
+                self.transfer
+            )
+        })
+    }
+
     fn partial_dtype(&self) -> anyhow::Result<DType> {
         match self.partials.as_str() {
             "f32" => Ok(F32),
@@ -223,7 +238,10 @@ fn parse_tiles(spec: &str) -> Option<AgGemmConfig> {
 
 fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
     Ok(match a.kernel.as_str() {
-        "all-gather" => all_gather(F32, 256),
+        "all-gather" => all_gather_by(F32, 256, a.transfer()?),
+        "all-gather-ce" => anyhow::bail!(
+            "--kernel all-gather-ce: the copy engines move the bytes, so it runs on GPUs only (--device cuda, one process per rank); the simulator runs --kernel all-gather"
+        ),
         "ag-gemm" => ag_gemm(BF16, tiles(a, sim)?),
         "gemm-rs" => gemm_rs_partials(BF16, tiles(a, sim)?, a.partial_dtype()?),
         "all-reduce" => all_reduce(256, 256),
@@ -249,12 +267,21 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
     let (bm, bn) = (cfg.bm as usize, cfg.bn as usize);
     use Buf::*;
     Ok(match a.kernel.as_str() {
-        "all-gather" => Plan {
+        "all-gather" | "all-gather-ce" => Plan {
             bufs: vec![
-                Local {
-                    shape: vec![n],
-                    dtype: F32,
-                    init: pattern(r, n),
+                // A pull reads the peers' shards, so theirs are symmetric.
+                if a.transfer()?.get {
+                    Symmetric {
+                        shape: vec![n],
+                        dtype: F32,
+                        init: pattern(r, n),
+                    }
+                } else {
+                    Local {
+                        shape: vec![n],
+                        dtype: F32,
+                        init: pattern(r, n),
+                    }
                 },
                 Symmetric {
                     shape: vec![world, n],
@@ -520,8 +547,13 @@ fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
     if r.ms > 0.0 && r.bus_bytes > 0.0 {
         rates += &format!(" busbw_gbs={:.1}", r.bus_bytes / (r.ms * 1e-3) / 1e9);
     }
+    let transfer = if a.kernel == "all-gather" {
+        format!(" transfer={}", a.transfer)
+    } else {
+        String::new()
+    };
     println!(
-        "distributed kernel={} ranks={world} m={} n={} k={} err={:.2e} ms={:.4}{rates} {extra} {}",
+        "distributed kernel={}{transfer} ranks={world} m={} n={} k={} err={:.2e} ms={:.4}{rates} {extra} {}",
         a.kernel,
         a.m,
         a.n,
@@ -647,9 +679,17 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         })
         .sum();
     let mut heap = SymmetricHeap::new(&rv, ordinal, need.max(1))?;
-    let exe = kernel(a, false)?
-        .compile(&dev)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The copy engines' all-gather has no kernel: it is queued on streams.
+    let copy_engines = a.kernel == "all-gather-ce";
+    let exe = if copy_engines {
+        None
+    } else {
+        Some(
+            kernel(a, false)?
+                .compile(&dev)
+                .map_err(|e| anyhow::anyhow!("{e}"))?,
+        )
+    };
     // Buffers: local tensors, and this rank's copies of the symmetric ones.
     let mut locals: Vec<Option<Tensor>> = vec![];
     let mut syms: Vec<Option<(tl_dist::SymmetricBuffer, ExternalTensor)>> = vec![];
@@ -672,6 +712,27 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    let ce = if copy_engines {
+        let [Some(x), None, None, None] = &locals[..] else {
+            anyhow::bail!("all-gather-ce: the all-gather's buffers");
+        };
+        let sym = |i: usize| syms[i].as_ref().map(|(b, _)| *b);
+        let (Some(out), Some(flags), Some(ready)) = (sym(1), sym(2), sym(3)) else {
+            anyhow::bail!("all-gather-ce: the all-gather's buffers");
+        };
+        let bufs = tl_dist::GatherBuffers {
+            src: x
+                .cuda_ptr()
+                .ok_or_else(|| anyhow::anyhow!("all-gather-ce: X is not on a CUDA device"))?,
+            bytes: x.nbytes() as u64,
+            out,
+            flags,
+            ready,
+        };
+        Some((tl_dist::CopyEngineAllGather::new(&heap)?, bufs))
+    } else {
+        None
+    };
     rv.barrier()?;
     let limit = std::time::Duration::from_secs_f64(a.call_timeout.max(0.001));
     // One call, timed alone; a call still running after `limit` waits on a peer that is not
@@ -696,9 +757,27 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         ]);
         Ok(args)
     };
+    // Queue call `epoch` without waiting for it.
+    let queue = |epoch: i64| -> anyhow::Result<()> {
+        match (&exe, &ce) {
+            (Some(exe), _) => exe.run_args(&call_args(epoch)?)?,
+            (None, Some((ce, bufs))) => ce.queue(bufs, epoch as u32)?,
+            _ => anyhow::bail!("nothing to run"),
+        }
+        Ok(())
+    };
+    let timed = |epoch: i64| -> anyhow::Result<Option<f64>> {
+        Ok(match (&exe, &ce) {
+            (Some(exe), _) => exe.run_timed(&call_args(epoch)?, limit)?,
+            (None, Some((ce, bufs))) => {
+                ce.queue(bufs, epoch as u32)?;
+                ce.wait(limit)?
+            }
+            _ => anyhow::bail!("nothing to run"),
+        })
+    };
     let launch = |epoch: i64| -> anyhow::Result<f64> {
-        let args = call_args(epoch)?;
-        match exe.run_timed(&args, limit)? {
+        match timed(epoch)? {
             Some(ms) => Ok(ms),
             None => {
                 let peers = match rv.barrier() {
@@ -763,13 +842,21 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let mut b2b_ms = 0.0;
     if a.back_to_back > 0 && p.epoch {
         rv.barrier()?;
-        exe.synchronize()?;
+        if let Some(exe) = &exe {
+            exe.synchronize()?;
+        }
         let first = 2 + (a.warmup + a.reps) as i64;
         let t = Instant::now();
         for e in 0..a.back_to_back as i64 {
-            exe.run_args(&call_args(first + e)?)?;
+            queue(first + e)?;
         }
-        if !exe.synchronize_within(limit * a.back_to_back as u32)? {
+        let within = limit * a.back_to_back as u32;
+        let finished = match (&exe, &ce) {
+            (Some(exe), _) => exe.synchronize_within(within)?,
+            (None, Some((ce, _))) => ce.wait(within)?.is_some(),
+            _ => false,
+        };
+        if !finished {
             eprintln!(
                 "error: rank {me}: {} back-to-back calls of `{}` still run after {:.1} s; stopping",
                 a.back_to_back,
@@ -789,6 +876,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let worst_ms = all.iter().map(|b| decode(b, 0)).fold(0.0, f64::max);
     let worst_err = all.iter().map(|b| decode(b, 1)).fold(0.0, f64::max);
     let worst_b2b = all.iter().map(|b| decode(b, 2)).fold(0.0, f64::max);
+    drop(ce);
     drop(heap);
     if me == 0 {
         Ok(summary(

@@ -104,7 +104,7 @@ pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 16;
 /// (`[R]` i32, symmetric, zero before the first call), `epoch`, then the scalars every
 /// distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
 pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
-    all_gather_with(dtype, threads, false)
+    all_gather_with(dtype, threads, false, Transfer::PUT_BLOCK)
 }
 
 /// [`all_gather`] addressing peers through tables (torch's symmetric memory, or any library
@@ -112,17 +112,72 @@ pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
 /// `READY_peers` (`[NR]` i64, every rank's address of its `OUT`, `FLAGS` and `READY`), then
 /// `rank`, `num_ranks`, `heap_stride` (unused).
 pub fn all_gather_peer_tables(dtype: DType, threads: u32) -> Kernel {
-    all_gather_with(dtype, threads, true)
+    all_gather_with(dtype, threads, true, Transfer::PUT_BLOCK)
 }
 
-fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
+/// How the shards move in [`all_gather_by`]: pushed into the peers' buffers or pulled from
+/// them, by whole blocks or by each warp on its own run. The four compare the distributed
+/// copy primitives' bandwidth on the same exchange (docs/performance.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// Pull (`get_*`) instead of push (`put_*`).
+    pub get: bool,
+    /// Each warp copies its own run (`*_warp`) instead of the whole block one (`*_block`).
+    pub warp: bool,
+}
+
+impl Transfer {
+    pub const PUT_BLOCK: Transfer = Transfer {
+        get: false,
+        warp: false,
+    };
+    pub const PUT_WARP: Transfer = Transfer {
+        get: false,
+        warp: true,
+    };
+    pub const GET_BLOCK: Transfer = Transfer {
+        get: true,
+        warp: false,
+    };
+    pub const GET_WARP: Transfer = Transfer {
+        get: true,
+        warp: true,
+    };
+
+    /// `put-block`, `put-warp`, `get-block` or `get-warp`.
+    pub fn parse(name: &str) -> Option<Transfer> {
+        Some(match name {
+            "put-block" => Self::PUT_BLOCK,
+            "put-warp" => Self::PUT_WARP,
+            "get-block" => Self::GET_BLOCK,
+            "get-warp" => Self::GET_WARP,
+            _ => return None,
+        })
+    }
+}
+
+/// [`all_gather`] with the shards moved as `how` says. A pull reads the peer's `X`, so with
+/// `how.get` the kernel's `X` is symmetric too, and each block's arrival tells the peer that
+/// its shard has been read (the peer's kernel ends only when every reader is done with its
+/// `X`), where a push's tells it that the shard has landed; the arguments are the same.
+pub fn all_gather_by(dtype: DType, threads: u32, how: Transfer) -> Kernel {
+    all_gather_with(dtype, threads, false, how)
+}
+
+fn all_gather_with(dtype: DType, threads: u32, tables: bool, how: Transfer) -> Kernel {
     let g = ALL_GATHER_BLOCKS_PER_PEER;
+    // Parts per peer: one per block, or one per warp of each block.
+    let warps = if how.warp { i64::from(threads / 32) } else { 1 };
     Kernel::build("all_gather", |k| {
         if tables {
             k.peer_tables();
         }
         let (r, n) = (k.ranks_dim("R"), k.dim("N"));
-        let x = k.input("X", [&n], dtype);
+        let x = if how.get {
+            k.symmetric("X", [&n], dtype)
+        } else {
+            k.input("X", [&n], dtype)
+        };
         let out = k.symmetric("OUT", [&r, &n], dtype);
         let flags = k.symmetric("FLAGS", [&r], I32);
         let ready = k.symmetric("READY", [&r], I32);
@@ -131,18 +186,46 @@ fn all_gather_with(dtype: DType, threads: u32, tables: bool) -> Kernel {
         k.launch(
             [Expr::int(g), d.num_ranks.clone()],
             threads,
-            |t, [part, p]| {
-                t.if_(part.eq_(0), |t| {
+            |t, [block, p]| {
+                t.if_(block.eq_(0), |t| {
                     announce_entry(t, &ready, &d.rank, &p, &epoch)
                 });
                 await_entry(t, &ready, &p, &epoch);
-                let (lo, hi) = vector_part(t, &part, Expr::int(g), &n);
-                t.put_block(
-                    x.at([lo.clone()]),
-                    out.at([d.rank.clone(), lo.clone()]),
-                    &hi - &lo,
-                    p.clone(),
-                );
+                let part = if how.warp {
+                    let lane_major = t.thread_idx() / 32;
+                    let warp = t.let_("warp", lane_major);
+                    &block * warps + warp
+                } else {
+                    block.clone()
+                };
+                let (lo, hi) = vector_part(t, &part, Expr::int(g * warps), &n);
+                let count = &hi - &lo;
+                match (how.get, how.warp) {
+                    (false, false) => t.put_block(
+                        x.at([lo.clone()]),
+                        out.at([d.rank.clone(), lo.clone()]),
+                        count,
+                        p.clone(),
+                    ),
+                    (false, true) => t.put_warp(
+                        x.at([lo.clone()]),
+                        out.at([d.rank.clone(), lo.clone()]),
+                        count,
+                        p.clone(),
+                    ),
+                    (true, false) => t.get_block(
+                        x.at([lo.clone()]),
+                        out.at([p.clone(), lo.clone()]),
+                        count,
+                        p.clone(),
+                    ),
+                    (true, true) => t.get_warp(
+                        x.at([lo.clone()]),
+                        out.at([p.clone(), lo.clone()]),
+                        count,
+                        p.clone(),
+                    ),
+                }
                 arrive_and_await(t, &flags, (&d.rank, &p), &epoch, Expr::int(g));
             },
         );
