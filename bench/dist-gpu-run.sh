@@ -52,7 +52,7 @@ step() {
   if ! left; then echo "== SKIPPED (deadline) $name"; return; fi
   n_step=$((n_step + 1))
   local log
-  log="$logs/$(printf %02d "$n_step")-$(echo "$name" | tr -c 'A-Za-z0-9=\n-' _).log"
+  log="$logs/$(printf %02d "$n_step")-$(echo "$name" | tr -c 'A-Za-z0-9\n-' _).log"
   local t0
   t0=$(date +%s)
   timeout -k 5 "$step_limit" "$@" > "$log" 2>&1

@@ -6,12 +6,18 @@
 
 use tilelang::dsl::SignalOp;
 use tilelang::ir::{MemScope, MemSem};
-use tilelang::kernels::dist::{all_gather, ALL_GATHER_BLOCKS_PER_PEER as G};
+use tilelang::kernels::dist::{
+    all_gather, all_gather_by, Transfer, ALL_GATHER_BLOCKS_PER_PEER as G,
+};
 use tilelang::prelude::*;
 use tilelang::Target;
 use tl_sim::{SimArg, SimError, SimOptions};
 
 const TARGETS: [Target; 2] = [Target::SM80, Target::SM90];
+
+/// Blocks per peer for all-gathers whose every access the order check should see (it keeps
+/// clocks for 4096 threads).
+const G_SMALL: i64 = 16;
 
 /// Rank `r`'s shard: values no other rank has.
 fn shard(r: usize, n: usize) -> Vec<f64> {
@@ -65,7 +71,6 @@ fn all_gather_on_1_2_and_4_ranks() {
 /// argument list is the push's.
 #[test]
 fn all_gather_by_every_transfer() {
-    use tilelang::kernels::dist::{all_gather_by, Transfer};
     for how in [
         Transfer::PUT_BLOCK,
         Transfer::PUT_WARP,
@@ -73,7 +78,7 @@ fn all_gather_by_every_transfer() {
         Transfer::GET_WARP,
     ] {
         // Two warps per block: a warp's run is half a block's.
-        let lowered = all_gather_by(F32, 64, how)
+        let lowered = all_gather_by(F32, 64, how, G_SMALL)
             .lower(Target::SM90)
             .unwrap_or_else(|d| panic!("{how:?}: {d}"));
         for ranks in [1usize, 2, 3] {
@@ -97,7 +102,7 @@ fn all_gather_by_every_transfer() {
                     );
                     assert_eq!(
                         a[2].to_f64(I32),
-                        vec![(calls_n * G) as f64; ranks],
+                        vec![(calls_n * G_SMALL) as f64; ranks],
                         "{how:?}: flags on rank {r}"
                     );
                 }
@@ -334,6 +339,7 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
                 F32,
                 128,
                 tilelang::kernels::dist::Transfer::GET_WARP,
+                64,
             ),
             &[
                 "red.release.sys.global.add.u32",
@@ -941,7 +947,8 @@ fn moe_dispatch_and_combine_round_trip() {
             .collect();
         let rep = tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())
             .unwrap_or_else(|e| panic!("combine, {ranks} ranks: {e}"));
-        // 16 blocks per peer on 3 ranks are more threads than the order check keeps.
+        // 16 blocks per peer on 3 ranks are more threads than the order check keeps (the
+        // combine's minimum).
         assert!(rep.order_checked || ranks == 3);
         for r in 0..ranks {
             let weights: Vec<f64> = (0..tokens * k).map(|i| w(i % k)).collect();
@@ -1239,7 +1246,7 @@ fn a_fence_turns_a_relaxed_store_into_a_release() {
 #[test]
 fn random_multi_rank_launches_agree_with_their_references() {
     use tilelang::kernels::dist::{
-        ag_gemm, all_gather, all_reduce, all_reduce_two_shot, gemm_rs, AgGemmConfig,
+        ag_gemm, all_reduce, all_reduce_two_shot, gemm_rs, AgGemmConfig,
     };
     use tilelang::kernels::reference;
     let mut state = 0x15_d157u64;
@@ -1252,7 +1259,7 @@ fn random_multi_rank_launches_agree_with_their_references() {
     };
     let cfg = AgGemmConfig::tiles(64, 64, 32, 2, 128);
     let kernels = [
-        all_gather(F32, 64),
+        all_gather_by(F32, 64, Transfer::PUT_BLOCK, G_SMALL),
         all_reduce(64, 64),
         all_reduce_two_shot(64, 64),
         ag_gemm(BF16, cfg),
@@ -1523,7 +1530,7 @@ fn removing_any_synchronization_is_caught_or_harmless() {
     type Args = Box<dyn Fn() -> Vec<Vec<SimArg>>>;
     let cases: Vec<(Kernel, Args)> = vec![
         (
-            all_gather(F32, 32),
+            all_gather_by(F32, 32, Transfer::PUT_BLOCK, G_SMALL),
             Box::new(|| (0..2).map(|r| all_gather_args(r, 2, 24, 1, 0)).collect()),
         ),
         (
@@ -1935,7 +1942,7 @@ fn back_to_back_calls_need_no_barrier_between() {
         type Make = Box<dyn Fn(usize) -> Vec<SimArg>>;
         let cases: Vec<(Kernel, Make)> = vec![
             (
-                all_gather(F32, 32),
+                all_gather_by(F32, 32, Transfer::PUT_BLOCK, G_SMALL),
                 Box::new(move |r| all_gather_args(r, ranks, 24, 1, 0)),
             ),
             (

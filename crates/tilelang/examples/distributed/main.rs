@@ -23,7 +23,7 @@ use std::time::Instant;
 use clap::Parser;
 use tilelang::kernels::dist::{
     ag_gemm, all_gather_by, all_reduce, all_reduce_two_shot, gemm_rs_partials, AgGemmConfig,
-    Transfer,
+    Transfer, ALL_GATHER_BLOCKS_PER_PEER,
 };
 use tilelang::prelude::*;
 use tilelang::runtime::external::ExternalTensor;
@@ -41,6 +41,9 @@ struct Args {
     /// from them, by whole blocks or each warp on its own run)
     #[arg(long, default_value = "put-block")]
     transfer: String,
+    /// all-gather: blocks per peer (every block of the grid must be resident at once)
+    #[arg(long, default_value_t = ALL_GATHER_BLOCKS_PER_PEER)]
+    blocks_per_peer: i64,
     /// moe: choices per token (a power of two)
     #[arg(long, default_value_t = 8)]
     topk: usize,
@@ -238,7 +241,7 @@ fn parse_tiles(spec: &str) -> Option<AgGemmConfig> {
 
 fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
     Ok(match a.kernel.as_str() {
-        "all-gather" => all_gather_by(F32, 256, a.transfer()?),
+        "all-gather" => all_gather_by(F32, 256, a.transfer()?, a.blocks_per_peer),
         "all-gather-ce" => anyhow::bail!(
             "--kernel all-gather-ce: the copy engines move the bytes, so it runs on GPUs only (--device cuda, one process per rank); the simulator runs --kernel all-gather"
         ),

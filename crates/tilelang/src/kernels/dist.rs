@@ -85,10 +85,13 @@ fn arrive_and_await(
     t.sync_threads();
 }
 
-/// Blocks that push one rank's shard to one peer in [`all_gather`]: one block alone cannot
-/// keep an NVLink port busy, and every block of the grid must be resident at once (each waits
-/// for a peer's blocks), so the grid stays small: `BLOCKS_PER_PEER · R` blocks.
-pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 16;
+/// Blocks that push one rank's shard to one peer in [`all_gather`]: one block moves about
+/// 5–9 GB/s over NVLink, so it takes dozens per peer to fill the links — on 4 H100s, 16 per
+/// peer gathered 16 MiB per rank at 256–270 GB/s of bus bandwidth, 64 at 334 (NCCL 314);
+/// between two, 16 reached 138 and 64 reached 299 (docs/performance.md). Every block of the
+/// grid must be resident at once (each waits for a peer's blocks): `64 · R` blocks of 256
+/// threads are 512 on 8 GPUs, within the 8 per SM an H100 holds.
+pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 64;
 
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
 /// (`[R, N]`, `R` the number of ranks). The grid is `[G, R]` (`G` =
@@ -104,7 +107,13 @@ pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 16;
 /// (`[R]` i32, symmetric, zero before the first call), `epoch`, then the scalars every
 /// distributed kernel ends with: `rank`, `num_ranks`, `heap_stride`.
 pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
-    all_gather_with(dtype, threads, false, Transfer::PUT_BLOCK)
+    all_gather_with(
+        dtype,
+        threads,
+        false,
+        Transfer::PUT_BLOCK,
+        ALL_GATHER_BLOCKS_PER_PEER,
+    )
 }
 
 /// [`all_gather`] addressing peers through tables (torch's symmetric memory, or any library
@@ -112,7 +121,13 @@ pub fn all_gather(dtype: DType, threads: u32) -> Kernel {
 /// `READY_peers` (`[NR]` i64, every rank's address of its `OUT`, `FLAGS` and `READY`), then
 /// `rank`, `num_ranks`, `heap_stride` (unused).
 pub fn all_gather_peer_tables(dtype: DType, threads: u32) -> Kernel {
-    all_gather_with(dtype, threads, true, Transfer::PUT_BLOCK)
+    all_gather_with(
+        dtype,
+        threads,
+        true,
+        Transfer::PUT_BLOCK,
+        ALL_GATHER_BLOCKS_PER_PEER,
+    )
 }
 
 /// How the shards move in [`all_gather_by`]: pushed into the peers' buffers or pulled from
@@ -156,16 +171,23 @@ impl Transfer {
     }
 }
 
-/// [`all_gather`] with the shards moved as `how` says. A pull reads the peer's `X`, so with
-/// `how.get` the kernel's `X` is symmetric too, and each block's arrival tells the peer that
-/// its shard has been read (the peer's kernel ends only when every reader is done with its
-/// `X`), where a push's tells it that the shard has landed; the arguments are the same.
-pub fn all_gather_by(dtype: DType, threads: u32, how: Transfer) -> Kernel {
-    all_gather_with(dtype, threads, false, how)
+/// [`all_gather`] with the shards moved as `how` says, by `blocks_per_peer` blocks per peer. A
+/// pull reads the peer's `X`, so with `how.get` the kernel's `X` is symmetric too, and each
+/// block's arrival tells the peer that its shard has been read (the peer's kernel ends only
+/// when every reader is done with its `X`), where a push's tells it that the shard has landed;
+/// the arguments are the same.
+pub fn all_gather_by(dtype: DType, threads: u32, how: Transfer, blocks_per_peer: i64) -> Kernel {
+    all_gather_with(dtype, threads, false, how, blocks_per_peer.max(1))
 }
 
-fn all_gather_with(dtype: DType, threads: u32, tables: bool, how: Transfer) -> Kernel {
-    let g = ALL_GATHER_BLOCKS_PER_PEER;
+fn all_gather_with(
+    dtype: DType,
+    threads: u32,
+    tables: bool,
+    how: Transfer,
+    blocks_per_peer: i64,
+) -> Kernel {
+    let g = blocks_per_peer;
     // Parts per peer: one per block, or one per warp of each block.
     let warps = if how.warp { i64::from(threads / 32) } else { 1 };
     Kernel::build("all_gather", |k| {
