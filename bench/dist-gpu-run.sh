@@ -95,8 +95,9 @@ for phase in $phases; do
     # Row-parallel (GEMM+RS): per rank A [8192, K/R] (R row blocks of 8192/R), B [8192, K/R].
     # PERF_KERNELS and PERF_RANKS pick (default: both kernels, 8/4/2 ranks where there are
     # GPUs), TILES sets our GEMM tiles (BMxBNxBK:STAGES:THREADS), PERF_WS=1 adds runs without
-    # the producer warpgroup (--no-ws), PERF_PANEL=N adds runs rasterized in panels of N row
-    # tiles (the default: 8)
+    # the producer warpgroup (--no-ws), PERF_OUT=bf16 adds AG+GEMM runs with a bf16 C (the
+    # peers' output type; ours is f32 by default), PERF_PANEL=N adds runs rasterized in panels
+    # of N row tiles (the default: 8)
     # (--panel). GEMM+RS also runs with bf16 partials.
     for r in ${PERF_RANKS:-$(for v in 8 4 2; do [ "$v" -le "$gpus" ] && echo "$v"; done)}; do
       m=$((8192 / r))
@@ -106,6 +107,7 @@ for phase in $phases; do
             name="perf ag-gemm ours R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 ${TILES:+--tiles "$TILES"}
             if [ -n "${PERF_PANEL:-}" ]; then name="perf ag-gemm ours panel $PERF_PANEL R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --panel "$PERF_PANEL" ${TILES:+--tiles "$TILES"}; fi
             if [ -n "${PERF_WS:-}" ]; then name="perf ag-gemm ours no-ws R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --no-ws ${TILES:+--tiles "$TILES"}; fi
+            if [ -n "${PERF_OUT:-}" ]; then name="perf ag-gemm ours out $PERF_OUT R=$r N=$big"; ours "$r" --kernel ag-gemm --m "$m" --n $((big / r)) --k 8192 --check-rows 16 --out "$PERF_OUT" ${TILES:+--tiles "$TILES"}; fi
             name="perf ag-gemm peers R=$r N=$big"; peers "$r" --op ag-gemm --shape "$m,$((big / r)),8192"
           else
             name="perf gemm-rs ours R=$r K=$big"; ours "$r" --kernel gemm-rs --m "$m" --n 8192 --k $((big / r)) --check-rows 8 ${TILES:+--tiles "$TILES"}

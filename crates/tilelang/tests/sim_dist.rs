@@ -575,6 +575,39 @@ fn ag_gemm_matches_the_single_device_gemm() {
     }
 }
 
+/// With a bf16 `C` every element is the f32 sum rounded once to bf16, at the store.
+#[test]
+fn ag_gemm_with_a_bf16_output_rounds_each_element_once() {
+    use tilelang::kernels::dist::{ag_gemm_out, AgGemmConfig};
+    use tilelang::kernels::reference;
+    let k = ag_gemm_out(BF16, AgGemmConfig::tiles(64, 64, 32, 2, 128), BF16);
+    let (ranks, m, n, kk) = (2usize, 70usize, 72usize, 40usize);
+    let lowered = k.lower(Target::SM90).expect("lower");
+    let mut args: Vec<Vec<SimArg>> = (0..ranks)
+        .map(|r| {
+            let mut a = ag_gemm_args(r, ranks, (m, n, kk), 64, 1);
+            a[3] = SimArg::tensor(BF16, &[ranks, m, n], &vec![f64::NAN; ranks * m * n]);
+            a
+        })
+        .collect();
+    tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("run");
+    for (r, a) in args.iter().enumerate() {
+        let b = a[1].to_f64(BF16);
+        let c = a[3].to_f64(BF16);
+        for s in 0..ranks {
+            let want: Vec<f64> = reference::gemm(&pattern(s, m * kk), &b, m, n, kk, false, true)
+                .into_iter()
+                .map(|v| half::bf16::from_f64(v).to_f64())
+                .collect();
+            assert_eq!(
+                &c[s * m * n..(s + 1) * m * n],
+                &want[..],
+                "rank {r}'s C[{s}]"
+            );
+        }
+    }
+}
+
 /// The variant GPU launches with aligned sizes run: the consumer loads the gathered rows of
 /// `AG` by TMA, so besides the acquire of their signal it needs a proxy fence; the compiler
 /// puts one before the pipelined loop, and the simulator (which checks TMA loads of bytes

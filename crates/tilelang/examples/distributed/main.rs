@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use tilelang::kernels::dist::{
-    ag_gemm, all_gather_by, all_reduce, all_reduce_two_shot, gemm_rs_partials, AgGemmConfig,
+    ag_gemm_out, all_gather_by, all_reduce, all_reduce_two_shot, gemm_rs_partials, AgGemmConfig,
     Transfer, ALL_GATHER_BLOCKS_PER_PEER,
 };
 use tilelang::prelude::*;
@@ -101,6 +101,10 @@ struct Args {
     /// In the simulator: run this many calls back to back (the memory-order check spans them).
     #[arg(long, default_value_t = 0)]
     back_to_back: usize,
+    /// ag-gemm: C's type, f32 or bf16 (rounded once at the store, as a bf16 GEMM's output is;
+    /// checked to 1e-2 instead of exactly)
+    #[arg(long, default_value = "f32")]
+    out: String,
     /// gemm-rs: the partial tiles' type, f32 or bf16 (half the bytes pushed, each partial
     /// rounded to bf16 as a bf16 GEMM + NCCL reduce-scatter does; checked to 1e-2 instead of
     /// exactly)
@@ -138,9 +142,19 @@ impl Args {
         }
     }
 
+    fn out_dtype(&self) -> anyhow::Result<DType> {
+        match self.out.as_str() {
+            "f32" => Ok(F32),
+            "bf16" => Ok(BF16),
+            other => anyhow::bail!("--out {other:?}: f32 or bf16"),
+        }
+    }
+
     /// The relative error a checked output may have.
     fn tolerance(&self) -> f64 {
-        if self.kernel == "gemm-rs" && self.partials == "bf16" {
+        if (self.kernel == "gemm-rs" && self.partials == "bf16")
+            || (self.kernel == "ag-gemm" && self.out == "bf16")
+        {
             1e-2
         } else {
             1e-6
@@ -245,7 +259,7 @@ fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
         "all-gather-ce" => anyhow::bail!(
             "--kernel all-gather-ce: the copy engines move the bytes, so it runs on GPUs only (--device cuda, one process per rank); the simulator runs --kernel all-gather"
         ),
-        "ag-gemm" => ag_gemm(BF16, tiles(a, sim)?),
+        "ag-gemm" => ag_gemm_out(BF16, tiles(a, sim)?, a.out_dtype()?),
         "gemm-rs" => gemm_rs_partials(BF16, tiles(a, sim)?, a.partial_dtype()?),
         "all-reduce" => all_reduce(256, 256),
         "all-reduce-two-shot" => all_reduce_two_shot(256, 256),
@@ -325,7 +339,7 @@ fn plan(a: &Args, sim: bool, r: usize, world: usize) -> anyhow::Result<Plan> {
                 },
                 Local {
                     shape: vec![world, m, n],
-                    dtype: F32,
+                    dtype: a.out_dtype()?,
                     init: vec![f64::NAN; world * m * n],
                 },
                 Symmetric {

@@ -329,6 +329,12 @@ impl AgGemmConfig {
 /// before the first call), `epoch` (1, 2, … per call), then `rank`, `num_ranks`,
 /// `heap_stride`.
 pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
+    ag_gemm_out(dtype, cfg, F32)
+}
+
+/// [`ag_gemm`] with `C` of type `out` (the f32 accumulators rounded once, at the store): bf16
+/// halves the bytes the epilogue writes, and is what a bf16 GEMM after an all-gather returns.
+pub fn ag_gemm_out(dtype: DType, cfg: AgGemmConfig, out: DType) -> Kernel {
     let AgGemmConfig {
         bm,
         bn,
@@ -344,7 +350,7 @@ pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
         let a = k.input("A", [&m, &kd], dtype);
         let b = k.input("B", [&n, &kd], dtype);
         let ag = k.symmetric("AG", [&r, &m, &kd], dtype);
-        let c = k.output("C", [&r, &m, &n], F32);
+        let c = k.output("C", [&r, &m, &n], out);
         let flags = k.symmetric("FLAGS", [&r, &tiles_m], I32);
         let ready = k.symmetric("READY", [&r], I32);
         let epoch = k.scalar("epoch", I32);
