@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|sanitize|big|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -405,6 +405,23 @@ if [ "$what" = pingpong ]; then
       done
     done
   fi
+fi
+
+if [ "$what" = tilelang ]; then
+  # Our bf16 GEMM beside cuBLAS and TileLang (the PyPI package, from the tarball that
+  # bench/tilelang-tarball.sh builds: carry .tl), each timed the same way in this one call
+  # (CUDA events, L2 flushed, median). TL_SHAPES narrows the run.
+  mkdir -p /tmp/tl-site && tar xJf "${TL_TARBALL:-.tl/tl-site.tar.xz}" -C /tmp/tl-site || exit 1
+  export PYTHONPATH=/tmp/tl-site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c 'import tilelang; print("tilelang", tilelang.__version__)' || exit 1
+  for shape in ${TL_SHAPES:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144}; do
+    set -- ${shape//,/ }
+    for l in nt nn; do
+      timeout 120 $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[ours] /'
+      python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
+      timeout 200 python3 bench/tilelang_peer.py gemm $1 $2 $3 --layout $l 2>&1 | grep -v "^\s*$" | tail -n 4
+    done
+  done
 fi
 
 if [ "$what" = ws ]; then
