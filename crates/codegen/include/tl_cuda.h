@@ -171,6 +171,26 @@ TL_DEVICE void tl_vec_copy_8(void* d, const void* s) { *(uint2*)d = *(const uint
 TL_DEVICE void tl_vec_copy_4(void* d, const void* s) { *(uint32_t*)d = *(const uint32_t*)s; }
 TL_DEVICE void tl_vec_copy_2(void* d, const void* s) { *(uint16_t*)d = *(const uint16_t*)s; }
 TL_DEVICE void tl_vec_copy_1(void* d, const void* s) { *(uint8_t*)d = *(const uint8_t*)s; }
+/* Four chunks of a peer copy, the first `valid` (1..4) of them: every load before any store,
+   so four loads are in flight at once (a pull from a peer waits a round trip per load). */
+#define TL_DEFINE_VEC_COPY_X4(BYTES, T)                                                        \
+TL_DEVICE void tl_vec_copy_x4_##BYTES(void* d0, const void* s0, void* d1, const void* s1,      \
+                                      void* d2, const void* s2, void* d3, const void* s3,      \
+                                      int valid) {                                             \
+    T v0 = *(const T*)s0, v1, v2, v3;                                                          \
+    if (valid > 1) v1 = *(const T*)s1;                                                         \
+    if (valid > 2) v2 = *(const T*)s2;                                                         \
+    if (valid > 3) v3 = *(const T*)s3;                                                         \
+    *(T*)d0 = v0;                                                                              \
+    if (valid > 1) *(T*)d1 = v1;                                                               \
+    if (valid > 2) *(T*)d2 = v2;                                                               \
+    if (valid > 3) *(T*)d3 = v3;                                                               \
+}
+TL_DEFINE_VEC_COPY_X4(16, uint4)
+TL_DEFINE_VEC_COPY_X4(8, uint2)
+TL_DEFINE_VEC_COPY_X4(4, uint32_t)
+TL_DEFINE_VEC_COPY_X4(2, uint16_t)
+TL_DEFINE_VEC_COPY_X4(1, uint8_t)
 /* The same with a predicate: false zero-fills the destination and reads nothing. */
 #define TL_DEFINE_VEC_COPY_ZFILL(BYTES, T, ZERO)                                               \
 TL_DEVICE void tl_vec_copy_##BYTES##_zfill(void* d, const void* s, bool p) {                 \

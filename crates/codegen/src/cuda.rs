@@ -833,8 +833,9 @@ impl Printer<'_> {
             let kind = if *sc { "sc" } else { "acq_rel" };
             return format!("tl_fence_{kind}_{}()", scope.name());
         }
-        if let Intrinsic::PeerCopy { lanes, put } = op {
-            if !self.cuda_nargs(op, args, 4) {
+        if let Intrinsic::PeerCopy { lanes, put, unroll } = op {
+            let u = (*unroll).max(1) as usize;
+            if !self.cuda_nargs(op, args, if u > 1 { 6 } else { 4 }) {
                 return "0".into();
             }
             let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", GLOBAL, None)
@@ -845,16 +846,43 @@ impl Printer<'_> {
                 return "0".into();
             };
             let bytes = *lanes as usize * db.dtype().bytes();
-            // Both advance by the same number of elements.
+            // Both advance by the same number of elements; chunk `i` of an unrolled copy by
+            // `i` strides more.
             let off = self.expr(&args[3]);
-            let (d, s) = (format!("({d} + {off})"), format!("({s} + {off})"));
-            let (d, s) = if *put {
-                (self.cuda_peer(op, d, &db, &args[2]), s)
+            let stride = if u > 1 {
+                self.expr(&args[4])
             } else {
-                let s = self.cuda_peer(op, s, &sb, &args[2]);
-                (d, s)
+                String::new()
             };
-            return format!("tl_vec_copy_{bytes}({d}, {s})");
+            let mut pairs = vec![];
+            for i in 0..u {
+                let o = if i == 0 {
+                    off.clone()
+                } else {
+                    format!("{off} + (int64_t){i} * ({stride})")
+                };
+                let (di, si) = (format!("({d} + {o})"), format!("({s} + {o})"));
+                let (di, si) = if *put {
+                    (self.cuda_peer(op, di, &db, &args[2]), si)
+                } else {
+                    let si = self.cuda_peer(op, si, &sb, &args[2]);
+                    (di, si)
+                };
+                pairs.push(format!("{di}, {si}"));
+            }
+            if u == 1 {
+                return format!("tl_vec_copy_{bytes}({})", pairs[0]);
+            }
+            if u != 4 {
+                self.cuda_error(
+                    DiagKind::Internal,
+                    format!("an unrolled peer copy of {u} chunks"),
+                    "this is a compiler bug; the CUDA C++ header copies 1 or 4 chunks",
+                );
+                return "0".into();
+            }
+            let valid = self.expr(&args[5]);
+            return format!("tl_vec_copy_x4_{bytes}({}, {valid})", pairs.join(", "));
         }
         let Some((p, b)) = self.cuda_addr(op, args.first(), "element", GLOBAL, None) else {
             return "0".into();

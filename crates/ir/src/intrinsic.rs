@@ -245,7 +245,13 @@ pub enum Intrinsic {
     /// source element, the peer's rank (i32), and an offset (i64 elements, row-major) added to
     /// both elements — a copy loop passes its start elements unchanged and only the offset
     /// varies, so no index is re-derived per access.
-    PeerCopy { lanes: u32, put: bool },
+    ///
+    /// With `unroll` U > 1 it copies U such chunks, `stride` elements apart (a fifth
+    /// argument, i64), of which the first `valid` (a sixth, i32, 1..=U) are copied: every load
+    /// is issued before any store, so U loads are in flight at once — a pull from a peer
+    /// waits a round trip over NVLink per load, and one load in flight per thread leaves the
+    /// link mostly idle.
+    PeerCopy { lanes: u32, put: bool, unroll: u32 },
 }
 
 /// The ordering a memory-model load, store or reduction asks for (PTX's `.sem`).
@@ -478,8 +484,13 @@ impl Intrinsic {
                 let kind = if *wrapping { "counter" } else { "until" };
                 format!("wait_{kind}_{}_{}", cmp.name(), scope.name())
             }
-            Intrinsic::PeerCopy { lanes, put } => {
-                format!("{}<{lanes}>", if *put { "peer_put" } else { "peer_get" })
+            Intrinsic::PeerCopy { lanes, put, unroll } => {
+                let x = if *unroll > 1 {
+                    format!("x{unroll}")
+                } else {
+                    String::new()
+                };
+                format!("{}<{lanes}>{x}", if *put { "peer_put" } else { "peer_get" })
             }
         }
     }

@@ -257,6 +257,9 @@ pub enum Instr {
         peer: E,
         /// Elements added to both addresses.
         offset: E,
+        /// `(U, stride, valid)` of an unrolled copy: the first `valid` of U chunks, `stride`
+        /// elements apart.
+        batch: Option<(u32, E, E)>,
     },
     /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).
     MbarInit {

@@ -765,8 +765,8 @@ impl Compiler<'_> {
                     wrapping: *wrapping,
                 }
             }
-            Intrinsic::PeerCopy { lanes, put } => {
-                need(4)?;
+            Intrinsic::PeerCopy { lanes, put, unroll } => {
+                need(if *unroll > 1 { 6 } else { 4 })?;
                 let dst = self.address(args.first(), &name)?;
                 let src = self.address(args.get(1), &name)?;
                 self.global_operand(&dst, &name)?;
@@ -774,6 +774,11 @@ impl Compiler<'_> {
                 let remote = if *put { &dst } else { &src };
                 let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
                 let offset = self.expr(&args[3])?;
+                let batch = if *unroll > 1 {
+                    Some((*unroll, self.expr(&args[4])?, self.expr(&args[5])?))
+                } else {
+                    None
+                };
                 Instr::PeerCopy {
                     lanes: *lanes,
                     put: *put,
@@ -781,6 +786,7 @@ impl Compiler<'_> {
                     src,
                     peer,
                     offset,
+                    batch,
                 }
             }
             Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {

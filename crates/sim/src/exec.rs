@@ -668,12 +668,29 @@ impl Interp<'_, '_> {
                     src,
                     peer,
                     offset,
+                    batch,
                 } => {
                     let p = self.eval(th, peer, pc)?.as_i64();
                     let off = self.eval(th, offset, pc)?.as_i64();
                     let own = self.mem.rank as i64;
                     let (dr, sr) = if *put { (p, own) } else { (own, p) };
-                    self.peer_copy(th, *lanes, (dst, dr), (src, sr), off, pc)?
+                    // An unrolled copy's chunks are disjoint, so copying them one after
+                    // another is what loading all first and storing after does.
+                    let (n, stride) = match batch {
+                        Some((u, stride, valid)) => {
+                            let valid = self.eval(th, valid, pc)?.as_i64();
+                            if !(1..=i64::from(*u)).contains(&valid) {
+                                return Err(SimError::InvalidIr(format!(
+                                    "an unrolled peer copy of {u} chunks with {valid} valid"
+                                )));
+                            }
+                            (valid, self.eval(th, stride, pc)?.as_i64())
+                        }
+                        None => (1, 0),
+                    };
+                    for u in 0..n {
+                        self.peer_copy(th, *lanes, (dst, dr), (src, sr), off + u * stride, pc)?;
+                    }
                 }
                 Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,
                 Instr::MbarArrive { bar, tx } => self.mbar_arrive(th, bar, tx.as_ref(), pc)?,

@@ -31,6 +31,7 @@ pub(super) struct Local {
 }
 
 /// A memory address: a register plus a constant byte offset.
+#[derive(Clone)]
 pub(super) struct Addr {
     pub base: String,
     pub off: i64,

@@ -337,22 +337,11 @@ impl Emitter {
                 }
                 self.ins(&format!("@!{p} bra {top}"));
             }
-            Intrinsic::PeerCopy { lanes, put } => {
-                Self::nargs(op, args, 4)?;
-                let (d, db) = self.mem_arg(args.first(), GLOBAL)?;
-                let (s, sb) = self.mem_arg(args.get(1), GLOBAL)?;
-                // Both advance by the same number of elements.
-                let step =
-                    args[3].cast(DType::I64) * Expr::int_of(db.dtype().bytes() as i64, DType::I64);
-                let v = self.expr(&step)?;
-                let v = self.reg(&v, Class::B64);
-                let (d, s) = (self.offset_addr(d, &v), self.offset_addr(s, &v));
-                let (d, s) = if *put {
-                    (self.peer_addr(d, &db, &args[2])?, s)
-                } else {
-                    let s = self.peer_addr(s, &sb, &args[2])?;
-                    (d, s)
-                };
+            Intrinsic::PeerCopy { lanes, put, unroll } => {
+                let u = (*unroll).max(1) as usize;
+                Self::nargs(op, args, if u > 1 { 6 } else { 4 })?;
+                let (d0, db) = self.mem_arg(args.first(), GLOBAL)?;
+                let (s0, sb) = self.mem_arg(args.get(1), GLOBAL)?;
                 let bytes = *lanes as usize * db.dtype().bytes();
                 let (ty, words) = match bytes {
                     16 => (".v4.b32", 4),
@@ -362,14 +351,55 @@ impl Emitter {
                     1 => (".u8", 1),
                     _ => return Err(format!("a {bytes}-byte peer copy")),
                 };
-                let regs: Vec<String> = (0..words).map(|_| self.fresh(Class::B32)).collect();
-                let list = if words == 1 {
-                    regs[0].clone()
+                let elem = Expr::int_of(db.dtype().bytes() as i64, DType::I64);
+                // Chunk `i`'s addresses, and the predicate that it is one of the first `valid`
+                // (none for a single chunk, which its loop already guards).
+                let valid = if u > 1 {
+                    let v = self.expr(&args[5].cast(DType::I32))?;
+                    Some(self.reg(&v, Class::B32))
                 } else {
-                    format!("{{{}}}", regs.join(", "))
+                    None
                 };
-                self.ins(&format!("ld.global{ty} {list}, {}", s.operand()));
-                self.ins(&format!("st.global{ty} {}, {list}", d.operand()));
+                let mut chunks = vec![];
+                for i in 0..u {
+                    let mut off = args[3].cast(DType::I64);
+                    if i > 0 {
+                        off = off + args[4].cast(DType::I64) * Expr::int_of(i as i64, DType::I64);
+                    }
+                    let v = self.expr(&(off * elem.clone()))?;
+                    let v = self.reg(&v, Class::B64);
+                    let (d, s) = (
+                        self.offset_addr(d0.clone(), &v),
+                        self.offset_addr(s0.clone(), &v),
+                    );
+                    let (d, s) = if *put {
+                        (self.peer_addr(d, &db, &args[2])?, s)
+                    } else {
+                        let s = self.peer_addr(s, &sb, &args[2])?;
+                        (d, s)
+                    };
+                    let guard = if let (true, Some(valid)) = (i > 0, &valid) {
+                        let p = self.fresh(Class::Pred);
+                        self.ins(&format!("setp.gt.s32 {p}, {valid}, {i}"));
+                        format!("@{p} ")
+                    } else {
+                        String::new()
+                    };
+                    let regs: Vec<String> = (0..words).map(|_| self.fresh(Class::B32)).collect();
+                    let list = if words == 1 {
+                        regs[0].clone()
+                    } else {
+                        format!("{{{}}}", regs.join(", "))
+                    };
+                    chunks.push((d, s, guard, list));
+                }
+                // Every load before any store: `u` loads in flight at once.
+                for (_, s, guard, list) in &chunks {
+                    self.ins(&format!("{guard}ld.global{ty} {list}, {}", s.operand()));
+                }
+                for (d, _, guard, list) in &chunks {
+                    self.ins(&format!("{guard}st.global{ty} {}, {list}", d.operand()));
+                }
             }
             Intrinsic::MbarrierInit { count } => {
                 Self::nargs(op, args, 1)?;

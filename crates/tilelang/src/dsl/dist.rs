@@ -17,6 +17,12 @@ use super::args::IntoExprs;
 use super::builder::KernelBuilder;
 use super::scope::TileScope;
 
+/// Chunks of 16 bytes (or the widest the sizes allow) each thread moves per round of a
+/// `put_*`/`get_*` copy, all loaded before any is stored. A pull waits a round trip over
+/// NVLink per load: with one load in flight per thread, 64 blocks per peer pulled 204 GB/s
+/// between two H100s where pushes moved 335 (docs/performance.md, session 19).
+const PEER_COPY_UNROLL: i64 = 4;
+
 /// This rank and the number of ranks, as expressions of the kernel's scalar parameters.
 #[derive(Clone, Debug)]
 pub struct Dist {
@@ -662,21 +668,33 @@ impl TileScope {
                 CopyGroup::Block => (t.threads() as i64, t.thread_idx()),
                 CopyGroup::Warp => (32, tl_ir::ops::floormod(t.thread_idx(), Expr::int(32))),
             };
+            // Each thread takes PEER_COPY_UNROLL chunks a round, `threads` chunks apart (each
+            // of them coalesced across the threads), all loaded before any is stored.
+            let per_round = threads * PEER_COPY_UNROLL;
             t.serial(
-                tl_ir::ops::ceildiv(chunks.clone(), Expr::int(threads)),
+                tl_ir::ops::ceildiv(chunks.clone(), Expr::int(per_round)),
                 |t, i| {
-                    let c = t.let_("chunk", i * threads + tid.clone());
+                    let c = t.let_("chunk", i * per_round + tid.clone());
                     t.if_(c.lt(chunks.clone()), |t| {
+                        // This thread's chunks of the round that exist: ⌈(chunks − c) /
+                        // threads⌉ (at least 1), at most the unroll.
+                        let valid = tl_ir::ops::min(
+                            tl_ir::ops::ceildiv(chunks.clone() - &c, Expr::int(threads)),
+                            Expr::int(PEER_COPY_UNROLL),
+                        );
                         let call = Expr::call(
                             Intrinsic::PeerCopy {
                                 lanes: lanes as u32,
                                 put,
+                                unroll: PEER_COPY_UNROLL as u32,
                             },
                             vec![
                                 d0.clone(),
                                 s0.clone(),
                                 peer.clone().cast(DType::I32),
                                 (c.clone() * lanes).cast(DType::I64),
+                                Expr::int_of(threads * lanes, DType::I64),
+                                valid.cast(DType::I32),
                             ],
                             DType::Bool,
                         );
