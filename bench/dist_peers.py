@@ -188,6 +188,11 @@ def main():
         # Every rank sends its n floats to every peer and receives theirs, by NCCL's send/recv
         # (one batch per call): on 2 ranks, the pair exchange in both directions at once. The
         # same bytes as the all-gather, counted the same way.
+        if world == 1:
+            if r == 0:
+                print("dist_peers: sendrecv needs 2 or more ranks", flush=True)
+            dist.destroy_process_group()
+            return
         for n in [int(v) for v in args.sweep.split(",") if v] or [n]:
             args.n = n
             x = torch.randn(n, device="cuda", dtype=torch.float32, generator=g)

@@ -22,7 +22,7 @@ echo "== ours ${M}x${N}x${K} nt"
 timeout 200 ncu --clock-control none -k regex:tl_kernel -s 2 -c 1 $S $G/gemm --device cuda --m $M --n $N --k $K --layout nt --dtype bf16 --reps 3 2>&1 | grep -v "^==PROF==" | grep -v "^    ---" | sed 's/  */ /g' | head -150
 # TileLang's kernel of the same shape, where its tarball was carried (.tl: bench/tilelang-tarball.sh).
 if [ -f .tl/tl-site.tar.xz ]; then
-  mkdir -p /tmp/tl-site && tar xJf .tl/tl-site.tar.xz -C /tmp/tl-site
+  mkdir -p /tmp/tl-site && tar xJf .tl/tl-site.tar.xz -C /tmp/tl-site || { echo "TileLang tarball did not unpack"; exit 1; }
   cat > /tmp/tilelang_gemm.py <<PY
 import sys, torch, tilelang
 sys.path.insert(0, "bench")

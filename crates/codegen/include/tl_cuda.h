@@ -177,7 +177,7 @@ TL_DEVICE void tl_vec_copy_1(void* d, const void* s) { *(uint8_t*)d = *(const ui
 TL_DEVICE void tl_vec_copy_x4_##BYTES(void* d0, const void* s0, void* d1, const void* s1,      \
                                       void* d2, const void* s2, void* d3, const void* s3,      \
                                       int valid) {                                             \
-    T v0 = *(const T*)s0, v1, v2, v3;                                                          \
+    T v0 = *(const T*)s0, v1 = v0, v2 = v0, v3 = v0;                                           \
     if (valid > 1) v1 = *(const T*)s1;                                                         \
     if (valid > 2) v2 = *(const T*)s2;                                                         \
     if (valid > 3) v3 = *(const T*)s3;                                                         \

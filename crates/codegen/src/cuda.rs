@@ -873,6 +873,8 @@ impl Printer<'_> {
             if u == 1 {
                 return format!("tl_vec_copy_{bytes}({})", pairs[0]);
             }
+            // The DSL unrolls by 4 (`PEER_COPY_UNROLL`); the PTX printer and the simulator take
+            // any count, the header only this one.
             if u != 4 {
                 self.cuda_error(
                     DiagKind::Internal,

@@ -3,7 +3,9 @@
 //! `cuStreamWaitValue32` on this rank's). Issue 15 asks for both producers of an all-gather,
 //! SM stores and copy engines, measured side by side: [`CopyEngineAllGather`] is the second,
 //! with the same buffers and the same entry handshake as the all-gather kernel
-//! (`tilelang::kernels::dist::all_gather`), so the two are interchangeable call for call.
+//! (`tilelang::kernels::dist::all_gather`), and its flags counting as the kernel's do
+//! ([`GatherBuffers::flag_per_call`]), so calls of the two may alternate on one set of
+//! buffers.
 //!
 //! Nothing here runs without a GPU; the `distributed` example drives it on GPUs
 //! (`--kernel all-gather-ce`) and checks its output like the kernel's.
@@ -69,12 +71,14 @@ struct Event {
 }
 
 impl Event {
-    fn new(heap: &SymmetricHeap) -> Result<Event> {
+    /// A timed event, or with `!timed` one that only orders streams (cheaper to record).
+    fn new(heap: &SymmetricHeap, timed: bool) -> Result<Event> {
         heap.bind()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flag 0 = CU_EVENT_DEFAULT (timed).
+        // SAFETY: a valid out-pointer; flag 0 = CU_EVENT_DEFAULT (timed), 2 =
+        // CU_EVENT_DISABLE_TIMING.
         check(heap.rank(), "cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, 0)
+            sys::cuEventCreate(&mut raw, if timed { 0 } else { 2 })
         })?;
         Ok(Event {
             raw,
@@ -129,25 +133,38 @@ pub struct GatherBuffers {
     pub out: SymmetricBuffer,
     pub flags: SymmetricBuffer,
     pub ready: SymmetricBuffer,
+    /// What a call adds to a peer's flag: the kernel's blocks per peer (each adds 1), so a
+    /// flag reads `epoch · flag_per_call` after call `epoch` whichever of the two made it.
+    pub flag_per_call: u32,
 }
 
 /// An all-gather whose bytes the copy engines move: one stream per peer, so the transfers to
 /// different peers run at once (a stream runs its copies one after another). Call `epoch`
-/// (1, 2, …) of rank `me`, on each peer `p`'s stream:
-/// 1. write `epoch` into `p`'s `READY[me]` (this rank has entered the call, so it no longer
-///    reads what earlier calls gathered), and wait until `READY[p]` here reaches `epoch`;
-/// 2. copy the shard into `p`'s `OUT[me]`, then write `epoch` into `p`'s `FLAGS[me]` (the
-///    driver fences before the write, so the flag follows the bytes);
-/// 3. wait until `FLAGS[p]` here reaches `epoch`: `p`'s shard has landed.
+/// (1, 2, …) of rank `me`, with `n = epoch · flag_per_call`:
+/// 1. on the lead stream: write `epoch` into every peer's `READY[me]` (this rank has entered
+///    the call, so it no longer reads what earlier calls gathered), and copy the own row;
+/// 2. on each peer `p`'s stream: wait until `READY[p]` here reaches `epoch`, copy the shard
+///    into `p`'s `OUT[me]`, then write `n` into `p`'s `FLAGS[me]` (the driver fences before
+///    the write, so the flag follows the bytes);
+/// 3. on the lead stream, once every peer stream is done: wait until each `FLAGS[p]` here
+///    reaches `n` — every peer's shard has landed.
 ///
-/// A lead stream starts the peers' streams and ends when all have: the call is timed between
-/// its two events. The own row is a local copy on the lead stream.
+/// No signal is queued behind a wait on the same stream except a peer stream's flag behind
+/// its `READY` wait, which every peer's step 1 satisfies without waiting on anything of this
+/// call; so streams that share a hardware queue (more than `CUDA_DEVICE_MAX_CONNECTIONS`) cannot
+/// wait on each other in a ring. The call is timed between two events on the lead stream.
+///
+/// The streams are this heap's own, ordered against no other stream: whatever writes `src`
+/// and reads `OUT` on other streams must be finished (synchronized) around the calls, as for
+/// any second stream.
 pub struct CopyEngineAllGather<'h> {
     heap: &'h SymmetricHeap,
     lead: CopyStream,
     /// Stream `i` serves peer `(me + 1 + i) mod R`.
     lanes: Vec<CopyStream>,
     start: Event,
+    /// Recorded after the lead stream's `READY` signals: the peer streams start from it.
+    fork: Event,
     end: Event,
     lane_done: Vec<Event>,
 }
@@ -161,10 +178,11 @@ impl<'h> CopyEngineAllGather<'h> {
             lanes: (0..peers)
                 .map(|_| CopyStream::new(heap))
                 .collect::<Result<_>>()?,
-            start: Event::new(heap)?,
-            end: Event::new(heap)?,
+            start: Event::new(heap, true)?,
+            fork: Event::new(heap, false)?,
+            end: Event::new(heap, true)?,
             lane_done: (0..peers)
-                .map(|_| Event::new(heap))
+                .map(|_| Event::new(heap, false))
                 .collect::<Result<_>>()?,
         })
     }
@@ -173,15 +191,24 @@ impl<'h> CopyEngineAllGather<'h> {
     pub fn queue(&self, b: &GatherBuffers, epoch: u32) -> Result<()> {
         let h = self.heap;
         let (me, world) = (h.rank(), h.world());
-        let slot = |buf: SymmetricBuffer, r: usize| (buf, 4 * r as u64);
-        if b.bytes * world as u64 > b.out.bytes || b.flags.bytes < 4 * world as u64 {
+        let flags_bytes = 4 * world as u64;
+        if b.bytes * world as u64 > b.out.bytes
+            || b.flags.bytes < flags_bytes
+            || b.ready.bytes < flags_bytes
+        {
             return Err(crate::DistError::Heap(format!(
-                "all-gather by copy engines: {world} ranks × {} bytes do not fit OUT's {} bytes, or {world} flags FLAGS' {}",
-                b.bytes, b.out.bytes, b.flags.bytes
+                "all-gather by copy engines: {world} ranks × {} bytes do not fit OUT's {} bytes, or {world} flags FLAGS' {} or READY's {}",
+                b.bytes, b.out.bytes, b.flags.bytes, b.ready.bytes
             )));
         }
+        h.bind()?;
+        let slot = |buf: SymmetricBuffer, r: usize| (buf, 4 * r as u64);
+        let n = epoch.wrapping_mul(b.flag_per_call.max(1));
+        let peers = |i: usize| (me + 1 + i) % world;
         self.start.record(&self.lead)?;
-        // The own row.
+        for i in 0..self.lanes.len() {
+            h.signal_async(&self.lead, peers(i), slot(b.ready, me), epoch)?;
+        }
         // SAFETY: `src` holds `bytes` bytes (the caller's shard); the destination is row `me`
         // of this rank's `out`, checked to fit above.
         check(me, "cuMemcpyDtoDAsync (own row)", unsafe {
@@ -192,10 +219,10 @@ impl<'h> CopyEngineAllGather<'h> {
                 self.lead.raw,
             )
         })?;
+        self.fork.record(&self.lead)?;
         for (i, (lane, done)) in self.lanes.iter().zip(&self.lane_done).enumerate() {
-            let p = (me + 1 + i) % world;
-            lane.wait_for(&self.start)?;
-            h.signal_async(lane, p, slot(b.ready, me), epoch)?;
+            let p = peers(i);
+            lane.wait_for(&self.fork)?;
             h.wait_async(lane, slot(b.ready, p), epoch)?;
             h.put_signal_async(
                 lane,
@@ -204,17 +231,21 @@ impl<'h> CopyEngineAllGather<'h> {
                 (b.out, me as u64 * b.bytes),
                 b.bytes,
                 slot(b.flags, me),
-                epoch,
+                n,
             )?;
-            h.wait_async(lane, slot(b.flags, p), epoch)?;
             done.record(lane)?;
             self.lead.wait_for(done)?;
+        }
+        for i in 0..self.lanes.len() {
+            h.wait_async(&self.lead, slot(b.flags, peers(i)), n)?;
         }
         self.end.record(&self.lead)
     }
 
     /// Wait up to `limit` for the last queued call: the milliseconds from its start to its
-    /// end, or `None` if it still runs (a peer that never signals).
+    /// end, or `None` if it still runs (a peer that never signals). After `None` the streams
+    /// still wait on the heap's memory: dropping the heap then unmaps it under them, so a
+    /// caller that gives up should exit the process (as the `distributed` example does).
     pub fn wait(&self, limit: Duration) -> Result<Option<f64>> {
         let t = Instant::now();
         while !self.end.done()? {

@@ -12,8 +12,9 @@
 //! machines here.
 //!
 //! Run on 2, 3 and 4 H100s (NVLink) and as 2 and 4 processes sharing one GPU, by the
-//! `distributed` example (docs/performance.md, "Multi-rank"). The copy-engine producer
-//! ([`SymmetricHeap::put_signal_async`]) is in [`crate::copy_engine`].
+//! `distributed` example (docs/performance.md, "Multi-rank"). The copy-engine producer's
+//! stream operations ([`SymmetricHeap::put_signal_async`], `signal_async`, `wait_async`) are
+//! here; the all-gather built from them is in [`crate::copy_engine`].
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -231,7 +232,6 @@ impl SymmetricHeap {
         Ok(SymmetricBuffer { offset, bytes })
     }
 
-    /// The device address of rank `rank`'s copy of `buf`.
     /// Make the heap's context current on this thread (streams and events are created in it).
     pub(crate) fn bind(&self) -> Result<()> {
         self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
@@ -241,6 +241,7 @@ impl SymmetricHeap {
         })
     }
 
+    /// The device address of rank `rank`'s copy of `buf`.
     pub fn ptr(&self, buf: SymmetricBuffer, rank: usize) -> u64 {
         self.base + rank as u64 * self.stride + buf.offset
     }
@@ -254,11 +255,7 @@ impl SymmetricHeap {
                 buf.bytes
             )));
         }
-        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
-            me: self.rank,
-            op: "making the context current".into(),
-            detail: e.to_string(),
-        })?;
+        self.bind()?;
         // SAFETY: the destination lies in this rank's mapped heap (checked size).
         check(self.rank, "cuMemcpyHtoD into the symmetric heap", unsafe {
             sys::cuMemcpyHtoD_v2(
@@ -272,11 +269,7 @@ impl SymmetricHeap {
     /// This rank's copy of `buf`, copied to the host (synchronous).
     pub fn read(&self, buf: SymmetricBuffer) -> Result<Vec<u8>> {
         let mut out = vec![0u8; buf.bytes as usize];
-        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
-            me: self.rank,
-            op: "making the context current".into(),
-            detail: e.to_string(),
-        })?;
+        self.bind()?;
         // SAFETY: the source lies in this rank's mapped heap; `out` has `bytes` bytes.
         check(self.rank, "cuMemcpyDtoH from the symmetric heap", unsafe {
             sys::cuMemcpyDtoH_v2(
@@ -292,8 +285,9 @@ impl SymmetricHeap {
     /// GPU) into rank `peer`'s copy of `buf` at byte `offset`, then write `value` into rank
     /// `peer`'s 32-bit flag at byte `flag_offset` of `flags` — both queued on `stream`, in
     /// that order (the driver issues a system-wide fence before a stream write). A consumer
-    /// kernel on the peer waits for the flag (`t.wait`). Not yet run on a GPU (nothing calls it
-    /// yet: the kernels push with SM stores).
+    /// kernel on the peer waits for the flag (`t.wait`), or its stream does
+    /// ([`wait_async`](Self::wait_async)); [`crate::copy_engine::CopyEngineAllGather`] is built
+    /// from these and has run on 2 and 4 H100s.
     #[allow(clippy::too_many_arguments)]
     pub fn put_signal_async(
         &self,

@@ -138,6 +138,19 @@ fn pulls_issue_four_loads_before_their_stores() {
     assert!(src.contains("tl_vec_copy_x4_16("), "{src}");
 }
 
+/// A warp copy in a block that is not whole warps is refused at its line, not run with a
+/// partial warp that would skip or repeat chunks.
+#[test]
+fn warp_copies_need_whole_warps() {
+    let e = all_gather_by(F32, 48, Transfer::PUT_WARP, 4)
+        .lower(Target::SM90)
+        .expect_err("48 threads");
+    assert!(e.to_string().contains("needs whole warps"), "{e}");
+    assert!(all_gather_by(F32, 64, Transfer::GET_WARP, 4)
+        .lower(Target::SM90)
+        .is_ok());
+}
+
 /// The second call (epoch 2) works on flags the first left at G, without a reset.
 #[test]
 fn all_gather_epochs_need_no_reset() {

@@ -253,6 +253,31 @@ fn parse_tiles(spec: &str) -> Option<AgGemmConfig> {
     }
 }
 
+/// Options that apply to one kernel only are refused elsewhere, not ignored.
+fn check_options(a: &Args) -> anyhow::Result<()> {
+    let gather = a.kernel == "all-gather";
+    if a.transfer != "put-block" && !gather {
+        anyhow::bail!(
+            "--transfer {} applies to --kernel all-gather only (the copy engines push)",
+            a.transfer
+        );
+    }
+    if a.blocks_per_peer != ALL_GATHER_BLOCKS_PER_PEER && !(gather || a.kernel == "all-gather-ce") {
+        anyhow::bail!("--blocks-per-peer applies to --kernel all-gather and all-gather-ce only");
+    }
+    // Every block of the grid must be resident at once: R · blocks_per_peer of 256 threads.
+    if !(1..=256).contains(&a.blocks_per_peer) {
+        anyhow::bail!(
+            "--blocks-per-peer {}: 1 to 256 (every block of the grid must be resident at once)",
+            a.blocks_per_peer
+        );
+    }
+    if a.out != "f32" && a.kernel != "ag-gemm" {
+        anyhow::bail!("--out {} applies to --kernel ag-gemm only", a.out);
+    }
+    Ok(())
+}
+
 fn kernel(a: &Args, sim: bool) -> anyhow::Result<Kernel> {
     Ok(match a.kernel.as_str() {
         "all-gather" => all_gather_by(F32, 256, a.transfer()?, a.blocks_per_peer),
@@ -520,6 +545,7 @@ fn main() -> ExitCode {
 
 fn run() -> anyhow::Result<ExitCode> {
     let a = Args::parse();
+    check_options(&a)?;
     let gpu = match a.device.as_deref() {
         Some("sim") => false,
         Some(d) if d.starts_with("cuda") => true,
@@ -745,11 +771,16 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             out,
             flags,
             ready,
+            // The kernel's count per call, so the two may share the flags.
+            flag_per_call: a.blocks_per_peer as u32,
         };
         Some((tl_dist::CopyEngineAllGather::new(&heap)?, bufs))
     } else {
         None
     };
+    // The copy engines' streams are ordered against no other: the uploads of the inputs (on
+    // the runtime's stream) must have finished before the first call.
+    dev.synchronize()?;
     rv.barrier()?;
     let limit = std::time::Duration::from_secs_f64(a.call_timeout.max(0.001));
     // One call, timed alone; a call still running after `limit` waits on a peer that is not

@@ -642,6 +642,20 @@ impl TileScope {
             );
             return;
         }
+        if group == CopyGroup::Warp && self.threads() % 32 != 0 {
+            self.error(
+                Diagnostic::new(
+                    DiagKind::InvalidArgument,
+                    span,
+                    format!(
+                        "`{what}` in a block of {} threads: a warp copy needs whole warps",
+                        self.threads()
+                    ),
+                )
+                .help("launch a multiple of 32 threads, or copy with the block (`*_block`)"),
+            );
+            return;
+        }
         let (sflat, dflat) = (flatten(sb, sidx), flatten(db, didx));
         // 16 bytes per access where the count and both start offsets are multiples of the
         // vector: proved here when the sizes say so, else tested at run time (a block-uniform

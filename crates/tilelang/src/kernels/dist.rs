@@ -26,7 +26,8 @@ fn add_mod(a: Expr, b: Expr, n: Expr) -> Expr {
 }
 
 /// Back-to-back calls: a rank may start call `e + 1` while a peer still runs call `e`, so it
-/// must not push into that peer's buffers before the peer has finished reading them. Each
+/// must not push into that peer's buffers before the peer has finished reading them (nor pull
+/// from them before the peer has written them for this call: the pulling all-gather). Each
 /// kernel that pushes therefore opens with an entry handshake on a symmetric `READY` (`[R]`
 /// i32, zero before the first call): a rank that has entered call `e` — so everything it read
 /// in earlier calls is done, by stream order — stores `e` into `READY[rank]` of each rank that
@@ -87,10 +88,10 @@ fn arrive_and_await(
 
 /// Blocks that push one rank's shard to one peer in [`all_gather`]: one block moves about
 /// 5–9 GB/s over NVLink, so it takes dozens per peer to fill the links — on 4 H100s, 16 per
-/// peer gathered 16 MiB per rank at 256–270 GB/s of bus bandwidth, 64 at 334 (NCCL 314);
-/// between two, 16 reached 138 and 64 reached 299 (docs/performance.md). Every block of the
-/// grid must be resident at once (each waits for a peer's blocks): `64 · R` blocks of 256
-/// threads are 512 on 8 GPUs, within the 8 per SM an H100 holds.
+/// peer gathered 64 MiB per rank at 272 GB/s of bus bandwidth, 64 at 334 (NCCL 314); between
+/// two, 16 reached 138 and 64 reached 299 (docs/performance.md). Every block of the grid must
+/// be resident at once (each waits for a peer's blocks): `64 · R` blocks of 256 threads need
+/// 2 per SM of an H100's 132 on 4 GPUs and 4 on 8 (not run: no 8-GPU machine was lent).
 pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 64;
 
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
@@ -189,7 +190,11 @@ fn all_gather_with(
 ) -> Kernel {
     let g = blocks_per_peer;
     // Parts per peer: one per block, or one per warp of each block.
-    let warps = if how.warp { i64::from(threads / 32) } else { 1 };
+    let warps = if how.warp {
+        i64::from(threads / 32).max(1)
+    } else {
+        1
+    };
     Kernel::build("all_gather", |k| {
         if tables {
             k.peer_tables();
@@ -221,32 +226,15 @@ fn all_gather_with(
                     block.clone()
                 };
                 let (lo, hi) = vector_part(t, &part, Expr::int(g * warps), &n);
-                let count = &hi - &lo;
+                // A push writes this rank's row of the peer's OUT, a pull the peer's row of
+                // this rank's.
+                let row = if how.get { p.clone() } else { d.rank.clone() };
+                let (src, dst, count) = (x.at([lo.clone()]), out.at([row, lo.clone()]), &hi - &lo);
                 match (how.get, how.warp) {
-                    (false, false) => t.put_block(
-                        x.at([lo.clone()]),
-                        out.at([d.rank.clone(), lo.clone()]),
-                        count,
-                        p.clone(),
-                    ),
-                    (false, true) => t.put_warp(
-                        x.at([lo.clone()]),
-                        out.at([d.rank.clone(), lo.clone()]),
-                        count,
-                        p.clone(),
-                    ),
-                    (true, false) => t.get_block(
-                        x.at([lo.clone()]),
-                        out.at([p.clone(), lo.clone()]),
-                        count,
-                        p.clone(),
-                    ),
-                    (true, true) => t.get_warp(
-                        x.at([lo.clone()]),
-                        out.at([p.clone(), lo.clone()]),
-                        count,
-                        p.clone(),
-                    ),
+                    (false, false) => t.put_block(src, dst, count, p.clone()),
+                    (false, true) => t.put_warp(src, dst, count, p.clone()),
+                    (true, false) => t.get_block(src, dst, count, p.clone()),
+                    (true, true) => t.get_warp(src, dst, count, p.clone()),
                 }
                 arrive_and_await(t, &flags, (&d.rank, &p), &epoch, Expr::int(g));
             },
