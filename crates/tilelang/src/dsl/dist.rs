@@ -642,7 +642,7 @@ impl TileScope {
             );
             return;
         }
-        if group == CopyGroup::Warp && self.threads() % 32 != 0 {
+        if group == CopyGroup::Warp && !self.threads().is_multiple_of(32) {
             self.error(
                 Diagnostic::new(
                     DiagKind::InvalidArgument,
