@@ -287,7 +287,7 @@ impl SymmetricHeap {
     /// that order (the driver issues a system-wide fence before a stream write). A consumer
     /// kernel on the peer waits for the flag (`t.wait`), or its stream does
     /// ([`wait_async`](Self::wait_async)); [`crate::copy_engine::CopyEngineAllGather`] is built
-    /// from these and has run on 2 and 4 H100s.
+    /// from these.
     #[allow(clippy::too_many_arguments)]
     pub fn put_signal_async(
         &self,
