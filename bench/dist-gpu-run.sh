@@ -22,7 +22,8 @@
 #          NCCL (+cuBLAS) timed in the same run
 #   moe    the MoE all-to-all (dispatch, identity expert, combine, gather; every token must
 #          come back): 4096 tokens x 7168 hidden, top-8 of 256 experts, on 2 and all GPUs,
-#          beside NCCL's all_to_all_single moving the same rows per peer
+#          a token sent per choice and (--dedup) once per destination rank, each beside
+#          NCCL's all_to_all_single moving the same rows per peer
 #   fault  one rank leaves mid-run; the others must fail with a clear error, none hang
 #   torch  the T.* all-gather on torch's symmetric memory (peer tables) beside NCCL
 #
@@ -170,6 +171,10 @@ for phase in $phases; do
       [ "$r" -le "$gpus" ] || continue
       name="moe ours R=$r"; ours "$r" --kernel moe --m 4096 --k 7168 --topk 8 --experts 256 --reps 10 --call-timeout 20
       name="moe nccl all-to-all R=$r"; peers "$r" --op all-to-all --shape "$((4096 * 8 / r)),1,7168" --reps 10
+      # Once per destination rank: with this routing every token reaches every rank, so 4096
+      # rows per peer instead of 4096·8/R (NCCL timed moving as many).
+      name="moe ours dedup R=$r"; ours "$r" --kernel moe --dedup --m 4096 --k 7168 --topk 8 --experts 256 --reps 10 --call-timeout 20
+      name="moe nccl all-to-all dedup rows R=$r"; peers "$r" --op all-to-all --shape "4096,1,7168" --reps 10
     done
     ;;
   fault)

@@ -434,26 +434,27 @@ fn distributed_kernels_on_simulated_ranks() {
         "sim",
     );
     assert!(last.ends_with("PASS"), "{last}");
-    // The MoE round trip (dispatch, identity expert, combine, gather): every token back.
-    for ranks in ["1", "3"] {
-        let last = run_on(
-            "distributed",
-            &[
-                "--kernel",
-                "moe",
-                "--ranks",
-                ranks,
-                "--m",
-                "70",
-                "--k",
-                "40",
-                "--topk",
-                "2",
-                "--experts",
-                "6",
-            ],
-            "sim",
-        );
+    // The MoE round trip (dispatch, identity expert, combine, gather): every token back, a
+    // token sent once per choice or (`--dedup`) once per destination rank.
+    for (ranks, dedup) in [("1", false), ("3", false), ("2", true)] {
+        let mut args = vec![
+            "--kernel",
+            "moe",
+            "--ranks",
+            ranks,
+            "--m",
+            "70",
+            "--k",
+            "40",
+            "--topk",
+            "4",
+            "--experts",
+            "12",
+        ];
+        if dedup {
+            args.push("--dedup");
+        }
+        let last = run_on("distributed", &args, "sim");
         assert!(last.ends_with("PASS"), "{last}");
     }
     // Back to back: the memory-order check spans the calls.

@@ -400,6 +400,14 @@ fn multi_rank_kernels_print_as_ptx_and_assemble() {
             ][..],
         ),
         (
+            tilelang::kernels::dist::moe_dispatch_dedup(BF16, 256, 32),
+            &[
+                "st.relaxed.sys.global.b32",
+                "st.release.sys.global.b32",
+                "ld.global.v4.b32",
+            ][..],
+        ),
+        (
             tilelang::kernels::dist::moe_combine(BF16, 256),
             &["st.release.sys.global.b32", "ld.acquire.sys.global.b32"][..],
         ),
@@ -1035,6 +1043,149 @@ fn moe_dispatch_and_combine_round_trip() {
             tl_sim::run(&gath, &mut g, &SimOptions::default()).expect("gather");
             let y = g[4].to_f64(F32);
             let slots = args[r][3].to_f64(I32);
+            for t in 0..tokens {
+                let mut want = vec![0.0; h];
+                for j in 0..k {
+                    if slots[t * k + j] >= 0.0 {
+                        for (c, wv) in want.iter_mut().enumerate() {
+                            *wv += w(j) * (2.0 * x(r)[t * h + c] + expert(r, t, j));
+                        }
+                    }
+                }
+                assert_eq!(&y[t * h..(t + 1) * h], &want[..], "rank {r} token {t}");
+            }
+        }
+    }
+}
+
+/// The deduplicating dispatch sends a token once per destination rank with all its choices
+/// there (experts and weights), top-4 routing where two choices share a rank, on 2 and 3
+/// ranks, overflowing a capacity: every rank receives exactly one row per (token, rank) in
+/// the sender's order; after an expert side that returns Σ_j w_j·(2x + e_j) per row, combine
+/// and the deduplicating gather give every token Σ_j w_j·(2x + e_j) over its kept choices.
+#[test]
+fn moe_dispatch_dedup_sends_a_token_once_per_rank() {
+    use tilelang::kernels::dist::{moe_combine, moe_dispatch_dedup, moe_gather_dedup};
+    let disp = moe_dispatch_dedup(F32, 64, 4)
+        .lower(Target::SM90)
+        .expect("dispatch");
+    let comb = moe_combine(F32, 32).lower(Target::SM90).expect("combine");
+    let gath = moe_gather_dedup(F32, 64, 32)
+        .lower(Target::SM90)
+        .expect("gather");
+    let k = 4usize;
+    for (ranks, tokens, h, cap) in [(2usize, 9usize, 24usize, 7usize), (3, 10, 20, 5)] {
+        let x = |r: usize| pattern(r, tokens * h);
+        let dest = |r: usize, t: usize, j: usize| (t * 7 + r * 3 + j * 5) % ranks;
+        let expert = |r: usize, t: usize, j: usize| (dest(r, t, j) * 4 + (t + j) % 4) as f64;
+        let w = |j: usize| 0.25 * (j + 1) as f64;
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                let d: Vec<f64> = (0..tokens * k)
+                    .map(|i| dest(r, i / k, i % k) as f64)
+                    .collect();
+                let e: Vec<f64> = (0..tokens * k).map(|i| expert(r, i / k, i % k)).collect();
+                let wv: Vec<f64> = (0..tokens * k).map(|i| w(i % k)).collect();
+                vec![
+                    SimArg::tensor(F32, &[tokens, h], &x(r)),
+                    SimArg::tensor(I32, &[tokens, k], &d),
+                    SimArg::tensor(I32, &[tokens, k], &e),
+                    SimArg::tensor(F32, &[tokens, k], &wv),
+                    SimArg::tensor(I32, &[tokens, k], &vec![-7.0; tokens * k]),
+                    SimArg::zeros(F32, &[ranks, cap, h]),
+                    SimArg::tensor(I32, &[ranks, cap, k], &vec![-9.0; ranks * cap * k]),
+                    SimArg::tensor(F32, &[ranks, cap, k], &vec![f64::NAN; ranks * cap * k]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::Int(1),
+                    SimArg::Int(r as i64),
+                    SimArg::Int(ranks as i64),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        let rep = tl_sim::run_ranks(&disp, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("dispatch, {ranks} ranks: {e}"));
+        assert!(rep.order_checked || ranks == 3);
+        let mut dropped_any = false;
+        for p in 0..ranks {
+            let recv = args[p][5].to_f64(F32);
+            let (experts, weights) = (args[p][6].to_f64(I32), args[p][7].to_f64(F32));
+            let counts = args[p][8].to_f64(I32);
+            for q in 0..ranks {
+                let routed: Vec<usize> = (0..tokens)
+                    .filter(|&t| (0..k).any(|j| dest(q, t, j) == p))
+                    .collect();
+                let kept = routed.len().min(cap);
+                dropped_any |= kept < routed.len();
+                assert_eq!(counts[q], kept as f64, "rank {p}'s count from rank {q}");
+                for (row, &t) in routed.iter().enumerate() {
+                    let slots = args[q][4].to_f64(I32);
+                    for j in (0..k).filter(|&j| dest(q, t, j) == p) {
+                        let want = if row < kept { row as f64 } else { -1.0 };
+                        assert_eq!(slots[t * k + j], want, "rank {q} token {t} choice {j}");
+                    }
+                    if row >= kept {
+                        continue;
+                    }
+                    let at = (q * cap + row) * h;
+                    assert_eq!(
+                        &recv[at..at + h],
+                        &x(q)[t * h..(t + 1) * h],
+                        "rank {p} row {row} from {q}"
+                    );
+                    for j in 0..k {
+                        let here = dest(q, t, j) == p;
+                        let i = (q * cap + row) * k + j;
+                        assert_eq!(experts[i], if here { expert(q, t, j) } else { -1.0 });
+                        assert_eq!(weights[i], if here { w(j) } else { 0.0 });
+                    }
+                }
+            }
+        }
+        assert!(dropped_any, "{ranks} ranks: the capacity should drop rows");
+        // The expert side: one output row per received row, its choices weighted.
+        let mut cargs: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                let recv = args[r][5].to_f64(F32);
+                let (experts, weights) = (args[r][6].to_f64(I32), args[r][7].to_f64(F32));
+                let yr: Vec<f64> = recv
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| {
+                        let row = i / h;
+                        (0..k)
+                            .filter(|&j| experts[row * k + j] >= 0.0)
+                            .map(|j| weights[row * k + j] * (2.0 * v + experts[row * k + j]))
+                            .sum()
+                    })
+                    .collect();
+                vec![
+                    SimArg::tensor(F32, &[ranks, cap, h], &yr),
+                    args[r][8].clone(),
+                    SimArg::tensor(F32, &[ranks, cap, h], &vec![f64::NAN; ranks * cap * h]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::zeros(I32, &[ranks]),
+                    SimArg::Int(1),
+                    SimArg::Int(r as i64),
+                    SimArg::Int(ranks as i64),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("combine, {ranks} ranks: {e}"));
+        for r in 0..ranks {
+            let mut g = vec![
+                cargs[r][2].clone(),
+                args[r][1].clone(),
+                args[r][4].clone(),
+                SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
+            ];
+            tl_sim::run(&gath, &mut g, &SimOptions::default()).expect("gather");
+            let y = g[3].to_f64(F32);
+            let slots = args[r][4].to_f64(I32);
             for t in 0..tokens {
                 let mut want = vec![0.0; h];
                 for j in 0..k {

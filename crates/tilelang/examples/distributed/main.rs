@@ -44,6 +44,10 @@ struct Args {
     /// all-gather: blocks per peer (every block of the grid must be resident at once)
     #[arg(long, default_value_t = ALL_GATHER_BLOCKS_PER_PEER)]
     blocks_per_peer: i64,
+    /// moe: send each token once per destination rank with all its choices there (the
+    /// expert side weighs the rows), instead of once per choice
+    #[arg(long)]
+    dedup: bool,
     /// moe: choices per token (a power of two)
     #[arg(long, default_value_t = 8)]
     topk: usize,
@@ -271,6 +275,9 @@ fn check_options(a: &Args) -> anyhow::Result<()> {
             "--blocks-per-peer {}: 1 to 256 (every block of the grid must be resident at once)",
             a.blocks_per_peer
         );
+    }
+    if a.dedup && a.kernel != "moe" {
+        anyhow::bail!("--dedup applies to --kernel moe only");
     }
     if a.out != "f32" && a.kernel != "ag-gemm" {
         anyhow::bail!("--out {} applies to --kernel ag-gemm only", a.out);

@@ -11,10 +11,16 @@
 //! same number of rows, `m·topk/R` — what NCCL's `all_to_all_single` with that many rows per
 //! peer moves (bench/dist_peers.py `--op all-to-all`). The receive buffers hold `m·topk` rows
 //! per source: nothing is dropped.
+//!
+//! `--dedup` sends each token once per destination rank with all its choices there
+//! (`moe_dispatch_dedup`): the expert side weighs each row by its choices' weights (here the
+//! identity expert: the row times their sum) and the gather sums one row per destination.
 
 use std::time::{Duration, Instant};
 
-use tilelang::kernels::dist::{moe_combine, moe_dispatch, moe_gather};
+use tilelang::kernels::dist::{
+    moe_combine, moe_dispatch, moe_dispatch_dedup, moe_gather, moe_gather_dedup,
+};
 use tilelang::prelude::*;
 use tl_sim::{SimArg, SimOptions};
 
@@ -80,27 +86,91 @@ fn returned(got: &[f64], r: usize, len: usize) -> anyhow::Result<f64> {
     tilelang::runtime::rel_err(got, &want).map_err(|e| anyhow::anyhow!(e))
 }
 
-/// The kernels: dispatch, combine, gather.
-fn kernels(threads: u32) -> [Kernel; 3] {
-    [
-        moe_dispatch(BF16, threads, TOKENS_PER_BLOCK),
-        moe_combine(BF16, threads),
-        moe_gather(BF16, 256, 256),
-    ]
+/// The kernels: dispatch, combine, gather, and the expert step of `--dedup`.
+fn kernels(threads: u32, dedup: bool) -> [Kernel; 4] {
+    if dedup {
+        [
+            moe_dispatch_dedup(BF16, threads, TOKENS_PER_BLOCK),
+            moe_combine(BF16, threads),
+            moe_gather_dedup(BF16, 256, 256),
+            weighted_identity(),
+        ]
+    } else {
+        [
+            moe_dispatch(BF16, threads, TOKENS_PER_BLOCK),
+            moe_combine(BF16, threads),
+            moe_gather(BF16, 256, 256),
+            weighted_identity(),
+        ]
+    }
+}
+
+/// The identity expert after a deduplicating dispatch: each received row times the sum of its
+/// choices' weights on this rank (`RECV_WEIGHT`), as an expert side weighs its outputs.
+fn weighted_identity() -> Kernel {
+    Kernel::build("moe_weighted_identity", |k| {
+        let (r, cap, h, kk) = (k.dim("R"), k.dim("CAP"), k.dim("H"), k.dim("K"));
+        let recv = k.input("RECV", [&r, &cap, &h], BF16);
+        let rw = k.input("RECV_WEIGHT", [&r, &cap, &kk], F32);
+        let yr = k.output("YR", [&r, &cap, &h], BF16);
+        k.launch(
+            [ceildiv(&h, 256), cap.clone(), r.clone()],
+            256,
+            |t, [bx, row, s]| {
+                let sum = t.alloc_var(F32);
+                t.store(&sum, [0], Expr::float(0.0));
+                t.serial(&kk, |t, j| {
+                    let v = sum.at([0]) + rw.at([s.clone(), row.clone(), j]);
+                    t.store(&sum, [0], v);
+                });
+                t.parallel([256], |t, [i]| {
+                    let col = &bx * 256 + &i;
+                    t.if_(col.lt(&h), |t| {
+                        let v =
+                            recv.at([s.clone(), row.clone(), col.clone()]).cast(F32) * sum.at([0]);
+                        t.store(&yr, [s.clone(), row.clone(), col.clone()], v.cast(BF16));
+                    });
+                });
+            },
+        );
+    })
+}
+
+/// Rows rank `r` sends to each peer in one dispatch: (token, choice) pairs, or with `dedup`
+/// tokens with a choice there; the mean over its peers.
+fn rows_per_peer(route: &Routing, kk: usize, r: usize, world: usize, dedup: bool) -> f64 {
+    if world < 2 {
+        return 0.0;
+    }
+    let dest: Vec<usize> = route.dest.iter().map(|&d| d as usize).collect();
+    let rows: usize = (0..world)
+        .filter(|&p| p != r)
+        .map(|p| {
+            dest.chunks(kk)
+                .map(|c| {
+                    let n = c.iter().filter(|&&d| d == p).count();
+                    if dedup {
+                        n.min(1)
+                    } else {
+                        n
+                    }
+                })
+                .sum::<usize>()
+        })
+        .sum();
+    rows as f64 / (world - 1) as f64
 }
 
 /// Simulated ranks: dispatch, the identity expert, combine, gather; every token back.
 pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     let world = a.ranks.max(1);
     check_sizes(a, world)?;
-    let (t_n, h, kk) = (a.m, a.k, a.topk);
-    let cap = t_n * kk;
-    let [disp, comb, gath] = kernels(64).map(|k| k.lower(Target::SM90));
-    let (disp, comb, gath) = (
-        disp.map_err(|d| anyhow::anyhow!("{d}"))?,
-        comb.map_err(|d| anyhow::anyhow!("{d}"))?,
-        gath.map_err(|d| anyhow::anyhow!("{d}"))?,
-    );
+    let (t_n, h, kk, dedup) = (a.m, a.k, a.topk, a.dedup);
+    // Room for every row from each source: a token per choice, or once per destination.
+    let cap = if dedup { t_n } else { t_n * kk };
+    let lower = |k: Kernel| k.lower(Target::SM90).map_err(|d| anyhow::anyhow!("{d}"));
+    let [disp, comb, gath, expert] = kernels(64, dedup);
+    let (disp, comb, gath, expert) = (lower(disp)?, lower(comb)?, lower(gath)?, lower(expert)?);
     let routes: Vec<Routing> = (0..world).map(|r| routing(a, r, world)).collect();
     let tail = |r: usize| {
         [
@@ -110,19 +180,36 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
             SimArg::Int(0),
         ]
     };
+    // Where dispatch's arguments sit: with `dedup` the weights come after the experts and the
+    // received weights after the received experts.
+    let (slot, recv, counts) = if dedup { (4, 5, 8) } else { (3, 4, 6) };
     let mut dargs: Vec<Vec<SimArg>> = (0..world)
         .map(|r| {
             let mut v = vec![
                 SimArg::tensor(BF16, &[t_n, h], &pattern(r, t_n * h)),
                 SimArg::tensor(I32, &[t_n, kk], &routes[r].dest),
                 SimArg::tensor(I32, &[t_n, kk], &routes[r].expert),
+            ];
+            if dedup {
+                v.push(SimArg::tensor(F32, &[t_n, kk], &routes[r].weight));
+            }
+            v.extend([
                 SimArg::zeros(I32, &[t_n, kk]),
                 SimArg::zeros(BF16, &[world, cap, h]),
-                SimArg::zeros(I32, &[world, cap]),
+            ]);
+            if dedup {
+                v.extend([
+                    SimArg::zeros(I32, &[world, cap, kk]),
+                    SimArg::zeros(F32, &[world, cap, kk]),
+                ]);
+            } else {
+                v.push(SimArg::zeros(I32, &[world, cap]));
+            }
+            v.extend([
                 SimArg::zeros(I32, &[world]),
                 SimArg::zeros(I32, &[world]),
                 SimArg::zeros(I32, &[world]),
-            ];
+            ]);
             v.extend(tail(r));
             v
         })
@@ -130,35 +217,52 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     let t0 = Instant::now();
     tl_sim::run_ranks(&disp, &mut dargs, &SimOptions::default())?;
     let mut cargs: Vec<Vec<SimArg>> = (0..world)
-        .map(|r| {
+        .map(|r| -> anyhow::Result<Vec<SimArg>> {
+            // The expert: the identity, each row weighted on this side with `dedup`.
+            let yr = if dedup {
+                let mut e = vec![
+                    dargs[r][recv].clone(),
+                    dargs[r][recv + 2].clone(),
+                    SimArg::zeros(BF16, &[world, cap, h]),
+                ];
+                tl_sim::run(&expert, &mut e, &SimOptions::default())?;
+                e[2].clone()
+            } else {
+                dargs[r][recv].clone()
+            };
             let mut v = vec![
-                dargs[r][4].clone(),
-                dargs[r][6].clone(),
+                yr,
+                dargs[r][counts].clone(),
                 SimArg::zeros(BF16, &[world, cap, h]),
                 SimArg::zeros(I32, &[world]),
                 SimArg::zeros(I32, &[world]),
             ];
             v.extend(tail(r));
-            v
+            Ok(v)
         })
-        .collect();
+        .collect::<anyhow::Result<_>>()?;
     tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())?;
     let mut err: f64 = 0.0;
     for r in 0..world {
         let mut g = vec![
             cargs[r][2].clone(),
             dargs[r][1].clone(),
-            dargs[r][3].clone(),
-            SimArg::tensor(F32, &[t_n, kk], &routes[r].weight),
-            SimArg::zeros(BF16, &[t_n, h]),
+            dargs[r][slot].clone(),
         ];
+        if !dedup {
+            g.push(SimArg::tensor(F32, &[t_n, kk], &routes[r].weight));
+        }
+        g.push(SimArg::zeros(BF16, &[t_n, h]));
         tl_sim::run(&gath, &mut g, &SimOptions::default())?;
-        err = err.max(returned(&g[4].to_f64(BF16), r, t_n * h)?);
+        let y = g.last().map(|y| y.to_f64(BF16)).unwrap_or_default();
+        err = err.max(returned(&y, r, t_n * h)?);
     }
     let ok = err == 0.0;
     println!(
-        "distributed kernel=moe ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} err={err:.2e} ms={:.4} device=sim(sm_90a) {}",
+        "distributed kernel=moe{} ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} rows_per_peer={:.1} err={err:.2e} ms={:.4} device=sim(sm_90a) {}",
+        if dedup { " dedup" } else { "" },
         a.experts,
+        rows_per_peer(&routes[0], kk, 0, world, dedup),
         t0.elapsed().as_secs_f64() * 1e3,
         if ok { "PASS" } else { "FAIL" }
     );
@@ -181,12 +285,16 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     let (me, world) = (rv.rank(), rv.world());
     check_sizes(a, world)?;
     let dev = Device::Cuda(ordinal);
-    let (t_n, h, kk) = (a.m, a.k, a.topk);
-    let cap = t_n * kk;
+    let (t_n, h, kk, dedup) = (a.m, a.k, a.topk, a.dedup);
+    let cap = if dedup { t_n } else { t_n * kk };
     let rows_bytes = (world * cap * h * 2) as u64;
-    let small = (world * cap * 4) as u64;
+    // Per received row its expert, or with `dedup` its choices' experts (and weights).
+    let per_row = if dedup { kk } else { 1 };
+    let small = (world * cap * per_row * 4) as u64;
     let round = |b: u64| b.div_ceil(256) * 256;
-    let need = 2 * round(rows_bytes) + round(small) + 5 * round((world * 4) as u64);
+    let need = 2 * round(rows_bytes)
+        + round(small) * if dedup { 2 } else { 1 }
+        + 5 * round((world * 4) as u64);
     let mut heap = SymmetricHeap::new(&rv, ordinal, need)?;
     let mut sym = |bytes: u64, dtype: DType, shape: &[usize]| -> anyhow::Result<ExternalTensor> {
         let b = heap.alloc(&rv, bytes)?;
@@ -194,7 +302,16 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         Ok(heap.tensor(b, dtype, shape)?)
     };
     let recv = sym(rows_bytes, BF16, &[world, cap, h])?;
-    let recv_expert = sym(small, I32, &[world, cap])?;
+    let recv_expert = if dedup {
+        sym(small, I32, &[world, cap, kk])?
+    } else {
+        sym(small, I32, &[world, cap])?
+    };
+    let recv_weight = if dedup {
+        Some(sym(small, F32, &[world, cap, kk])?)
+    } else {
+        None
+    };
     let counts = sym((world * 4) as u64, I32, &[world])?;
     let dflags = sym((world * 4) as u64, I32, &[world])?;
     let dready = sym((world * 4) as u64, I32, &[world])?;
@@ -209,12 +326,20 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     let slot = Tensor::zeros(&[t_n, kk], I32, &dev)?;
     let w = Tensor::from_f64(&[t_n, kk], F32, &route.weight, &dev)?;
     let y = Tensor::zeros(&[t_n, h], BF16, &dev)?;
-    let [disp, comb, gath] = kernels(256).map(|k| k.compile(&dev));
-    let (disp, comb, gath) = (
-        disp.map_err(|e| anyhow::anyhow!("{e}"))?,
-        comb.map_err(|e| anyhow::anyhow!("{e}"))?,
-        gath.map_err(|e| anyhow::anyhow!("{e}"))?,
-    );
+    // The expert's output rows with `dedup` (weighted here); else combine sends RECV back.
+    let yr = if dedup {
+        Some(Tensor::zeros(&[world, cap, h], BF16, &dev)?)
+    } else {
+        None
+    };
+    let compile = |k: Kernel| k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"));
+    let [disp, comb, gath, expert_k] = kernels(256, dedup);
+    let (disp, comb, gath) = (compile(disp)?, compile(comb)?, compile(gath)?);
+    let expert_k = if dedup {
+        Some(compile(expert_k)?)
+    } else {
+        None
+    };
     let tail = |epoch: i64| {
         [
             Arg::Int(epoch),
@@ -224,24 +349,44 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         ]
     };
     let disp_args = |epoch: i64| {
-        let mut v = vec![
-            Arg::Tensor(&x),
-            Arg::Tensor(&dest),
-            Arg::Tensor(&expert),
+        let mut v = vec![Arg::Tensor(&x), Arg::Tensor(&dest), Arg::Tensor(&expert)];
+        if dedup {
+            v.push(Arg::Tensor(&w));
+        }
+        v.extend([
             Arg::Tensor(&slot),
             Arg::External(&recv),
             Arg::External(&recv_expert),
+        ]);
+        if let Some(rw) = &recv_weight {
+            v.push(Arg::External(rw));
+        }
+        v.extend([
             Arg::External(&counts),
             Arg::External(&dflags),
             Arg::External(&dready),
-        ];
+        ]);
         v.extend(tail(epoch));
         v
     };
-    // The identity expert: combine sends back what dispatch delivered.
+    // The identity expert: combine sends back what dispatch delivered (weighted first with
+    // `dedup`).
+    let expert_args: Vec<Arg> = match (&recv_weight, &yr) {
+        (Some(rw), Some(yr)) => vec![Arg::External(&recv), Arg::External(rw), Arg::Tensor(yr)],
+        _ => vec![],
+    };
+    let run_expert = || -> anyhow::Result<()> {
+        if let Some(e) = &expert_k {
+            e.run_args(&expert_args)?;
+        }
+        Ok(())
+    };
     let comb_args = |epoch: i64| {
         let mut v = vec![
-            Arg::External(&recv),
+            match &yr {
+                Some(yr) => Arg::Tensor(yr),
+                None => Arg::External(&recv),
+            },
             Arg::External(&counts),
             Arg::External(&back),
             Arg::External(&cflags),
@@ -250,13 +395,11 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         v.extend(tail(epoch));
         v
     };
-    let gath_args = [
-        Arg::External(&back),
-        Arg::Tensor(&dest),
-        Arg::Tensor(&slot),
-        Arg::Tensor(&w),
-        Arg::Tensor(&y),
-    ];
+    let mut gath_args = vec![Arg::External(&back), Arg::Tensor(&dest), Arg::Tensor(&slot)];
+    if !dedup {
+        gath_args.push(Arg::Tensor(&w));
+    }
+    gath_args.push(Arg::Tensor(&y));
     let limit = Duration::from_secs_f64(a.call_timeout.max(0.001));
     let stuck = |what: &str| -> ! {
         eprintln!(
@@ -268,6 +411,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     rv.barrier()?;
     // Call 1, checked.
     disp.run_args(&disp_args(1))?;
+    run_expert()?;
     comb.run_args(&comb_args(1))?;
     gath.run_args(&gath_args)?;
     if !gath.synchronize_within(limit)? {
@@ -283,6 +427,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         let d = disp
             .run_timed(&disp_args(epoch), limit)?
             .unwrap_or_else(|| stuck("dispatch"));
+        run_expert()?;
         rv.barrier()?;
         let c = comb
             .run_timed(&comb_args(epoch), limit)?
@@ -299,6 +444,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     for _ in 0..trips {
         epoch += 1;
         disp.run_args(&disp_args(epoch))?;
+        run_expert()?;
         comb.run_args(&comb_args(epoch))?;
         gath.run_args(&gath_args)?;
     }
@@ -326,12 +472,13 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     let err = worst(3);
     if me == 0 {
         // Bus bytes as nccl-tests count an all-to-all: what each rank sends to its peers.
-        let bus = ((world - 1) * t_n * kk / world * h * 2) as f64;
+        let rows = rows_per_peer(&route, kk, me, world, dedup);
+        let bus = (world - 1) as f64 * rows * (h * 2) as f64;
         let gbs = |ms: f64| bus / (ms * 1e-3) / 1e9;
         println!(
-            "distributed kernel=moe ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} rows_per_peer={} err={err:.2e} ms={:.4} dispatch_ms={:.4} dispatch_busbw_gbs={:.1} combine_ms={:.4} combine_busbw_gbs={:.1} round_trip_b2b_ms={:.4} device=cuda gpus={gpus} {}",
+            "distributed kernel=moe{} ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} rows_per_peer={rows:.1} err={err:.2e} ms={:.4} dispatch_ms={:.4} dispatch_busbw_gbs={:.1} combine_ms={:.4} combine_busbw_gbs={:.1} round_trip_b2b_ms={:.4} device=cuda gpus={gpus} {}",
+            if dedup { " dedup" } else { "" },
             a.experts,
-            t_n * kk / world,
             worst(0) + worst(1),
             worst(0),
             gbs(worst(0)),

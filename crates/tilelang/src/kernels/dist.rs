@@ -643,8 +643,35 @@ pub const MOE_COMBINE_MIN_BLOCKS_PER_PEER: i64 = 16;
 /// (`[R]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
 /// before the first call), `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel {
+    moe_dispatch_with(dtype, threads, tokens_per_block, false)
+}
+
+/// [`moe_dispatch`] that sends a token once per destination rank, however many of its
+/// choices that rank holds (as DeepEP does): with top-8 of 256 experts over 4 ranks a token
+/// picks 3.6 ranks on average, so 8 rows shrink to 3.6. Each row carries its choices on the
+/// destination: `RECV_EXPERT[rank, row, j]` and `RECV_WEIGHT[rank, row, j]` hold choice `j`'s
+/// expert and weight where it went there, -1 and 0 where it did not. The expert side returns
+/// one row per received row, `Σ_j RECV_WEIGHT · expert_j(row)`, and [`moe_gather_dedup`]
+/// sums those rows over the token's destinations. `SLOT[t, j]` is the row of choice `j`'s
+/// destination (the same for choices that share it; -1 where that row was dropped past
+/// `CAP`); `COUNTS` counts rows, i.e. tokens.
+///
+/// Arguments: `X`, `DEST`, `EXPERT` (`[T, K]` i32), `W` (`[T, K]` f32), `SLOT` (`[T, K]` i32,
+/// out), `RECV`, `RECV_EXPERT` (`[R, CAP, K]` i32, symmetric), `RECV_WEIGHT` (`[R, CAP, K]`
+/// f32, symmetric), `COUNTS`, `FLAGS`, `READY` (as [`moe_dispatch`]'s), `epoch`, then `rank`,
+/// `num_ranks`, `heap_stride`.
+pub fn moe_dispatch_dedup(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel {
+    moe_dispatch_with(dtype, threads, tokens_per_block, true)
+}
+
+fn moe_dispatch_with(dtype: DType, threads: u32, tokens_per_block: i64, dedup: bool) -> Kernel {
     let tc = tokens_per_block.max(1);
-    Kernel::build("moe_dispatch", |k| {
+    let name = if dedup {
+        "moe_dispatch_dedup"
+    } else {
+        "moe_dispatch"
+    };
+    Kernel::build(name, |k| {
         let (r, t_n, kk, h, cap) = (
             k.ranks_dim("R"),
             k.dim("T"),
@@ -655,9 +682,16 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
         let x = k.input("X", [&t_n, &h], dtype);
         let dest = k.input("DEST", [&t_n, &kk], I32);
         let expert = k.input("EXPERT", [&t_n, &kk], I32);
+        let w = dedup.then(|| k.input("W", [&t_n, &kk], F32));
         let slot = k.output("SLOT", [&t_n, &kk], I32);
         let recv = k.symmetric("RECV", [&r, &cap, &h], dtype);
-        let recv_expert = k.symmetric("RECV_EXPERT", [&r, &cap], I32);
+        // Per row: its expert, or with `dedup` its choices' experts and weights.
+        let recv_expert = if dedup {
+            k.symmetric("RECV_EXPERT", [&r, &cap, &kk], I32)
+        } else {
+            k.symmetric("RECV_EXPERT", [&r, &cap], I32)
+        };
+        let recv_weight = dedup.then(|| k.symmetric("RECV_WEIGHT", [&r, &cap, &kk], F32));
         let counts = k.symmetric("COUNTS", [&r], I32);
         let flags = k.symmetric("FLAGS", [&r], I32);
         let ready = k.symmetric("READY", [&r], I32);
@@ -671,29 +705,47 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
                 t.if_(g.eq_(0), |t| announce_entry(t, &ready, &d.rank, &p, &epoch));
                 await_entry(t, &ready, &p, &epoch);
                 let tid = t.thread_idx();
-                // Rows routed to `p` by the chunks before this one.
+                let to_p = |tok: &Expr, j: &Expr| dest.at([tok.clone(), j.clone()]).eq_(p.clone());
+                // Rows routed to `p` by the chunks before this one: (token, choice) pairs, or
+                // with `dedup` tokens with a choice there.
                 let before = t.alloc_shared_named("before", [1], I32);
                 let mine = t.alloc_shared_named("mine", [threads as i64], I32);
+                let hits = dedup.then(|| t.alloc_shared_named("hits", [threads as i64], I32));
                 t.if_(tid.eq_(0), |t| t.store(&before, [0], 0));
                 t.sync_threads();
-                let pairs = t.let_("pairs_before", &g * tc * &kk);
-                let per = ceil_div_positive(pairs.clone(), Expr::int(threads as i64));
+                let items = if dedup { &g * tc } else { &g * tc * &kk };
+                let items = t.let_("items_before", items);
+                let per = ceil_div_positive(items.clone(), Expr::int(threads as i64));
                 t.parallel([threads as i64], |t, [i]| {
                     t.store(&mine, [i.clone()], 0);
                     t.serial(per.clone(), |t, s| {
                         let at = &s * threads as i64 + &i;
-                        t.if_(at.lt(&pairs), |t| {
-                            let routed = dest
-                                .at([
-                                    Expr::binary(crate::ir::BinOp::Div, at.clone(), kk.clone()),
-                                    Expr::binary(crate::ir::BinOp::Mod, at.clone(), kk.clone()),
-                                ])
-                                .eq_(p.clone());
-                            t.store(
-                                &mine,
-                                [i.clone()],
-                                mine.at([i.clone()]) + select(routed, 1, 0),
-                            );
+                        t.if_(at.lt(&items), |t| {
+                            if let Some(hits) = &hits {
+                                t.store(hits, [i.clone()], 0);
+                                t.serial(&kk, |t, j| {
+                                    t.store(
+                                        hits,
+                                        [i.clone()],
+                                        hits.at([i.clone()]) + select(to_p(&at, &j), 1, 0),
+                                    );
+                                });
+                                t.store(
+                                    &mine,
+                                    [i.clone()],
+                                    mine.at([i.clone()]) + select(hits.at([i.clone()]).gt(0), 1, 0),
+                                );
+                            } else {
+                                let routed = to_p(
+                                    &Expr::binary(crate::ir::BinOp::Div, at.clone(), kk.clone()),
+                                    &Expr::binary(crate::ir::BinOp::Mod, at.clone(), kk.clone()),
+                                );
+                                t.store(
+                                    &mine,
+                                    [i.clone()],
+                                    mine.at([i.clone()]) + select(routed, 1, 0),
+                                );
+                            }
                         });
                     });
                     t.atomic_add_at(before.at([0]), mine.at([i.clone()]));
@@ -701,34 +753,77 @@ pub fn moe_dispatch(dtype: DType, threads: u32, tokens_per_block: i64) -> Kernel
                 t.sync_threads();
                 let n = t.alloc_var(I32);
                 t.store(&n, [0], before.at([0]));
+                // Push `tok` as the next row to `p` (or drop it past CAP): for choice `j`, or
+                // with `dedup` (`None`) for all its choices there.
+                let push = |t: &mut TileScope, tok: &Expr, choice: Option<&Expr>| {
+                    let row = t.let_("row", n.at([0]));
+                    t.if_(row.lt(&cap), |t| {
+                        t.put_block(
+                            x.at([tok.clone(), Expr::int(0)]),
+                            recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
+                            &h,
+                            p.clone(),
+                        );
+                        t.if_(tid.eq_(0), |t| {
+                            let peer = Some(p.clone());
+                            match (choice, &recv_weight, &w) {
+                                (Some(j), _, _) => t.st(
+                                    recv_expert.at([d.rank.clone(), row.clone()]),
+                                    peer,
+                                    expert.at([tok.clone(), j.clone()]),
+                                    MemSem::Weak,
+                                    MemScope::Sys,
+                                ),
+                                (None, Some(rw), Some(w)) => t.serial(&kk, |t, j| {
+                                    let here = to_p(tok, &j);
+                                    let at = [d.rank.clone(), row.clone(), j.clone()];
+                                    let e = expert.at([tok.clone(), j.clone()]);
+                                    let wt = w.at([tok.clone(), j.clone()]);
+                                    t.st(
+                                        recv_expert.at(at.clone()),
+                                        peer.clone(),
+                                        select(here.clone(), e, -1),
+                                        MemSem::Weak,
+                                        MemScope::Sys,
+                                    );
+                                    t.st(
+                                        rw.at(at),
+                                        peer.clone(),
+                                        select(here, wt, Expr::float(0.0)),
+                                        MemSem::Weak,
+                                        MemScope::Sys,
+                                    );
+                                }),
+                                _ => {}
+                            }
+                        });
+                    });
+                    let kept = select(row.lt(&cap), row.clone(), -1);
+                    match choice {
+                        Some(j) => t.store(&slot, [tok.clone(), j.clone()], kept),
+                        None => t.serial(&kk, |t, j| {
+                            t.if_(to_p(tok, &j), |t| {
+                                t.store(&slot, [tok.clone(), j.clone()], kept.clone())
+                            });
+                        }),
+                    }
+                    t.store(&n, [0], row + 1);
+                };
                 t.serial(tc, |t, tt| {
                     let tok = t.let_("tok", &g * tc + &tt);
                     t.if_(tok.lt(&t_n), |t| {
-                        t.serial(&kk, |t, j| {
-                            t.if_(dest.at([tok.clone(), j.clone()]).eq_(p.clone()), |t| {
-                                let row = t.let_("row", n.at([0]));
-                                t.if_(row.lt(&cap), |t| {
-                                    t.put_block(
-                                        x.at([tok.clone(), Expr::int(0)]),
-                                        recv.at([d.rank.clone(), row.clone(), Expr::int(0)]),
-                                        &h,
-                                        p.clone(),
-                                    );
-                                    t.if_(tid.eq_(0), |t| {
-                                        t.st(
-                                            recv_expert.at([d.rank.clone(), row.clone()]),
-                                            Some(p.clone()),
-                                            expert.at([tok.clone(), j.clone()]),
-                                            MemSem::Weak,
-                                            MemScope::Sys,
-                                        );
-                                    });
-                                    t.store(&slot, [tok.clone(), j.clone()], row.clone());
-                                })
-                                .else_(|t| t.store(&slot, [tok.clone(), j.clone()], -1));
-                                t.store(&n, [0], row + 1);
+                        if dedup {
+                            let c = t.alloc_var(I32);
+                            t.store(&c, [0], 0);
+                            t.serial(&kk, |t, j| {
+                                t.store(&c, [0], c.at([0]) + select(to_p(&tok, &j), 1, 0));
                             });
-                        });
+                            t.if_(c.at([0]).gt(0), |t| push(t, &tok, None));
+                        } else {
+                            t.serial(&kk, |t, j| {
+                                t.if_(to_p(&tok, &j), |t| push(t, &tok, Some(&j)));
+                            });
+                        }
                     });
                 });
                 // The last chunk's block has seen every row routed to `p`; thread 0 stores the
@@ -811,12 +906,31 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
 /// Arguments: `BACK` (`[R, CAP, H]`), `DEST`, `SLOT` (`[T, K]` i32), `W` (`[T, K]` f32), `Y`
 /// (`[T, H]`).
 pub fn moe_gather(dtype: DType, threads: u32, block_h: i64) -> Kernel {
-    Kernel::build("moe_gather", |k| {
+    moe_gather_with(dtype, threads, block_h, false)
+}
+
+/// The gather after [`moe_dispatch_dedup`]: the expert side has weighted each row already, so
+/// `Y[t]` sums the token's rows once per destination — `BACK[DEST[t, j], SLOT[t, j]]` over the
+/// choices `j` whose destination no earlier choice had (a dropped row, `SLOT` -1, adding
+/// nothing).
+///
+/// Arguments: `BACK` (`[R, CAP, H]`), `DEST`, `SLOT` (`[T, K]` i32), `Y` (`[T, H]`).
+pub fn moe_gather_dedup(dtype: DType, threads: u32, block_h: i64) -> Kernel {
+    moe_gather_with(dtype, threads, block_h, true)
+}
+
+fn moe_gather_with(dtype: DType, threads: u32, block_h: i64, dedup: bool) -> Kernel {
+    let name = if dedup {
+        "moe_gather_dedup"
+    } else {
+        "moe_gather"
+    };
+    Kernel::build(name, |k| {
         let (r, t_n, kk, h, cap) = (k.dim("R"), k.dim("T"), k.dim("K"), k.dim("H"), k.dim("CAP"));
         let back = k.input("BACK", [&r, &cap, &h], dtype);
         let dest = k.input("DEST", [&t_n, &kk], I32);
         let slot = k.input("SLOT", [&t_n, &kk], I32);
-        let w = k.input("W", [&t_n, &kk], F32);
+        let w = (!dedup).then(|| k.input("W", [&t_n, &kk], F32));
         let y = k.output("Y", [&t_n, &h], dtype);
         k.launch(
             [ceildiv(&h, block_h), t_n.clone()],
@@ -829,7 +943,20 @@ pub fn moe_gather(dtype: DType, threads: u32, block_h: i64) -> Kernel {
                         dest.at([tok.clone(), j.clone()]),
                         slot.at([tok.clone(), j.clone()]),
                     );
-                    let wt = w.at([tok.clone(), j.clone()]);
+                    // The choice's weight, or with the rows weighted already 1 for the first
+                    // choice of each destination and 0 for the others.
+                    let wt = match &w {
+                        Some(w) => w.at([tok.clone(), j.clone()]),
+                        None => {
+                            let seen = t.alloc_var(I32);
+                            t.store(&seen, [0], 0);
+                            t.serial(j.clone(), |t, i| {
+                                let same = dest.at([tok.clone(), i]).eq_(p.clone());
+                                t.store(&seen, [0], seen.at([0]) + select(same, 1, 0));
+                            });
+                            select(seen.at([0]).eq_(0), Expr::float(1.0), Expr::float(0.0))
+                        }
+                    };
                     t.parallel([block_h], |t, [i]| {
                         let col = &bx * block_h + &i;
                         let v = back.at([
