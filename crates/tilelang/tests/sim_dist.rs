@@ -935,6 +935,85 @@ fn ag_gemm_counters_wrap_around() {
     assert!(matches!(e, SimError::UnorderedAccess { .. }), "{e}");
 }
 
+/// The MoE tests' routing: choice `j` of rank `r`'s token `t` goes to rank `(7t + 3r + 5j) mod
+/// R` for expert `4·dest + (t + j) mod 4`, weighted `(j + 1)/4`; tokens are `pattern(r, ·)`.
+struct MoeRoute {
+    ranks: usize,
+    tokens: usize,
+    h: usize,
+    k: usize,
+}
+
+impl MoeRoute {
+    fn x(&self, r: usize) -> Vec<f64> {
+        pattern(r, self.tokens * self.h)
+    }
+    fn dest(&self, r: usize, t: usize, j: usize) -> usize {
+        (t * 7 + r * 3 + j * 5) % self.ranks
+    }
+    fn expert(&self, r: usize, t: usize, j: usize) -> f64 {
+        (self.dest(r, t, j) * 4 + (t + j) % 4) as f64
+    }
+    fn w(j: usize) -> f64 {
+        0.25 * (j + 1) as f64
+    }
+    /// `DEST` and `EXPERT` of rank `r` (`[T, K]`).
+    fn dests(&self, r: usize) -> Vec<f64> {
+        let k = self.k;
+        (0..self.tokens * k)
+            .map(|i| self.dest(r, i / k, i % k) as f64)
+            .collect()
+    }
+    fn experts(&self, r: usize) -> Vec<f64> {
+        let k = self.k;
+        (0..self.tokens * k)
+            .map(|i| self.expert(r, i / k, i % k))
+            .collect()
+    }
+    /// Every token `t` of rank `r`'s gathered `y` is `Σ_j w_j·(2x + e_j)` over the choices
+    /// whose row was kept (`slots[t, j] ≥ 0`): the tests' expert maps x to 2x + e.
+    fn check_gathered(&self, r: usize, y: &[f64], slots: &[f64]) {
+        let (k, h, x) = (self.k, self.h, self.x(r));
+        for t in 0..self.tokens {
+            let mut want = vec![0.0; h];
+            for j in (0..k).filter(|&j| slots[t * k + j] >= 0.0) {
+                for (c, wv) in want.iter_mut().enumerate() {
+                    *wv += Self::w(j) * (2.0 * x[t * h + c] + self.expert(r, t, j));
+                }
+            }
+            assert_eq!(&y[t * h..(t + 1) * h], &want[..], "rank {r} token {t}");
+        }
+    }
+}
+
+/// Combine's arguments on rank `r` of `ranks`: the expert's output rows `yr` (`[R, CAP, H]`)
+/// and dispatch's `counts`, the call's first epoch.
+fn moe_combine_args(
+    yr: &[f64],
+    counts: SimArg,
+    r: usize,
+    ranks: usize,
+    (cap, h): (usize, usize),
+) -> Vec<SimArg> {
+    vec![
+        SimArg::tensor(F32, &[ranks, cap, h], yr),
+        counts,
+        SimArg::tensor(F32, &[ranks, cap, h], &vec![f64::NAN; ranks * cap * h]),
+        SimArg::zeros(I32, &[ranks]),
+        SimArg::zeros(I32, &[ranks]),
+        SimArg::Int(1),
+        SimArg::Int(r as i64),
+        SimArg::Int(ranks as i64),
+        SimArg::Int(0),
+    ]
+}
+
+/// Run the (single-rank) gather on `args`, its output last: that output.
+fn moe_gathered(gath: &tilelang::ir::Kernel, mut args: Vec<SimArg>) -> Vec<f64> {
+    tl_sim::run(gath, &mut args, &SimOptions::default()).expect("gather");
+    args.last().map(|y| y.to_f64(F32)).unwrap_or_default()
+}
+
 /// Mixture-of-experts dispatch, expert, combine and gather on 2 and 3 ranks, top-2 routing
 /// that overflows a destination's capacity: every rank receives exactly the rows routed to it
 /// (in the sender's order, with their experts, counted, the overflow dropped); after an
@@ -950,16 +1029,21 @@ fn moe_dispatch_and_combine_round_trip() {
     let gath = moe_gather(F32, 64, 32).lower(Target::SM90).expect("gather");
     let k = 2usize;
     for (ranks, tokens, h, cap) in [(2usize, 9usize, 24usize, 6usize), (3, 10, 20, 5)] {
-        let x = |r: usize| pattern(r, tokens * h);
-        let dest = |r: usize, t: usize, j: usize| (t * 7 + r * 3 + j * 5) % ranks;
-        let expert = |r: usize, t: usize, j: usize| (dest(r, t, j) * 4 + (t + j) % 4) as f64;
-        let w = |j: usize| 0.25 * (j + 1) as f64;
+        let route = MoeRoute {
+            ranks,
+            tokens,
+            h,
+            k,
+        };
+        let (x, dest, expert, w) = (
+            |r| route.x(r),
+            |r, t, j| route.dest(r, t, j),
+            |r, t, j| route.expert(r, t, j),
+            MoeRoute::w,
+        );
         let mut args: Vec<Vec<SimArg>> = (0..ranks)
             .map(|r| {
-                let d: Vec<f64> = (0..tokens * k)
-                    .map(|i| dest(r, i / k, i % k) as f64)
-                    .collect();
-                let e: Vec<f64> = (0..tokens * k).map(|i| expert(r, i / k, i % k)).collect();
+                let (d, e) = (route.dests(r), route.experts(r));
                 vec![
                     SimArg::tensor(F32, &[tokens, h], &x(r)),
                     SimArg::tensor(I32, &[tokens, k], &d),
@@ -1013,17 +1097,7 @@ fn moe_dispatch_and_combine_round_trip() {
                     .enumerate()
                     .map(|(i, v)| 2.0 * v + experts[i / h].max(0.0))
                     .collect();
-                vec![
-                    SimArg::tensor(F32, &[ranks, cap, h], &yr),
-                    args[r][6].clone(),
-                    SimArg::tensor(F32, &[ranks, cap, h], &vec![f64::NAN; ranks * cap * h]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::Int(1),
-                    SimArg::Int(r as i64),
-                    SimArg::Int(ranks as i64),
-                    SimArg::Int(0),
-                ]
+                moe_combine_args(&yr, args[r][6].clone(), r, ranks, (cap, h))
             })
             .collect();
         let rep = tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())
@@ -1033,27 +1107,17 @@ fn moe_dispatch_and_combine_round_trip() {
         assert!(rep.order_checked || ranks == 3);
         for r in 0..ranks {
             let weights: Vec<f64> = (0..tokens * k).map(|i| w(i % k)).collect();
-            let mut g = vec![
-                cargs[r][2].clone(),
-                args[r][1].clone(),
-                args[r][3].clone(),
-                SimArg::tensor(F32, &[tokens, k], &weights),
-                SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
-            ];
-            tl_sim::run(&gath, &mut g, &SimOptions::default()).expect("gather");
-            let y = g[4].to_f64(F32);
-            let slots = args[r][3].to_f64(I32);
-            for t in 0..tokens {
-                let mut want = vec![0.0; h];
-                for j in 0..k {
-                    if slots[t * k + j] >= 0.0 {
-                        for (c, wv) in want.iter_mut().enumerate() {
-                            *wv += w(j) * (2.0 * x(r)[t * h + c] + expert(r, t, j));
-                        }
-                    }
-                }
-                assert_eq!(&y[t * h..(t + 1) * h], &want[..], "rank {r} token {t}");
-            }
+            let y = moe_gathered(
+                &gath,
+                vec![
+                    cargs[r][2].clone(),
+                    args[r][1].clone(),
+                    args[r][3].clone(),
+                    SimArg::tensor(F32, &[tokens, k], &weights),
+                    SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
+                ],
+            );
+            route.check_gathered(r, &y, &args[r][3].to_f64(I32));
         }
     }
 }
@@ -1075,16 +1139,21 @@ fn moe_dispatch_dedup_sends_a_token_once_per_rank() {
         .expect("gather");
     let k = 4usize;
     for (ranks, tokens, h, cap) in [(2usize, 9usize, 24usize, 7usize), (3, 10, 20, 5)] {
-        let x = |r: usize| pattern(r, tokens * h);
-        let dest = |r: usize, t: usize, j: usize| (t * 7 + r * 3 + j * 5) % ranks;
-        let expert = |r: usize, t: usize, j: usize| (dest(r, t, j) * 4 + (t + j) % 4) as f64;
-        let w = |j: usize| 0.25 * (j + 1) as f64;
+        let route = MoeRoute {
+            ranks,
+            tokens,
+            h,
+            k,
+        };
+        let (x, dest, expert, w) = (
+            |r| route.x(r),
+            |r, t, j| route.dest(r, t, j),
+            |r, t, j| route.expert(r, t, j),
+            MoeRoute::w,
+        );
         let mut args: Vec<Vec<SimArg>> = (0..ranks)
             .map(|r| {
-                let d: Vec<f64> = (0..tokens * k)
-                    .map(|i| dest(r, i / k, i % k) as f64)
-                    .collect();
-                let e: Vec<f64> = (0..tokens * k).map(|i| expert(r, i / k, i % k)).collect();
+                let (d, e) = (route.dests(r), route.experts(r));
                 let wv: Vec<f64> = (0..tokens * k).map(|i| w(i % k)).collect();
                 vec![
                     SimArg::tensor(F32, &[tokens, h], &x(r)),
@@ -1161,42 +1230,22 @@ fn moe_dispatch_dedup_sends_a_token_once_per_rank() {
                             .sum()
                     })
                     .collect();
-                vec![
-                    SimArg::tensor(F32, &[ranks, cap, h], &yr),
-                    args[r][8].clone(),
-                    SimArg::tensor(F32, &[ranks, cap, h], &vec![f64::NAN; ranks * cap * h]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::Int(1),
-                    SimArg::Int(r as i64),
-                    SimArg::Int(ranks as i64),
-                    SimArg::Int(0),
-                ]
+                moe_combine_args(&yr, args[r][8].clone(), r, ranks, (cap, h))
             })
             .collect();
         tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())
             .unwrap_or_else(|e| panic!("combine, {ranks} ranks: {e}"));
         for r in 0..ranks {
-            let mut g = vec![
-                cargs[r][2].clone(),
-                args[r][1].clone(),
-                args[r][4].clone(),
-                SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
-            ];
-            tl_sim::run(&gath, &mut g, &SimOptions::default()).expect("gather");
-            let y = g[3].to_f64(F32);
-            let slots = args[r][4].to_f64(I32);
-            for t in 0..tokens {
-                let mut want = vec![0.0; h];
-                for j in 0..k {
-                    if slots[t * k + j] >= 0.0 {
-                        for (c, wv) in want.iter_mut().enumerate() {
-                            *wv += w(j) * (2.0 * x(r)[t * h + c] + expert(r, t, j));
-                        }
-                    }
-                }
-                assert_eq!(&y[t * h..(t + 1) * h], &want[..], "rank {r} token {t}");
-            }
+            let y = moe_gathered(
+                &gath,
+                vec![
+                    cargs[r][2].clone(),
+                    args[r][1].clone(),
+                    args[r][4].clone(),
+                    SimArg::tensor(F32, &[tokens, h], &vec![f64::NAN; tokens * h]),
+                ],
+            );
+            route.check_gathered(r, &y, &args[r][4].to_f64(I32));
         }
     }
 }
