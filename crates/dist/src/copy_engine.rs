@@ -10,116 +10,77 @@
 //! Nothing here runs without a GPU; the `distributed` example drives it on GPUs
 //! (`--kernel all-gather-ce`) and checks its output like the kernel's.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::sys;
+use cudarc::driver::{sys, CudaEvent, CudaStream};
 
 use crate::error::Result;
-use crate::heap::{check, SymmetricBuffer, SymmetricHeap};
+use crate::heap::{check, driver_error, SymmetricBuffer, SymmetricHeap};
 
-/// A CUDA stream of the heap's context, for copy-engine transfers beside the kernels' stream.
+/// A CUDA stream of the heap's context (cudarc's), for copy-engine transfers beside the
+/// kernels' stream; the stream memory operations take its raw handle.
 pub struct CopyStream {
-    pub(crate) raw: sys::CUstream,
+    stream: Arc<CudaStream>,
     me: usize,
 }
 
 impl CopyStream {
     pub fn new(heap: &SymmetricHeap) -> Result<CopyStream> {
-        heap.bind()?;
-        let mut raw: sys::CUstream = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flag 1 = CU_STREAM_NON_BLOCKING.
-        check(heap.rank(), "cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, 1)
-        })?;
+        // A non-blocking stream: ordered against no other, the legacy default stream included.
+        let stream = heap
+            .context()
+            .new_stream()
+            .map_err(driver_error(heap.rank(), "cuStreamCreate"))?;
         Ok(CopyStream {
-            raw,
+            stream,
             me: heap.rank(),
         })
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUstream {
+        self.stream.cu_stream()
     }
 
     /// Wait for everything queued on the stream.
     pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: a live stream.
-        check(self.me, "cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.raw)
-        })
+        self.stream
+            .synchronize()
+            .map_err(driver_error(self.me, "cuStreamSynchronize"))
     }
 
     /// Work queued on this stream from now on waits for the work `event` was last recorded
     /// after (on whichever stream).
-    fn wait_for(&self, event: &Event) -> Result<()> {
-        // SAFETY: a live stream and event.
-        check(self.me, "cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(self.raw, event.raw, 0)
-        })
+    fn wait_for(&self, event: &CudaEvent) -> Result<()> {
+        self.stream
+            .wait(event)
+            .map_err(driver_error(self.me, "cuStreamWaitEvent"))
+    }
+
+    /// Record in `event` the work queued on this stream so far.
+    fn record(&self, event: &CudaEvent) -> Result<()> {
+        event
+            .record(&self.stream)
+            .map_err(driver_error(self.me, "cuEventRecord"))
     }
 }
 
-impl Drop for CopyStream {
-    fn drop(&mut self) {
-        // SAFETY: destroying the stream created in `new`, once.
-        unsafe {
-            sys::cuStreamDestroy_v2(self.raw);
-        }
-    }
+/// A timed event, or with `!timed` one that only orders streams (cheaper to record).
+fn event(heap: &SymmetricHeap, timed: bool) -> Result<CudaEvent> {
+    let flags = timed.then_some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+    heap.context()
+        .new_event(flags)
+        .map_err(driver_error(heap.rank(), "cuEventCreate"))
 }
 
-/// A CUDA event with timing.
-struct Event {
-    raw: sys::CUevent,
-    me: usize,
-}
-
-impl Event {
-    /// A timed event, or with `!timed` one that only orders streams (cheaper to record).
-    fn new(heap: &SymmetricHeap, timed: bool) -> Result<Event> {
-        heap.bind()?;
-        let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; flag 0 = CU_EVENT_DEFAULT (timed), 2 =
-        // CU_EVENT_DISABLE_TIMING.
-        check(heap.rank(), "cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, if timed { 0 } else { 2 })
-        })?;
-        Ok(Event {
-            raw,
-            me: heap.rank(),
-        })
-    }
-
-    fn record(&self, stream: &CopyStream) -> Result<()> {
-        // SAFETY: a live event and stream of one context.
-        check(self.me, "cuEventRecord", unsafe {
-            sys::cuEventRecord(self.raw, stream.raw)
-        })
-    }
-
-    /// Whether the work before the event's last record has finished.
-    fn done(&self) -> Result<bool> {
-        // SAFETY: a live event.
-        match unsafe { sys::cuEventQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            r => check(self.me, "cuEventQuery", r).map(|_| false),
-        }
-    }
-
-    /// Milliseconds from `start` to this event (both done).
-    fn since(&self, start: &Event) -> Result<f64> {
-        let mut ms = 0f32;
-        // SAFETY: two live, recorded, finished events.
-        check(self.me, "cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime(&mut ms, start.raw, self.raw)
-        })?;
-        Ok(f64::from(ms))
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        // SAFETY: destroying the event created in `new`, once.
-        unsafe {
-            sys::cuEventDestroy_v2(self.raw);
-        }
+/// Whether the work before `event`'s last record has finished (cudarc's `is_complete` would
+/// take an error for "not yet").
+fn finished(me: usize, event: &CudaEvent) -> Result<bool> {
+    // SAFETY: a live event.
+    match unsafe { sys::cuEventQuery(event.cu_event()) } {
+        sys::CUresult::CUDA_SUCCESS => Ok(true),
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        r => check(me, "cuEventQuery", r).map(|_| false),
     }
 }
 
@@ -162,11 +123,11 @@ pub struct CopyEngineAllGather<'h> {
     lead: CopyStream,
     /// Stream `i` serves peer `(me + 1 + i) mod R`.
     lanes: Vec<CopyStream>,
-    start: Event,
+    start: CudaEvent,
     /// Recorded after the lead stream's `READY` signals: the peer streams start from it.
-    fork: Event,
-    end: Event,
-    lane_done: Vec<Event>,
+    fork: CudaEvent,
+    end: CudaEvent,
+    lane_done: Vec<CudaEvent>,
 }
 
 impl<'h> CopyEngineAllGather<'h> {
@@ -178,11 +139,11 @@ impl<'h> CopyEngineAllGather<'h> {
             lanes: (0..peers)
                 .map(|_| CopyStream::new(heap))
                 .collect::<Result<_>>()?,
-            start: Event::new(heap, true)?,
-            fork: Event::new(heap, false)?,
-            end: Event::new(heap, true)?,
+            start: event(heap, true)?,
+            fork: event(heap, false)?,
+            end: event(heap, true)?,
             lane_done: (0..peers)
-                .map(|_| Event::new(heap, false))
+                .map(|_| event(heap, false))
                 .collect::<Result<_>>()?,
         })
     }
@@ -205,7 +166,7 @@ impl<'h> CopyEngineAllGather<'h> {
         let slot = |buf: SymmetricBuffer, r: usize| (buf, 4 * r as u64);
         let n = epoch.wrapping_mul(b.flag_per_call.max(1));
         let peers = |i: usize| (me + 1 + i) % world;
-        self.start.record(&self.lead)?;
+        self.lead.record(&self.start)?;
         for i in 0..self.lanes.len() {
             h.signal_async(&self.lead, peers(i), slot(b.ready, me), epoch)?;
         }
@@ -216,10 +177,10 @@ impl<'h> CopyEngineAllGather<'h> {
                 h.ptr(b.out, me) + me as u64 * b.bytes,
                 b.src,
                 b.bytes as usize,
-                self.lead.raw,
+                self.lead.raw(),
             )
         })?;
-        self.fork.record(&self.lead)?;
+        self.lead.record(&self.fork)?;
         for (i, (lane, done)) in self.lanes.iter().zip(&self.lane_done).enumerate() {
             let p = peers(i);
             lane.wait_for(&self.fork)?;
@@ -233,13 +194,13 @@ impl<'h> CopyEngineAllGather<'h> {
                 slot(b.flags, me),
                 n,
             )?;
-            done.record(lane)?;
+            lane.record(done)?;
             self.lead.wait_for(done)?;
         }
         for i in 0..self.lanes.len() {
             h.wait_async(&self.lead, slot(b.flags, peers(i)), n)?;
         }
-        self.end.record(&self.lead)
+        self.lead.record(&self.end)
     }
 
     /// Wait up to `limit` for the last queued call: the milliseconds from its start to its
@@ -247,13 +208,16 @@ impl<'h> CopyEngineAllGather<'h> {
     /// still wait on the heap's memory: dropping the heap then unmaps it under them, so a
     /// caller that gives up should exit the process (as the `distributed` example does).
     pub fn wait(&self, limit: Duration) -> Result<Option<f64>> {
-        let t = Instant::now();
-        while !self.end.done()? {
+        let (t, me) = (Instant::now(), self.heap.rank());
+        while !finished(me, &self.end)? {
             if t.elapsed() > limit {
                 return Ok(None);
             }
             std::thread::sleep(Duration::from_micros(20));
         }
-        self.end.since(&self.start).map(Some)
+        self.start
+            .elapsed_ms(&self.end)
+            .map(|ms| Some(f64::from(ms)))
+            .map_err(driver_error(me, "cuEventElapsedTime"))
     }
 }

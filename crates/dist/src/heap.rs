@@ -46,6 +46,19 @@ pub struct SymmetricHeap {
     _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
 
+/// cudarc's error of `op` on rank `me`, as the heap's.
+pub(crate) fn driver_error(
+    me: usize,
+    op: &str,
+) -> impl FnOnce(cudarc::driver::DriverError) -> DistError {
+    let op = op.to_string();
+    move |e| DistError::Driver {
+        me,
+        op,
+        detail: e.to_string(),
+    }
+}
+
 pub(crate) fn check(me: usize, op: &str, r: sys::CUresult) -> Result<()> {
     if r == sys::CUresult::CUDA_SUCCESS {
         Ok(())
@@ -79,11 +92,8 @@ impl SymmetricHeap {
                 op: format!("creating the context of cuda:{ordinal}"),
                 detail: e.to_string(),
             })?;
-        ctx.bind_to_thread().map_err(|e| DistError::Driver {
-            me,
-            op: "making the context current".into(),
-            detail: e.to_string(),
-        })?;
+        ctx.bind_to_thread()
+            .map_err(driver_error(me, "making the context current"))?;
         let prop = sys::CUmemAllocationProp {
             type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
             requestedHandleTypes:
@@ -232,13 +242,16 @@ impl SymmetricHeap {
         Ok(SymmetricBuffer { offset, bytes })
     }
 
-    /// Make the heap's context current on this thread (streams and events are created in it).
+    /// Make the heap's context current on this thread.
     pub(crate) fn bind(&self) -> Result<()> {
-        self._ctx.bind_to_thread().map_err(|e| DistError::Driver {
-            me: self.rank,
-            op: "making the context current".into(),
-            detail: e.to_string(),
-        })
+        self._ctx
+            .bind_to_thread()
+            .map_err(driver_error(self.rank, "making the context current"))
+    }
+
+    /// The heap's context (streams and events are created in it).
+    pub(crate) fn context(&self) -> &std::sync::Arc<cudarc::driver::CudaContext> {
+        &self._ctx
     }
 
     /// The device address of rank `rank`'s copy of `buf`.
@@ -312,7 +325,7 @@ impl SymmetricHeap {
                 self.ptr(buf, peer) + offset,
                 src,
                 bytes as usize,
-                stream.raw,
+                stream.raw(),
             )
         })?;
         self.signal_async(stream, peer, (flags, flag_offset), value)
@@ -336,7 +349,12 @@ impl SymmetricHeap {
         }
         // SAFETY: a mapped 4-byte flag.
         check(self.rank, "cuStreamWriteValue32 to a peer's flag", unsafe {
-            sys::cuStreamWriteValue32_v2(stream.raw, self.ptr(flags, peer) + flag_offset, value, 0)
+            sys::cuStreamWriteValue32_v2(
+                stream.raw(),
+                self.ptr(flags, peer) + flag_offset,
+                value,
+                0,
+            )
         })
     }
 
@@ -358,7 +376,7 @@ impl SymmetricHeap {
         // SAFETY: a mapped 4-byte flag of this rank.
         check(self.rank, "cuStreamWaitValue32", unsafe {
             sys::cuStreamWaitValue32_v2(
-                stream.raw,
+                stream.raw(),
                 self.ptr(flags, self.rank) + flag_offset,
                 value,
                 0,
