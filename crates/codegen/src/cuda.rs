@@ -846,30 +846,29 @@ impl Printer<'_> {
                 return "0".into();
             };
             let bytes = *lanes as usize * db.dtype().bytes();
-            // Both advance by the same number of elements; chunk `i` of an unrolled copy by
-            // `i` strides more.
+            // Both advance by the same number of elements, one side on the peer; chunk `i` of
+            // an unrolled copy lies `i` strides further on both sides.
             let off = self.expr(&args[3]);
+            let (d, s) = (format!("({d} + {off})"), format!("({s} + {off})"));
+            let (d, s) = if *put {
+                (self.cuda_peer(op, d, &db, &args[2]), s)
+            } else {
+                let s = self.cuda_peer(op, s, &sb, &args[2]);
+                (d, s)
+            };
             let stride = if u > 1 {
                 self.expr(&args[4])
             } else {
                 String::new()
             };
-            let mut pairs = vec![];
-            for i in 0..u {
-                let o = if i == 0 {
-                    off.clone()
-                } else {
-                    format!("{off} + (int64_t){i} * ({stride})")
-                };
-                let (di, si) = (format!("({d} + {o})"), format!("({s} + {o})"));
-                let (di, si) = if *put {
-                    (self.cuda_peer(op, di, &db, &args[2]), si)
-                } else {
-                    let si = self.cuda_peer(op, si, &sb, &args[2]);
-                    (di, si)
-                };
-                pairs.push(format!("{di}, {si}"));
-            }
+            let pairs: Vec<String> = (0..u)
+                .map(|i| match i {
+                    0 => format!("{d}, {s}"),
+                    _ => {
+                        format!("{d} + (int64_t){i} * ({stride}), {s} + (int64_t){i} * ({stride})")
+                    }
+                })
+                .collect();
             if u == 1 {
                 return format!("tl_vec_copy_{bytes}({})", pairs[0]);
             }

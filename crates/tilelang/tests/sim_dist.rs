@@ -295,8 +295,14 @@ fn all_gather_compiles_to_release_and_acquire_at_system_scope() {
     if tl_nvrtc::testing::nvrtc_or_skip("all_gather_compiles_to_release_and_acquire").is_none() {
         return;
     }
-    let k = all_gather(F32, 128);
-    for target in TARGETS {
+    // The push and, through the other side of the unrolled copy, the pull.
+    for (k, target) in [
+        all_gather(F32, 128),
+        all_gather_by(F32, 128, Transfer::GET_WARP, G_SMALL),
+    ]
+    .iter()
+    .flat_map(|k| TARGETS.map(|t| (k, t)))
+    {
         let src = k
             .emit_general(target)
             .unwrap_or_else(|d| panic!("{target}: {d}"));

@@ -352,8 +352,19 @@ impl Emitter {
                     _ => return Err(format!("a {bytes}-byte peer copy")),
                 };
                 let elem = Expr::int_of(db.dtype().bytes() as i64, DType::I64);
-                // Chunk `i`'s addresses, and the predicate that it is one of the first `valid`
-                // (none for a single chunk, which its loop already guards).
+                // The first chunk's addresses, one side on the peer; chunk `i` lies `i` strides
+                // further on both sides.
+                let v = self.expr(&(args[3].cast(DType::I64) * elem.clone()))?;
+                let v = self.reg(&v, Class::B64);
+                let (d, s) = (self.offset_addr(d0, &v), self.offset_addr(s0, &v));
+                let (d, s) = if *put {
+                    (self.peer_addr(d, &db, &args[2])?, s)
+                } else {
+                    let s = self.peer_addr(s, &sb, &args[2])?;
+                    (d, s)
+                };
+                // The predicate that chunk `i` is one of the first `valid` (none for a single
+                // chunk, which its loop already guards).
                 let valid = if u > 1 {
                     let v = self.expr(&args[5].cast(DType::I32))?;
                     Some(self.reg(&v, Class::B32))
@@ -362,28 +373,21 @@ impl Emitter {
                 };
                 let mut chunks = vec![];
                 for i in 0..u {
-                    let mut off = args[3].cast(DType::I64);
-                    if i > 0 {
-                        off = off + args[4].cast(DType::I64) * Expr::int_of(i as i64, DType::I64);
-                    }
-                    let v = self.expr(&(off * elem.clone()))?;
-                    let v = self.reg(&v, Class::B64);
-                    let (d, s) = (
-                        self.offset_addr(d0.clone(), &v),
-                        self.offset_addr(s0.clone(), &v),
-                    );
-                    let (d, s) = if *put {
-                        (self.peer_addr(d, &db, &args[2])?, s)
-                    } else {
-                        let s = self.peer_addr(s, &sb, &args[2])?;
-                        (d, s)
-                    };
-                    let guard = if let (true, Some(valid)) = (i > 0, &valid) {
-                        let p = self.fresh(Class::Pred);
-                        self.ins(&format!("setp.gt.s32 {p}, {valid}, {i}"));
-                        format!("@{p} ")
-                    } else {
-                        String::new()
+                    let (d, s, guard) = match &valid {
+                        Some(valid) if i > 0 => {
+                            let step = args[4].cast(DType::I64)
+                                * Expr::int_of(i as i64 * db.dtype().bytes() as i64, DType::I64);
+                            let v = self.expr(&step)?;
+                            let v = self.reg(&v, Class::B64);
+                            let p = self.fresh(Class::Pred);
+                            self.ins(&format!("setp.gt.s32 {p}, {valid}, {i}"));
+                            (
+                                self.offset_addr(d.clone(), &v),
+                                self.offset_addr(s.clone(), &v),
+                                format!("@{p} "),
+                            )
+                        }
+                        _ => (d.clone(), s.clone(), String::new()),
                     };
                     let regs: Vec<String> = (0..words).map(|_| self.fresh(Class::B32)).collect();
                     let list = if words == 1 {
