@@ -706,6 +706,14 @@ fn moe_dispatch_with(dtype: DType, threads: u32, tokens_per_block: i64, dedup: b
                 await_entry(t, &ready, &p, &epoch);
                 let tid = t.thread_idx();
                 let to_p = |tok: &Expr, j: &Expr| dest.at([tok.clone(), j.clone()]).eq_(p.clone());
+                // `cell` := how many of `tok`'s choices go to `p`.
+                let count_to_p = |t: &mut TileScope, tok: &Expr, (cell, at): (&Buffer, &Expr)| {
+                    t.store(cell, [at.clone()], 0);
+                    t.serial(&kk, |t, j| {
+                        let v = cell.at([at.clone()]) + select(to_p(tok, &j), 1, 0);
+                        t.store(cell, [at.clone()], v);
+                    });
+                };
                 // Rows routed to `p` by the chunks before this one: (token, choice) pairs, or
                 // with `dedup` tokens with a choice there.
                 let before = t.alloc_shared_named("before", [1], I32);
@@ -722,14 +730,7 @@ fn moe_dispatch_with(dtype: DType, threads: u32, tokens_per_block: i64, dedup: b
                         let at = &s * threads as i64 + &i;
                         t.if_(at.lt(&items), |t| {
                             if let Some(hits) = &hits {
-                                t.store(hits, [i.clone()], 0);
-                                t.serial(&kk, |t, j| {
-                                    t.store(
-                                        hits,
-                                        [i.clone()],
-                                        hits.at([i.clone()]) + select(to_p(&at, &j), 1, 0),
-                                    );
-                                });
+                                count_to_p(t, &at, (hits, &i));
                                 t.store(
                                     &mine,
                                     [i.clone()],
@@ -814,10 +815,7 @@ fn moe_dispatch_with(dtype: DType, threads: u32, tokens_per_block: i64, dedup: b
                     t.if_(tok.lt(&t_n), |t| {
                         if dedup {
                             let c = t.alloc_var(I32);
-                            t.store(&c, [0], 0);
-                            t.serial(&kk, |t, j| {
-                                t.store(&c, [0], c.at([0]) + select(to_p(&tok, &j), 1, 0));
-                            });
+                            count_to_p(t, &tok, (&c, &Expr::int(0)));
                             t.if_(c.at([0]).gt(0), |t| push(t, &tok, None));
                         } else {
                             t.serial(&kk, |t, j| {
