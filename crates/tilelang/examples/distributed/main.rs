@@ -18,7 +18,7 @@
 mod moe;
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Parser;
 use tilelang::kernels::dist::{
@@ -694,6 +694,51 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     ))
 }
 
+/// What runs a call on a GPU: the compiled kernel, or the copy engines' all-gather (no
+/// kernel: streams, with the kernel's buffers).
+enum Runner<'h> {
+    Kernel(Box<Executable>),
+    CopyEngines(tl_dist::CopyEngineAllGather<'h>, tl_dist::GatherBuffers),
+}
+
+impl Runner<'_> {
+    /// Queue call `epoch` (the kernel's arguments `args`) without waiting for it.
+    fn queue(&self, args: &[Arg], epoch: i64) -> anyhow::Result<()> {
+        match self {
+            Runner::Kernel(exe) => exe.run_args(args)?,
+            Runner::CopyEngines(ce, bufs) => ce.queue(bufs, epoch as u32)?,
+        }
+        Ok(())
+    }
+
+    /// Call `epoch` timed alone: its milliseconds, or `None` if it still runs after `limit`.
+    fn timed(&self, args: &[Arg], epoch: i64, limit: Duration) -> anyhow::Result<Option<f64>> {
+        Ok(match self {
+            Runner::Kernel(exe) => exe.run_timed(args, limit)?,
+            Runner::CopyEngines(ce, bufs) => {
+                ce.queue(bufs, epoch as u32)?;
+                ce.wait(limit)?
+            }
+        })
+    }
+
+    /// Wait for the kernel's earlier launches (the copy engines' calls were each waited for).
+    fn synchronize(&self) -> anyhow::Result<()> {
+        if let Runner::Kernel(exe) = self {
+            exe.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Whether everything queued finished within `limit`.
+    fn finished_within(&self, limit: Duration) -> anyhow::Result<bool> {
+        Ok(match self {
+            Runner::Kernel(exe) => exe.synchronize_within(limit)?,
+            Runner::CopyEngines(ce, _) => ce.wait(limit)?.is_some(),
+        })
+    }
+}
+
 fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     use tl_dist::{JobConfig, Rendezvous, SymmetricHeap};
     let cfg = JobConfig::from_env()?;
@@ -762,34 +807,35 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let ce = if copy_engines {
-        let [Some(x), None, None, None] = &locals[..] else {
-            anyhow::bail!("all-gather-ce: the all-gather's buffers");
-        };
-        let sym = |i: usize| syms[i].as_ref().map(|(b, _)| *b);
-        let (Some(out), Some(flags), Some(ready)) = (sym(1), sym(2), sym(3)) else {
-            anyhow::bail!("all-gather-ce: the all-gather's buffers");
-        };
-        let bufs = tl_dist::GatherBuffers {
-            src: x
-                .cuda_ptr()
-                .ok_or_else(|| anyhow::anyhow!("all-gather-ce: X is not on a CUDA device"))?,
-            bytes: x.nbytes() as u64,
-            out,
-            flags,
-            ready,
-            // The kernel's count per call, so the two may share the flags.
-            flag_per_call: a.blocks_per_peer as u32,
-        };
-        Some((tl_dist::CopyEngineAllGather::new(&heap)?, bufs))
-    } else {
-        None
+    let runner = match exe {
+        Some(exe) => Runner::Kernel(Box::new(exe)),
+        None => {
+            let [Some(x), None, None, None] = &locals[..] else {
+                anyhow::bail!("all-gather-ce: the all-gather's buffers");
+            };
+            let sym = |i: usize| syms[i].as_ref().map(|(b, _)| *b);
+            let (Some(out), Some(flags), Some(ready)) = (sym(1), sym(2), sym(3)) else {
+                anyhow::bail!("all-gather-ce: the all-gather's buffers");
+            };
+            let bufs = tl_dist::GatherBuffers {
+                src: x
+                    .cuda_ptr()
+                    .ok_or_else(|| anyhow::anyhow!("all-gather-ce: X is not on a CUDA device"))?,
+                bytes: x.nbytes() as u64,
+                out,
+                flags,
+                ready,
+                // The kernel's count per call, so the two may share the flags.
+                flag_per_call: a.blocks_per_peer as u32,
+            };
+            Runner::CopyEngines(tl_dist::CopyEngineAllGather::new(&heap)?, bufs)
+        }
     };
     // The copy engines' streams are ordered against no other: the uploads of the inputs (on
     // the runtime's stream) must have finished before the first call.
     dev.synchronize()?;
     rv.barrier()?;
-    let limit = std::time::Duration::from_secs_f64(a.call_timeout.max(0.001));
+    let limit = Duration::from_secs_f64(a.call_timeout.max(0.001));
     // One call, timed alone; a call still running after `limit` waits on a peer that is not
     // coming: say so (naming the rank the rendezvous finds missing) instead of hanging.
     // A call's arguments: the buffers, `epoch` where the kernel takes it, then this rank's.
@@ -812,27 +858,8 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
         ]);
         Ok(args)
     };
-    // Queue call `epoch` without waiting for it.
-    let queue = |epoch: i64| -> anyhow::Result<()> {
-        match (&exe, &ce) {
-            (Some(exe), _) => exe.run_args(&call_args(epoch)?)?,
-            (None, Some((ce, bufs))) => ce.queue(bufs, epoch as u32)?,
-            _ => anyhow::bail!("nothing to run"),
-        }
-        Ok(())
-    };
-    let timed = |epoch: i64| -> anyhow::Result<Option<f64>> {
-        Ok(match (&exe, &ce) {
-            (Some(exe), _) => exe.run_timed(&call_args(epoch)?, limit)?,
-            (None, Some((ce, bufs))) => {
-                ce.queue(bufs, epoch as u32)?;
-                ce.wait(limit)?
-            }
-            _ => anyhow::bail!("nothing to run"),
-        })
-    };
     let launch = |epoch: i64| -> anyhow::Result<f64> {
-        match timed(epoch)? {
+        match runner.timed(&call_args(epoch)?, epoch, limit)? {
             Some(ms) => Ok(ms),
             None => {
                 let peers = match rv.barrier() {
@@ -897,21 +924,13 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let mut b2b_ms = 0.0;
     if a.back_to_back > 0 && p.epoch {
         rv.barrier()?;
-        if let Some(exe) = &exe {
-            exe.synchronize()?;
-        }
+        runner.synchronize()?;
         let first = 2 + (a.warmup + a.reps) as i64;
         let t = Instant::now();
         for e in 0..a.back_to_back as i64 {
-            queue(first + e)?;
+            runner.queue(&call_args(first + e)?, first + e)?;
         }
-        let within = limit * a.back_to_back as u32;
-        let finished = match (&exe, &ce) {
-            (Some(exe), _) => exe.synchronize_within(within)?,
-            (None, Some((ce, _))) => ce.wait(within)?.is_some(),
-            _ => false,
-        };
-        if !finished {
+        if !runner.finished_within(limit * a.back_to_back as u32)? {
             eprintln!(
                 "error: rank {me}: {} back-to-back calls of `{}` still run after {:.1} s; stopping",
                 a.back_to_back,
@@ -931,7 +950,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let worst_ms = all.iter().map(|b| decode(b, 0)).fold(0.0, f64::max);
     let worst_err = all.iter().map(|b| decode(b, 1)).fold(0.0, f64::max);
     let worst_b2b = all.iter().map(|b| decode(b, 2)).fold(0.0, f64::max);
-    drop(ce);
+    drop(runner);
     drop(heap);
     if me == 0 {
         Ok(summary(
