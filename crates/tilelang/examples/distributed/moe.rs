@@ -86,23 +86,20 @@ fn returned(got: &[f64], r: usize, len: usize) -> anyhow::Result<f64> {
     tilelang::runtime::rel_err(got, &want).map_err(|e| anyhow::anyhow!(e))
 }
 
-/// The kernels: dispatch, combine, gather, and the expert step of `--dedup`.
-fn kernels(threads: u32, dedup: bool) -> [Kernel; 4] {
-    if dedup {
-        [
+/// The kernels: dispatch, combine, gather (`--dedup`'s expert step is [`weighted_identity`]).
+fn kernels(threads: u32, dedup: bool) -> [Kernel; 3] {
+    let (dispatch, gather) = if dedup {
+        (
             moe_dispatch_dedup(BF16, threads, TOKENS_PER_BLOCK),
-            moe_combine(BF16, threads),
             moe_gather_dedup(BF16, 256, 256),
-            weighted_identity(),
-        ]
+        )
     } else {
-        [
+        (
             moe_dispatch(BF16, threads, TOKENS_PER_BLOCK),
-            moe_combine(BF16, threads),
             moe_gather(BF16, 256, 256),
-            weighted_identity(),
-        ]
-    }
+        )
+    };
+    [dispatch, moe_combine(BF16, threads), gather]
 }
 
 /// The identity expert after a deduplicating dispatch: each received row times the sum of its
@@ -169,8 +166,9 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     // Room for every row from each source: a token per choice, or once per destination.
     let cap = if dedup { t_n } else { t_n * kk };
     let lower = |k: Kernel| k.lower(Target::SM90).map_err(|d| anyhow::anyhow!("{d}"));
-    let [disp, comb, gath, expert] = kernels(64, dedup);
-    let (disp, comb, gath, expert) = (lower(disp)?, lower(comb)?, lower(gath)?, lower(expert)?);
+    let [disp, comb, gath] = kernels(64, dedup);
+    let (disp, comb, gath) = (lower(disp)?, lower(comb)?, lower(gath)?);
+    let expert = dedup.then(|| lower(weighted_identity())).transpose()?;
     let routes: Vec<Routing> = (0..world).map(|r| routing(a, r, world)).collect();
     let tail = |r: usize| {
         [
@@ -219,13 +217,13 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     let mut cargs: Vec<Vec<SimArg>> = (0..world)
         .map(|r| -> anyhow::Result<Vec<SimArg>> {
             // The expert: the identity, each row weighted on this side with `dedup`.
-            let yr = if dedup {
+            let yr = if let Some(expert) = &expert {
                 let mut e = vec![
                     dargs[r][recv].clone(),
                     dargs[r][recv + 2].clone(),
                     SimArg::zeros(BF16, &[world, cap, h]),
                 ];
-                tl_sim::run(&expert, &mut e, &SimOptions::default())?;
+                tl_sim::run(expert, &mut e, &SimOptions::default())?;
                 e[2].clone()
             } else {
                 dargs[r][recv].clone()
@@ -333,13 +331,9 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         None
     };
     let compile = |k: Kernel| k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"));
-    let [disp, comb, gath, expert_k] = kernels(256, dedup);
+    let [disp, comb, gath] = kernels(256, dedup);
     let (disp, comb, gath) = (compile(disp)?, compile(comb)?, compile(gath)?);
-    let expert_k = if dedup {
-        Some(compile(expert_k)?)
-    } else {
-        None
-    };
+    let expert_k = dedup.then(|| compile(weighted_identity())).transpose()?;
     let tail = |epoch: i64| {
         [
             Arg::Int(epoch),
