@@ -160,6 +160,20 @@ pub struct DistAttrs {
     pub rank_dims: Vec<Var>,
 }
 
+impl DistAttrs {
+    /// The first size that counts the ranks whose bound value (`value_of`) is not `ranks`,
+    /// with that value: the launch check of the runtime and of the simulator.
+    pub fn rank_dim_mismatch(
+        &self,
+        ranks: i64,
+        value_of: impl Fn(&Var) -> Option<i64>,
+    ) -> Option<(&Var, i64)> {
+        self.rank_dims
+            .iter()
+            .find_map(|v| value_of(v).filter(|&got| got != ranks).map(|got| (v, got)))
+    }
+}
+
 #[derive(Clone, PartialEq, Debug)]
 pub struct Kernel {
     pub name: String,

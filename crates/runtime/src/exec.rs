@@ -36,8 +36,8 @@ pub struct DistParams {
     pub num_ranks: usize,
     pub heap_stride: usize,
     pub tables: bool,
-    /// Symbolic sizes that must equal `num_ranks` (`DistAttrs::rank_dims`).
-    pub rank_dims: Vec<String>,
+    /// The kernel's multi-rank attributes (its `rank_dims` must equal `num_ranks`).
+    pub attrs: tl_ir::DistAttrs,
 }
 
 impl DistParams {
@@ -53,7 +53,7 @@ impl DistParams {
             num_ranks: at(&d.num_ranks)?,
             heap_stride: at(&d.heap_stride)?,
             tables: !d.peer_tables.is_empty(),
-            rank_dims: d.rank_dims.iter().map(|v| v.name().to_string()).collect(),
+            attrs: d.clone(),
         })
     }
 
@@ -104,30 +104,30 @@ impl DistParams {
         let Some(Arg::Int(ranks)) = args.get(self.num_ranks) else {
             return Ok(());
         };
-        for name in &self.rank_dims {
-            let Some(&v) = dims.get(name) else { continue };
-            if v != *ranks {
-                let holders: Vec<&str> = sig
-                    .params
+        let value_of = |v: &tl_ir::Var| dims.get(v.name()).copied();
+        let Some((dim, v)) = self.attrs.rank_dim_mismatch(*ranks, value_of) else {
+            return Ok(());
+        };
+        let name = dim.name();
+        let holders: Vec<&str> = sig
+            .params
+            .iter()
+            .filter(|p| match p {
+                Param::Tensor { buffer, .. } => buffer
+                    .shape()
                     .iter()
-                    .filter(|p| match p {
-                        Param::Tensor { buffer, .. } => buffer.shape().iter().any(
-                            |e| matches!(e.kind(), tl_ir::ExprKind::Var(x) if x.name() == name),
-                        ),
-                        Param::Scalar(_) => false,
-                    })
-                    .map(|p| p.name())
-                    .collect();
-                return Err(sig.bad_arg(
-                    self.num_ranks,
-                    format!(
-                        "{ranks} ranks, but the tensors ({}) have {v} rows of ranks (`{name}`): size them for {ranks} ranks, or pass the job's rank count",
-                        holders.join(", ")
-                    ),
-                ));
-            }
-        }
-        Ok(())
+                    .any(|e| matches!(e.kind(), tl_ir::ExprKind::Var(x) if x.name() == name)),
+                Param::Scalar(_) => false,
+            })
+            .map(|p| p.name())
+            .collect();
+        Err(sig.bad_arg(
+            self.num_ranks,
+            format!(
+                "{ranks} ranks, but the tensors ({}) have {v} rows of ranks (`{name}`): size them for {ranks} ranks, or pass the job's rank count",
+                holders.join(", ")
+            ),
+        ))
     }
 }
 

@@ -274,14 +274,12 @@ pub fn run_ranks_calls(
             }
             let bound = bind::bind(kernel, args)?;
             if let Some(d) = &kernel.attrs.dist {
-                for v in &d.rank_dims {
-                    let got = bound.env.get(&v.id()).map(|x| x.as_i64());
-                    if let Some(g) = got.filter(|&g| g != n as i64) {
-                        return Err(SimError::BadArgs(format!(
-                            "rank {r} of {n}: the tensors size `{}` (the number of ranks) as {g}, not {n}",
-                            v.name()
-                        )));
-                    }
+                let value_of = |v: &tl_ir::Var| bound.env.get(&v.id()).map(|x| x.as_i64());
+                if let Some((v, g)) = d.rank_dim_mismatch(n as i64, value_of) {
+                    return Err(SimError::BadArgs(format!(
+                        "rank {r} of {n}: the tensors size `{}` (the number of ranks) as {g}, not {n}",
+                        v.name()
+                    )));
                 }
             }
             progs.push(compile::compile(kernel, &bound)?);
