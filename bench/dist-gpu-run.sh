@@ -16,6 +16,8 @@
 #          peers at once: the all-gather pushed or pulled, by blocks or by warps
 #          (--transfer), and moved by the copy engines (all-gather-ce), beside NCCL's
 #          send/recv and all-gather; P2P_SIZES overrides the sizes (bytes)
+#   ce     the copy engines' all-gather alone: checked at an odd size (every call, back to
+#          back) on 2 and all GPUs and 2 ranks sharing one GPU, timed at 16 and 256 MiB
 #   b2b    calls queued back to back with no host barrier between (the kernels' entry
 #          handshake orders each against the peers' previous call): the all-gather at small
 #          and large messages, AG+GEMM and GEMM+RS at one perf shape each, on all GPUs, beside
@@ -154,6 +156,18 @@ for phase in $phases; do
       name="p2p nccl all-gather R=$r"; peers "$r" --op all-gather --sweep "$floats"
     done
     step "p2p copy engines 2 ranks on one GPU" env CUDA_VISIBLE_DEVICES=0 bash scripts/dist-run.sh 2 "$ex" --device cuda --kernel all-gather-ce --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
+    ;;
+  ce)
+    # The copy engines alone (the p2p phase's copy-engine rows): checked every call and back
+    # to back at an odd size, then timed at 16 and 256 MiB per rank.
+    for r in $(printf '%s\n' 2 "$all" | sort -un); do
+      [ "$r" -le "$gpus" ] || continue
+      name="ce check R=$r"; ours "$r" --kernel all-gather-ce --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
+      for bytes in 16777216 268435456; do
+        name="ce R=$r bytes=$bytes"; ours "$r" --kernel all-gather-ce --n $((bytes / 4)) --reps 20 --check-rows 0 --call-timeout 10
+      done
+    done
+    step "ce 2 ranks on one GPU" env CUDA_VISIBLE_DEVICES=0 bash scripts/dist-run.sh 2 "$ex" --device cuda --kernel all-gather-ce --n 100003 --reps 5 --check-rows 0 --check-every --back-to-back 5
     ;;
   b2b)
     r=$all; m=$((8192 / r))
