@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -403,6 +403,47 @@ if [ "$what" = pingpong ]; then
         $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
         python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
       done
+    done
+  fi
+fi
+
+if [ "$what" = overlap ]; then
+  # FlashAttention-3's overlap inside a warpgroup (--overlap-pv: P·V of key tile j-1 runs on
+  # the tensor cores under tile j's softmax), unspecialized, with a producer warpgroup
+  # (TILELANG_WS=1) and with ping-pong turns too, against the default and cuDNN / FA2.
+  # Correctness first, at odd sizes in both code paths. Then the GEMM's register split
+  # (TILELANG_WS_PRODUCER_REGS=24: TileLang's 24/240 against our 40/232).
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  for be in ptx cuda; do
+    for c in "" --causal; do
+      for ws in 0 1; do
+        TILELANG_BACKEND=$be TILELANG_WS=$ws chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --overlap-pv $c
+        TILELANG_BACKEND=$be TILELANG_WS=$ws chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 --overlap-pv $c
+      done
+      TILELANG_BACKEND=$be TILELANG_WS=1 TILELANG_PINGPONG=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --overlap-pv $c
+    done
+  done
+  echo "overlap correctness failures: $fails"
+  if [ "$fails" = 0 ]; then
+    for cfg in ${OV_ATTN:-4,16,4096,128 8,16,2048,64 2,32,8192,128}; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        a="--device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30"
+        $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[default] /'
+        $T $G/flash_attention $a --overlap-pv 2>&1 | tail -n 1 | sed 's/^/[overlap] /'
+        TILELANG_WS=1 $T $G/flash_attention $a --overlap-pv 2>&1 | tail -n 1 | sed 's/^/[ws+overlap] /'
+        TILELANG_WS=1 TILELANG_PINGPONG=1 $T $G/flash_attention $a --overlap-pv 2>&1 | tail -n 1 | sed 's/^/[ws+pingpong+overlap] /'
+        TILELANG_WS=1 $T $G/flash_attention $a --overlap-pv --bn 128 2>&1 | tail -n 1 | sed 's/^/[ws+overlap bn128] /'
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
+    done
+    for shape in ${OV_GEMM:-4096,4096,4096 6144,6144,6144}; do
+      set -- ${shape//,/ }
+      for regs in "" 24; do
+        TILELANG_WS_PRODUCER_REGS=$regs $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed "s/^/[producer regs ${regs:-40}] /"
+      done
+      python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
     done
   fi
 fi

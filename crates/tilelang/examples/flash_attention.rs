@@ -42,6 +42,10 @@ struct Args {
     /// Stay on mma.sync even where wgmma applies (also keeps wgmma tiles out of --tune)
     #[arg(long)]
     no_wgmma: bool,
+    /// FlashAttention-3's overlap inside a warpgroup: P·V of the previous key tile runs on
+    /// the tensor cores while the softmax of this one is computed (`AttnConfig::overlap_pv`)
+    #[arg(long)]
+    overlap_pv: bool,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -68,6 +72,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
+        cfg.overlap_pv |= args.overlap_pv;
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)
         } else if args.no_wgmma {

@@ -642,3 +642,28 @@ fn fp8_promotion_turns_in_sim() {
     let e = run_vs_cpu(&k, &low, &shapes, 3).unwrap_or_else(|e| panic!("{e}"));
     assert!(e < 1e-2, "{e}");
 }
+
+/// Attention with P·V left running under the next softmax (`AttnConfig::overlap_pv`) on the
+/// aligned (TMA) variant, unspecialized and with a producer warpgroup: agrees with the CPU
+/// backend causal and not, with a sequence tail.
+#[test]
+fn attention_overlapping_pv_with_tma_in_sim() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    for ws in [false, true] {
+        for causal in [false, true] {
+            let cfg = AttnConfig {
+                instruction: Some(GemmInstruction::Wgmma),
+                warp_specialize: Some(ws),
+                overlap_pv: true,
+                ..AttnConfig::tiles(128, 64, 2, 256)
+            };
+            let k = flash_attention(BF16, 64, causal, cfg);
+            let low = tma_variant(&k);
+            let s = vec![1, 2, 200, 64];
+            let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 2, 200]];
+            let e = run_vs_cpu(&k, &low, &shapes, 5)
+                .unwrap_or_else(|e| panic!("ws {ws} causal {causal}: {e}"));
+            assert!(e < 1e-2, "ws {ws} causal {causal}: {e}");
+        }
+    }
+}

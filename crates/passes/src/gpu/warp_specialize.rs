@@ -103,7 +103,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     out.push(if_then(Some(tid.eq_(0)), Stmt::seq(init, span), span));
     out.push(sync(span));
     let (mut p, mut c) = (vec![], vec![]);
-    if let Some((dec, inc)) = register_split(consumers) {
+    if let Some((dec, inc)) = register_split_from_env(consumers) {
         p.push(eval(
             Intrinsic::SetMaxNReg {
                 inc: false,
@@ -150,6 +150,24 @@ pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
     };
     let consumer = ((REGISTER_FILE - PRODUCER_THREADS * producer) / consumers / 8 * 8).min(240);
     (consumer > at_launch).then_some((producer, consumer))
+}
+
+/// [`register_split`], with the producer's registers taken from `TILELANG_WS_PRODUCER_REGS`
+/// where set (24 to 256, a multiple of 8: what `setmaxnreg` takes), to measure other splits;
+/// the consumers get the rest, at most 240.
+fn register_split_from_env(consumers: u32) -> Option<(u32, u32)> {
+    let asked = std::env::var("TILELANG_WS_PRODUCER_REGS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|r| (24..=256).contains(r) && r % 8 == 0);
+    match asked {
+        Some(producer) => {
+            let rest = REGISTER_FILE.checked_sub(PRODUCER_THREADS * producer)?;
+            let consumer = (rest / consumers / 8 * 8).min(240);
+            (consumer >= 24).then_some((producer, consumer))
+        }
+        None => register_split(consumers),
+    }
 }
 
 /// The body without the allocations of shared buffers and of the pipeline's counter, which

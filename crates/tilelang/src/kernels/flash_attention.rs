@@ -21,6 +21,12 @@ pub struct AttnConfig {
     /// With warp specialization, the two consumer warpgroups take turns at the tensor cores
     /// (`TileScope::ping_pong`; off by default).
     pub ping_pong: bool,
+    /// FlashAttention-3's overlap inside a warpgroup: step `j` issues Q·Kⱼᵀ and then P·V of
+    /// step `j − 1` without waiting, so the softmax of step `j` runs while the tensor cores
+    /// still multiply P·V; O is rescaled once that product is in. Needs the two gemms to run
+    /// asynchronously (wgmma); elsewhere each gemm still completes in turn, correct but with
+    /// nothing gained.
+    pub overlap_pv: bool,
 }
 
 impl AttnConfig {
@@ -34,6 +40,7 @@ impl AttnConfig {
             instruction: None,
             warp_specialize: None,
             ping_pong: false,
+            overlap_pv: false,
         }
     }
 
@@ -156,6 +163,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         instruction,
         warp_specialize,
         ping_pong,
+        overlap_pv,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -211,12 +219,12 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 } else {
                     ceildiv(&s, bn)
                 };
-                t.pipelined(kv_tiles, stages, |t, kt| {
-                    t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
-                    // Start the scores at 0 where a key is visible and -inf where it is masked
-                    // (past the sequence, or after the query when causal); the gemm adds Q·Kᵀ.
+                // Start the scores of key tile `kt` at 0 where a key is visible and -inf where
+                // it is masked (past the sequence, or after the query when causal), then add
+                // Q·Kᵀ; `pending` leaves the gemm running (`wg_wait(-1)`).
+                let scores_of = |t: &mut TileScope, kt: &Expr, k_tile: &Buffer, pending: bool| {
                     // Only tiles that cross the sequence end or the diagonal need the mask.
-                    let tile_end = &kt * bn + bn;
+                    let tile_end = kt * bn + bn;
                     let needs_mask = if causal {
                         tile_end.gt(&s).or(tile_end.gt(&bx * bm + 1))
                     } else {
@@ -228,7 +236,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                             // one compare per score, not two compares and an `and`. (The key,
                             // not j, is compared: j alone is loop-invariant, and values hoisted
                             // out of the loop cost registers.)
-                            let key = &kt * bn + &j;
+                            let key = kt * bn + &j;
                             let end = if causal {
                                 min(&s, &bx * bm + &i + 1)
                             } else {
@@ -239,10 +247,23 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         });
                     })
                     .else_(|t| t.clear(&scores));
-                    let qk = t.gemm(&q_s, &k_s, &scores).transpose_b();
+                    let mut qk = t.gemm(&q_s, k_tile, &scores).transpose_b();
                     if let Some(inst) = instruction {
-                        qk.instruction(inst);
+                        qk = qk.instruction(inst);
                     }
+                    if pending {
+                        qk.wg_wait(-1);
+                    }
+                };
+                let rescale_o = |t: &mut TileScope| {
+                    t.parallel([bm, d], |t, [i, j]| {
+                        t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
+                    });
+                };
+                // The online softmax of the scores: the new row maxima, the factor the old
+                // sums and O scale by (O too with `with_o`), the exponentials in place, the
+                // row sums.
+                let softmax = |t: &mut TileScope, with_o: bool| {
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();
                     t.parallel([bm], |t, [i]| {
@@ -253,9 +274,9 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         );
                         t.store(&m_scaled, [&i], m_i.at([&i]) * scale);
                     });
-                    t.parallel([bm, d], |t, [i, j]| {
-                        t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
-                    });
+                    if with_o {
+                        rescale_o(t);
+                    }
                     // One fused multiply-add per score: s·scale − m·scale.
                     t.parallel([bm, bn], |t, [i, j]| {
                         t.store(
@@ -272,13 +293,50 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                             l_i.at([&i]) * rescale.at([&i]) + row_sum.at([&i]),
                         );
                     });
-                    t.copy(&scores, &probs);
-                    t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
-                    let pv = t.gemm(&probs, &v_s, &acc_o);
+                };
+                let pv = |t: &mut TileScope, v_tile: &Buffer, pending: bool| {
+                    let mut pv = t.gemm(&probs, v_tile, &acc_o);
                     if let Some(inst) = instruction {
-                        pv.instruction(inst);
+                        pv = pv.instruction(inst);
                     }
-                });
+                    if pending {
+                        pv.wg_wait(-1);
+                    }
+                };
+                if overlap_pv {
+                    // Key tile 0 before the loop (O is still zero: nothing to rescale), then
+                    // step j: K tile j and V tile j − 1. Its own shared tile, which V's last
+                    // tile reuses after the loop.
+                    let edge = t.alloc_shared_named("KV_edge", [bn, d], dtype);
+                    t.copy(kk.tile((&bz, &by, 0, 0)), &edge);
+                    scores_of(t, &Expr::int(0), &edge, false);
+                    softmax(t, false);
+                    t.copy(&scores, &probs);
+                    t.pipelined(kv_tiles.clone() - 1, stages, |t, j| {
+                        let kt = &j + 1;
+                        t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
+                        t.copy(v.tile((&bz, &by, &j * bn, 0)), &v_s);
+                        scores_of(t, &kt, &k_s, true);
+                        pv(t, &v_s, true);
+                        // Q·Kⱼᵀ is in once at most one group (P·V) is pending.
+                        t.wait_wgmma(1);
+                        softmax(t, false);
+                        t.wait_wgmma(0);
+                        rescale_o(t);
+                        t.copy(&scores, &probs);
+                    });
+                    t.copy(v.tile((&bz, &by, (kv_tiles.clone() - 1) * bn, 0)), &edge);
+                    pv(t, &edge, false);
+                } else {
+                    t.pipelined(kv_tiles, stages, |t, kt| {
+                        t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
+                        scores_of(t, &kt, &k_s, false);
+                        softmax(t, true);
+                        t.copy(&scores, &probs);
+                        t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
+                        pv(t, &v_s, false);
+                    });
+                }
                 // One division per row, then multiplies: a division per element is a call to
                 // the slow-path routine each time, and code the compiler has to schedule.
                 t.parallel([bm], |t, [i]| {
