@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -446,6 +446,35 @@ if [ "$what" = overlap ]; then
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
     done
   fi
+fi
+
+if [ "$what" = overlap-regs ]; then
+  # The overlapped attention (--overlap-pv, producer warpgroup) where the consumers really get
+  # 232 registers: the CUDA C++ code path, whose NVRTC keeps `setmaxnreg` (nvJitLink, which
+  # assembles our PTX, drops it: ptxas C7504), so 128-key tiles fit without spills.
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  for c in "" --causal; do
+    TILELANG_BACKEND=cuda TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 --overlap-pv --bn 128 $c
+  done
+  echo "overlap-regs correctness failures: $fails"
+  for cfg in ${OV_ATTN:-4,16,4096,128 2,32,8192,128}; do
+    set -- ${cfg//,/ }
+    for c in "" --causal; do
+      a="--device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30"
+      $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      for be in ptx cuda; do
+        for bn in 64 128; do
+          TILELANG_BACKEND=$be TILELANG_WS=1 $T $G/flash_attention $a --overlap-pv --bn $bn 2>&1 | tail -n 1 | sed "s/^/[$be ws+overlap bn$bn] /"
+        done
+        TILELANG_BACKEND=$be TILELANG_WS=1 TILELANG_PINGPONG=1 $T $G/flash_attention $a --overlap-pv --bn 128 2>&1 | tail -n 1 | sed "s/^/[$be ws+pingpong+overlap bn128] /"
+      done
+      python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+    done
+  done
+  for be in ptx cuda; do
+    TILELANG_BACKEND=$be $T $G/gemm --device cuda --m 4096 --n 4096 --k 4096 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed "s/^/[$be] /"
+  done
 fi
 
 if [ "$what" = tilelang ]; then

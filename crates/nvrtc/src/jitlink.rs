@@ -165,6 +165,9 @@ impl JitLink {
         if let Ok(extra) = std::env::var("TILELANG_PTXAS_OPTIONS") {
             flags.extend(extra.split_whitespace().map(|o| format!("-Xptxas={o}")));
         }
+        if let Ok(extra) = std::env::var("TL_JL_RAW") {
+            flags.extend(extra.split_whitespace().map(String::from));
+        }
         flags
     }
 

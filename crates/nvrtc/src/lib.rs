@@ -320,9 +320,14 @@ impl Compiled {
             .find(|f| f.name == function)
             .map(|f| &f.usage)
     }
-    /// Warning lines of the log (ptxas and front end).
+    /// Warning lines of the log (ptxas and front end), and ptxas's "Potential Performance
+    /// Loss" notes, which it prints as info but which say an instruction was dropped or
+    /// serialized (`setmaxnreg` ignored, wgmma serialized).
     pub fn warnings(&self) -> Vec<&str> {
-        self.log.lines().filter(|l| l.contains("warning")).collect()
+        self.log
+            .lines()
+            .filter(|l| l.contains("warning") || l.contains("Potential Performance Loss"))
+            .collect()
     }
 }
 

@@ -181,6 +181,9 @@ fn main() -> ExitCode {
             match tl_nvrtc::check_with(&src, &arch, &opts) {
                 Ok(r) => {
                     println!("{r}");
+                    for w in &r.warnings {
+                        println!("warning: {w}");
+                    }
                     if sass {
                         for (op, n) in r.opcodes() {
                             println!("{n:6} {op}");
