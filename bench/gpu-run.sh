@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -475,6 +475,66 @@ if [ "$what" = overlap-regs ]; then
   for be in ptx cuda; do
     TILELANG_BACKEND=$be $T $G/gemm --device cuda --m 4096 --n 4096 --k 4096 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed "s/^/[$be] /"
   done
+fi
+
+if [ "$what" = jit ]; then
+  # PTX with `setmaxnreg` compiled whole by the CUDA driver (code=ptx-jit; nvJitLink drops
+  # the instruction): the new d128 attention default (producer warpgroup, 128-key tiles, P.V
+  # under the next softmax) and every warp-specialized GEMM. Correctness in both code paths
+  # at odd sizes, then speed beside cuDNN / cuBLAS / cuBLASLt, then compute-sanitizer.
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  for be in ptx cuda; do
+    for c in "" --causal; do
+      TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq 1000 --dim 128 --dtype bf16 $c
+      TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 128 --dtype bf16 $c
+      TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 1 --seq 77 --dim 128 --dtype bf16 $c
+    done
+    for l in nt nn tn; do
+      TILELANG_BACKEND=$be chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout $l --dtype bf16
+    done
+    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 1000 --n 999 --k 999 --scaling tensor
+    TILELANG_BACKEND=$be chk $T $G/fp8_gemm --device cuda --m 777 --n 1001 --k 4100 --scaling blocks
+  done
+  echo "jit correctness failures: $fails"
+  if [ "$fails" = 0 ]; then
+    for cfg in ${JIT_ATTN:-4,16,4096,128 2,32,8192,128 4,16,4096,64 2,32,8192,64}; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        a="--device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30"
+        $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[default] /'
+        TILELANG_BACKEND=cuda $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[default cuda] /'
+        if [ "$4" = 64 ]; then
+          for bn in 64 128; do
+            TILELANG_WS=1 $T $G/flash_attention $a --overlap-pv --bn $bn 2>&1 | tail -n 1 | sed "s/^/[ws+overlap bn$bn] /"
+          done
+        else
+          TILELANG_WS=0 $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[earlier default: TILELANG_WS=0] /'
+        fi
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
+    done
+    for shape in ${JIT_GEMM:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144}; do
+      set -- ${shape//,/ }
+      $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      TILELANG_WS_PRODUCER_REGS=24 $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[producer regs 24] /'
+      python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
+    done
+    $T $G/fp8_gemm --device cuda --m 8192 --n 8192 --k 8192 --scaling tensor --reps 30 2>&1 | tail -n 1
+    $T $G/fp8_gemm --device cuda --m 8192 --n 8192 --k 8192 --scaling tensor --fast-accum --reps 30 2>&1 | tail -n 1
+    $T $G/fp8_gemm --device cuda --m 8192 --n 8192 --k 8192 --scaling blocks --reps 30 2>&1 | tail -n 1
+    python3 bench/fp8_peers.py tensor 8192 8192 8192
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    if [ -x "$cs" ]; then
+      for tool in memcheck racecheck synccheck; do
+        for c in "" --causal; do
+          l=/tmp/jit-san-$tool.log
+          $T "$cs" --tool $tool --error-exitcode 86 $G/flash_attention --device cuda --batch 1 --heads 2 --seq 200 --dim 128 --dtype bf16 $c --reps 1 > $l 2>&1
+          echo "sanitize $tool attention d128 $c: rc=$? $(grep -E "SUMMARY" $l | tr '\n' ' ')"
+        done
+      done
+    fi
+  fi
 fi
 
 if [ "$what" = tilelang ]; then

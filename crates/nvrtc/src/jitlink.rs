@@ -165,9 +165,6 @@ impl JitLink {
         if let Ok(extra) = std::env::var("TILELANG_PTXAS_OPTIONS") {
             flags.extend(extra.split_whitespace().map(|o| format!("-Xptxas={o}")));
         }
-        if let Ok(extra) = std::env::var("TL_JL_RAW") {
-            flags.extend(extra.split_whitespace().map(String::from));
-        }
         flags
     }
 
@@ -257,6 +254,16 @@ pub fn discover_jitlink() -> Result<JitLink, NvrtcError> {
             searched,
         },
     )
+}
+
+/// Whether PTX must be compiled as a whole program to run as written: it moves registers
+/// between warpgroups (`setmaxnreg`). nvJitLink compiles its PTX inputs for linking
+/// (ptxas `--compile-only`), and there ptxas drops every `setmaxnreg` ("ignored to maintain
+/// compatibility across compilation units", C7504), so each warp keeps the launch's even
+/// share and a consumer needing more spills. Such PTX is JIT-compiled by the CUDA driver
+/// instead (`cuModuleLoadDataEx`), which compiles a whole program and keeps them.
+pub fn needs_whole_program(ptx: &str) -> bool {
+    is_ptx(ptx) && ptx.contains("setmaxnreg.")
 }
 
 /// Whether `source` is PTX (a `.version` directive before any other code) rather than CUDA

@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub use error::{NvrtcError, INSTALL_HINT};
-pub use jitlink::{discover_jitlink, is_ptx, JitLink};
+pub use jitlink::{discover_jitlink, is_ptx, needs_whole_program, JitLink};
 pub use library::{discover, find_tool, tools_dirs, Library as Nvrtc};
 pub use sass::{cuobjdump, has_instruction, sass, sass_opcodes};
 pub use usage::{parse_ptxas_log, FunctionUsage, ResourceUsage};
@@ -418,6 +418,37 @@ impl fmt::Display for Report {
     }
 }
 
+/// `ptx` with its `.maxnreg` raised to the largest `setmaxnreg.inc` value in it: what the
+/// warpgroups that take registers may use once they have them. Other PTX is returned as is.
+pub fn consumer_budget_model(ptx: &str) -> String {
+    let most = ptx
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("setmaxnreg.inc.sync.aligned.u32")?
+                .trim()
+                .trim_end_matches(';')
+                .trim()
+                .parse::<u32>()
+                .ok()
+        })
+        .max();
+    let Some(most) = most else {
+        return ptx.to_string();
+    };
+    ptx.lines()
+        .map(|l| {
+            if l.trim_start().starts_with(".maxnreg ") {
+                format!(".maxnreg {most}")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
 /// Compile for `arch` and fail on any register spill; list SASS when cuobjdump is installed.
 /// The reusable gate for "this generated kernel builds cleanly on this architecture".
 pub fn check(source: &str, arch: &str) -> Result<Report, NvrtcError> {
@@ -425,7 +456,20 @@ pub fn check(source: &str, arch: &str) -> Result<Report, NvrtcError> {
 }
 
 /// [`check`] with options.
+///
+/// PTX that must be compiled as a whole program ([`needs_whole_program`]: it moves registers
+/// between warpgroups with `setmaxnreg`) is assembled here under the budget of its largest
+/// `setmaxnreg.inc` ([`consumer_budget_model`]): nvJitLink, the only PTX assembler here,
+/// drops `setmaxnreg`, and the kernel's even share would report spills the driver's
+/// whole-program compile does not make. The report is then that of the consumers' code.
 pub fn check_with(source: &str, arch: &str, opts: &CheckOptions) -> Result<Report, NvrtcError> {
+    let modeled;
+    let source = if needs_whole_program(source) {
+        modeled = consumer_budget_model(source);
+        modeled.as_str()
+    } else {
+        source
+    };
     let c = compile(source, arch, &opts.compile)?;
     if !opts.allow_spills {
         if let Some(f) = c.functions.iter().find(|f| f.usage.spills()) {
@@ -489,6 +533,27 @@ pub fn check_with(source: &str, arch: &str, opts: &CheckOptions) -> Result<Repor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_program_ptx_is_checked_under_the_consumers_budget() {
+        let ptx = ".version 8.0\n.target sm_90a\n.visible .entry k()\n.maxntid 384, 1, 1\n.maxnreg 168\n{\n  setmaxnreg.dec.sync.aligned.u32 40;\n  setmaxnreg.inc.sync.aligned.u32 232;\n  ret;\n}\n";
+        assert!(needs_whole_program(ptx));
+        let m = consumer_budget_model(ptx);
+        assert!(
+            m.contains(".maxnreg 232\n") && !m.contains(".maxnreg 168"),
+            "{m}"
+        );
+        assert!(m.contains("setmaxnreg.dec.sync.aligned.u32 40;"), "{m}");
+        // No register moves: neither whole-program nor changed.
+        let plain =
+            ".version 8.0\n.target sm_90a\n.visible .entry k()\n.maxnreg 168\n{\n  ret;\n}\n";
+        assert!(!needs_whole_program(plain));
+        assert_eq!(consumer_budget_model(plain), plain);
+        // CUDA C++ that spells the instruction is not PTX.
+        assert!(!needs_whole_program(
+            "asm volatile(\"setmaxnreg.inc.sync.aligned.u32 240;\");"
+        ));
+    }
 
     #[test]
     fn arch_names() {

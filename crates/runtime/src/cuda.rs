@@ -301,7 +301,7 @@ impl CudaDevice {
             ]);
             let art =
                 compile_cached(&cache, &key, entry, source, &arch).map_err(|e| e.to_string())?;
-            CudaKernel::load(self, &art.cubin, entry, entry, 0, art.log).map_err(|e| e.to_string())
+            CudaKernel::load(self, &art, entry, entry, 0).map_err(|e| e.to_string())
         })
         .as_ref()
         .map_err(|e| e.clone())
@@ -592,6 +592,8 @@ pub struct CudaKernel {
     func: sys::CUfunction,
     name: String,
     usage: ResourceUsage,
+    /// How long the driver took to compile the module, where it did ([`Artifact::jit`]).
+    pub(crate) jit_time: Option<Duration>,
 }
 
 // SAFETY: module and function handles are used only through the thread-safe driver API, with
@@ -623,13 +625,28 @@ impl CudaKernel {
     /// Load `cubin`, find `entry`, and allow `dynamic_smem` bytes of dynamic shared memory.
     pub(crate) fn load(
         dev: &'static CudaDevice,
-        cubin: &[u8],
+        art: &Artifact,
         entry: &str,
         kernel: &str,
         dynamic_smem: u32,
-        log: String,
     ) -> Result<CudaKernel> {
         dev.bind()?;
+        let (module, log, jit_time) = if art.jit {
+            let (module, log, took) = jit_load(&art.cubin, kernel, dev.ordinal)?;
+            (module, log, Some(took))
+        } else {
+            (
+                Self::load_cubin(dev, &art.cubin, kernel)?,
+                art.log.clone(),
+                None,
+            )
+        };
+        let mut k = Self::with_module(dev, module, entry, kernel, dynamic_smem, log)?;
+        k.jit_time = jit_time;
+        Ok(k)
+    }
+
+    fn load_cubin(dev: &'static CudaDevice, cubin: &[u8], kernel: &str) -> Result<sys::CUmodule> {
         // The driver parses the image in place; give it an 8-byte-aligned copy, as ELF wants.
         let mut image: Vec<u64> = vec![0; cubin.len().div_ceil(8) + 1];
         // SAFETY: `image` has at least `cubin.len()` bytes; the regions do not overlap.
@@ -662,6 +679,19 @@ impl CudaKernel {
                     e,
                 )
             })?;
+        Ok(module)
+    }
+
+    /// Find `entry` in the loaded `module` (unloaded again on any error) and read its resource
+    /// usage; `log` is the compile log with ptxas's report.
+    fn with_module(
+        dev: &'static CudaDevice,
+        module: sys::CUmodule,
+        entry: &str,
+        kernel: &str,
+        dynamic_smem: u32,
+        log: String,
+    ) -> Result<CudaKernel> {
         let unload = |m| {
             // SAFETY: `m` was just loaded and is not used after this.
             let _ = unsafe { result::module::unload(m) };
@@ -719,6 +749,7 @@ impl CudaKernel {
             func,
             name: kernel.to_string(),
             usage,
+            jit_time: None,
         };
         let total_smem = dynamic_smem as usize + k.usage.static_smem_bytes as usize;
         if total_smem > dev.props.smem_per_block_optin {
@@ -1012,10 +1043,13 @@ impl Drop for Event {
 
 /// A cubin and its NVRTC log, from the cache or a fresh compile.
 pub(crate) struct Artifact {
+    /// A cubin, or with `jit` the PTX text (NUL-terminated) for the driver to compile.
     pub cubin: Vec<u8>,
     pub log: String,
     pub cache_hit: bool,
     pub compile_time: Duration,
+    /// PTX the driver compiles at load ([`tl_nvrtc::needs_whole_program`]).
+    pub jit: bool,
 }
 
 /// Take `<key>.cubin` (and its `<key>.log`) from the cache, or compile `source` with NVRTC for
@@ -1028,6 +1062,21 @@ pub(crate) fn compile_cached(
     source: &str,
     arch: &str,
 ) -> Result<Artifact> {
+    if tl_nvrtc::needs_whole_program(source) {
+        // Compiled by the driver when loaded (`jit_load`), which keeps its own cache of JIT
+        // results; ours keeps the log of the first load (`<key>.jitlog`), so a later build
+        // reports a hit and the ptxas report it printed.
+        let mut image = source.as_bytes().to_vec();
+        image.push(0);
+        let log = cache.read_string(key, "jitlog");
+        return Ok(Artifact {
+            cubin: image,
+            cache_hit: log.is_some(),
+            log: log.unwrap_or_default(),
+            compile_time: Duration::ZERO,
+            jit: true,
+        });
+    }
     let cached = || {
         let cubin = cache.read(key, "cubin").filter(|c| !c.is_empty())?;
         Some(Artifact {
@@ -1035,6 +1084,7 @@ pub(crate) fn compile_cached(
             log: cache.read_string(key, "log").unwrap_or_default(),
             cache_hit: true,
             compile_time: Duration::ZERO,
+            jit: false,
         })
     };
     if let Some(a) = cached() {
@@ -1079,7 +1129,62 @@ pub(crate) fn compile_cached(
         log: compiled.log,
         cache_hit: false,
         compile_time,
+        jit: false,
     })
+}
+
+/// Load PTX through the driver's JIT (`cuModuleLoadDataEx`, verbose, so the info log holds
+/// ptxas's report): the module, the info log, and how long the compile took. `ptx` is
+/// NUL-terminated.
+fn jit_load(ptx: &[u8], kernel: &str, ordinal: usize) -> Result<(sys::CUmodule, String, Duration)> {
+    const LOG_BYTES: usize = 64 * 1024;
+    let mut info = vec![0u8; LOG_BYTES];
+    let mut error = vec![0u8; LOG_BYTES];
+    use sys::CUjit_option as O;
+    let mut opts = [
+        O::CU_JIT_INFO_LOG_BUFFER,
+        O::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        O::CU_JIT_ERROR_LOG_BUFFER,
+        O::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        O::CU_JIT_LOG_VERBOSE,
+    ];
+    // The driver reads sizes and flags from the pointer-sized slots themselves.
+    let mut values: [*mut c_void; 5] = [
+        info.as_mut_ptr() as *mut c_void,
+        LOG_BYTES as *mut c_void,
+        error.as_mut_ptr() as *mut c_void,
+        LOG_BYTES as *mut c_void,
+        1usize as *mut c_void,
+    ];
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
+    let mut module = std::ptr::null_mut();
+    let t = Instant::now();
+    // SAFETY: `ptx` is NUL-terminated PTX that outlives the call; the option arrays have the
+    // same length, and the log buffers are as large as their size slots say.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            ptx.as_ptr() as *const c_void,
+            opts.len() as u32,
+            opts.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    let took = t.elapsed();
+    if r != sys::CUresult::CUDA_SUCCESS {
+        let mut log = text(&error);
+        if log.trim().is_empty() {
+            log = text(&info);
+        }
+        return Err(RuntimeError::Launch(format!(
+            "the CUDA driver could not compile the PTX of kernel `{kernel}` on cuda:{ordinal} ({r:?}): {}",
+            log.trim()
+        )));
+    }
+    Ok((module, text(&info), took))
 }
 
 #[cfg(test)]

@@ -63,7 +63,8 @@ pub fn build_cpu(
 
 /// Compile CUDA source into the disk cache without loading it (no GPU context needed): lets
 /// an autotuner compile candidates on many threads, then load them one by one. Returns whether
-/// the cubin was already cached.
+/// the cubin was already cached. PTX the driver must compile as a whole program
+/// ([`tl_nvrtc::needs_whole_program`]) is compiled when loaded, not here.
 pub fn precompile_cuda(
     cache: &Cache,
     key: &str,
@@ -138,36 +139,32 @@ pub fn build_cuda(
     let dev = cuda::device(ordinal)?;
     let mut art = cuda::compile_cached(cache, key, &sig.name, &source, arch)?;
     let t_load = Instant::now();
-    let kernel = match cuda::CudaKernel::load(
-        dev,
-        &art.cubin,
-        entry,
-        &sig.name,
-        dynamic_smem_bytes,
-        art.log.clone(),
-    ) {
+    let kernel = match cuda::CudaKernel::load(dev, &art, entry, &sig.name, dynamic_smem_bytes) {
         Ok(k) => k,
-        Err(e) if art.cache_hit => {
+        Err(e) if art.cache_hit && !art.jit => {
             // A stale or damaged cache entry: compile afresh and overwrite it.
             let _ = e;
             let p = cache.path(key, "cubin");
             let _ = std::fs::remove_file(&p);
             art = cuda::compile_cached(cache, key, &sig.name, &source, arch)?;
-            cuda::CudaKernel::load(
-                dev,
-                &art.cubin,
-                entry,
-                &sig.name,
-                dynamic_smem_bytes,
-                art.log.clone(),
-            )?
+            cuda::CudaKernel::load(dev, &art, entry, &sig.name, dynamic_smem_bytes)?
         }
         Err(e) => return Err(e),
     };
+    if let Some(took) = kernel.jit_time {
+        // The driver compiled it: that was the compile; its log is the report a later build
+        // of the same key shows.
+        if !art.cache_hit {
+            art.compile_time = took;
+            let _ = cache.put_bytes(key, "jitlog", kernel.usage().log.as_bytes());
+        }
+    }
     let stats = CompileStats {
         cache_hit: art.cache_hit,
         compile: art.compile_time,
-        load: t_load.elapsed(),
+        load: t_load
+            .elapsed()
+            .saturating_sub(kernel.jit_time.unwrap_or_default()),
         total: t0.elapsed(),
         ..Default::default()
     };

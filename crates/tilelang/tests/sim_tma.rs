@@ -649,17 +649,21 @@ fn fp8_promotion_turns_in_sim() {
 #[test]
 fn attention_overlapping_pv_with_tma_in_sim() {
     use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
-    for ws in [false, true] {
+    // (head dim, key tile, producer warpgroup): the last is the Hopper default for d128.
+    for (d, bn, ws) in [(64, 64, false), (64, 64, true), (128, 128, true)] {
         for causal in [false, true] {
             let cfg = AttnConfig {
                 instruction: Some(GemmInstruction::Wgmma),
                 warp_specialize: Some(ws),
                 overlap_pv: true,
-                ..AttnConfig::tiles(128, 64, 2, 256)
+                ..AttnConfig::tiles(128, bn, 2, 256)
             };
-            let k = flash_attention(BF16, 64, causal, cfg);
+            let k = flash_attention(BF16, d, causal, cfg);
             let low = tma_variant(&k);
-            let s = vec![1, 2, 200, 64];
+            if ws {
+                assert!(low.to_string().contains("setmaxnreg_inc<"), "{low}");
+            }
+            let s = vec![1, 2, 200, d as usize];
             let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 2, 200]];
             let e = run_vs_cpu(&k, &low, &shapes, 5)
                 .unwrap_or_else(|e| panic!("ws {ws} causal {causal}: {e}"));

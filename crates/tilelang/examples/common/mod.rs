@@ -268,20 +268,30 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
-/// `compile_ms=<total> cached=<hit> code=<ptx|cuda|c|hip|thread-ir>`: what building the
-/// executable cost, and what the device code was generated as (`cuda` for CUDA C++, `hip` for
-/// HIP C++ compiled by clang to an AMD code object, `thread-ir` for the simulator).
+/// `compile_ms=<total> cached=<hit> code=<ptx|ptx-jit|cuda|c|hip|thread-ir>`: what building
+/// the executable cost, and what the device code was generated as (`ptx-jit` for PTX the CUDA
+/// driver compiles as a whole program, `cuda` for CUDA C++, `hip` for HIP C++ compiled by
+/// clang to an AMD code object, `thread-ir` for the simulator); on NVIDIA GPUs also the
+/// registers per thread at launch and the local memory (spills) per thread.
 pub fn compile_note(exe: &Executable) -> String {
     let st = exe.compile_stats();
     let code = match (exe.device(), exe.source()) {
+        // PTX that moves registers between warpgroups: the driver compiles it whole.
+        (Device::Cuda(_), Some(src)) if tl_nvrtc::needs_whole_program(src) => "ptx-jit",
         (Device::Cuda(_), Some(src)) if tl_nvrtc::is_ptx(src) => "ptx",
         (Device::Cuda(_), _) => "cuda",
         (Device::Cpu, _) => "c",
         (Device::Hip(_), _) => "hip",
         (Device::Sim(_), _) => "thread-ir",
     };
+    let usage = match exe.resource_usage() {
+        Some(u) if matches!(exe.device(), Device::Cuda(_)) => {
+            format!(" regs={} local_bytes={}", u.registers, u.local_bytes)
+        }
+        _ => String::new(),
+    };
     format!(
-        "compile_ms={:.1} cached={} code={code}",
+        "compile_ms={:.1} cached={} code={code}{usage}",
         st.total.as_secs_f64() * 1e3,
         st.cache_hit
     )

@@ -55,15 +55,22 @@ impl AttnConfig {
         AttnConfig::tiles(128, 128, 2, 256)
     }
 
-    /// The Hopper tiles for this head dim and masking, measured on an H100 (runs 6c, 6g, 9a
-    /// and 9c in docs/gpu-notes.md): 64-key tiles for d128, one warpgroup of 64 query rows
-    /// with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise. Causal d128 is the
-    /// one choice that depends on the backend: 64-key tiles run 450 TFLOP/s from our PTX
-    /// (against 396 with 128-key tiles, and compile in a third less time), but 355 from CUDA
-    /// C++ (`TILELANG_BACKEND=cuda`), where 128-key tiles run 420.
+    /// The Hopper tiles for this head dim and masking, measured on an H100 (docs/gpu-notes.md
+    /// runs 6c, 6g, 9a, 9c and 18): for d128, FlashAttention-3's arrangement — a producer
+    /// warpgroup, 128-key tiles, P·V left running under the next softmax
+    /// ([`AttnConfig::overlap_pv`]) — which needs the consumers' 232 registers (`setmaxnreg`);
+    /// with `TILELANG_WS=0` (no producer warpgroup, so no registers to move) the earlier
+    /// choice, 64-key tiles (128-key from CUDA C++ when causal). One warpgroup of 64 query
+    /// rows with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise.
     pub fn hopper_for(head_dim: i64, causal: bool) -> AttnConfig {
         let cuda_cpp = matches!(Backend::from_env(), Ok(Backend::CudaCpp));
+        let no_ws = std::env::var("TILELANG_WS").is_ok_and(|v| v == "0");
         match (head_dim, causal) {
+            (128, _) if !no_ws => AttnConfig {
+                warp_specialize: Some(true),
+                overlap_pv: true,
+                ..AttnConfig::hopper()
+            },
             (128, true) if cuda_cpp => AttnConfig::hopper(),
             (128, _) => AttnConfig {
                 bn: 64,
