@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -534,6 +534,42 @@ if [ "$what" = jit ]; then
         done
       done
     fi
+  fi
+fi
+
+if [ "$what" = three-wg ]; then
+  # Three consumer warpgroups (192-row tiles, 512 threads, 160 registers each after
+  # `setmaxnreg`) for d64 attention (FlashAttention-3's d64 shape) and the bf16 GEMM, beside
+  # the defaults (d64 attention: the CUDA C++ build where our PTX spills) and cuDNN / cuBLAS.
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  for c in "" --causal; do
+    TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 --bm 192 --bn 128 --threads 384 --overlap-pv $c
+    chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 $c
+  done
+  chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout nt --dtype bf16 --bm 192 --bn 256 --stages 2 --threads 384
+  chk $T $G/gemm --device cuda --m 1000 --n 1000 --k 1000 --layout nn --dtype bf16 --bm 192 --bn 128 --stages 4 --threads 384
+  echo "three-wg correctness failures: $fails"
+  if [ "$fails" = 0 ]; then
+    for cfg in ${TW_ATTN:-4,16,4096,64 2,32,8192,64 8,16,2048,64}; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        a="--device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30"
+        $T $G/flash_attention $a 2>&1 | tail -n 1 | sed 's/^/[default] /'
+        for v in "--bm 192 --bn 128 --threads 384 --overlap-pv" "--bm 192 --bn 64 --threads 384 --overlap-pv" "--bm 192 --bn 128 --threads 384"; do
+          TILELANG_WS=1 $T $G/flash_attention $a $v 2>&1 | tail -n 1 | sed "s/^/[ws $v] /"
+        done
+        python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+      done
+    done
+    for shape in ${TW_GEMM:-4096,4096,4096 6144,6144,6144 8192,8192,8192}; do
+      set -- ${shape//,/ }
+      $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      for v in "--bm 192 --bn 256 --stages 2 --threads 384" "--bm 192 --bn 128 --stages 4 --threads 384"; do
+        $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 $v 2>&1 | tail -n 1 | sed "s/^/[$v] /"
+      done
+      python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
+    done
   fi
 fi
 

@@ -1151,10 +1151,10 @@ fn jit_load(ptx: &[u8], kernel: &str, ordinal: usize) -> Result<(sys::CUmodule, 
     // The driver reads sizes and flags from the pointer-sized slots themselves.
     let mut values: [*mut c_void; 5] = [
         info.as_mut_ptr() as *mut c_void,
-        LOG_BYTES as *mut c_void,
+        std::ptr::without_provenance_mut::<c_void>(LOG_BYTES),
         error.as_mut_ptr() as *mut c_void,
-        LOG_BYTES as *mut c_void,
-        1usize as *mut c_void,
+        std::ptr::without_provenance_mut::<c_void>(LOG_BYTES),
+        std::ptr::without_provenance_mut::<c_void>(1),
     ];
     let text = |b: &[u8]| {
         let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());

@@ -344,42 +344,72 @@ impl Kernel {
                 let t = Instant::now();
                 let (src, fallback) = nvidia_source_explained(&low, target)?;
                 let codegen_time = t.elapsed();
-                if let Some(dir) = &dump {
-                    let ext = match src.language {
-                        tl_codegen::Language::Ptx => "ptx",
-                        tl_codegen::Language::CudaCpp => "cu",
+                let dump_source = |src: &tl_codegen::CudaSource| {
+                    if let Some(dir) = &dump {
+                        let ext = match src.language {
+                            tl_codegen::Language::Ptx => "ptx",
+                            tl_codegen::Language::CudaCpp => "cu",
+                        };
+                        let _ = std::fs::write(
+                            dir.join(format!("{}.{}.{ext}", self.ir.name, src.arch)),
+                            &src.code,
+                        );
+                    }
+                };
+                dump_source(&src);
+                let build =
+                    |src: &tl_codegen::CudaSource, sig: Signature| -> Result<Executable, Error> {
+                        let key = cuda_key(src)?;
+                        Ok(tl_runtime::build_cuda(
+                            dev,
+                            sig,
+                            &cache,
+                            &key,
+                            src.code.clone(),
+                            &src.entry,
+                            &src.arch,
+                            src.dynamic_smem_bytes,
+                        )?)
                     };
-                    let _ = std::fs::write(
-                        dir.join(format!("{}.{}.{ext}", self.ir.name, src.arch)),
-                        &src.code,
-                    );
+                let mut chosen = src;
+                let mut fallback = fallback;
+                let mut exe = build(&chosen, sig.clone())?;
+                // PTX that spills under its register bound where NVRTC's code from the CUDA
+                // C++ does not (NVVM's scheduling keeps fewer values live than our printer's
+                // order: d64 attention, 126 registers and 36 bytes of spills against 127 and
+                // none, ran 428 against 482 TFLOP/s): take the CUDA C++ build. Only when no
+                // backend was asked for by name.
+                if chosen.language == tl_codegen::Language::Ptx && Backend::requested()?.is_none() {
+                    if let Some(spilled) = spill_bytes(&exe).filter(|&n| n > 0) {
+                        if let Ok(alt) = tl_codegen::cuda::generate(&low, target) {
+                            if let Ok(alt_exe) = build(&alt, sig.clone()) {
+                                if spill_bytes(&alt_exe) == Some(0) {
+                                    dump_source(&alt);
+                                    fallback = Some(format!(
+                                        "the PTX spilled {spilled} bytes per thread under its register bound; NVRTC's build of the CUDA C++ spills none"
+                                    ));
+                                    chosen = alt;
+                                    exe = alt_exe;
+                                }
+                            }
+                        }
+                    }
                 }
-                let key = cuda_key(&src)?;
-                let link = pre.as_ref().map(|_| Link {
-                    key: key.clone(),
-                    entry: src.entry.clone(),
-                    arch: src.arch.clone(),
-                    dynamic_smem_bytes: src.dynamic_smem_bytes,
-                    language: match src.language {
-                        tl_codegen::Language::Ptx => "ptx".into(),
-                        tl_codegen::Language::CudaCpp => "cuda".into(),
-                    },
-                    fallback: fallback.clone(),
-                    source: src.code.clone(),
-                    tmaps: sig.abi.tmaps.clone(),
-                    threads: sig.threads,
-                });
-                let mut exe = tl_runtime::build_cuda(
-                    dev,
-                    sig,
-                    &cache,
-                    &key,
-                    src.code,
-                    &src.entry,
-                    &src.arch,
-                    src.dynamic_smem_bytes,
-                )?;
-                if let (Some(pre), Some(link)) = (&pre, link) {
+                if let Some(pre) = &pre {
+                    let link = Link {
+                        key: cuda_key(&chosen)?,
+                        entry: chosen.entry.clone(),
+                        arch: chosen.arch.clone(),
+                        dynamic_smem_bytes: chosen.dynamic_smem_bytes,
+                        language: match chosen.language {
+                            tl_codegen::Language::Ptx => "ptx".into(),
+                            tl_codegen::Language::CudaCpp => "cuda".into(),
+                        },
+                        fallback: fallback.clone(),
+                        source: chosen.code.clone(),
+                        tmaps: sig.abi.tmaps.clone(),
+                        threads: sig.threads,
+                    };
                     link.write(&cache, pre);
                 }
                 exe.stats_mut().codegen = codegen_time;
@@ -637,6 +667,11 @@ impl Backend {
     /// for causal attention and the mma.sync kernels (run 9g in docs/gpu-notes.md).
     /// `TILELANG_BACKEND=cuda` chooses CUDA C++.
     pub const DEFAULT: Backend = Backend::Ptx;
+}
+
+/// Spill stores per thread in ptxas's report of a CUDA build (`None` without a report).
+fn spill_bytes(exe: &Executable) -> Option<u32> {
+    exe.resource_usage().and_then(|u| u.spill_stores)
 }
 
 /// The device code for a CUDA target from the backend `TILELANG_BACKEND` selects: with PTX, a
