@@ -547,7 +547,6 @@ if [ "$what" = three-wg ]; then
     TILELANG_WS=1 chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 --bm 192 --bn 128 --threads 384 --overlap-pv $c
     chk $T $G/flash_attention --device cuda --batch 2 --heads 3 --seq 777 --dim 64 --dtype bf16 $c
   done
-  chk $T $G/gemm --device cuda --m 1000 --n 999 --k 1003 --layout nt --dtype bf16 --bm 192 --bn 256 --stages 2 --threads 384
   chk $T $G/gemm --device cuda --m 1000 --n 1000 --k 1000 --layout nn --dtype bf16 --bm 192 --bn 128 --stages 4 --threads 384
   echo "three-wg correctness failures: $fails"
   if [ "$fails" = 0 ]; then
@@ -565,7 +564,9 @@ if [ "$what" = three-wg ]; then
     for shape in ${TW_GEMM:-4096,4096,4096 6144,6144,6144 8192,8192,8192}; do
       set -- ${shape//,/ }
       $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
-      for v in "--bm 192 --bn 256 --stages 2 --threads 384" "--bm 192 --bn 128 --stages 4 --threads 384"; do
+      # (192x256 cannot build: a 64x256 wgmma needs more than the 128 registers a 512-thread
+      # launch allows at entry, and ptxas refuses it, C7602, whatever setmaxnreg gives later.)
+      for v in "--bm 192 --bn 128 --stages 4 --threads 384"; do
         $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps 30 $v 2>&1 | tail -n 1 | sed "s/^/[$v] /"
       done
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
