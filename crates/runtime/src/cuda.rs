@@ -1064,15 +1064,20 @@ pub(crate) fn compile_cached(
 ) -> Result<Artifact> {
     if tl_nvrtc::needs_whole_program(source) {
         // Compiled by the driver when loaded (`jit_load`), which keeps its own cache of JIT
-        // results; ours keeps the log of the first load (`<key>.jitlog`), so a later build
-        // reports a hit and the ptxas report it printed.
+        // results. Ours keeps the PTX (`<key>.ptx`: a later build or precompile of the same
+        // key is a hit) and the ptxas report of the first load (`<key>.jitlog`).
         let mut image = source.as_bytes().to_vec();
         image.push(0);
-        let log = cache.read_string(key, "jitlog");
+        let hit = cache
+            .read(key, "ptx")
+            .is_some_and(|p| p == source.as_bytes());
+        if !hit {
+            cache.put_bytes(key, "ptx", source.as_bytes())?;
+        }
         return Ok(Artifact {
             cubin: image,
-            cache_hit: log.is_some(),
-            log: log.unwrap_or_default(),
+            cache_hit: hit,
+            log: cache.read_string(key, "jitlog").unwrap_or_default(),
             compile_time: Duration::ZERO,
             jit: true,
         });

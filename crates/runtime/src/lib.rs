@@ -152,10 +152,12 @@ pub fn build_cuda(
         Err(e) => return Err(e),
     };
     if let Some(took) = kernel.jit_time {
-        // The driver compiled it: that was the compile; its log is the report a later build
-        // of the same key shows.
+        // The driver compiled it (or found it in its own cache): on a miss of ours that was
+        // the compile; the first load's report is the one later builds show.
         if !art.cache_hit {
             art.compile_time = took;
+        }
+        if art.log.is_empty() {
             let _ = cache.put_bytes(key, "jitlog", kernel.usage().log.as_bytes());
         }
     }
