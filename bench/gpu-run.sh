@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -572,6 +572,27 @@ if [ "$what" = three-wg ]; then
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout nt --dtype bf16
     done
   fi
+fi
+
+if [ "$what" = tilelang-attn ]; then
+  # One attention program, two compilers: python/examples/flash_attention.py (TileLang's
+  # example style, BSHD) run by TileLang 0.1.15 (carry .tl) and by our Python package (the
+  # wheel in .gpu/wheels: bash python/tests/gpu-run.sh stage), each with its import line
+  # swapped; beside our Rust default (BHSD) and cuDNN. TLA_SHAPES narrows the run.
+  mkdir -p /tmp/tl-site && tar xJf "${TL_TARBALL:-.tl/tl-site.tar.xz}" -C /tmp/tl-site || exit 1
+  wheel="$(ls .gpu/wheels/tilelang_rs-*.whl 2>/dev/null | head -n 1)"
+  rm -rf /tmp/tl-py && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tl-py "$wheel" || exit 1
+  export PYTHONPATH=/tmp/tl-py:/tmp/tl-site${PYTHONPATH:+:$PYTHONPATH}
+  python3 -c 'import tilelang, tilelang_rs; print("tilelang", tilelang.__version__, "tilelang_rs", tilelang_rs.__version__)' || exit 1
+  for cfg in ${TLA_SHAPES:-4,16,4096,128 2,32,8192,128 4,16,4096,64}; do
+    set -- ${cfg//,/ }
+    for c in "" --causal; do
+      timeout 120 $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[ours, Rust default] /'
+      timeout 300 python3 bench/tilelang_peer.py attn $1 $2 $3 $4 $c --package tilelang_rs 2>&1 | tail -n 3
+      timeout 300 python3 bench/tilelang_peer.py attn $1 $2 $3 $4 $c --package tilelang 2>&1 | tail -n 3
+      python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+    done
+  done
 fi
 
 if [ "$what" = tilelang ]; then

@@ -4,6 +4,13 @@
 call as ours and cuBLAS, so issue 14's "ahead of TileLang on every row" can be read off one run.
 
     python3 bench/tilelang_peer.py gemm M N K [--layout nt|nn] [--configs BMxBNxBK:STAGES:THREADS:PANEL,...]
+    python3 bench/tilelang_peer.py attn B H S D [--causal] [--package tilelang|tilelang_rs]
+        [--configs BMxBN:STAGES:THREADS,...]
+
+`attn` runs one program through either compiler: our Python example
+python/examples/flash_attention.py (FlashAttention forward in TileLang's example style, BSHD),
+with its `import tilelang_rs as tilelang` line swapped for `--package` — TileLang itself, or our
+Python package — which is the "paste it in with one changed import line" claim, measured.
 
 The kernel is TileLang's own README GEMM in its usual Hopper form: a pipelined k loop of tile
 copies and `T.gemm` (TileLang picks TMA, wgmma and warp specialization on sm_90a itself), the
@@ -118,6 +125,63 @@ def gemm(a):
           f"  err {err:.1e}  ({spec})", flush=True)
 
 
+def load_flashattn(path, package):
+    """`flashattn` from the example at `path`, with `tilelang_rs` swapped for `package`."""
+    src = open(path).read()
+    for ours, theirs in [("import tilelang_rs as tilelang", f"import {package} as tilelang"),
+                         ("from tilelang_rs import language as T", f"from {package} import language as T")]:
+        if ours not in src:
+            raise SystemExit(f"{path}: no line `{ours}` to swap")
+        src = src.replace(ours, theirs)
+    ns = {"__name__": "flash_attention_example"}
+    exec(compile(src, path, "exec"), ns)
+    return ns["flashattn"]
+
+
+def attn(a):
+    import importlib
+    import time
+
+    pkg = importlib.import_module(a.package)
+    flashattn = load_flashattn(a.source, a.package)
+    B, H, S, D, causal = a.B, a.H, a.S, a.D, a.causal
+    q, k, v = (torch.randn(B, S, H, D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(x.float().transpose(1, 2) for x in (q, k, v)), is_causal=causal).transpose(1, 2)
+    flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
+    name = {"tilelang": "TileLang " + getattr(pkg, "__version__", "?"), "tilelang_rs": "ours (Python)"}.get(
+        a.package, a.package)
+    best = None
+    for spec in a.configs.split(","):
+        dims, stages, threads = spec.split(":")
+        bm, bn = (int(x) for x in dims.split("x"))
+        t0 = time.perf_counter()
+        try:
+            func = flashattn(B, H, S, D, causal, block_M=bm, block_N=bn, num_stages=int(stages),
+                             threads=int(threads), dtype="bfloat16")
+            kern = pkg.compile(func, out_idx=[3], target="cuda")
+            o = kern(q, k, v)
+        except Exception as e:  # a config the compiler cannot build
+            print(f"{name} {spec}: failed: {str(e).splitlines()[0][:200]}", file=sys.stderr, flush=True)
+            continue
+        compile_s = time.perf_counter() - t0
+        err = ((o.float() - ref).norm() / ref.norm()).item()
+        # The output is allocated by each call (out_idx), as a user of either package calls it.
+        ms = do_bench(lambda: kern(q, k, v), **BENCH)
+        tflops = flops / ms / 1e9
+        print(f"{name} {spec}: {tflops:.1f} TFLOP/s, err {err:.1e}, compile {compile_s:.2f} s",
+              file=sys.stderr, flush=True)
+        if best is None or tflops > best[0]:
+            best = (tflops, ms, err, spec, compile_s)
+    work = f"attn fwd B{B} H{H} S{S} D{D} c{int(causal)} (example, BSHD)"
+    if best is None:
+        print(f"{work}  {name}: every config failed", flush=True)
+        return
+    tflops, ms, err, spec, compile_s = best
+    print(f"{work:44s} {name:16s} {tflops:9.1f} TFLOP/s  {ms * 1e3:10.1f} us  err {err:.1e}"
+          f"  ({spec}, compile {compile_s:.2f} s)", flush=True)
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -127,9 +191,18 @@ def main():
     g.add_argument("K", type=int)
     g.add_argument("--layout", choices=["nt", "nn"], default="nt")
     g.add_argument("--configs", default=DEFAULT_CONFIGS)
+    t = sub.add_parser("attn")
+    for d in ("B", "H", "S", "D"):
+        t.add_argument(d, type=int)
+    t.add_argument("--causal", action="store_true")
+    t.add_argument("--package", default="tilelang", choices=["tilelang", "tilelang_rs"])
+    t.add_argument("--source", default="python/examples/flash_attention.py")
+    t.add_argument("--configs", default="128x128:2:256,128x64:2:256")
     a = p.parse_args()
     if a.cmd == "gemm":
         gemm(a)
+    else:
+        attn(a)
 
 
 if __name__ == "__main__":
