@@ -86,7 +86,8 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
             flash_attention(BF16, 64, true, AttnConfig::hopper_for(64, true)),
         ),
         // Warp-specialized (opt-in): a producer warpgroup, the registers moved to the
-        // consumers by `setmaxnreg` — no spills under the consumers' 232.
+        // consumers by `setmaxnreg` — no spills under the consumers' 232 (checked under that
+        // budget: `tl_nvrtc::check_with` models it, since nvJitLink drops the instruction).
         (
             "gemm NT hopper warp-specialized",
             gemm(
