@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -593,6 +593,37 @@ if [ "$what" = tilelang-attn ]; then
       python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
     done
   done
+fi
+
+if [ "$what" = attn-d128 ]; then
+  # The d128 attention default (producer warpgroup, 128-key tiles, P.V under the next
+  # softmax): correctness at odd sizes in both code paths, compute-sanitizer, then speed beside
+  # cuDNN and cold compile times with the driver's JIT cache off.
+  T="timeout ${WS_TIMEOUT:-120}"
+  fails=0
+  for be in ptx cuda; do
+    for c in "" --causal; do
+      for s in 1000 777 77 64; do
+        TILELANG_BACKEND=$be chk $T $G/flash_attention --device cuda --batch 1 --heads 2 --seq $s --dim 128 --dtype bf16 $c
+      done
+    done
+  done
+  echo "attn-d128 correctness failures: $fails"
+  cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck racecheck synccheck initcheck; do
+    for c in "" --causal; do
+      $T "$cs" --tool $tool --error-exitcode 86 $G/flash_attention --device cuda --batch 1 --heads 2 --seq 200 --dim 128 --dtype bf16 $c --reps 1 > /tmp/san.log 2>&1
+      echo "sanitize $tool d128 $c: rc=$? $(grep -E "SUMMARY" /tmp/san.log | tr '\n' ' ')"
+    done
+  done
+  for cfg in ${AD_SHAPES:-4,16,4096,128 2,32,8192,128}; do
+    set -- ${cfg//,/ }
+    for c in "" --causal; do
+      $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[default] /'
+      python3 $G/torch_peers.py attn $1 $2 $3 $4 $c
+    done
+  done
+  CUDA_CACHE_DISABLE=1 $G/compile_times --device cuda 2>&1 | tail -n 9
 fi
 
 if [ "$what" = tilelang ]; then

@@ -23,7 +23,8 @@ pub struct AttnConfig {
     pub ping_pong: bool,
     /// FlashAttention-3's overlap inside a warpgroup: step `j` issues Q·Kⱼᵀ and then P·V of
     /// step `j − 1` without waiting, so the softmax of step `j` runs while the tensor cores
-    /// still multiply P·V; O is rescaled once that product is in. Needs the two gemms to run
+    /// still multiply P·V; O is rescaled once that product is in (one extra P·V of zeros at
+    /// step 0, and V's last tile after the loop). Needs the two gemms to run
     /// asynchronously (wgmma); elsewhere each gemm still completes in turn, correct but with
     /// nothing gained.
     pub overlap_pv: bool,
@@ -311,19 +312,17 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     }
                 };
                 if overlap_pv {
-                    // Key tile 0 before the loop (O is still zero: nothing to rescale), then
-                    // step j: K tile j and V tile j − 1. Its own shared tile, which V's last
-                    // tile reuses after the loop.
-                    let edge = t.alloc_shared_named("KV_edge", [bn, d], dtype);
-                    t.copy(kk.tile((&bz, &by, 0, 0)), &edge);
-                    scores_of(t, &Expr::int(0), &edge, false);
-                    softmax(t, false);
-                    t.copy(&scores, &probs);
-                    t.pipelined(kv_tiles.clone() - 1, stages, |t, j| {
-                        let kt = &j + 1;
-                        t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
-                        t.copy(v.tile((&bz, &by, &j * bn, 0)), &v_s);
-                        scores_of(t, &kt, &k_s, true);
+                    // Step j: Q·Kⱼᵀ, and P·V of step j − 1 — at j = 0 a product of zeros (P
+                    // starts cleared, with V tile 0), so every step is the same body (peeling
+                    // step 0 instead doubled the code, and the compile time). V's last tile
+                    // goes in its own shared tile after the loop.
+                    let v_last = t.alloc_shared_named("V_last", [bn, d], dtype);
+                    t.clear(&probs);
+                    t.pipelined(kv_tiles.clone(), stages, |t, j| {
+                        t.copy(kk.tile((&bz, &by, &j * bn, 0)), &k_s);
+                        let prev = max(&j - 1, 0);
+                        t.copy(v.tile((&bz, &by, prev * bn, 0)), &v_s);
+                        scores_of(t, &j, &k_s, true);
                         pv(t, &v_s, true);
                         // Q·Kⱼᵀ is in once at most one group (P·V) is pending.
                         t.wait_wgmma(1);
@@ -332,8 +331,8 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         rescale_o(t);
                         t.copy(&scores, &probs);
                     });
-                    t.copy(v.tile((&bz, &by, (kv_tiles.clone() - 1) * bn, 0)), &edge);
-                    pv(t, &edge, false);
+                    t.copy(v.tile((&bz, &by, (kv_tiles.clone() - 1) * bn, 0)), &v_last);
+                    pv(t, &v_last, false);
                 } else {
                     t.pipelined(kv_tiles, stages, |t, kt| {
                         t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
