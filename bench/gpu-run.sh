@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|py-vs-rust|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -624,6 +624,28 @@ if [ "$what" = attn-d128 ]; then
     done
   done
   CUDA_CACHE_DISABLE=1 $G/compile_times --device cuda 2>&1 | tail -n 9
+fi
+
+if [ "$what" = py-vs-rust ]; then
+  # The same kernels from Python and from Rust (issue 13): python/bench/same_kernels.py (the
+  # Rust Hopper defaults written in T.*, whose PTX is the Rust examples' line for line) and
+  # the example binaries, at the same shapes, in this one call. Needs the wheel in
+  # .gpu/wheels (bash python/tests/gpu-run.sh stage) and .gpu/gemm, .gpu/flash_attention.
+  wheel="$(ls .gpu/wheels/tilelang_rs-*.whl 2>/dev/null | head -n 1)"
+  rm -rf /tmp/tl-py && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/tl-py "$wheel" || exit 1
+  for round in 1 2; do
+    echo "== round $round"
+    PYTHONPATH=/tmp/tl-py${PYTHONPATH:+:$PYTHONPATH} timeout 300 python3 python/bench/same_kernels.py
+    for n in 4096 8192; do
+      timeout 120 $G/gemm --device cuda --m $n --n $n --k $n --layout nt --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[rust] /'
+    done
+    for cfg in 4,16,4096,128 2,32,8192,128; do
+      set -- ${cfg//,/ }
+      for c in "" --causal; do
+        timeout 120 $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[rust] /'
+      done
+    done
+  done
 fi
 
 if [ "$what" = tilelang ]; then

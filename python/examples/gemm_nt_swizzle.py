@@ -1,5 +1,8 @@
 """GEMM NT (C = A · Bᵀ, B stored [N, K] as weights usually are) with L2 rasterization
-(``T.use_swizzle``) and symbolic M, N, K: one compiled kernel serves every size.
+(``T.use_swizzle``) and symbolic M, N, K: one compiled kernel serves every size. With
+``gemm_nt(128, 256, 64, 3, 256, 16, "bfloat16", overlap=True)`` and a producer warpgroup
+(``pass_configs={"tl.disable_warp_specialized": False}``) it is the Rust library's Hopper
+default (``GemmConfig::hopper``), which ``python/bench/same_kernels.py`` times beside it.
 
     python python/examples/gemm_nt_swizzle.py [--target cpu|sim|cuda]
 """
@@ -13,7 +16,7 @@ from tilelang_rs import language as T
 
 
 def gemm_nt(block_M=128, block_N=128, block_K=32, num_stages=3, threads=128, panel=8,
-            dtype="float16", accum_dtype="float"):
+            dtype="float16", accum_dtype="float", overlap=False):
     M, N, K = T.symbolic("M"), T.symbolic("N"), T.symbolic("K")
 
     @T.prim_func
@@ -31,7 +34,7 @@ def gemm_nt(block_M=128, block_N=128, block_K=32, num_stages=3, threads=128, pan
             for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, ko * block_K], A_shared)
                 T.copy(B[bx * block_N, ko * block_K], B_shared)
-                T.gemm(A_shared, B_shared, C_local, transpose_B=True)
+                T.gemm(A_shared, B_shared, C_local, transpose_B=True, overlap=overlap)
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return gemm_nt

@@ -244,7 +244,7 @@ impl Builder {
         Ok(())
     }
 
-    #[pyo3(signature = (a, b, c, transpose_a=false, transpose_b=false, policy_name="auto", clear_accum=false, wg_wait=0))]
+    #[pyo3(signature = (a, b, c, transpose_a=false, transpose_b=false, policy_name="auto", clear_accum=false, wg_wait=0, overlap=false))]
     #[allow(clippy::too_many_arguments)] // one per keyword of T.gemm
     fn gemm(
         &mut self,
@@ -256,6 +256,7 @@ impl Builder {
         policy_name: &str,
         clear_accum: bool,
         wg_wait: i32,
+        overlap: bool,
     ) -> PyResult<()> {
         if wg_wait < -1 {
             return Err(crate::error::value_error(format!(
@@ -273,6 +274,9 @@ impl Builder {
         }
         if clear_accum {
             g = g.clear_accum();
+        }
+        if overlap {
+            g = g.overlap();
         }
         // TileLang's default, 0, waits for everything: the compiler's own choice.
         if wg_wait != 0 {

@@ -312,19 +312,23 @@ class GemmWarpPolicy:
 
 def gemm(A: TileArg, B: TileArg, C: TileArg, transpose_A: bool = False,
          transpose_B: bool = False, policy: str | None = None, clear_accum: bool = False,
-         k_pack: int = 1, wg_wait: int = 0, **_ignored: Any) -> None:
+         k_pack: int = 1, wg_wait: int = 0, overlap: bool = False, **_ignored: Any) -> None:
     """``C += A · B`` on tiles (A is ``[M, K]``, ``[K, M]`` with ``transpose_A``; B is
     ``[K, N]``, ``[N, K]`` with ``transpose_B``). ``policy`` fixes the warp partition
     (default: the compiler's choice). ``k_pack`` is accepted for TileLang compatibility and
     has no effect (the AMD lowering chooses its own K interleaving). ``wg_wait`` (Hopper's
     wgmma): leave that many asynchronous groups pending at the end (``-1``: do not wait);
-    ``T.wait_wgmma(n)`` retires them before C is read. Elsewhere gemms are synchronous."""
+    ``T.wait_wgmma(n)`` retires them before C is read. Elsewhere gemms are synchronous.
+    ``overlap`` (an extension of ours, the Rust ``GemmHandle::overlap``): where this gemm is
+    the only consumer of a pipelined loop of 3 or more stages on wgmma, each iteration's wgmma
+    keeps running while the next one waits for its tiles."""
     if not isinstance(k_pack, int) or k_pack < 1:
         raise TypeError(f"k_pack must be a positive int, got {k_pack!r}")
     if not isinstance(wg_wait, int) or isinstance(wg_wait, _b.bool):
         raise TypeError(f"wg_wait must be an int, got {wg_wait!r}")
     _trace.current().b.gemm(A, B, C, _b.bool(transpose_A), _b.bool(transpose_B),
-                            policy or GemmWarpPolicy.Auto, _b.bool(clear_accum), wg_wait)
+                            policy or GemmWarpPolicy.Auto, _b.bool(clear_accum), wg_wait,
+                            _b.bool(overlap))
 
 
 def wait_wgmma(n: int = 0) -> None:
