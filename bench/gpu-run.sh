@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|py-vs-rust|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|py-vs-rust|fair|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -644,6 +644,31 @@ if [ "$what" = py-vs-rust ]; then
       for c in "" --causal; do
         timeout 120 $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps 30 2>&1 | tail -n 1 | sed 's/^/[rust] /'
       done
+    done
+  done
+fi
+
+if [ "$what" = fair ]; then
+  # Ours and the peers timed the same two ways (bench/peers30.py says why): ours at --reps 30
+  # against the peers' "30 reps", ours at --reps 200 (about 200 ms of launches back to back,
+  # like do_bench) against their do_bench. bf16.
+  T="timeout ${WS_TIMEOUT:-120}"
+  for shape in ${FAIR_GEMM:-4096,4096,4096 8192,8192,8192 4096,8192,2048 6144,6144,6144}; do
+    set -- ${shape//,/ }
+    for r in 30 200; do
+      sleep 1
+      $T $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nt --dtype bf16 --reps $r 2>&1 | tail -n 1 | sed "s/^/[ours, --reps $r] /"
+    done
+    python3 bench/peers30.py gemm $1 $2 $3
+  done
+  for cfg in ${FAIR_ATTN:-4,16,4096,128 2,32,8192,128 4,16,4096,64 2,32,8192,64}; do
+    set -- ${cfg//,/ }
+    for c in "" --causal; do
+      for r in 30 200; do
+        sleep 1
+        $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps $r 2>&1 | tail -n 1 | sed "s/^/[ours, --reps $r] /"
+      done
+      python3 bench/peers30.py attn $1 $2 $3 $4 $c
     done
   done
 fi
