@@ -20,32 +20,15 @@ from triton.testing import do_bench
 
 import tilelang_rs as tilelang
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+here = os.path.dirname(__file__)
+sys.path.insert(0, os.path.join(here, "..", "examples"))
+sys.path.insert(0, os.path.join(here, "..", "..", "bench"))
 import flash_attention_hopper as fah  # noqa: E402
 import gemm_nt_swizzle  # noqa: E402
+from peers30 import reps30 as events30  # noqa: E402  (the Rust examples' way of timing)
 
 BENCH = dict(warmup=25, rep=200, return_mode="median")
 WS = {"tl.disable_warp_specialized": False}
-
-
-def events30(fn):
-    """Median ms the way the Rust examples time (3 untimed launches, then 30, each after an
-    L2 flush, CUDA events), after a 1 s pause, for any callable: ours and the peers alike."""
-    time.sleep(1.0)
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(30):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
-    return (times[14] + times[15]) / 2
 
 
 def both(fn):
