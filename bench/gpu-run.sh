@@ -684,6 +684,9 @@ if [ "$what" = tilelang ]; then
     set -- ${shape//,/ }
     for l in nt nn; do
       timeout 120 $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 30 2>&1 | tail -n 1 | sed 's/^/[ours] /'
+      # About 200 ms of launches back to back, as do_bench times TileLang and cuBLAS here.
+      sleep 1
+      timeout 120 $G/gemm --device cuda --m $1 --n $2 --k $3 --layout $l --dtype bf16 --reps 200 2>&1 | tail -n 1 | sed 's/^/[ours, --reps 200] /'
       python3 $G/torch_peers.py gemm $1 $2 $3 --layout $l --dtype bf16
       timeout 200 python3 bench/tilelang_peer.py gemm $1 $2 $3 --layout $l 2>&1 | grep -v "^\s*$" | tail -n 4
     done
