@@ -1196,6 +1196,24 @@ fn jit_load(ptx: &[u8], kernel: &str, ordinal: usize) -> Result<(sys::CUmodule, 
 mod tests {
     use super::*;
 
+    /// PTX that moves registers between warpgroups is left to the driver's JIT: no assembler
+    /// runs (none is needed here), the artifact is the NUL-terminated PTX, and the cache keeps
+    /// the PTX so that the next build of the key is a hit.
+    #[test]
+    fn whole_program_ptx_is_left_to_the_driver_and_cached() {
+        let dir = std::env::temp_dir().join(format!("tl-jit-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = Cache::at(&dir);
+        let ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n.maxntid 384, 1, 1\n.maxnreg 168\n{\n  setmaxnreg.inc.sync.aligned.u32 232;\n  ret;\n}\n";
+        let first = compile_cached(&cache, "k1", "k", ptx, "sm_90a").expect("no assembler needed");
+        assert!(first.jit && !first.cache_hit);
+        assert_eq!(first.cubin.last(), Some(&0));
+        assert_eq!(&first.cubin[..first.cubin.len() - 1], ptx.as_bytes());
+        let again = compile_cached(&cache, "k1", "k", ptx, "sm_90a").expect("cached");
+        assert!(again.jit && again.cache_hit);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn ptxas_report_is_parsed() {
         let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
