@@ -316,6 +316,11 @@ impl AgGemmConfig {
 /// ⌈M/bm⌉]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
 /// before the first call), `epoch` (1, 2, … per call), then `rank`, `num_ranks`,
 /// `heap_stride`.
+///
+/// The flags count arrivals per row tile across calls, so every call on one `FLAGS` buffer
+/// must have the same `M` and `N` (and tiles). A call of another shape needs its own `FLAGS`
+/// and `READY`, zeroed, with `epoch` counting from 1 again on every rank; reusing the old
+/// ones leaves consumers waiting for arrivals that never come (the call times out).
 pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     ag_gemm_out(dtype, cfg, F32)
 }
@@ -484,6 +489,9 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// bm, bn]` f32, symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero
 /// before the first call), `READY` (`[R]` i32, symmetric, zero before the first call),
 /// `epoch`, then `rank`, `num_ranks`, `heap_stride`.
+///
+/// As with [`ag_gemm`], the flags count arrivals across calls: calls of another shape need
+/// their own zeroed `FLAGS` and `READY`, with `epoch` from 1 again on every rank.
 pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     gemm_rs_partials(dtype, cfg, F32)
 }
