@@ -380,7 +380,7 @@ pub struct TensorMapBlob(pub [u64; 16]);
 /// What a tensor map describes: a row-major tensor (`dims` outermost first) of `elem_bytes`
 /// elements at `ptr`, read in boxes of `box_dims` with a shared-memory swizzle of `swizzle`
 /// bytes; its rows `row_pitch` bytes apart when staged pitched (else packed).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TensorMapRequest {
     pub ptr: u64,
     pub elem_bytes: usize,

@@ -1,17 +1,47 @@
 //! Tensor maps (`CUtensorMap`) for Hopper's TMA loads, encoded by the CUDA driver at launch.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cudarc::driver::sys;
 
-/// Build the tensor map (`CUtensorMap`) a TMA load reads through: the tensor's sizes and
-/// strides, the box, the swizzle; out-of-range elements of a box read as zeros. Called at
-/// every launch of a TMA kernel (a host-side encode of a few microseconds). The hardware's
-/// rules are checked here with errors that say what to change: a 16-byte aligned base
-/// address, strides that are multiples of 16 bytes, boxes of 1 to 256 elements per dim.
+use crate::exec::{TensorMapBlob, TensorMapRequest};
+
+/// Maps already encoded on this thread, by request. A map is a function of the request alone
+/// (the L2 promotion is read once per process), so the launches of a loop over the same
+/// tensors reuse it instead of calling the driver each time. Bounded: cleared when full.
+const ENCODED_MAX: usize = 1024;
+thread_local! {
+    static ENCODED: RefCell<HashMap<TensorMapRequest, TensorMapBlob>> = RefCell::new(HashMap::new());
+}
+
+/// The tensor map (`CUtensorMap`) a TMA load reads through ([`encode_uncached`]), from this
+/// thread's cache when the same request was encoded before. Called at every launch of a TMA
+/// kernel.
 pub(crate) fn encode_tensor_map(
-    r: &crate::exec::TensorMapRequest,
-) -> std::result::Result<crate::exec::TensorMapBlob, String> {
+    r: &TensorMapRequest,
+) -> std::result::Result<TensorMapBlob, String> {
+    if let Some(b) = ENCODED.with(|c| c.borrow().get(r).copied()) {
+        return Ok(b);
+    }
+    let b = encode_uncached(r)?;
+    ENCODED.with(|c| {
+        let mut m = c.borrow_mut();
+        if m.len() >= ENCODED_MAX {
+            m.clear();
+        }
+        m.insert(r.clone(), b);
+    });
+    Ok(b)
+}
+
+/// Build the tensor map a TMA load reads through: the tensor's sizes and strides, the box,
+/// the swizzle; out-of-range elements of a box read as zeros (a host-side driver call of a few
+/// microseconds). The hardware's rules are checked here with errors that say what to change:
+/// a 16-byte aligned base address, strides that are multiples of 16 bytes, boxes of 1 to 256
+/// elements per dim.
+fn encode_uncached(r: &TensorMapRequest) -> std::result::Result<TensorMapBlob, String> {
     use sys::{
         CUtensorMapDataType as Dt, CUtensorMapFloatOOBfill as Oob, CUtensorMapInterleave as Il,
         CUtensorMapSwizzle as Sw,
@@ -90,11 +120,11 @@ pub(crate) fn encode_tensor_map(
             r.dims, r.elem_bytes, r.box_dims, r.swizzle
         ));
     }
-    Ok(crate::exec::TensorMapBlob(map.opaque))
+    Ok(TensorMapBlob(map.opaque))
 }
 
 /// The L2 promotion of every tensor map: 256 bytes, or `TILELANG_TMA_L2` (0, 64, 128, 256) to
-/// measure the others (read once: maps are encoded at every launch).
+/// measure the others (read once, which also keeps every encoded map a function of its request).
 fn l2_promotion() -> sys::CUtensorMapL2promotion {
     use sys::CUtensorMapL2promotion as L2;
     static P: std::sync::OnceLock<L2> = std::sync::OnceLock::new();
