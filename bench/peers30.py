@@ -41,13 +41,18 @@ def reps30(fn):
     return (t[14] + t[15]) / 2
 
 
+def both(fn):
+    """(ms in 30 reps, ms in do_bench), in that order: the short run first, while the GPU is
+    rested."""
+    return reps30(fn), do_bench(fn, **BENCH)
+
+
 def rel_err(out, ref):
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
 def report(work, name, flops, fn, err):
-    short = reps30(fn)
-    sustained = do_bench(fn, **BENCH)
+    short, sustained = both(fn)
     print(f"{work:36s} {name:8s} 30 reps {flops / short / 1e9:7.1f} TFLOP/s ({short * 1e3:8.1f} us)"
           f" | do_bench {flops / sustained / 1e9:7.1f} TFLOP/s ({sustained * 1e3:8.1f} us)"
           f"  err {err:.1e}", flush=True)

@@ -1,11 +1,12 @@
 """The same kernels from Python and from Rust (issue 13: "the Python GEMM and attention run
 within 2% of the same kernels from Rust"): the Rust library's Hopper defaults written in T.* —
 ``examples/gemm_nt_swizzle.py`` with ``GemmConfig::hopper``'s tiles and
-``examples/flash_attention_hopper.py`` — compiled by this package and timed like the Rust
-examples time theirs (CUDA events, L2 flushed, median: ``triton.testing.do_bench``), outputs
-passed in (nothing allocated per call). The Rust side is the example binaries, run by
-``bench/gpu-run.sh py-vs-rust`` in the same call. Each line also prints the relative error
-against a float32 torch reference.
+``examples/flash_attention_hopper.py`` — compiled by this package, outputs passed in (nothing
+allocated per call). Ours is timed by the package's native bench with the Rust examples'
+counts (the figure to set beside the Rust examples' own, run by ``bench/gpu-run.sh
+py-vs-rust`` in the same call), and with cuBLAS / cuDNN both ways of ``bench/peers30.py``
+(30 reps on a rested GPU; ``do_bench``). Each line names the relative error against a float32
+torch reference.
 
     python python/bench/same_kernels.py [--gemm 4096,8192] [--attn 4,16,4096,128 ...]
 """
@@ -16,7 +17,6 @@ import sys
 import time
 
 import torch
-from triton.testing import do_bench
 
 import tilelang_rs as tilelang
 
@@ -25,37 +25,28 @@ sys.path.insert(0, os.path.join(here, "..", "examples"))
 sys.path.insert(0, os.path.join(here, "..", "..", "bench"))
 import flash_attention_hopper as fah  # noqa: E402
 import gemm_nt_swizzle  # noqa: E402
-from peers30 import reps30 as events30  # noqa: E402  (the Rust examples' way of timing)
+from peers30 import both  # noqa: E402  (30 reps, then do_bench)
 
-BENCH = dict(warmup=25, rep=200, return_mode="median")
 WS = {"tl.disable_warp_specialized": False}
 
 
-def both(fn):
-    """(events30 ms, do_bench ms): a short run on a rested GPU, then do_bench's few hundred
-    milliseconds of launches back to back (long kernels run 5-10% slower there: the GPU
-    heats and lowers its clock)."""
-    short = events30(fn)
-    return short, do_bench(fn, **BENCH)
+def show(what, name, flops, short, sustained, native=None):
+    rust_way = "" if native is None else (
+        f" | native 30 reps {flops / native / 1e9:7.1f} TFLOP/s ({native:.3f} ms)")
+    print(f"{what:40s} {name:16s} 30 reps {flops / short / 1e9:7.1f} TFLOP/s ({short:.3f} ms)"
+          f" | do_bench {flops / sustained / 1e9:7.1f} TFLOP/s ({sustained:.3f} ms){rust_way}",
+          flush=True)
 
 
-def show(what, name, flops, ms):
-    short, sustained = ms
-    print(f"{what:40s} {name:22s} 30 reps {flops / short / 1e9:7.1f} TFLOP/s ({short:.3f} ms)"
-          f" | do_bench {flops / sustained / 1e9:7.1f} TFLOP/s ({sustained:.3f} ms)", flush=True)
-
-
-def timed(kern, args):
-    """(do_bench ms, ms by the Rust examples' own timer): triton's do_bench (warm-up and
-    repetitions by time: ~150 launches back to back for a 1.4 ms kernel) and the package's
-    profiler with the counts the Rust examples use (3 untimed, 30 timed, L2 flushed before each
-    timed launch: the same native bench), since long runs of the first heat the GPU more."""
-    # The short measurement first, after a pause: right after do_bench's few hundred
-    # milliseconds of back-to-back launches the GPU runs hot and slower (seen: -9%).
+def ours(what, flops, kern, args):
+    """Ours three ways: the package's native bench with the Rust examples' counts (3 untimed,
+    30 timed, L2 flushed: the kernel's time, as the examples report it), then `peers30.both`
+    (CUDA events around each whole call, so the host path shows where it outlasts the flush;
+    and do_bench's sustained run, last, since it heats the GPU)."""
     time.sleep(1.0)
-    rust_way = kern.get_profiler().do_bench(n_warmup=3, n_repeat=30, input_tensors=list(args))
-    ms = do_bench(lambda: kern(*args), **BENCH)
-    return ms, rust_way
+    native = kern.get_profiler().do_bench(n_warmup=3, n_repeat=30, input_tensors=list(args))
+    short, sustained = both(lambda: kern(*args))
+    show(what, "ours (Python)", flops, short, sustained, native)
 
 
 def rel(out, ref):
@@ -72,14 +63,10 @@ def gemm(n):
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
     kern(a, b, c)
     err = rel(c, a.float() @ b.float().T)
-    ms, ms30 = timed(kern, (a, b, c))
-    print(f"[python] gemm {n}x{n}x{n} nt bf16 err={err:.3e} ms={ms:.3f} "
-          f"tflops={2 * n ** 3 / ms / 1e9:.1f} | 30 reps: ms={ms30:.3f} "
-          f"tflops={2 * n ** 3 / ms30 / 1e9:.1f}", flush=True)
-    what, flops = f"gemm bf16 nt {n}^3", 2 * n ** 3
-    show(what, "ours (Python)", flops, both(lambda: kern(a, b, c)))
+    what, flops = f"gemm bf16 nt {n}^3 (err {err:.1e})", 2 * n ** 3
+    ours(what, flops, kern, (a, b, c))
     bt = b.T
-    show(what, "cuBLAS (torch)", flops, both(lambda: torch.matmul(a, bt, out=c)))
+    show(what, "cuBLAS (torch)", flops, *both(lambda: torch.matmul(a, bt, out=c)))
 
 
 def attn(bb, h, s, d, causal):
@@ -92,18 +79,14 @@ def attn(bb, h, s, d, causal):
     ref = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                                            is_causal=causal)
     err = rel(o, ref)
-    ms, ms30 = timed(kern, (q, k, v, o, lse))
     flops = 4 * bb * h * s * s * d * (0.5 if causal else 1.0)
-    print(f"[python] flash_attention B{bb} H{h} S{s} D{d} causal={str(causal).lower()} bf16 "
-          f"err={err:.3e} ms={ms:.3f} tflops={flops / ms / 1e9:.1f} | 30 reps: ms={ms30:.3f} "
-          f"tflops={flops / ms30 / 1e9:.1f}", flush=True)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    what = f"attn B{bb} H{h} S{s} D{d} c{int(causal)}"
-    show(what, "ours (Python)", flops, both(lambda: kern(q, k, v, o, lse)))
+    what = f"attn B{bb} H{h} S{s} D{d} c{int(causal)} (err {err:.1e})"
+    ours(what, flops, kern, (q, k, v, o, lse))
     sdpa = torch.nn.functional.scaled_dot_product_attention
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        show(what, "cuDNN (torch)", flops, both(lambda: sdpa(q, k, v, is_causal=causal)))
+        show(what, "cuDNN (torch)", flops, *both(lambda: sdpa(q, k, v, is_causal=causal)))
 
 
 def main():

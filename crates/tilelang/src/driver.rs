@@ -357,47 +357,52 @@ impl Kernel {
                     }
                 };
                 dump_source(&src);
-                let build =
-                    |src: &tl_codegen::CudaSource, sig: Signature| -> Result<Executable, Error> {
-                        let key = cuda_key(src)?;
-                        Ok(tl_runtime::build_cuda(
-                            dev,
-                            sig,
-                            &cache,
-                            &key,
-                            src.code.clone(),
-                            &src.entry,
-                            &src.arch,
-                            src.dynamic_smem_bytes,
-                        )?)
-                    };
+                let build = |src: &tl_codegen::CudaSource,
+                             sig: Signature|
+                 -> Result<(String, Executable), Error> {
+                    let key = cuda_key(src)?;
+                    let exe = tl_runtime::build_cuda(
+                        dev,
+                        sig,
+                        &cache,
+                        &key,
+                        src.code.clone(),
+                        &src.entry,
+                        &src.arch,
+                        src.dynamic_smem_bytes,
+                    )?;
+                    Ok((key, exe))
+                };
+                let (mut key, mut exe) = build(&src, sig.clone())?;
                 let mut chosen = src;
                 let mut fallback = fallback;
-                let mut exe = build(&chosen, sig.clone())?;
                 // PTX that spills under its register bound where NVRTC's code from the CUDA
                 // C++ does not (NVVM's scheduling keeps fewer values live than our printer's
                 // order: d64 attention, 126 registers and 36 bytes of spills against 127 and
                 // none, ran 428 against 482 TFLOP/s): take the CUDA C++ build. Only when no
                 // backend was asked for by name.
-                if chosen.language == tl_codegen::Language::Ptx && Backend::requested()?.is_none() {
-                    if let Some(spilled) = spill_bytes(&exe).filter(|&n| n > 0) {
-                        if let Ok(alt) = tl_codegen::cuda::generate(&low, target) {
-                            if let Ok(alt_exe) = build(&alt, sig.clone()) {
-                                if spill_bytes(&alt_exe) == Some(0) {
-                                    dump_source(&alt);
-                                    fallback = Some(format!(
-                                        "the PTX spilled {spilled} bytes per thread under its register bound; NVRTC's build of the CUDA C++ spills none"
-                                    ));
-                                    chosen = alt;
-                                    exe = alt_exe;
-                                }
-                            }
-                        }
+                let spilled = spill_bytes(&exe).filter(|&n| n > 0);
+                if let (Some(spilled), tl_codegen::Language::Ptx, None) =
+                    (spilled, chosen.language, Backend::requested()?)
+                {
+                    let spill_free =
+                        tl_codegen::cuda::generate(&low, target)
+                            .ok()
+                            .and_then(|alt| {
+                                let (k, e) = build(&alt, sig.clone()).ok()?;
+                                (spill_bytes(&e) == Some(0)).then_some((alt, k, e))
+                            });
+                    if let Some((alt, k, e)) = spill_free {
+                        dump_source(&alt);
+                        fallback = Some(format!(
+                            "the PTX spilled {spilled} bytes per thread under its register bound; NVRTC's build of the CUDA C++ spills none"
+                        ));
+                        (chosen, key, exe) = (alt, k, e);
                     }
                 }
                 if let Some(pre) = &pre {
                     let link = Link {
-                        key: cuda_key(&chosen)?,
+                        key,
                         entry: chosen.entry.clone(),
                         arch: chosen.arch.clone(),
                         dynamic_smem_bytes: chosen.dynamic_smem_bytes,

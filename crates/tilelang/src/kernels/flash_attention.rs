@@ -227,10 +227,10 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 } else {
                     ceildiv(&s, bn)
                 };
-                // Start the scores of key tile `kt` at 0 where a key is visible and -inf where
-                // it is masked (past the sequence, or after the query when causal), then add
-                // Q·Kᵀ; `pending` leaves the gemm running (`wg_wait(-1)`).
-                let scores_of = |t: &mut TileScope, kt: &Expr, k_tile: &Buffer, pending: bool| {
+                // Start the scores of key tile `kt` (in `K_s`) at 0 where a key is visible and
+                // -inf where it is masked (past the sequence, or after the query when causal),
+                // then add Q·Kᵀ; `pending` leaves the gemm running (`wg_wait(-1)`).
+                let scores_of = |t: &mut TileScope, kt: &Expr, pending: bool| {
                     // Only tiles that cross the sequence end or the diagonal need the mask.
                     let tile_end = kt * bn + bn;
                     let needs_mask = if causal {
@@ -255,7 +255,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         });
                     })
                     .else_(|t| t.clear(&scores));
-                    let mut qk = t.gemm(&q_s, k_tile, &scores).transpose_b();
+                    let mut qk = t.gemm(&q_s, &k_s, &scores).transpose_b();
                     if let Some(inst) = instruction {
                         qk = qk.instruction(inst);
                     }
@@ -322,7 +322,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         t.copy(kk.tile((&bz, &by, &j * bn, 0)), &k_s);
                         let prev = max(&j - 1, 0);
                         t.copy(v.tile((&bz, &by, prev * bn, 0)), &v_s);
-                        scores_of(t, &j, &k_s, true);
+                        scores_of(t, &j, true);
                         pv(t, &v_s, true);
                         // Q·Kⱼᵀ is in once at most one group (P·V) is pending.
                         t.wait_wgmma(1);
@@ -336,7 +336,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 } else {
                     t.pipelined(kv_tiles, stages, |t, kt| {
                         t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
-                        scores_of(t, &kt, &k_s, false);
+                        scores_of(t, &kt, false);
                         softmax(t, true);
                         t.copy(&scores, &probs);
                         t.copy(v.tile((&bz, &by, &kt * bn, 0)), &v_s);
