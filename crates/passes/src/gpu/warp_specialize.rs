@@ -148,8 +148,16 @@ pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
     } else {
         40
     };
-    let consumer = ((REGISTER_FILE - PRODUCER_THREADS * producer) / consumers / 8 * 8).min(240);
+    let consumer = consumers_share(consumers, producer)?;
     (consumer > at_launch).then_some((producer, consumer))
+}
+
+/// Registers per consumer thread once the producer warpgroup keeps `producer` each: the rest
+/// of the file, in `setmaxnreg`'s steps of 8, at most 240. `None` when the producer alone
+/// would take more than the file.
+fn consumers_share(consumers: u32, producer: u32) -> Option<u32> {
+    let rest = REGISTER_FILE.checked_sub(PRODUCER_THREADS * producer)?;
+    Some((rest / consumers / 8 * 8).min(240))
 }
 
 /// [`register_split`], with the producer's registers taken from `TILELANG_WS_PRODUCER_REGS`
@@ -162,8 +170,7 @@ fn register_split_from_env(consumers: u32) -> Option<(u32, u32)> {
         .filter(|r| (24..=256).contains(r) && r % 8 == 0);
     match asked {
         Some(producer) => {
-            let rest = REGISTER_FILE.checked_sub(PRODUCER_THREADS * producer)?;
-            let consumer = (rest / consumers / 8 * 8).min(240);
+            let consumer = consumers_share(consumers, producer)?;
             (consumer >= 24).then_some((producer, consumer))
         }
         None => register_split(consumers),
