@@ -9,7 +9,7 @@
 #    target/py-venv (made by scripts/test-python.sh) or maturin on PATH.
 # 2. On the GPU machine (torch, numpy and pytest installed there; nothing is downloaded),
 #    from the repository root with .gpu/ carried:
-#      bash python/tests/gpu-run.sh [tests|bench|all]      (default all)
+#      bash python/tests/gpu-run.sh [tests|calls|bench|all]      (default all)
 #    installs the wheel into /tmp/tl-py (pip --target, --no-index) and runs
 #    `pytest python/tests -m gpu` (a missing GPU or torch fails, it does not skip), then
 #    python/bench/gpu_bench.py, then, when .gpu/gemm and .gpu/flash_attention are there, the
@@ -58,6 +58,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     -o addopts="" || rc=1
   echo "== pytest, the CPU tests with this torch (CPU tensors, the custom op on the CPU)"
   "$python" -m pytest python/tests/test_torch.py -m "not gpu" -q -p no:cacheprovider || rc=1
+fi
+if [ "$what" = calls ] || [ "$what" = all ]; then
+  echo "== python/bench/call_breakdown.py (host time of a call, layer by layer)"
+  "$python" python/bench/call_breakdown.py || rc=1
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   echo "== python/bench/gpu_bench.py"

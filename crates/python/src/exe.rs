@@ -194,6 +194,43 @@ impl PyExecutable {
         Ok(d)
     }
 
+    /// Host time of the stages of a call, in microseconds per call over `n` calls: converting
+    /// `args` (every parameter), choosing the stream, and launching already converted
+    /// arguments (binding, packing and the driver's launch call). For finding where a call's
+    /// host time goes (`python/bench/call_breakdown.py`); launches are queued, not waited for.
+    #[pyo3(signature = (args, n=10000))]
+    fn host_stages<'py>(
+        &self,
+        py: Python<'py>,
+        args: &Bound<'py, PyTuple>,
+        n: usize,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let n = n.max(1);
+        let per_call = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(self.convert(args)?);
+        }
+        let convert_us = per_call(t);
+        let conv = self.convert(args)?;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(self.stream(py, &conv, None)?);
+        }
+        let stream_us = per_call(t);
+        let s = self.stream(py, &conv, None)?;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            self.launch(py, &conv.held, s)?;
+        }
+        let launch_us = per_call(t);
+        let d = PyDict::new(py);
+        d.set_item("convert_us", convert_us)?;
+        d.set_item("stream_us", stream_us)?;
+        d.set_item("launch_us", launch_us)?;
+        Ok(d)
+    }
+
     /// Wait for the device's queued launches (the runtime's stream).
     fn synchronize(&self) -> PyResult<()> {
         self.exe.synchronize().map_err(runtime)

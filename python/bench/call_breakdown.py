@@ -1,0 +1,100 @@
+"""Where the host time of a cached kernel's call goes, on a CUDA GPU with torch (issue 13:
+a call must cost no more host time than a torch eager op on the same tensors).
+
+    python python/bench/call_breakdown.py [--n 20000]
+
+Times, in microseconds per call (best of 5 rounds of ``n`` calls, the queue drained after
+each round), the 32x32 fp32 elementwise add (symbolic M, N) beside ``torch.add(a, b,
+out=c)``, peeling the call one layer at a time:
+
+- the whole call (``JITKernel.__call__``), the native launcher without the Python wrapper,
+  the native ``Executable.run`` with the stream given (no query of torch's current stream);
+- the native stages alone (``Executable.host_stages``): converting the three tensors,
+  asking torch for its current stream, and launching converted arguments (bind, pack,
+  ``cuLaunchKernel``);
+- what torch itself charges for the reads the conversion makes (``data_ptr()``, ``shape``,
+  ``stride()``, ``dtype``, ``is_cuda``, ``get_device()`` of three tensors) and for
+  ``torch._C._cuda_getCurrentRawStream``.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+
+import elementwise  # noqa: E402
+
+import tilelang_rs as tilelang  # noqa: E402
+
+
+def per_call_us(fn, n):
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=20000)
+    n = ap.parse_args().n
+    k = tilelang.compile(elementwise.elementwise_add(), target="cuda")
+    alloc = tilelang.compile(elementwise.elementwise_add(), out_idx=[2], target="cuda")
+    a, b, c = (torch.randn(32, 32, device="cuda") for _ in range(3))
+    k(a, b, c)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(c, a + b)
+    exe = k.executable
+    launcher = k._call
+    args = (a, b, c)
+    stream = torch.cuda.current_stream().cuda_stream
+    raw_stream = torch._C._cuda_getCurrentRawStream
+
+    def reads():
+        for t in args:
+            t.data_ptr()
+            t.shape
+            t.stride()
+            t.dtype
+            t.is_cuda
+            t.get_device()
+
+    rows = [
+        ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
+        ("torch.add(a, b) (allocating)", lambda: torch.add(a, b)),
+        ("ours: kernel(a, b, c)", lambda: k(a, b, c)),
+        ("ours: allocating kernel(a, b)", lambda: alloc(a, b)),
+        ("ours: native launcher (no wrapper)", lambda: launcher(args, None)),
+        ("ours: Executable.run, stream given", lambda: exe.run(args, stream)),
+        ("torch: 6 reads x 3 tensors", reads),
+        ("torch: current raw stream", lambda: raw_stream(0)),
+        ("python: empty call", lambda: None),
+    ]
+    for name, fn in rows:
+        print(f"{name:38} {per_call_us(fn, n):6.2f} us", flush=True)
+    best = None
+    for _ in range(5):
+        s = exe.host_stages(args, n)
+        torch.cuda.synchronize()
+        if best is None:
+            best = dict(s)
+        else:
+            best = {key: min(best[key], s[key]) for key in best}
+    for key in ("convert_us", "stream_us", "launch_us"):
+        print(f"{'native stage: ' + key[:-3]:38} {best[key]:6.2f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
