@@ -12,6 +12,10 @@ TL_DEVICE void tl_mbar_init(const void* bar, uint32_t count) {
 /* Generic-proxy writes this thread is ordered after (a peer's puts it acquired) become visible
  * to its later TMA loads of global memory. */
 TL_DEVICE void tl_fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
+// Bring a tensor map into the TMA unit's descriptor cache ahead of its first copy.
+TL_DEVICE void tl_prefetch_tmap(const tl_tmap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
 TL_DEVICE void tl_fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 TL_DEVICE void tl_mbar_expect_tx(const void* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tl_smem_addr(bar)), "r"(bytes) : "memory");

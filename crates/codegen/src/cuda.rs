@@ -219,6 +219,19 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     if any_shared {
         p.line("extern __shared__ __align__(1024) unsigned char tl_smem[];");
     }
+    if any_tma {
+        // The first copy of each tensor map would otherwise wait for the descriptor's fetch.
+        let mut names: Vec<&String> = p.tmaps.values().collect();
+        names.sort();
+        let prefetches: Vec<String> = names
+            .iter()
+            .map(|n| format!("tl_prefetch_tmap(&{n});"))
+            .collect();
+        p.line(&format!(
+            "if (threadIdx.x == 0) {{ {} }}",
+            prefetches.join(" ")
+        ));
+    }
     block_indices(&mut p, k);
     p.stmt(&k.body);
     errors.append(&mut p.errors);

@@ -197,7 +197,7 @@ impl PyExecutable {
     /// Host time of the stages of a call, in microseconds per call over `n` calls: converting
     /// `args` (every parameter), choosing the stream, and launching already converted
     /// arguments (binding, packing and the driver's launch call). For finding where a call's
-    /// host time goes (`python/bench/call_breakdown.py`); launches are queued, not waited for.
+    /// host time goes (`python/bench/call_breakdown.py`).
     #[pyo3(signature = (args, n=10000))]
     fn host_stages<'py>(
         &self,
@@ -218,12 +218,21 @@ impl PyExecutable {
             std::hint::black_box(self.stream(py, &conv, None)?);
         }
         let stream_us = per_call(t);
-        let s = self.stream(py, &conv, None)?;
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            self.launch(py, &conv.held, s)?;
+        // Launches in batches on the runtime's stream, drained between batches outside the
+        // timing: a full launch queue would otherwise time the GPU, not the host.
+        let mut launching = std::time::Duration::ZERO;
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(64);
+            let t = std::time::Instant::now();
+            for _ in 0..batch {
+                self.launch(py, &conv.held, Stream::Runtime)?;
+            }
+            launching += t.elapsed();
+            self.exe.synchronize().map_err(runtime)?;
+            left -= batch;
         }
-        let launch_us = per_call(t);
+        let launch_us = launching.as_secs_f64() * 1e6 / n as f64;
         let d = PyDict::new(py);
         d.set_item("convert_us", convert_us)?;
         d.set_item("stream_us", stream_us)?;

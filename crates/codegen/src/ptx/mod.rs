@@ -88,7 +88,9 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
             _ => return None,
         })
     };
-    let bind_scalar = |em: &mut Emitter, params: &mut Vec<String>, v: &Var| {
+    // `size`: the parameter is one of the kernel's symbolic sizes, bound from tensor shapes,
+    // so never negative (divisions of counts built from it then take the unsigned fast path).
+    let bind_scalar = |em: &mut Emitter, params: &mut Vec<String>, v: &Var, size: bool| {
         let Some((ty, class)) = scalar(v.dtype()) else {
             return Err(unsupported(format_args!(
                 "a scalar parameter of {}",
@@ -99,6 +101,9 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         params.push(format!(".param .{ty} {name}"));
         let r = em.fresh(class);
         em.ins(&format!("ld.param.{ty} {r}, [{name}]"));
+        if size {
+            em.nonneg.insert(r.clone());
+        }
         let val = if v.dtype() == DType::Bool {
             em.pure(
                 Class::Pred,
@@ -123,11 +128,11 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
                 let read_only = *role == Role::Input && !written.contains(&buffer.id());
                 em.globals.insert(buffer.id(), (g, read_only));
             }
-            Param::Scalar(v) => bind_scalar(&mut em, &mut params, v)?,
+            Param::Scalar(v) => bind_scalar(&mut em, &mut params, v, false)?,
         }
     }
     for d in &k.dims {
-        bind_scalar(&mut em, &mut params, d)?;
+        bind_scalar(&mut em, &mut params, d, true)?;
     }
     // Tensor maps last (`Abi::tmaps`): 128-byte parameters whose generic address the TMA
     // instructions take.
@@ -138,6 +143,24 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         let name = format!("{kname}_param_{}", params.len());
         params.push(format!(".param .align 64 .b8 {name}[128]"));
         em.tmaps.insert((buffer.id(), t.box_dims, t.swizzle), name);
+    }
+    if !em.tmaps.is_empty() {
+        // The first copy of each tensor map would otherwise wait for the descriptor's fetch.
+        let mut names: Vec<String> = em.tmaps.values().cloned().collect();
+        names.sort();
+        names.dedup();
+        let first = em.pure(
+            Class::Pred,
+            "setp.eq.s32",
+            &[&Val::Reg(tid.clone(), Class::B32), &Val::Int(0)],
+        );
+        for n in names {
+            let a = em.fresh(Class::B64);
+            em.ins(&format!("mov.b64 {a}, {n}"));
+            let g = em.fresh(Class::B64);
+            em.ins(&format!("cvta.param.u64 {g}, {a}"));
+            em.ins(&format!("@{first} prefetch.tensormap [{g}]"));
+        }
     }
     let any_shared = !plan.offsets.is_empty();
     if any_shared {
