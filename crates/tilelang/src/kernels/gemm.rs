@@ -85,26 +85,19 @@ impl GemmConfig {
     /// 16-bit inputs: 128x256x64, 3 stages, two consumer warpgroups and a producer
     /// (warp-specialized), each k step's wgmma left running while the next step's tiles are
     /// awaited, panels of 16 block-rows; C goes out through a shared tile by TMA store (which
-    /// the third stage's bytes leave room for). On an H100 this runs 716 and 763 TFLOP/s at
-    /// 4096³ and 8192³ NT (panels of 8) against 675 and 752 for the earlier 4-stage kernel in
-    /// which every warp loads and computes; panels of 16 add 0.6–3.5% (docs/performance.md,
-    /// issue 14).
+    /// the third stage's bytes leave room for). Persistent (one block per SM looping over
+    /// tiles): the producer loads the next tile while the consumers finish this one. On an
+    /// H100, NT, 3 + 30 launches: 732 / 765 / 764 / 721 TFLOP/s at 4096³ / 8192³ / 6144³ /
+    /// 4096×8192×2048 against 716 / 757 / 748 / 719 with one block per tile (gpu-notes run
+    /// 19b; persistence lost 3–6% before the stage index of its k steps became an unsigned
+    /// division).
     pub fn hopper() -> GemmConfig {
         GemmConfig {
             panel: 16,
             overlap: true,
             warp_specialize: Some(true),
-            ..GemmConfig::tiles(128, 256, 64, 3, 256)
-        }
-    }
-
-    /// [`GemmConfig::hopper`] for a problem whose k loop is short (at most 32 k tiles): a
-    /// persistent kernel, whose producer loads the next tile while the consumers finish this
-    /// one (4096×8192×2048 on an H100: 680 TFLOP/s against 661 without).
-    pub fn hopper_short_k() -> GemmConfig {
-        GemmConfig {
             persistent: Some(0),
-            ..GemmConfig::hopper()
+            ..GemmConfig::tiles(128, 256, 64, 3, 256)
         }
     }
 
@@ -143,12 +136,7 @@ impl GemmConfig {
         let aligned = contiguous.iter().all(|d| d % per_16_bytes == 0);
         let element_aligned = per_16_bytes > 1 && contiguous.iter().any(|d| d % 2 == 1);
         if aligned || element_aligned {
-            let k_tiles = k.div_ceil(64);
-            if k_tiles <= 32 {
-                GemmConfig::hopper_short_k()
-            } else {
-                GemmConfig::hopper()
-            }
+            GemmConfig::hopper()
         } else {
             GemmConfig::hopper_unaligned()
         }
@@ -297,12 +285,9 @@ mod tests {
         assert_eq!(pick(Layout::NT, 4096, 4096, 4095), GemmConfig::hopper());
         assert_eq!(pick(Layout::NN, 4096, 4095, 4100), GemmConfig::hopper());
         assert_eq!(pick(Layout::TN, 4096, 4096, 4095), GemmConfig::hopper());
-        // A short k loop: persistent.
-        assert_eq!(
-            pick(Layout::NT, 4096, 8192, 2048),
-            GemmConfig::hopper_short_k()
-        );
-        assert_eq!(pick(Layout::NN, 4096, 8192, 2049), GemmConfig::hopper());
+        // Persistent at any k.
+        assert_eq!(pick(Layout::NT, 4096, 8192, 2048).persistent, Some(0));
+        assert_eq!(pick(Layout::NN, 4096, 8192, 8192).persistent, Some(0));
         // Other targets and types keep their defaults.
         let sm80 = GemmConfig::for_problem(&Target::SM80, DType::BF16, Layout::NT, 5, 5, 5);
         assert_eq!(sm80, GemmConfig::gpu());
