@@ -111,8 +111,10 @@ def main():
             best = dict(s)
         else:
             best = {key: min(best[key], s[key]) for key in best}
-    for key in ("convert_us", "stream_us", "launch_us"):
-        print(f"{'native stage: ' + key[:-3]:38} {best[key]:6.2f} us", flush=True)
+    for key in ("convert_us", "stream_us", "launch_us", "bind_us", "pack_us", "driver_us"):
+        label = ("native stage: " if key in ("convert_us", "stream_us", "launch_us")
+                 else "  of the launch: ") + key[:-3]
+        print(f"{label:38} {best[key]:6.2f} us", flush=True)
 
 
 if __name__ == "__main__":

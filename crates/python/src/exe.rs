@@ -196,8 +196,9 @@ impl PyExecutable {
 
     /// Host time of the stages of a call, in microseconds per call over `n` calls: converting
     /// `args` (every parameter), choosing the stream, and launching already converted
-    /// arguments (binding, packing and the driver's launch call). For finding where a call's
-    /// host time goes (`python/bench/call_breakdown.py`).
+    /// arguments (binding, packing and the driver's launch call; on CUDA also each of the
+    /// three alone). For finding where a call's host time goes
+    /// (`python/bench/call_breakdown.py`).
     #[pyo3(signature = (args, n=10000))]
     fn host_stages<'py>(
         &self,
@@ -237,6 +238,16 @@ impl PyExecutable {
         d.set_item("convert_us", convert_us)?;
         d.set_item("stream_us", stream_us)?;
         d.set_item("launch_us", launch_us)?;
+        if self.device().is_cuda() {
+            // The launch stage split: binding, packing, the driver's call.
+            let p = self
+                .exe
+                .host_launch_profile(&args_of(&conv.held), n)
+                .map_err(runtime)?;
+            d.set_item("bind_us", p.bind_us)?;
+            d.set_item("pack_us", p.pack_us)?;
+            d.set_item("driver_us", p.driver_us)?;
+        }
         Ok(d)
     }
 

@@ -354,6 +354,18 @@ pub struct Bound {
     pub shapes: Vec<Vec<i64>>,
 }
 
+/// Where a launch's host time goes ([`Executable::host_launch_profile`]), microseconds per
+/// launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct HostLaunchProfile {
+    /// Checking and binding the arguments, and choosing the variant.
+    pub bind_us: f64,
+    /// Packing the parameter block (tensor maps included).
+    pub pack_us: f64,
+    /// The driver's launch call.
+    pub driver_us: f64,
+}
+
 /// Kind of value in a [`ParamBlock`] slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ParamKind {
@@ -988,6 +1000,53 @@ impl Executable {
             Err(poisoned) => poisoned.into_inner(),
         };
         (slots, k.device())
+    }
+
+    /// Host time per launch of `args` on a CUDA device, split into its stages, in
+    /// microseconds over `n` launches: checking and binding the arguments (with the choice of
+    /// variant), packing the parameter block, and the driver's launch (`cuLaunchKernel`, with
+    /// making the context current). Launches go to the runtime's stream in batches of 64,
+    /// drained between batches outside the timing (a full launch queue would time the GPU).
+    /// For finding where a call's host time goes; elsewhere than CUDA it is an error.
+    pub fn host_launch_profile(&self, args: &[Arg], n: usize) -> Result<HostLaunchProfile> {
+        let Module::Cuda(k) = &self.module else {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}` runs on {}: the launch profile is for CUDA devices",
+                self.sig.name, self.device
+            )));
+        };
+        let n = n.max(1);
+        let mut spent = [std::time::Duration::ZERO; 3];
+        let mut left = n;
+        while left > 0 {
+            let batch = left.min(64);
+            for _ in 0..batch {
+                let t0 = std::time::Instant::now();
+                let b = self.bind(args)?;
+                let exe = self.variant_for_bound(&b)?;
+                let t1 = std::time::Instant::now();
+                let (mut slots, dev) = exe.scratch_slots(k);
+                let mut p = pack_gpu_params_staged(&exe.sig, &b, Some((&mut slots, dev)))?;
+                let t2 = std::time::Instant::now();
+                let kernel = match &exe.module {
+                    Module::Cuda(kernel) => kernel,
+                    _ => k,
+                };
+                kernel.launch_on(&mut p, b.grid, exe.sig.threads, Stream::Runtime)?;
+                let t3 = std::time::Instant::now();
+                spent[0] += t1 - t0;
+                spent[1] += t2 - t1;
+                spent[2] += t3 - t2;
+            }
+            self.synchronize()?;
+            left -= batch;
+        }
+        let us = |d: std::time::Duration| d.as_secs_f64() * 1e6 / n as f64;
+        Ok(HostLaunchProfile {
+            bind_us: us(spent[0]),
+            pack_us: us(spent[1]),
+            driver_us: us(spent[2]),
+        })
     }
 
     /// Copy the arguments into the simulator, run, copy outputs back.

@@ -14,6 +14,16 @@ use tilelang::prelude::*;
 use tilelang::Target;
 use tl_ir::eval::{eval_int, Value};
 
+/// The target's default GEMM tiles with one block per output tile: the Hopper default is
+/// persistent, and a persistent kernel's grid follows the device's multiprocessors, so it is
+/// never linked.
+fn linkable_gemm(t: &Target) -> gemm::GemmConfig {
+    gemm::GemmConfig {
+        persistent: None,
+        ..gemm::GemmConfig::for_target(t, BF16)
+    }
+}
+
 fn kernels(t: Target) -> Vec<Kernel> {
     let row = softmax::RowConfig {
         rows: 2,
@@ -27,12 +37,7 @@ fn kernels(t: Target) -> Vec<Kernel> {
         softmax::softmax_row(BF16, 4096, softmax::row_threads_for(&t, 4096)),
     ];
     for layout in [gemm::Layout::NT, gemm::Layout::NN, gemm::Layout::TN] {
-        v.push(gemm::gemm(
-            layout,
-            BF16,
-            BF16,
-            gemm::GemmConfig::for_target(&t, BF16),
-        ));
+        v.push(gemm::gemm(layout, BF16, BF16, linkable_gemm(&t)));
     }
     for d in [64, 128] {
         for causal in [false, true] {
@@ -112,12 +117,7 @@ fn a_second_precompile_follows_the_link_without_lowering() {
         targets.push(Target::Cuda { sm: 90 });
     }
     for t in targets {
-        let k = gemm::gemm(
-            gemm::Layout::NT,
-            BF16,
-            BF16,
-            gemm::GemmConfig::for_target(&t, BF16),
-        );
+        let k = gemm::gemm(gemm::Layout::NT, BF16, BF16, linkable_gemm(&t));
         let first = k.precompile_for(t, &opts).expect("first");
         assert!(
             !first.stats.lower.is_zero(),
