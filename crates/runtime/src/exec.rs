@@ -254,6 +254,7 @@ pub struct Executable {
     pitch_scratch: PitchScratch,
     /// Which variant of its kernel this is, for reports (`aligned(K%8)`, `class(K%1)`…).
     variant: String,
+    bind_memo: BindMemo,
 }
 
 /// A specialized executable's general twin: the kernel was compiled assuming some symbolic
@@ -342,11 +343,13 @@ pub enum BoundArg {
 /// Launch arguments after checking: pointers, integer and float slots (the CPU ABI), the
 /// arguments in parameter order and the symbolic sizes in declaration order (the GPU ABI),
 /// and the grid.
+#[derive(Clone, Debug)]
 pub struct Bound {
     pub ptrs: Vec<*mut c_void>,
     pub ints: Vec<i64>,
     pub floats: Vec<f64>,
     pub grid: [i64; 3],
+    /// The symbolic sizes by name, for multi-rank kernels (empty otherwise).
     pub dims: HashMap<String, i64>,
     pub args: Vec<BoundArg>,
     pub dim_values: Vec<i64>,
@@ -737,6 +740,7 @@ impl Executable {
             fallback: None,
             pitch_scratch: PitchScratch::default(),
             variant: String::new(),
+            bind_memo: BindMemo::default(),
         }
     }
 
@@ -1096,9 +1100,130 @@ impl Executable {
         Ok(())
     }
 
-    /// Check arguments against the signature, bind the symbolic sizes, compute the grid.
+    /// Check arguments against the signature, bind the symbolic sizes, compute the grid. A
+    /// call with the same shapes, dtypes, devices and scalars as this executable's last
+    /// successful one (only the addresses differ: the usual loop of calls) takes that
+    /// binding with the new addresses instead of checking and evaluating again.
     pub fn bind(&self, args: &[Arg]) -> Result<Bound> {
-        bind_args(&self.sig, self.device, args)
+        let mut memo = match self.bind_memo.0.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(m) = memo.as_ref() {
+            if m.matches(args, self.device) {
+                let mut b = m.bound.0.clone();
+                b.readdress(args);
+                return Ok(b);
+            }
+        }
+        let b = bind_args(&self.sig, self.device, args)?;
+        *memo = Some(MemoEntry {
+            keys: args.iter().map(|a| ArgKey::of(a, self.device)).collect(),
+            bound: MemoBound(b.clone()),
+        });
+        Ok(b)
+    }
+}
+
+/// The last successful binding of an executable ([`Executable::bind`]).
+#[derive(Default)]
+struct BindMemo(std::sync::Mutex<Option<MemoEntry>>);
+
+struct MemoEntry {
+    keys: Vec<ArgKey>,
+    bound: MemoBound,
+}
+
+/// A binding kept for reuse. The addresses in it are never dereferenced here, only replaced
+/// by the next matching call's (`Bound::readdress`), so holding them across threads is sound.
+struct MemoBound(Bound);
+// SAFETY: see the type's comment.
+unsafe impl Send for MemoBound {}
+
+/// Everything `bind_args` reads of an argument but its address.
+#[derive(PartialEq, Debug)]
+enum ArgKey {
+    Tensor {
+        dtype: tl_ir::DType,
+        shape: Vec<usize>,
+        device: Device,
+        usable: bool,
+        contiguous: bool,
+    },
+    Int(i64),
+    /// The bits: a NaN matches itself, -0.0 does not match 0.0.
+    Float(u64),
+}
+
+impl ArgKey {
+    fn of(a: &Arg, device: Device) -> ArgKey {
+        match (a, TensorView::of(a, device)) {
+            (_, Some(t)) => ArgKey::Tensor {
+                dtype: t.dtype,
+                shape: t.shape.to_vec(),
+                device: t.device,
+                usable: t.usable,
+                contiguous: t.contiguous,
+            },
+            (Arg::Float(x), None) => ArgKey::Float(x.to_bits()),
+            (Arg::Int(x), None) => ArgKey::Int(*x),
+            (_, None) => ArgKey::Int(0),
+        }
+    }
+
+    /// Whether `a` has this key (compared in place: no allocation on the hot path).
+    fn matches(&self, a: &Arg, device: Device) -> bool {
+        match (self, a, TensorView::of(a, device)) {
+            (
+                ArgKey::Tensor {
+                    dtype,
+                    shape,
+                    device: d,
+                    usable,
+                    contiguous,
+                },
+                _,
+                Some(t),
+            ) => {
+                *dtype == t.dtype
+                    && shape.as_slice() == t.shape
+                    && *d == t.device
+                    && *usable == t.usable
+                    && *contiguous == t.contiguous
+            }
+            (ArgKey::Int(x), Arg::Int(y), None) => x == y,
+            (ArgKey::Float(x), Arg::Float(y), None) => *x == y.to_bits(),
+            _ => false,
+        }
+    }
+}
+
+impl MemoEntry {
+    fn matches(&self, args: &[Arg], device: Device) -> bool {
+        self.keys.len() == args.len()
+            && self
+                .keys
+                .iter()
+                .zip(args)
+                .all(|(k, a)| k.matches(a, device))
+    }
+}
+
+impl Bound {
+    /// Put `args`' addresses in place of the ones this binding was made with.
+    fn readdress(&mut self, args: &[Arg]) {
+        self.ptrs.clear();
+        for (slot, a) in self.args.iter_mut().zip(args) {
+            let ptr = match a {
+                Arg::Tensor(t) => t.raw_ptr(),
+                Arg::External(t) => t.ptr(),
+                Arg::Int(_) | Arg::Float(_) => continue,
+            };
+            if let BoundArg::Ptr(p) = slot {
+                *p = ptr;
+                self.ptrs.push(ptr);
+            }
+        }
     }
 }
 
@@ -1270,17 +1395,19 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
         }
         *g = n;
     }
-    let dims = sig
-        .dims
-        .iter()
-        .map(|d| {
-            (
-                d.name().to_string(),
-                env.get(&d.id()).map(|x| x.as_i64()).unwrap_or(0),
-            )
-        })
-        .collect();
+    // By name, for the multi-rank checks only (a map of owned names costs every launch).
+    let mut dims = HashMap::new();
     if let Some(d) = &sig.dist {
+        dims = sig
+            .dims
+            .iter()
+            .map(|d| {
+                (
+                    d.name().to_string(),
+                    env.get(&d.id()).map(|x| x.as_i64()).unwrap_or(0),
+                )
+            })
+            .collect();
         d.check_rank_dims(sig, args, &dims)?;
     }
     Ok(Bound {
@@ -1355,6 +1482,76 @@ mod tests {
             abi,
             dist: None,
         }
+    }
+
+    /// An executable of `sig()` whose launches nobody makes: for `Executable::bind`.
+    fn exe_of_sig() -> Executable {
+        let s = sig();
+        let k = tl_ir::Kernel {
+            name: s.name.clone(),
+            dims: s.dims.clone(),
+            params: s.params.clone(),
+            grid: s.grid.clone(),
+            block_vars: vec![],
+            threads: s.threads,
+            body: tl_ir::Stmt::seq(vec![], Span::UNKNOWN),
+            attrs: Default::default(),
+        };
+        Executable::new(
+            s,
+            Device::Cpu,
+            Module::Sim(Box::new(k)),
+            CompileStats::default(),
+            None,
+        )
+    }
+
+    /// A second call with the same shapes and scalars reuses the first binding with its own
+    /// addresses; other shapes bind again, and a call the first binding would not cover is
+    /// still checked (and refused).
+    #[test]
+    fn bind_reuses_the_last_binding_with_new_addresses() {
+        let exe = exe_of_sig();
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[100, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[200], DType::BF16, &cpu).unwrap();
+        let x2 = Tensor::zeros(&[100, 4], DType::F32, &cpu).unwrap();
+        let y2 = Tensor::zeros(&[200], DType::BF16, &cpu).unwrap();
+        let args = |x, y, steps| {
+            [
+                Arg::Tensor(x),
+                Arg::Float(1.5),
+                Arg::Tensor(y),
+                Arg::Int(3),
+                Arg::Int(steps),
+                Arg::Int(5),
+            ]
+        };
+        let first = exe.bind(&args(&x, &y, -7)).unwrap();
+        let again = exe.bind(&args(&x2, &y2, -7)).unwrap();
+        assert_eq!(again.ptrs, vec![x2.raw_ptr(), y2.raw_ptr()]);
+        assert_eq!(again.args[0], BoundArg::Ptr(x2.raw_ptr()));
+        assert_eq!(again.args[2], BoundArg::Ptr(y2.raw_ptr()));
+        assert_eq!(
+            (again.grid, again.ints.clone()),
+            (first.grid, first.ints.clone())
+        );
+        // A scalar changed: its new value, not the remembered one.
+        let other = exe.bind(&args(&x, &y, 9)).unwrap();
+        assert_eq!(other.args[4], BoundArg::Int(9));
+        // Another size: bound afresh (N = 300: five blocks of 64 rows).
+        let x3 = Tensor::zeros(&[300, 4], DType::F32, &cpu).unwrap();
+        let y3 = Tensor::zeros(&[600], DType::BF16, &cpu).unwrap();
+        let b3 = exe.bind(&args(&x3, &y3, 9)).unwrap();
+        assert_eq!((b3.grid, b3.dim_values.clone()), ([5, 1, 1], vec![300]));
+        // A wrong dtype after a good call is still refused.
+        let bad = Tensor::zeros(&[300, 4], DType::F16, &cpu).unwrap();
+        let e = exe.bind(&args(&bad, &y3, 9)).unwrap_err().to_string();
+        assert!(e.contains("expected f32"), "{e}");
+        // And a shape that breaks the N * 2 relation of y.
+        let short = Tensor::zeros(&[599], DType::BF16, &cpu).unwrap();
+        let e = exe.bind(&args(&x3, &short, 9)).unwrap_err().to_string();
+        assert!(e.contains("dimension 0"), "{e}");
     }
 
     #[test]

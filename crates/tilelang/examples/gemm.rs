@@ -54,11 +54,14 @@ struct Args {
     /// are awaited (the Hopper default's setting; with cp.async loads it measured slower)
     #[arg(long)]
     overlap: bool,
+    /// Wait for each k step's wgmma before the next (where the default overlaps them)
+    #[arg(long, conflicts_with = "overlap")]
+    no_overlap: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
     /// output tiles
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>, conflicts_with = "no_persistent")]
     persistent: Option<u32>,
-    /// One block per output tile, where the default would be persistent (a short k loop)
+    /// One block per output tile, where the default would be persistent
     #[arg(long)]
     no_persistent: bool,
     /// Warp specialization on sm_90a: a producer warpgroup issues the TMA loads and C goes out
@@ -281,7 +284,7 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
         None
     };
     // The Hopper default overlaps already; the flag turns it on for other tiles.
-    cfg.overlap |= args.overlap;
+    cfg.overlap = (cfg.overlap || args.overlap) && !args.no_overlap;
     if args.no_persistent {
         cfg.persistent = None;
     } else if args.persistent.is_some() {
