@@ -54,10 +54,10 @@ def rel(out, ref):
 
 
 def gemm(n):
-    # GemmConfig::hopper: 128x256x64 tiles, 3 stages, 256 threads, panels of 16, wgmma kept
-    # running across k steps, a producer warpgroup.
-    func = gemm_nt_swizzle.gemm_nt(128, 256, 64, 3, 256, 16, dtype="bfloat16", overlap=True)
-    kern = tilelang.compile(func, target="cuda", pass_configs=WS)
+    # GemmConfig::hopper: 128x256x64 tiles, 3 stages, 256 threads, panels of 16, each k
+    # step's wgmma waited for, a producer warpgroup, persistent (one block per SM).
+    func = gemm_nt_swizzle.gemm_nt(128, 256, 64, 3, 256, 16, dtype="bfloat16")
+    kern = tilelang.compile(func, target="cuda", pass_configs={**WS, "tl.persistent": 0})
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)

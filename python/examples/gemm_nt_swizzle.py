@@ -1,8 +1,9 @@
 """GEMM NT (C = A · Bᵀ, B stored [N, K] as weights usually are) with L2 rasterization
 (``T.use_swizzle``) and symbolic M, N, K: one compiled kernel serves every size. With
-``gemm_nt(128, 256, 64, 3, 256, 16, "bfloat16", overlap=True)`` and a producer warpgroup
-(``pass_configs={"tl.disable_warp_specialized": False}``) it is the Rust library's Hopper
-default (``GemmConfig::hopper``), which ``python/bench/same_kernels.py`` times beside it.
+``gemm_nt(128, 256, 64, 3, 256, 16, "bfloat16")``, a producer warpgroup and persistent blocks
+(``pass_configs={"tl.disable_warp_specialized": False, "tl.persistent": 0}``) it is the Rust
+library's Hopper default (``GemmConfig::hopper``), which ``python/bench/same_kernels.py``
+times beside it.
 
     python python/examples/gemm_nt_swizzle.py [--target cpu|sim|cuda]
 """

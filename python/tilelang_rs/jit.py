@@ -60,6 +60,34 @@ def _warp_specialize(pass_configs: dict | None) -> bool | None:
     return None if v is None else not bool(v)
 
 
+_UNSET = object()
+
+
+def _persistent(pass_configs: dict | None) -> Any:
+    """``tl.persistent`` (this compiler's own): an int asks for a persistent kernel on GPUs,
+    that many blocks (0: one per multiprocessor) each looping over the grid's tiles (the
+    producer warpgroup of a warp-specialized kernel then loads the next tile while the
+    consumers finish this one); None, one block per tile. Absent: the kernel's own choice."""
+    v = (pass_configs or {}).get("tl.persistent", _UNSET)
+    if v is _UNSET or v is None:
+        return v
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"tl.persistent takes a block count >= 0 (0: one per multiprocessor) "
+                         f"or None, not {v!r}")
+    return v
+
+
+def _configure(kernel: Any, pass_configs: dict | None) -> Any:
+    """The kernel with the pass configs' warp specialization and persistence applied."""
+    ws = _warp_specialize(pass_configs)
+    if ws is not None:
+        kernel = kernel.with_warp_specialize(ws)
+    blocks = _persistent(pass_configs)
+    if blocks is not _UNSET:
+        kernel = kernel.with_persistent(blocks)
+    return kernel
+
+
 def _options(pass_configs: dict | None) -> tuple[str | None, str | None]:
     dump, cache = None, None
     ignored = []
@@ -68,14 +96,15 @@ def _options(pass_configs: dict | None) -> tuple[str | None, str | None]:
             dump = str(v)
         elif k in ("cache_dir", "tl.cache_dir"):
             cache = str(v)
-        elif k == "tl.disable_warp_specialized":
+        elif k in ("tl.disable_warp_specialized", "tl.persistent"):
             pass
         elif k in _TILELANG_PASS_CONFIGS:
             ignored.append(k)
         else:
             raise ValueError(
                 f"unknown pass config {k!r}; this compiler takes 'dump_ir' (a directory for the "
-                "IR after every pass) and 'cache_dir'"
+                "IR after every pass), 'cache_dir', 'tl.disable_warp_specialized' and "
+                "'tl.persistent'"
             )
     if ignored:
         warnings.warn(
@@ -119,9 +148,7 @@ class JITKernel:
                 raise ValueError(f"out_idx names `{self.params[i].name}`, a scalar parameter")
         self.device = _native.resolve_device(_device(target))
         dump, cache = _options(pass_configs)
-        ws = _warp_specialize(pass_configs)
-        if ws is not None:
-            self.kernel = self.kernel.with_warp_specialize(ws)
+        self.kernel = _configure(self.kernel, pass_configs)
         self._exe = self.kernel.compile(self.device, cache, dump)
         self.target = self.device
         # The per-call path is one native call (argument conversion, output allocation, the
@@ -193,10 +220,7 @@ def precompile(func: PrimFunc, target: str = "sm_90a", pass_configs: dict | None
     if not isinstance(func, PrimFunc):
         raise TypeError(f"expected a @T.prim_func, got {type(func).__name__}")
     _, cache = _options(pass_configs)
-    kernel = func.kernel
-    ws = _warp_specialize(pass_configs)
-    if ws is not None:
-        kernel = kernel.with_warp_specialize(ws)
+    kernel = _configure(func.kernel, pass_configs)
     return kernel.precompile(str(target), cache)
 
 

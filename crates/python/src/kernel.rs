@@ -66,6 +66,15 @@ impl PyKernel {
         PyKernel::new(Kernel::from_ir(ir))
     }
 
+    /// The same kernel as a persistent one on GPUs: `blocks` blocks (0: one per
+    /// multiprocessor of the device) loop over the grid's tiles; None: one block per tile.
+    #[pyo3(signature = (blocks))]
+    fn with_persistent(&self, blocks: Option<u32>) -> PyKernel {
+        let mut ir = self.k.ir().clone();
+        ir.attrs.persistent_blocks = blocks;
+        PyKernel::new(Kernel::from_ir(ir))
+    }
+
     /// The tile IR, printed.
     fn __str__(&self) -> String {
         self.k.to_string()

@@ -51,12 +51,10 @@ struct Args {
     #[arg(long)]
     no_wgmma: bool,
     /// With wgmma and 3+ stages: keep each k step's wgmma running while the next k step's tiles
-    /// are awaited (the Hopper default's setting; with cp.async loads it measured slower)
+    /// are awaited (measured slower with TMA loads and a producer warpgroup, gpu-notes run 19e,
+    /// and with cp.async loads)
     #[arg(long)]
     overlap: bool,
-    /// Wait for each k step's wgmma before the next (where the default overlaps them)
-    #[arg(long, conflicts_with = "overlap")]
-    no_overlap: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
     /// output tiles
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>, conflicts_with = "no_persistent")]
@@ -283,8 +281,8 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     } else {
         None
     };
-    // The Hopper default overlaps already; the flag turns it on for other tiles.
-    cfg.overlap = (cfg.overlap || args.overlap) && !args.no_overlap;
+    // The flag turns the overlap on (no default tile config has it).
+    cfg.overlap |= args.overlap;
     if args.no_persistent {
         cfg.persistent = None;
     } else if args.persistent.is_some() {

@@ -83,18 +83,19 @@ impl GemmConfig {
 
     /// Hopper (sm_90a) tiles, which the compiler runs on the warpgroup MMA with TMA loads, for
     /// 16-bit inputs: 128x256x64, 3 stages, two consumer warpgroups and a producer
-    /// (warp-specialized), each k step's wgmma left running while the next step's tiles are
-    /// awaited, panels of 16 block-rows; C goes out through a shared tile by TMA store (which
-    /// the third stage's bytes leave room for). Persistent (one block per SM looping over
-    /// tiles): the producer loads the next tile while the consumers finish this one. On an
-    /// H100, NT, 3 + 30 launches: 732 / 765 / 764 / 721 TFLOP/s at 4096³ / 8192³ / 6144³ /
-    /// 4096×8192×2048 against 716 / 757 / 748 / 719 with one block per tile (gpu-notes run
-    /// 19b; persistence lost 3–6% before the stage index of its k steps became an unsigned
-    /// division).
+    /// (warp-specialized), panels of 16 block-rows; C goes out through a shared tile by TMA
+    /// store (which the third stage's bytes leave room for). Persistent (one block per SM
+    /// looping over tiles): the producer loads the next tile while the consumers finish this
+    /// one. Each k step waits for its own wgmma and frees its stage at once: leaving the
+    /// wgmma running into the next step (`overlap`) frees a stage only after the next one has
+    /// arrived, so one late stage held up the refill of the other (on an H100, NT, 3 + 30
+    /// launches, gpu-notes run 19e/19f: 764 / 789 / 782 / 741 TFLOP/s at 4096³ / 8192³ /
+    /// 6144³ / 4096×8192×2048 against 730 / 756 / 757 / 721 overlapped; persistence itself
+    /// added 1–2.5% once its k steps' stage index became an unsigned division, run 19b).
     pub fn hopper() -> GemmConfig {
         GemmConfig {
             panel: 16,
-            overlap: true,
+            overlap: false,
             warp_specialize: Some(true),
             persistent: Some(0),
             ..GemmConfig::tiles(128, 256, 64, 3, 256)
