@@ -473,6 +473,41 @@ fn fp8_wgmma_gemm_in_sim() {
     }
 }
 
+/// The fp8 per-tensor promoted GEMM as its long-K Hopper default runs it — a producer
+/// warpgroup, 256-deep k tiles, persistent blocks looping over the tiles — with fewer blocks
+/// than tiles (each block takes two rounds) and tails in M, N and K.
+#[test]
+fn fp8_promoted_gemm_warp_specialized_persistent_in_sim() {
+    use fp8_gemm::{Fp8Gemm, Fp8Scaling};
+    let spec = Fp8Gemm {
+        a: F8E4M3,
+        b: F8E4M3,
+        out: BF16,
+        scaling: Fp8Scaling::Tensor,
+        promote: true,
+        overlap_promotion: false,
+    };
+    let long = spec.hopper_tiles();
+    assert_eq!(
+        (long.warp_specialize, long.persistent),
+        (Some(true), Some(0))
+    );
+    let cfg = gemm::GemmConfig {
+        persistent: Some(3),
+        ..long
+    };
+    spec.check_tiles(&cfg).expect("tiles");
+    let k = fp8_gemm::fp8_gemm(spec, cfg);
+    let low = k.lower_aligned(Target::SM90).expect("lowers");
+    assert!(low.attrs.warp_specialized.is_some(), "{low}");
+    // Rows of 16-byte multiples (K = 600), so the launch takes that (TMA) variant.
+    let (m, n, kk) = (150, 300, 600);
+    let e = sim_vs_cpu(&k, Target::SM90, &spec.tensor_shapes(m, n, kk), 21);
+    // bf16 out: the two sums round apart where their order flips a last bit (a wrong tile or
+    // round would be off by the values themselves).
+    assert!(e < 1e-3, "fp8 promoted, specialized, persistent: {e}");
+}
+
 /// A bf16 NT GEMM whose gemm leaves its wgmma pending (`wg_wait(w)`), in a pipelined or a
 /// serial loop, optionally followed by `wait_wgmma(n)` in the body and after the loop.
 fn wg_wait_gemm(pipelined: bool, w: i32, in_body: Option<u32>, after: bool) -> Kernel {

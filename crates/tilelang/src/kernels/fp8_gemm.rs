@@ -142,9 +142,13 @@ impl Fp8Gemm {
             },
             // Warp-specialized (a producer warpgroup; C out by TMA store): 1227 against 1199
             // at 8192³, 1099 against 1081 at 4096³ (docs/performance.md, issue 14).
+            // Persistent (the producer loads the next tile while the consumers promote and
+            // store this one): 1402 against 1248 at 8192³, 1321 against 1119 at 4096³ (3 + 30
+            // launches; 1242 / 1197 and 1319 / 1118 over 200; gpu-notes run 19i).
             (true, Fp8Scaling::Tensor) if long => GemmConfig {
                 panel: 8,
                 warp_specialize: Some(true),
+                persistent: Some(0),
                 ..GemmConfig::tiles(128, 128, 256, 3, 256)
             },
             (true, Fp8Scaling::Tensor) => GemmConfig {
@@ -152,7 +156,8 @@ impl Fp8Gemm {
                 min_blocks: 2,
                 ..GemmConfig::tiles(128, 128, 128, 3, 256)
             },
-            // Warp-specialized: 1134 against 1037 at 8192³, 1018 against 942 at 4096³.
+            // Warp-specialized: 1134 against 1037 at 8192³, 1018 against 942 at 4096³. (Not
+            // persistent: 977 against 1092 at 8192³, gpu-notes run 19i.)
             (true, Fp8Scaling::Blocks) => GemmConfig {
                 panel: 8,
                 warp_specialize: Some(true),
