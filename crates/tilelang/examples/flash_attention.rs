@@ -46,6 +46,10 @@ struct Args {
     /// the tensor cores while the softmax of this one is computed (`AttnConfig::overlap_pv`)
     #[arg(long)]
     overlap_pv: bool,
+    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over query
+    /// tiles (`AttnConfig::persistent`)
+    #[arg(long, num_args = 0..=1, default_missing_value = "0")]
+    persistent: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -73,6 +77,9 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.overlap_pv |= args.overlap_pv;
+        if args.persistent.is_some() {
+            cfg.persistent = args.persistent;
+        }
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)
         } else if args.no_wgmma {

@@ -28,6 +28,9 @@ pub struct AttnConfig {
     /// asynchronously (wgmma); elsewhere each gemm still completes in turn, correct but with
     /// nothing gained.
     pub overlap_pv: bool,
+    /// A persistent grid on GPUs (`TileScope::persistent`): that many blocks (0: one per
+    /// multiprocessor) each loop over query tiles; `None`, one block per query tile.
+    pub persistent: Option<u32>,
 }
 
 impl AttnConfig {
@@ -42,6 +45,7 @@ impl AttnConfig {
             warp_specialize: None,
             ping_pong: false,
             overlap_pv: false,
+            persistent: None,
         }
     }
 
@@ -172,6 +176,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         warp_specialize,
         ping_pong,
         overlap_pv,
+        persistent,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -197,6 +202,9 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 }
                 if ping_pong {
                     t.ping_pong(true);
+                }
+                if let Some(blocks) = persistent {
+                    t.persistent(blocks);
                 }
                 // Causal: the query blocks near the end of the sequence see the most keys, so
                 // they launch first and the light ones fill the tail of the grid.
