@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Per-instruction stall samples of our Hopper GEMM beside TileLang's at one size (GPU machine,
+# Per-instruction stall samples of our Hopper GEMM (the default, persistent, and one block per
+# tile) beside TileLang's at one size (GPU machine,
 # `.gpu/gemm` staged, TileLang's tarball in `.tl` for its side): ncu's SourceCounters and
 # WarpStateStats, then the source page as CSV (one row per SASS instruction, with the warp
 # stall samples by reason), written to $OUT (or /tmp/ncu-source) for reading off the machine.
@@ -22,8 +23,8 @@ dump() {  # name, then the command
 }
 dump ours -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda --m $M --n $N --k $K --layout nt \
   --dtype bf16 --reps 3
-dump ours-persistent -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda --m $M --n $N --k $K \
-  --layout nt --dtype bf16 --reps 3 --persistent
+dump ours-one-block-per-tile -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda --m $M --n $N \
+  --k $K --layout nt --dtype bf16 --reps 3 --no-persistent
 if [ -f .tl/tl-site.tar.xz ]; then
   mkdir -p /tmp/tl-site && tar xJf .tl/tl-site.tar.xz -C /tmp/tl-site || { echo "TileLang tarball did not unpack"; exit 1; }
   cat > /tmp/tilelang_gemm.py <<PY

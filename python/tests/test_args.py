@@ -126,6 +126,20 @@ def test_profiler_checks_and_times(rng):
         kernel.get_profiler().make_inputs()
 
 
+def test_host_stages_time_a_call_in_pieces(rng):
+    """``Executable.host_stages``, the diagnostic behind python/bench/call_breakdown.py: each
+    stage's host time per call; the launch's split (bind, pack, driver) only on CUDA."""
+    import elementwise
+
+    kernel = tilelang.compile(elementwise.elementwise_add(32, 32, 128), target="cpu")
+    a, b, c = (rng.standard_normal((32, 32)).astype(np.float32) for _ in range(3))
+    stages = kernel.executable.host_stages((a, b, c), 20)
+    assert set(stages) == {"convert_us", "stream_us", "launch_us"}
+    assert all(v >= 0 for v in stages.values())
+    assert stages["launch_us"] > 0  # the kernel ran: c = a + b
+    np.testing.assert_allclose(c, a + b, rtol=1e-6)
+
+
 def test_numpy_dtypes_and_byte_order():
     """numpy arrays are read from their struct (dtype by type number, strides, flags); what
     that cannot describe (big-endian) takes the array-interface path and its error."""

@@ -167,7 +167,7 @@ def test_gemm_persistent_in_sim(rng):
     here with a producer warpgroup as the Rust library's Hopper GEMM has; it agrees with numpy
     in the simulator (tails in M and N), and a bad value is refused."""
     func = gemm.matmul(130, 144, 200, 64, 64, 64)
-    configs = {"tl.disable_warp_specialized": False, "tl.persistent": 2}
+    configs = {"tl.disable_warp_specialized": False, "tl.persistent": np.int64(2)}
     kernel = tilelang.compile(func, out_idx=[2], target="sim:sm_90a", pass_configs=configs)
     a = rng.standard_normal((130, 200)).astype(np.float16)
     b = rng.standard_normal((200, 144)).astype(np.float16)
@@ -175,6 +175,6 @@ def test_gemm_persistent_in_sim(rng):
     one_per_tile = func.kernel.with_warp_specialize(True).source("sm_90a")
     looping = func.kernel.with_warp_specialize(True).with_persistent(0).source("sm_90a")
     assert "pblock" in looping and "pblock" not in one_per_tile
-    for bad in (-1, True, "all"):
+    for bad in (-1, True, "all", 2**32):
         with pytest.raises(ValueError, match="tl.persistent"):
             tilelang.compile(func, target="cpu", pass_configs={"tl.persistent": bad})

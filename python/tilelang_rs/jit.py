@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import warnings
 from typing import Any, Callable, Sequence
@@ -71,10 +72,14 @@ def _persistent(pass_configs: dict | None) -> Any:
     v = (pass_configs or {}).get("tl.persistent", _UNSET)
     if v is _UNSET or v is None:
         return v
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise ValueError(f"tl.persistent takes a block count >= 0 (0: one per multiprocessor) "
-                         f"or None, not {v!r}")
-    return v
+    try:
+        n = None if isinstance(v, bool) else operator.index(v)  # numpy ints too
+    except TypeError:
+        n = None
+    if n is None or not 0 <= n < 2**32:
+        raise ValueError(f"tl.persistent takes a block count from 0 (one per multiprocessor) "
+                         f"to 2**32 - 1, or None, not {v!r}")
+    return n
 
 
 def _configure(kernel: Any, pass_configs: dict | None) -> Any:

@@ -1025,17 +1025,23 @@ impl Executable {
         while left > 0 {
             let batch = left.min(64);
             for _ in 0..batch {
+                // As `run_args_on`: a variant binds again (its signature's ABI may differ).
                 let t0 = std::time::Instant::now();
                 let b = self.bind(args)?;
                 let exe = self.variant_for_bound(&b)?;
+                let b = if std::ptr::eq(exe, self) {
+                    b
+                } else {
+                    exe.bind(args)?
+                };
                 let t1 = std::time::Instant::now();
-                let (mut slots, dev) = exe.scratch_slots(k);
-                let mut p = pack_gpu_params_staged(&exe.sig, &b, Some((&mut slots, dev)))?;
-                let t2 = std::time::Instant::now();
                 let kernel = match &exe.module {
                     Module::Cuda(kernel) => kernel,
                     _ => k,
                 };
+                let (mut slots, dev) = exe.scratch_slots(kernel);
+                let mut p = pack_gpu_params_staged(&exe.sig, &b, Some((&mut slots, dev)))?;
+                let t2 = std::time::Instant::now();
                 kernel.launch_on(&mut p, b.grid, exe.sig.threads, Stream::Runtime)?;
                 let t3 = std::time::Instant::now();
                 spent[0] += t1 - t0;
@@ -1105,19 +1111,22 @@ impl Executable {
     /// successful one (only the addresses differ: the usual loop of calls) takes that
     /// binding with the new addresses instead of checking and evaluating again.
     pub fn bind(&self, args: &[Arg]) -> Result<Bound> {
-        let mut memo = match self.bind_memo.0.lock() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
+        let lock = || {
+            self.bind_memo
+                .0
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
-        if let Some(m) = memo.as_ref() {
+        if let Some(m) = lock().as_ref() {
             if m.matches(args, self.device) {
                 let mut b = m.bound.0.clone();
                 b.readdress(args);
                 return Ok(b);
             }
         }
+        // A miss binds without the lock held (other threads' calls need not wait for it).
         let b = bind_args(&self.sig, self.device, args)?;
-        *memo = Some(MemoEntry {
+        *lock() = Some(MemoEntry {
             keys: args.iter().map(|a| ArgKey::of(a, self.device)).collect(),
             bound: MemoBound(b.clone()),
         });
@@ -1157,17 +1166,19 @@ enum ArgKey {
 
 impl ArgKey {
     fn of(a: &Arg, device: Device) -> ArgKey {
-        match (a, TensorView::of(a, device)) {
-            (_, Some(t)) => ArgKey::Tensor {
-                dtype: t.dtype,
-                shape: t.shape.to_vec(),
-                device: t.device,
-                usable: t.usable,
-                contiguous: t.contiguous,
+        match a {
+            Arg::Float(x) => ArgKey::Float(x.to_bits()),
+            Arg::Int(x) => ArgKey::Int(*x),
+            Arg::Tensor(_) | Arg::External(_) => match TensorView::of(a, device) {
+                Some(t) => ArgKey::Tensor {
+                    dtype: t.dtype,
+                    shape: t.shape.to_vec(),
+                    device: t.device,
+                    usable: t.usable,
+                    contiguous: t.contiguous,
+                },
+                None => unreachable!("a tensor argument always has a view"),
             },
-            (Arg::Float(x), None) => ArgKey::Float(x.to_bits()),
-            (Arg::Int(x), None) => ArgKey::Int(*x),
-            (_, None) => ArgKey::Int(0),
         }
     }
 
@@ -1552,6 +1563,62 @@ mod tests {
         let short = Tensor::zeros(&[599], DType::BF16, &cpu).unwrap();
         let e = exe.bind(&args(&x3, &short, 9)).unwrap_err().to_string();
         assert!(e.contains("dimension 0"), "{e}");
+        // The same shape, not contiguous (a transposed view of other memory): refused.
+        exe.bind(&args(&x3, &y3, 9)).unwrap();
+        // SAFETY: x3's 1200 floats, described column by column; only bound, never read.
+        let view = unsafe {
+            ExternalTensor::new(x3.raw_ptr(), DType::F32, vec![300, 4], vec![1, 300], cpu)
+        }
+        .unwrap();
+        let with_view = [
+            Arg::External(&view),
+            Arg::Float(1.5),
+            Arg::Tensor(&y3),
+            Arg::Int(3),
+            Arg::Int(9),
+            Arg::Int(5),
+        ];
+        let e = exe.bind(&with_view).unwrap_err().to_string();
+        assert!(e.contains("not contiguous"), "{e}");
+    }
+
+    /// A hit is what it claims: a matching call gets the remembered binding (marked here),
+    /// scalars match by their bits and kind (-0.0 is not 0.0; an int for a float parameter is
+    /// not the float), and anything else binds afresh.
+    #[test]
+    fn bind_memo_hits_only_on_the_same_key() {
+        let exe = exe_of_sig();
+        let cpu = Device::Cpu;
+        let x = Tensor::zeros(&[100, 4], DType::F32, &cpu).unwrap();
+        let y = Tensor::zeros(&[200], DType::BF16, &cpu).unwrap();
+        let args = |alpha: Arg<'static>, beta: Arg<'static>| {
+            [
+                Arg::Tensor(&x),
+                alpha,
+                Arg::Tensor(&y),
+                beta,
+                Arg::Int(-7),
+                Arg::Int(5),
+            ]
+        };
+        let mark = |exe: &Executable| {
+            let mut m = exe.bind_memo.0.lock().unwrap();
+            m.as_mut().expect("a binding is remembered").bound.0.grid = [99, 1, 1];
+        };
+        exe.bind(&args(Arg::Float(0.0), Arg::Int(3))).unwrap();
+        mark(&exe);
+        let hit = exe.bind(&args(Arg::Float(0.0), Arg::Int(3))).unwrap();
+        assert_eq!(hit.grid, [99, 1, 1], "the same key: the remembered binding");
+        for (alpha, beta) in [
+            (Arg::Float(-0.0), Arg::Int(3)),
+            (Arg::Int(0), Arg::Int(3)),
+            (Arg::Float(0.0), Arg::Float(3.0)),
+        ] {
+            exe.bind(&args(Arg::Float(0.0), Arg::Int(3))).unwrap();
+            mark(&exe);
+            let b = exe.bind(&args(alpha, beta)).unwrap();
+            assert_eq!(b.grid, [2, 1, 1], "another key binds afresh");
+        }
     }
 
     #[test]

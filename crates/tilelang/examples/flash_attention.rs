@@ -48,7 +48,7 @@ struct Args {
     overlap_pv: bool,
     /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over query
     /// tiles (`AttnConfig::persistent`)
-    #[arg(long, num_args = 0..=1, default_missing_value = "0")]
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>)]
     persistent: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
@@ -77,9 +77,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.overlap_pv |= args.overlap_pv;
-        if args.persistent.is_some() {
-            cfg.persistent = args.persistent;
-        }
+        cfg.persistent = args.persistent.or(cfg.persistent);
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)
         } else if args.no_wgmma {

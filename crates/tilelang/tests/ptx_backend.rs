@@ -60,15 +60,22 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
     {
         return;
     }
+    // The GEMM default is warp-specialized (a producer warpgroup, the registers moved to
+    // the consumers by `setmaxnreg`: checked under the consumers' 232, which
+    // `tl_nvrtc::check_with` models since nvJitLink drops the instruction) and persistent.
     let hopper = vec![
         (
             "gemm NT hopper",
             gemm(Layout::NT, BF16, BF16, GemmConfig::hopper()),
         ),
         (
-            "gemm NN hopper, one block per tile",
+            "gemm NN hopper",
+            gemm(Layout::NN, BF16, BF16, GemmConfig::hopper()),
+        ),
+        (
+            "gemm NT hopper, one block per tile",
             gemm(
-                Layout::NN,
+                Layout::NT,
                 BF16,
                 BF16,
                 GemmConfig {
@@ -93,34 +100,7 @@ fn default_kernels_in_ptx_use_the_tensor_cores_unserialized() {
             "attention d64 causal",
             flash_attention(BF16, 64, true, AttnConfig::hopper_for(64, true)),
         ),
-        // Warp-specialized (opt-in): a producer warpgroup, the registers moved to the
-        // consumers by `setmaxnreg` — no spills under the consumers' 232 (checked under that
-        // budget: `tl_nvrtc::check_with` models it, since nvJitLink drops the instruction).
-        (
-            "gemm NT hopper warp-specialized",
-            gemm(
-                Layout::NT,
-                BF16,
-                BF16,
-                GemmConfig {
-                    warp_specialize: Some(true),
-                    ..GemmConfig::hopper()
-                },
-            ),
-        ),
-        (
-            "gemm NT hopper warp-specialized persistent",
-            gemm(
-                Layout::NT,
-                BF16,
-                BF16,
-                GemmConfig {
-                    warp_specialize: Some(true),
-                    persistent: Some(132),
-                    ..GemmConfig::hopper()
-                },
-            ),
-        ),
+        // Attention with a producer warpgroup asked for (d128's default has one; d64's not).
         (
             "attention d128 warp-specialized",
             flash_attention(

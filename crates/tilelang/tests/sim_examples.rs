@@ -760,6 +760,30 @@ fn wgmma_flash_attention_in_sim() {
     }
 }
 
+/// The d128 Hopper attention (a producer warpgroup, 128-key tiles, FlashAttention-3's
+/// overlap) on a persistent grid (`AttnConfig::persistent`): three blocks over the query tiles
+/// of two heads, each taking several rounds; a sequence tail, causal and not.
+#[test]
+fn persistent_hopper_attention_in_sim() {
+    for causal in [false, true] {
+        let cfg = flash_attention::AttnConfig {
+            persistent: Some(3),
+            ..flash_attention::AttnConfig::hopper_for(128, causal)
+        };
+        let k = flash_attention::flash_attention(BF16, 128, causal, cfg);
+        let low = k.lower(Target::SM90).expect("lowers");
+        assert_eq!(low.attrs.persistent_blocks, Some(3), "{low}");
+        let s = vec![1, 2, 300, 128];
+        let e = sim_vs_cpu(
+            &k,
+            Target::SM90,
+            &[s.clone(), s.clone(), s.clone(), s, vec![1, 2, 300]],
+            17,
+        );
+        assert!(e < 1e-2, "persistent attention causal={causal}: {e}");
+    }
+}
+
 /// FlashAttention-3's overlap inside a warpgroup (`AttnConfig::overlap_pv`): P·V of key tile
 /// j − 1 left running while tile j's softmax is computed. Agrees with the CPU backend with one
 /// key tile (the loop runs no step), with tails, causal or not; and the lowered loop really

@@ -215,11 +215,16 @@ impl Emitter {
         else {
             return Err(format!("{op}: no tensor map for `{}`", tensor.name()));
         };
+        Ok(self.param_address(&map))
+    }
+
+    /// The generic address of kernel parameter `name` (a tensor map), in a fresh register.
+    pub(crate) fn param_address(&mut self, name: &str) -> String {
         let r = self.fresh(Class::B64);
-        self.ins(&format!("mov.b64 {r}, {map}"));
-        let map = self.fresh(Class::B64);
-        self.ins(&format!("cvta.param.u64 {map}, {r}"));
-        Ok(map)
+        self.ins(&format!("mov.b64 {r}, {name}"));
+        let generic = self.fresh(Class::B64);
+        self.ins(&format!("cvta.param.u64 {generic}, {r}"));
+        generic
     }
 
     /// A TMA copy's coordinates (outermost first in the IR) as registers, innermost first as

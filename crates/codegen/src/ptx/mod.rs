@@ -148,17 +148,13 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         // The first copy of each tensor map would otherwise wait for the descriptor's fetch.
         let mut names: Vec<String> = em.tmaps.values().cloned().collect();
         names.sort();
-        names.dedup();
         let first = em.pure(
             Class::Pred,
             "setp.eq.s32",
             &[&Val::Reg(tid.clone(), Class::B32), &Val::Int(0)],
         );
         for n in names {
-            let a = em.fresh(Class::B64);
-            em.ins(&format!("mov.b64 {a}, {n}"));
-            let g = em.fresh(Class::B64);
-            em.ins(&format!("cvta.param.u64 {g}, {a}"));
+            let g = em.param_address(&n);
             em.ins(&format!("@{first} prefetch.tensormap [{g}]"));
         }
     }

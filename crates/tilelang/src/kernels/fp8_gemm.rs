@@ -121,7 +121,8 @@ impl Fp8Gemm {
     /// and 3 below (1010 against 849 at 4096×7168×2048). Promoted per-tensor: 128×128 tiles
     /// (two accumulators); at K ≥ 4096 256-deep k tiles in 3 stages, which halve the
     /// promotions (each drains the tensor cores): 1184 against 1066 for 128-deep ones at
-    /// 8192³, 1075 against 948 at 4096³, the error unchanged (1.67e-3); below, two 3-stage
+    /// 8192³, 1075 against 948 at 4096³, the error unchanged (1.67e-3), now with a producer
+    /// warpgroup on a persistent grid (1402 / 1321, gpu-notes run 19i); below, two 3-stage
     /// blocks per SM (953 against 823 for the 256-deep tiles at 4096×7168×2048). Block scaling
     /// promotes every 128 of K by definition: 128-deep tiles in 4 stages (1040 and 813, two
     /// blocks per SM 836 and 745).
