@@ -23,18 +23,6 @@ timeout 200 ncu --clock-control none -k regex:tl_kernel -s 2 -c 1 $S $G/gemm --d
 # TileLang's kernel of the same shape, where its tarball was carried (.tl: bench/tilelang-tarball.sh).
 if [ -f .tl/tl-site.tar.xz ]; then
   mkdir -p /tmp/tl-site && tar xJf .tl/tl-site.tar.xz -C /tmp/tl-site || { echo "TileLang tarball did not unpack"; exit 1; }
-  cat > /tmp/tilelang_gemm.py <<PY
-import sys, torch, tilelang
-sys.path.insert(0, "bench")
-import tilelang_peer as p
-k = tilelang.compile(p.gemm_kernel($M, $N, $K, 128, 256, 64, 3, 256, 10, True), target="cuda")
-a = torch.randn($M, $K, device="cuda", dtype=torch.bfloat16)
-b = torch.randn($N, $K, device="cuda", dtype=torch.bfloat16)
-c = torch.empty($M, $N, device="cuda", dtype=torch.bfloat16)
-for _ in range(3):
-    k(a, b, c)
-torch.cuda.synchronize()
-PY
   echo "== TileLang ${M}x${N}x${K} nt"
-  PYTHONPATH=/tmp/tl-site timeout 200 ncu --clock-control none -k regex:main_kernel -s 2 -c 1 $S python3 /tmp/tilelang_gemm.py 2>&1 | grep -v "^==PROF==" | grep -v "^    ---" | grep -v "TileLang:" | sed 's/  */ /g' | head -150
+  PYTHONPATH=/tmp/tl-site timeout 200 ncu --clock-control none -k regex:main_kernel -s 2 -c 1 $S python3 bench/tilelang_gemm_once.py $M $N $K 2>&1 | grep -v "^==PROF==" | grep -v "^    ---" | grep -v "TileLang:" | sed 's/  */ /g' | head -150
 fi

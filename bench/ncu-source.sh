@@ -27,18 +27,6 @@ dump ours-one-block-per-tile -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda 
   --k $K --layout nt --dtype bf16 --reps 3 --no-persistent
 if [ -f .tl/tl-site.tar.xz ]; then
   mkdir -p /tmp/tl-site && tar xJf .tl/tl-site.tar.xz -C /tmp/tl-site || { echo "TileLang tarball did not unpack"; exit 1; }
-  cat > /tmp/tilelang_gemm.py <<PY
-import sys, torch, tilelang
-sys.path.insert(0, "bench")
-import tilelang_peer as p
-k = tilelang.compile(p.gemm_kernel($M, $N, $K, 128, 256, 64, 3, 256, 10, True), target="cuda")
-a = torch.randn($M, $K, device="cuda", dtype=torch.bfloat16)
-b = torch.randn($N, $K, device="cuda", dtype=torch.bfloat16)
-c = torch.empty($M, $N, device="cuda", dtype=torch.bfloat16)
-for _ in range(3):
-    k(a, b, c)
-torch.cuda.synchronize()
-open("$out/tilelang.cu", "w").write(k.get_kernel_source())
-PY
-  PYTHONPATH=/tmp/tl-site dump tilelang -k regex:main_kernel -s 2 -c 1 python3 /tmp/tilelang_gemm.py
+  PYTHONPATH=/tmp/tl-site dump tilelang -k regex:main_kernel -s 2 -c 1 python3 bench/tilelang_gemm_once.py \
+    $M $N $K --source "$out/tilelang.cu"
 fi
