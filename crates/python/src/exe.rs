@@ -219,31 +219,17 @@ impl PyExecutable {
             std::hint::black_box(self.stream(py, &conv, None)?);
         }
         let stream_us = per_call(t);
-        // Launches in batches on the runtime's stream, drained between batches outside the
-        // timing: a full launch queue would otherwise time the GPU, not the host.
-        let mut launching = std::time::Duration::ZERO;
-        let mut left = n;
-        while left > 0 {
-            let batch = left.min(64);
-            let t = std::time::Instant::now();
-            for _ in 0..batch {
-                self.launch(py, &conv.held, Stream::Runtime)?;
-            }
-            launching += t.elapsed();
-            self.exe.synchronize().map_err(runtime)?;
-            left -= batch;
-        }
-        let launch_us = launching.as_secs_f64() * 1e6 / n as f64;
+        // The launch of converted arguments, stage by stage (`host_launch_profile`).
+        let p = self
+            .exe
+            .host_launch_profile(&args_of(&conv.held), n)
+            .map_err(runtime)?;
         let d = PyDict::new(py);
         d.set_item("convert_us", convert_us)?;
         d.set_item("stream_us", stream_us)?;
-        d.set_item("launch_us", launch_us)?;
+        d.set_item("launch_us", p.bind_us + p.pack_us + p.driver_us)?;
         if self.device().is_cuda() {
             // The launch stage split: binding, packing, the driver's call.
-            let p = self
-                .exe
-                .host_launch_profile(&args_of(&conv.held), n)
-                .map_err(runtime)?;
             d.set_item("bind_us", p.bind_us)?;
             d.set_item("pack_us", p.pack_us)?;
             d.set_item("driver_us", p.driver_us)?;

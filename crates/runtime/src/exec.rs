@@ -357,6 +357,14 @@ pub struct Bound {
     pub shapes: Vec<Vec<i64>>,
 }
 
+/// The stages of a launch, in order, as `Executable::run_args_marked` reports them done.
+#[derive(Clone, Copy)]
+enum LaunchStage {
+    Bound = 0,
+    Packed = 1,
+    Launched = 2,
+}
+
 /// Where a launch's host time goes ([`Executable::host_launch_profile`]), microseconds per
 /// launch.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -365,7 +373,7 @@ pub struct HostLaunchProfile {
     pub bind_us: f64,
     /// Packing the parameter block (tensor maps included).
     pub pack_us: f64,
-    /// The driver's launch call.
+    /// The launch call (the driver's on a GPU; the run on the CPU and in the simulator).
     pub driver_us: f64,
 }
 
@@ -961,13 +969,25 @@ impl Executable {
     /// without a synchronization), which must belong to the executable's device. The CPU and
     /// the simulator run synchronously and take only [`Stream::Runtime`].
     pub fn run_args_on(&self, args: &[Arg], stream: Stream) -> Result<()> {
+        self.run_args_marked(args, stream, &mut |_| {})
+    }
+
+    /// [`run_args_on`](Self::run_args_on), telling `mark` when each stage of the launch is
+    /// done ([`host_launch_profile`](Self::host_launch_profile) times them).
+    fn run_args_marked(
+        &self,
+        args: &[Arg],
+        stream: Stream,
+        mark: &mut dyn FnMut(LaunchStage),
+    ) -> Result<()> {
         // One bind serves both the choice of variant and the launch (a variant binds again:
         // its signature's ABI may differ).
         let b = self.bind(args)?;
         let exe = self.variant_for_bound(&b)?;
         if !std::ptr::eq(exe, self) {
-            return exe.run_args_on(args, stream);
+            return exe.run_args_marked(args, stream, mark);
         }
+        mark(LaunchStage::Bound);
         if stream != Stream::Runtime && !(self.device.is_cuda() || self.device.is_hip()) {
             return Err(RuntimeError::Launch(format!(
                 "kernel `{}` runs on {}, which has no streams; launch it without one",
@@ -975,19 +995,28 @@ impl Executable {
             )));
         }
         match &self.module {
-            Module::Cpu(m) => m.launch(b.ptrs, b.ints, b.floats, b.grid),
+            Module::Cpu(m) => {
+                mark(LaunchStage::Packed);
+                m.launch(b.ptrs, b.ints, b.floats, b.grid)
+            }
             Module::Cuda(k) => {
                 let (mut slots, dev) = self.scratch_slots(k);
                 let mut p = pack_gpu_params_staged(&self.sig, &b, Some((&mut slots, dev)))?;
+                mark(LaunchStage::Packed);
                 k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
             Module::Hip(k) => {
                 crate::hip::check_buffer_ranges(&self.sig, args)?;
                 let mut p = pack_gpu_params(&self.sig, &b)?;
+                mark(LaunchStage::Packed);
                 k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
-            Module::Sim(k) => self.run_sim(k, args)?,
+            Module::Sim(k) => {
+                mark(LaunchStage::Packed);
+                self.run_sim(k, args)?
+            }
         }
+        mark(LaunchStage::Launched);
         Ok(())
     }
 
@@ -1006,47 +1035,26 @@ impl Executable {
         (slots, k.device())
     }
 
-    /// Host time per launch of `args` on a CUDA device, split into its stages, in
-    /// microseconds over `n` launches: checking and binding the arguments (with the choice of
-    /// variant), packing the parameter block, and the driver's launch (`cuLaunchKernel`, with
-    /// making the context current). Launches go to the runtime's stream in batches of 64,
-    /// drained between batches outside the timing (a full launch queue would time the GPU).
-    /// For finding where a call's host time goes; elsewhere than CUDA it is an error.
+    /// Host time per launch of `args`, split into its stages, in microseconds over `n`
+    /// launches on the runtime's stream: checking and binding the arguments (with the choice
+    /// of variant), packing the parameter block, and the launch itself (on CUDA the driver's
+    /// `cuLaunchKernel`, with making the context current; on the CPU and in the simulator the
+    /// run). Launches go in batches of 64, drained between batches outside the timing (a full
+    /// launch queue would time the GPU). For finding where a call's host time goes.
     pub fn host_launch_profile(&self, args: &[Arg], n: usize) -> Result<HostLaunchProfile> {
-        let Module::Cuda(k) = &self.module else {
-            return Err(RuntimeError::Launch(format!(
-                "kernel `{}` runs on {}: the launch profile is for CUDA devices",
-                self.sig.name, self.device
-            )));
-        };
         let n = n.max(1);
         let mut spent = [std::time::Duration::ZERO; 3];
         let mut left = n;
         while left > 0 {
             let batch = left.min(64);
             for _ in 0..batch {
-                // As `run_args_on`: a variant binds again (its signature's ABI may differ).
-                let t0 = std::time::Instant::now();
-                let b = self.bind(args)?;
-                let exe = self.variant_for_bound(&b)?;
-                let b = if std::ptr::eq(exe, self) {
-                    b
-                } else {
-                    exe.bind(args)?
-                };
-                let t1 = std::time::Instant::now();
-                let kernel = match &exe.module {
-                    Module::Cuda(kernel) => kernel,
-                    _ => k,
-                };
-                let (mut slots, dev) = exe.scratch_slots(kernel);
-                let mut p = pack_gpu_params_staged(&exe.sig, &b, Some((&mut slots, dev)))?;
-                let t2 = std::time::Instant::now();
-                kernel.launch_on(&mut p, b.grid, exe.sig.threads, Stream::Runtime)?;
-                let t3 = std::time::Instant::now();
-                spent[0] += t1 - t0;
-                spent[1] += t2 - t1;
-                spent[2] += t3 - t2;
+                let mut at = [std::time::Instant::now(); 4];
+                self.run_args_marked(args, Stream::Runtime, &mut |stage| {
+                    at[stage as usize + 1] = std::time::Instant::now();
+                })?;
+                for (s, w) in spent.iter_mut().zip(at.windows(2)) {
+                    *s += w[1] - w[0];
+                }
             }
             self.synchronize()?;
             left -= batch;
