@@ -88,8 +88,21 @@ def main():
             t.is_cuda
             t.get_device()
 
+    to_dlpack = torch._C._to_dlpack
+    sleep = torch.cuda._sleep
+
+    def dlpacks():
+        for t in args:
+            to_dlpack(t)
+
+    def one_read(name, call):
+        if call:
+            return lambda: getattr(a, name)()
+        return lambda: getattr(a, name)
+
     rows = [
         ("torch.add(a, b, out=c)", lambda: torch.add(a, b, out=c)),
+        ("torch: a bare launch (cuda._sleep(0))", lambda: sleep(0)),
         ("torch.add(a, b) (allocating)", lambda: torch.add(a, b)),
         ("ours: kernel(a, b, c)", lambda: k(a, b, c)),
         ("ours: allocating kernel(a, b)", lambda: alloc(a, b)),
@@ -97,6 +110,14 @@ def main():
         ("ours: Executable.run, stream given", lambda: exe.run(args, stream)),
         ("torch: 6 reads x 3 tensors", reads),
         ("torch: current raw stream", lambda: raw_stream(0)),
+        ("torch: _to_dlpack x 3 tensors", dlpacks),
+        ("torch: a.data_ptr()", one_read("data_ptr", True)),
+        ("torch: a.shape", one_read("shape", False)),
+        ("torch: a.stride()", one_read("stride", True)),
+        ("torch: a.dtype", one_read("dtype", False)),
+        ("torch: a.is_cuda", one_read("is_cuda", False)),
+        ("torch: a.get_device()", one_read("get_device", True)),
+        ("torch: a.device", one_read("device", False)),
         ("python: empty call", lambda: None),
     ]
     print(f"{'':38} {'host':>9} {'back to back':>14}")
