@@ -9,8 +9,8 @@ to back (drained once: the host's time or the GPU's, whichever is longer), the 3
 elementwise add (symbolic M, N) beside ``torch.add(a, b, out=c)``, peeling the call one layer
 at a time:
 
-- the whole call (``JITKernel.__call__``), the native launcher without the Python wrapper,
-  the native ``Executable.run`` with the stream given (no query of torch's current stream);
+- the whole call (``JITKernel`` subclasses the native launcher: no Python frame), the native
+  ``Executable.run`` with the stream given (no query of torch's current stream);
 - the native stages alone (``Executable.host_stages``): converting the three tensors,
   asking torch for its current stream, and launching converted arguments (bind, pack,
   ``cuLaunchKernel``);
@@ -74,7 +74,6 @@ def main():
     torch.cuda.synchronize()
     torch.testing.assert_close(c, a + b)
     exe = k.executable
-    launcher = k._call
     args = (a, b, c)
     stream = torch.cuda.current_stream().cuda_stream
     raw_stream = torch._C._cuda_getCurrentRawStream
@@ -106,7 +105,6 @@ def main():
         ("torch.add(a, b) (allocating)", lambda: torch.add(a, b)),
         ("ours: kernel(a, b, c)", lambda: k(a, b, c)),
         ("ours: allocating kernel(a, b)", lambda: alloc(a, b)),
-        ("ours: native launcher (no wrapper)", lambda: launcher(args, None)),
         ("ours: Executable.run, stream given", lambda: exe.run(args, stream)),
         ("torch: 6 reads x 3 tensors", reads),
         ("torch: current raw stream", lambda: raw_stream(0)),
@@ -118,6 +116,10 @@ def main():
         ("torch: a.is_cuda", one_read("is_cuda", False)),
         ("torch: a.get_device()", one_read("get_device", True)),
         ("torch: a.device", one_read("device", False)),
+        ("torch.empty(shape, dtype=, device=)",
+         lambda: torch.empty((32, 32), dtype=torch.float32, device=a.device)),
+        ("torch: a.new_empty(shape)", lambda: a.new_empty((32, 32))),
+        ("torch: a.new_empty(shape, dtype=)", lambda: a.new_empty((32, 32), dtype=torch.float32)),
         ("python: empty call", lambda: None),
     ]
     print(f"{'':38} {'host':>9} {'back to back':>14}")

@@ -74,6 +74,10 @@ def fake_torch() -> types.ModuleType:
         def get_device(self):
             return -1
 
+        def new_empty(self, shape, dtype=None):
+            dt = self.dtype if dtype is None else dtype
+            return Tensor(np.empty(shape, np_of[dt]), dt)
+
     def empty(shape, dtype=None, device=None):
         return Tensor(np.empty(shape, np_of[dtype]), dtype)
 

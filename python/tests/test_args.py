@@ -162,3 +162,107 @@ def test_numpy_dtypes_and_byte_order():
         k(x.astype(">i8"))
     with pytest.raises(ValueError, match="not contiguous"):
         k(np.arange(200, dtype=np.int64)[::2])
+
+
+# A stand-in for torch (none in CI): `torch._C._to_dlpack` is numpy's `__dlpack__`, so the
+# conversion reads a real DLPack capsule. In mode "dlpack" every attribute read but `dtype`
+# raises, so a result proves the capsule was read; in mode "attrs" `_to_dlpack` raises and
+# the attributes must be read instead. Run in a subprocess: the package keeps the torch it
+# found for the life of the process.
+_STANDIN_TORCH = r'''
+import sys, types
+import numpy as np
+mode = sys.argv[1]
+torch = types.ModuleType("torch")
+C = types.ModuleType("torch._C")
+
+class dtype:
+    def __init__(self, name):
+        self.name = name
+
+torch.float32 = dtype("float32")
+
+def attr(value):
+    def read(self):
+        if mode == "dlpack":
+            raise AssertionError("read through DLPack, not attributes")
+        return value(self)
+    return property(read)
+
+class Tensor:
+    def __init__(self, a):
+        self._a = a
+    dtype = torch.float32
+    shape = attr(lambda t: tuple(t._a.shape))
+    is_cpu = attr(lambda t: True)
+    is_cuda = attr(lambda t: False)
+    data_ptr = attr(lambda t: lambda: t._a.ctypes.data)
+    stride = attr(lambda t: lambda: tuple(s // 4 for s in t._a.strides))
+
+    def new_empty(self, shape, dtype=None):
+        return Tensor(np.empty(shape, np.float32))
+
+def to_dlpack(t):
+    if mode != "dlpack":
+        raise RuntimeError("no DLPack here")
+    return t._a.__dlpack__()
+
+C._to_dlpack = to_dlpack
+torch._C = C
+torch.Tensor = Tensor
+torch.empty = lambda shape, dtype=None, device=None: Tensor(np.empty(shape, np.float32))
+sys.modules["torch"] = torch
+
+import tilelang_rs as tilelang
+from tilelang_rs import language as T
+N = T.symbolic("N")
+
+@T.prim_func
+def axpy(X: T.Tensor((N, 4), "float32"), Y: T.Tensor((N, 4), "float32"), a: T.float32):
+    with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
+        for i, j in T.Parallel(16, 4):
+            if bx * 16 + i < N:
+                Y[bx * 16 + i, j] = Y[bx * 16 + i, j] + a * X[bx * 16 + i, j]
+
+@T.prim_func
+def add(A: T.Tensor((N, 4), "float32"), B: T.Tensor((N, 4), "float32"),
+        C: T.Tensor((N, 4), "float32")):
+    with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
+        for i, j in T.Parallel(16, 4):
+            if bx * 16 + i < N:
+                C[bx * 16 + i, j] = A[bx * 16 + i, j] + B[bx * 16 + i, j]
+
+k = tilelang.compile(axpy, target="cpu")
+rng = np.random.default_rng(0)
+big = rng.standard_normal((40, 4)).astype(np.float32)
+x = rng.standard_normal((37, 4)).astype(np.float32)
+y0 = big[2:39].copy()
+k(Tensor(x), Tensor(big[2:39]), 2.0)  # a view at an offset: the capsule's address is the view's
+np.testing.assert_allclose(big[2:39], y0 + 2 * x, rtol=1e-6)
+try:
+    k(Tensor(x), Tensor(np.zeros((37, 8), np.float32)[:, ::2]), 1.0)
+except ValueError as e:
+    assert "contiguous" in str(e), e
+else:
+    raise AssertionError("a strided view was taken")
+c = tilelang.compile(add, out_idx=[2], target="cpu")(Tensor(x), Tensor(x))  # new_empty
+assert isinstance(c, Tensor) and c._a.shape == (37, 4)
+np.testing.assert_allclose(c._a, 2 * x, rtol=1e-6)
+print("ok")
+'''
+
+
+@pytest.mark.parametrize("mode", ["dlpack", "attrs"])
+def test_torch_tensors_are_read_through_dlpack(mode, tmp_path):
+    """torch tensors are described by one `_to_dlpack` capsule (address at a view's offset,
+    shape, strides, device) where torch offers it; attributes otherwise."""
+    import subprocess
+    import sys
+
+    if not hasattr(np.empty(1), "__dlpack__"):
+        pytest.skip("numpy without __dlpack__")
+    script = tmp_path / "standin_torch.py"  # the tracer reads kernels from their file
+    script.write_text(_STANDIN_TORCH)
+    r = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

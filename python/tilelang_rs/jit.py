@@ -134,34 +134,37 @@ def _normalize_out_idx(out_idx: Any, n: int) -> list[int]:
     return sorted(set(out))
 
 
-class JITKernel:
+class JITKernel(_native.Launcher):
     """A compiled kernel. Call it on numpy arrays (CPU kernels) or torch tensors (CPU or CUDA):
     arguments are passed by address, the parameters in ``out_idx`` are allocated with the
     inputs' library and returned, CUDA launches go to torch's current stream, and symbolic
-    sizes take their values from the arguments."""
+    sizes take their values from the arguments.
 
-    def __init__(self, func: PrimFunc, out_idx: Any = None, target: str = "auto",
-                 pass_configs: dict | None = None):
+    ``kernel(*args, stream=None)`` is the native launcher's own call (this class subclasses
+    it): argument conversion, output allocation, the launch and the return value happen in
+    one native call, with no Python frame in between."""
+
+    def __new__(cls, func: PrimFunc, out_idx: Any = None, target: str = "auto",
+                pass_configs: dict | None = None) -> "JITKernel":
         if not isinstance(func, PrimFunc):
             raise TypeError(f"expected a @T.prim_func, got {type(func).__name__}")
-        self.prim_func = func
-        self.kernel = func.kernel
-        self.params = func.params
-        self.out_idx = _normalize_out_idx(out_idx, len(func.params))
-        for i in self.out_idx:
-            if self.params[i].kind != "tensor":
-                raise ValueError(f"out_idx names `{self.params[i].name}`, a scalar parameter")
-        self.device = _native.resolve_device(_device(target))
+        outs = _normalize_out_idx(out_idx, len(func.params))
+        for i in outs:
+            if func.params[i].kind != "tensor":
+                raise ValueError(f"out_idx names `{func.params[i].name}`, a scalar parameter")
+        device = _native.resolve_device(_device(target))
         dump, cache = _options(pass_configs)
-        self.kernel = _configure(self.kernel, pass_configs)
-        self._exe = self.kernel.compile(self.device, cache, dump)
-        self.target = self.device
-        # The per-call path is one native call (argument conversion, output allocation, the
-        # launch and the return value all in Rust).
-        self._call = _native.Launcher(self._exe, self.out_idx)
-
-    def __call__(self, *args: Any, stream: int | None = None) -> Any:
-        return self._call(args, stream)
+        kernel = _configure(func.kernel, pass_configs)
+        exe = kernel.compile(device, cache, dump)
+        self = super().__new__(cls, exe, outs)
+        self.prim_func = func
+        self.params = func.params
+        self.out_idx = outs
+        self.device = device
+        self.kernel = kernel
+        self._exe = exe
+        self.target = device
+        return self
 
     @property
     def executable(self) -> "_native.Executable":

@@ -2,7 +2,7 @@
 //! `__array_interface__`, torch tensors through their data pointer, shape, strides, dtype and
 //! device, anything else with `__cuda_array_interface__` (CuPy, Numba) as CUDA memory. The
 //! result is an [`ExternalTensor`] that the runtime's `bind_args` checks like its own tensors.
-//! Outputs to allocate are made by the library of the inputs (`numpy.empty`, `torch.empty`).
+//! Outputs to allocate are made by the library of the inputs (`numpy.empty`, torch's `new_empty`).
 
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -11,6 +11,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
 use tl_ir::{DType, Role};
 use tl_runtime::{Device, ExternalTensor};
 
+use crate::dlpack::{DlPlace, DlView};
 use crate::error::{type_error, value_error};
 
 /// What the executable knows of a parameter.
@@ -45,10 +46,11 @@ pub struct Converted {
 
 struct Torch {
     tensor: Py<PyAny>,
-    empty: Py<PyAny>,
     dtypes: Vec<(Py<PyAny>, DType)>,
     /// `torch._C._cuda_getCurrentRawStream(index)` (an int), when torch has CUDA.
     raw_stream: Option<Py<PyAny>>,
+    /// `torch._C._to_dlpack`, which describes a tensor in one call ([`crate::dlpack`]).
+    to_dlpack: Option<Py<PyAny>>,
 }
 
 static NUMPY: PyOnceLock<Option<(Py<PyAny>, Py<PyAny>)>> = PyOnceLock::new();
@@ -103,9 +105,14 @@ fn torch(py: Python<'_>) -> Option<&Torch> {
             .and_then(|c| c.getattr("_cuda_getCurrentRawStream"))
             .ok()
             .map(Bound::unbind);
+        let to_dlpack = torch
+            .getattr("_C")
+            .and_then(|c| c.getattr("_to_dlpack"))
+            .ok()
+            .map(Bound::unbind);
         Ok(Torch {
+            to_dlpack,
             tensor: torch.getattr("Tensor")?.unbind(),
-            empty: torch.getattr("empty")?.unbind(),
             dtypes,
             raw_stream,
         })
@@ -345,6 +352,35 @@ fn from_torch(
     i: usize,
 ) -> PyResult<(ExternalTensor, Option<i64>)> {
     let py = obj.py();
+    let dt = obj.getattr(intern!(py, "dtype"))?;
+    let dtype = t
+        .dtypes
+        .iter()
+        .find(|(o, _)| o.bind(py).is(&dt))
+        .map(|(_, d)| *d)
+        .ok_or_else(|| type_error(bad(i, p, format!("tensors of {dt} are not supported"))))?;
+    if let Some(v) = dlpack_view(t, obj, dtype) {
+        let (device, gpu) = match v.place {
+            DlPlace::Cpu => (Device::Cpu, None),
+            // ROCm builds of torch call AMD GPUs `cuda` too.
+            DlPlace::Gpu(idx) if exe_device.is_hip() => {
+                (Device::Hip(idx.max(0) as usize), Some(idx))
+            }
+            DlPlace::Gpu(idx) => (Device::Cuda(idx.max(0) as usize), Some(idx)),
+        };
+        // SAFETY: as below, from torch's DLPack description of the same tensor.
+        let ext = unsafe {
+            ExternalTensor::new(
+                v.ptr as *mut std::ffi::c_void,
+                dtype,
+                v.shape,
+                v.strides,
+                device,
+            )
+        }
+        .map_err(|e| value_error(bad(i, p, e.to_string())))?;
+        return Ok((ext, gpu));
+    }
     let ptr: usize = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
     let shape: Vec<usize> = ints_of(&obj.getattr(intern!(py, "shape"))?)?
         .into_iter()
@@ -354,13 +390,6 @@ fn from_torch(
         .into_iter()
         .map(|n| n as isize)
         .collect();
-    let dt = obj.getattr(intern!(py, "dtype"))?;
-    let dtype = t
-        .dtypes
-        .iter()
-        .find(|(o, _)| o.bind(py).is(&dt))
-        .map(|(_, d)| *d)
-        .ok_or_else(|| type_error(bad(i, p, format!("tensors of {dt} are not supported"))))?;
     // A CPU kernel asks `is_cpu` first: one attribute read for the tensors it takes.
     if exe_device.is_host() && obj.getattr(intern!(py, "is_cpu"))?.is_truthy()? {
         // SAFETY: as below.
@@ -402,6 +431,17 @@ fn from_torch(
         unsafe { ExternalTensor::new(ptr as *mut std::ffi::c_void, dtype, shape, strides, device) }
             .map_err(|e| value_error(bad(i, p, e.to_string())))?;
     Ok((ext, gpu))
+}
+
+/// `tensor` through DLPack when torch offers it and the dtype is one DLPack describes
+/// plainly (not the float8 formats, whose DLPack codes torch versions disagree on).
+fn dlpack_view(t: &Torch, tensor: &Bound<'_, PyAny>, dtype: DType) -> Option<DlView> {
+    if matches!(dtype, DType::F8E4M3 | DType::F8E5M2) {
+        return None;
+    }
+    let f = t.to_dlpack.as_ref()?;
+    let v = crate::dlpack::view(f.bind(tensor.py()), tensor)?;
+    (v.bits as usize == dtype.bytes() * 8).then_some(v)
 }
 
 /// A tuple of ints (torch's `Size` is a tuple subclass, `stride()` a tuple) read item by
@@ -527,11 +567,16 @@ pub fn allocate<'py>(
                 .find(|(_, d)| *d == dtype)
                 .map(|(o, _)| o.bind(py).clone())
                 .ok_or_else(|| type_error(format!("torch has no {}", crate::expr::dtype_name(dtype))))?;
-            let device = args.get_item(i)?.getattr(intern!(py, "device"))?;
+            // `new_empty` on the first torch argument takes its device (and, when the dtypes
+            // agree, its dtype) from the tensor: no `device` read and no keyword dict, about
+            // half of `torch.empty(shape, dtype=, device=)`'s host time.
+            let like = args.get_item(i)?;
+            if like.getattr(intern!(py, "dtype"))?.is(&dt) {
+                return like.call_method1(intern!(py, "new_empty"), (shape,));
+            }
             let kw = PyDict::new(py);
             kw.set_item(intern!(py, "dtype"), dt)?;
-            kw.set_item(intern!(py, "device"), device)?;
-            t.empty.bind(py).call((shape,), Some(&kw))
+            like.call_method(intern!(py, "new_empty"), (shape,), Some(&kw))
         }
         Some(Lib::Other) => Err(type_error(
             "outputs are allocated with numpy or torch; pass every tensor of other libraries explicitly",

@@ -364,9 +364,11 @@ impl PyExecutable {
     }
 }
 
-/// A compiled kernel's call as `JITKernel` makes it: `launcher(args, stream)` with the
-/// outputs to allocate fixed once, returning None, the one output, or a list of them.
-#[pyclass(name = "Launcher", module = "tilelang_rs._native", frozen)]
+/// A compiled kernel's call: `launcher(*args, stream=None)` with the outputs to allocate
+/// fixed once, returning None, the one output, or a list of them. `JITKernel` is a Python
+/// subclass, so that calling a kernel goes straight here (no Python frame in between: a
+/// quarter of a microsecond a call).
+#[pyclass(name = "Launcher", module = "tilelang_rs._native", frozen, subclass)]
 pub struct Launcher {
     exe: Py<PyExecutable>,
     out_idx: Vec<usize>,
@@ -379,7 +381,7 @@ impl Launcher {
         Launcher { exe, out_idx }
     }
 
-    #[pyo3(signature = (args, stream=None))]
+    #[pyo3(signature = (*args, stream=None))]
     fn __call__<'py>(
         &self,
         py: Python<'py>,

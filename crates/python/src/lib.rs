@@ -12,6 +12,7 @@ use pyo3::prelude::*;
 
 mod args;
 mod builder;
+mod dlpack;
 mod error;
 mod exe;
 mod expr;
