@@ -3,7 +3,9 @@ a call must cost no more host time than a torch eager op on the same tensors).
 
     python python/bench/call_breakdown.py [--n 20000]
 
-Times, in microseconds per call (best of 5 rounds of ``n`` calls), two ways: the host's own
+First ours beside torch's in alternation (the medians of 21 rounds each and of the per-round
+ratios: hosts of one machine kind vary by 40% between calls and drift within one), then,
+in microseconds per call (best of 5 rounds of ``n`` calls), two ways: the host's own
 time (calls in batches of 64, the queue drained between batches outside the timing) and back
 to back (drained once: the host's time or the GPU's, whichever is longer), the 32x32 fp32
 elementwise add (symbolic M, N) beside ``torch.add(a, b, out=c)``, peeling the call one layer
@@ -21,6 +23,7 @@ at a time:
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -61,6 +64,41 @@ def per_call_us(fn, n, host_only):
             spent = time.perf_counter() - t_all
         best = min(best, spent / n * 1e6)
     return best
+
+
+def batch_us(fn, calls):
+    """Host microseconds per call of ``calls`` calls in batches of 64, the queue drained
+    between batches outside the timing."""
+    spent = 0.0
+    done = 0
+    while done < calls:
+        batch = min(64, calls - done)
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            fn()
+        spent += time.perf_counter() - t0
+        torch.cuda.synchronize()
+        done += batch
+    return spent / calls * 1e6
+
+
+def interleaved(pairs, rounds=21, calls=2048):
+    """Each (ours, torch's) pair timed in alternation, ``rounds`` times: a busy or slowing
+    host then weighs on both sides alike. Returns, per pair, the medians of ours and of
+    torch's, and the median of the per-round ratios."""
+    out = []
+    for ours, theirs in pairs:
+        for fn in (ours, theirs):
+            for _ in range(200):
+                fn()
+        torch.cuda.synchronize()
+        a, b = [], []
+        for _ in range(rounds):
+            a.append(batch_us(ours, calls))
+            b.append(batch_us(theirs, calls))
+        ratios = sorted(x / y for x, y in zip(a, b))
+        out.append((statistics.median(a), statistics.median(b), ratios[len(ratios) // 2]))
+    return out
 
 
 def main():
@@ -122,6 +160,13 @@ def main():
         ("torch: a.new_empty(shape, dtype=)", lambda: a.new_empty((32, 32), dtype=torch.float32)),
         ("python: empty call", lambda: None),
     ]
+    print("interleaved (21 rounds of 2048 calls each side, medians):")
+    for name, (o, t, r) in zip(
+            ("in place: ours kernel(a, b, c) / torch.add(a, b, out=c)",
+             "allocating: ours kernel(a, b) / torch.add(a, b)"),
+            interleaved([(lambda: k(a, b, c), lambda: torch.add(a, b, out=c)),
+                         (lambda: alloc(a, b), lambda: torch.add(a, b))])):
+        print(f"  {name}: {o:.2f} / {t:.2f} us, ratio {r:.2f}", flush=True)
     print(f"{'':38} {'host':>9} {'back to back':>14}")
     for name, fn in rows:
         print(f"{name:38} {per_call_us(fn, n, True):6.2f} us {per_call_us(fn, n, False):11.2f} us",

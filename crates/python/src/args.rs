@@ -485,7 +485,10 @@ pub fn convert_one(
         return Ok(());
     }
     let ty = obj.get_type();
-    if let Some((ndarray, _)) = numpy(py) {
+    // A plain torch tensor is recognized by its type before numpy's subclass test runs (once
+    // a torch tensor has been seen: before, looking torch up would cost numpy's callers).
+    let exact_tensor = TORCH.get(py).is_some_and(|t| ty.is(t.tensor.bind(py)));
+    if let Some((ndarray, _)) = numpy(py).filter(|_| !exact_tensor) {
         if ty.is(ndarray.bind(py)) || obj.is_instance(ndarray.bind(py))? {
             if let Some(t) = from_ndarray(obj, p, i) {
                 conv.held.push(Held::Ext(t?));
@@ -500,7 +503,7 @@ pub fn convert_one(
         }
     }
     if let Some(t) = torch(py) {
-        if ty.is(t.tensor.bind(py)) || obj.is_instance(t.tensor.bind(py))? {
+        if exact_tensor || obj.is_instance(t.tensor.bind(py))? {
             let (ext, gpu) = from_torch(t, obj, device, p, i)?;
             conv.held.push(Held::Ext(ext));
             conv.lib.get_or_insert(Lib::Torch(i));
