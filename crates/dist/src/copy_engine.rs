@@ -94,8 +94,9 @@ pub struct GatherBuffers {
     pub out: SymmetricBuffer,
     pub flags: SymmetricBuffer,
     pub ready: SymmetricBuffer,
-    /// What a call adds to a peer's flag: the kernel's blocks per peer (each adds 1), so a
-    /// flag reads `epoch · flag_per_call` after call `epoch` whichever of the two made it.
+    /// What a call adds to a peer's flag: the kernel's count per call
+    /// (`tilelang::kernels::dist::ARRIVALS_PER_CALL`, whatever its blocks per peer), so a flag
+    /// reads `epoch · flag_per_call` (mod 2^32) after call `epoch` whichever of the two made it.
     pub flag_per_call: u32,
 }
 

@@ -7,7 +7,7 @@
 use tilelang::dsl::SignalOp;
 use tilelang::ir::{MemScope, MemSem};
 use tilelang::kernels::dist::{
-    all_gather, all_gather_by, Transfer, ALL_GATHER_BLOCKS_PER_PEER as G,
+    all_gather, all_gather_by, Transfer, ALL_GATHER_BLOCKS_PER_PEER as G, ARRIVALS_PER_CALL,
 };
 use tilelang::prelude::*;
 use tilelang::Target;
@@ -19,16 +19,22 @@ const TARGETS: [Target; 2] = [Target::SM80, Target::SM90];
 /// clocks for 4096 threads).
 const G_SMALL: i64 = 16;
 
+/// A flag's value after `calls` calls (each call counts `ARRIVALS_PER_CALL`, modulo 2^32), as
+/// the i32 the flag buffers hold.
+fn flag_after(calls: i64) -> f64 {
+    (calls.wrapping_mul(ARRIVALS_PER_CALL) as u32 as i32) as f64
+}
+
 /// Rank `r`'s shard: values no other rank has.
 fn shard(r: usize, n: usize) -> Vec<f64> {
     (0..n).map(|i| (r * 1000 + i) as f64 * 0.5).collect()
 }
 
-fn all_gather_args(r: usize, ranks: usize, n: usize, epoch: i64, flags: i64) -> Vec<SimArg> {
+fn all_gather_args(r: usize, ranks: usize, n: usize, epoch: i64, flags: f64) -> Vec<SimArg> {
     vec![
         SimArg::tensor(F32, &[n], &shard(r, n)),
         SimArg::tensor(F32, &[ranks, n], &vec![f64::NAN; ranks * n]),
-        SimArg::tensor(I32, &[ranks], &vec![flags as f64; ranks]),
+        SimArg::tensor(I32, &[ranks], &vec![flags; ranks]),
         SimArg::zeros(I32, &[ranks]),
         SimArg::Int(epoch),
         SimArg::Int(r as i64),
@@ -46,7 +52,7 @@ fn all_gather_on_1_2_and_4_ranks() {
             // 37 elements: not a multiple of the vector, so the copy is element-wise.
             for n in [37usize, 64] {
                 let mut args: Vec<Vec<SimArg>> = (0..ranks)
-                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0.0))
                     .collect();
                 tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
                     .unwrap_or_else(|e| panic!("{target}, {ranks} ranks, N={n}: {e}"));
@@ -57,8 +63,12 @@ fn all_gather_on_1_2_and_4_ranks() {
                         want,
                         "rank {r} of {ranks}, N={n}, {target}"
                     );
-                    // Every one of a peer's G parts counts once.
-                    assert_eq!(a[2].to_f64(I32), vec![G as f64; ranks], "flags on rank {r}");
+                    // A peer's G parts together count one call.
+                    assert_eq!(
+                        a[2].to_f64(I32),
+                        vec![flag_after(1); ranks],
+                        "flags on rank {r}"
+                    );
                 }
             }
         }
@@ -87,7 +97,7 @@ fn all_gather_by_every_transfer() {
             let calls: Vec<Vec<(&str, i64)>> = (1..=calls_n).map(|e| vec![("epoch", e)]).collect();
             for n in [37usize, 200] {
                 let mut args: Vec<Vec<SimArg>> = (0..ranks)
-                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0.0))
                     .collect();
                 let rep =
                     tl_sim::run_ranks_calls(&lowered, &mut args, &calls, &SimOptions::default())
@@ -102,7 +112,7 @@ fn all_gather_by_every_transfer() {
                     );
                     assert_eq!(
                         a[2].to_f64(I32),
-                        vec![(calls_n * G_SMALL) as f64; ranks],
+                        vec![flag_after(calls_n); ranks],
                         "{how:?}: flags on rank {r}"
                     );
                 }
@@ -151,12 +161,15 @@ fn warp_copies_need_whole_warps() {
         .is_ok());
 }
 
-/// The second call (epoch 2) works on flags the first left at G, without a reset.
+/// The second call (epoch 2) works on flags the first left at one call's count, without a
+/// reset.
 #[test]
 fn all_gather_epochs_need_no_reset() {
     let k = all_gather(F32, 32);
     let lowered = k.lower(Target::SM90).expect("lower");
-    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 2, 16, 2, G)).collect();
+    let mut args: Vec<Vec<SimArg>> = (0..2)
+        .map(|r| all_gather_args(r, 2, 16, 2, flag_after(1)))
+        .collect();
     tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("epoch 2");
     assert_eq!(args[0][1].to_f64(F32), args[1][1].to_f64(F32));
 }
@@ -170,8 +183,8 @@ fn a_wait_nothing_satisfies_is_a_reported_deadlock() {
     let lowered = k.lower(Target::SM90).expect("lower");
     // Rank 1 signals epoch 1 while rank 0 waits for epoch 2.
     let mut args = vec![
-        all_gather_args(0, 2, 8, 2, 0),
-        all_gather_args(1, 2, 8, 1, 0),
+        all_gather_args(0, 2, 8, 2, 0.0),
+        all_gather_args(1, 2, 8, 1, 0.0),
     ];
     let e = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
         .expect_err("rank 0 cannot finish");
@@ -180,7 +193,11 @@ fn a_wait_nothing_satisfies_is_a_reported_deadlock() {
     assert!(
         msg.contains("rank 0")
             && msg.contains("`READY`[1] on rank 0 >= 2 (it is 1)")
-            && msg.contains(&format!("`FLAGS`[0] on rank 0 >= {} (it is {G})", 2 * G)),
+            && msg.contains(&format!(
+                "`FLAGS`[0] on rank 0 >= {} (it is {})",
+                flag_after(2),
+                flag_after(1)
+            )),
         "{msg}"
     );
     // Blocks stuck alike make one line: the G that push to rank 1 wait at the handshake.
@@ -201,8 +218,8 @@ fn rank_arguments_are_checked() {
     let k = all_gather(F32, 32);
     let lowered = k.lower(Target::SM90).expect("lower");
     let mut args = vec![
-        all_gather_args(0, 2, 8, 1, 0),
-        all_gather_args(0, 2, 8, 1, 0),
+        all_gather_args(0, 2, 8, 1, 0.0),
+        all_gather_args(0, 2, 8, 1, 0.0),
     ];
     let e =
         tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect_err("two rank 0s");
@@ -212,8 +229,8 @@ fn rank_arguments_are_checked() {
         "{e}"
     );
     let mut bad = vec![
-        all_gather_args(0, 2, 8, 1, 0),
-        all_gather_args(1, 2, 9, 1, 0),
+        all_gather_args(0, 2, 8, 1, 0.0),
+        all_gather_args(1, 2, 9, 1, 0.0),
     ];
     let e =
         tl_sim::run_ranks(&lowered, &mut bad, &SimOptions::default()).expect_err("sizes differ");
@@ -581,11 +598,7 @@ fn ag_gemm_args(
         SimArg::tensor(BF16, &[n, k], &pattern(100 + r, n * k)),
         SimArg::tensor(BF16, &[ranks, m, k], &vec![f64::NAN; ranks * m * k]),
         SimArg::tensor(F32, &[ranks, m, n], &vec![f64::NAN; ranks * m * n]),
-        SimArg::tensor(
-            I32,
-            &[ranks, tm],
-            &vec![((epoch - 1) * n.div_ceil(64) as i64) as f64; ranks * tm],
-        ),
+        SimArg::tensor(I32, &[ranks, tm], &vec![flag_after(epoch - 1); ranks * tm]),
         SimArg::zeros(I32, &[ranks]),
         SimArg::Int(epoch),
         SimArg::Int(r as i64),
@@ -625,6 +638,63 @@ fn ag_gemm_matches_the_single_device_gemm() {
                 "ag_gemm {target} {ranks} ranks {m}x{n}x{kk}: order checked {}",
                 rep.order_checked
             );
+        }
+    }
+}
+
+/// All-gather + GEMM calls of changing shapes on one `FLAGS` (three row tiles' worth) and
+/// `READY`: `M` of two, three, then one row tile, `N` of two, four, then one column tile (so
+/// two, four, then one producer per flag). Each call completes every flag's count — the
+/// producers' shares add up to one call, and row tiles past the call's `M` get a whole call
+/// from one block — so the next call, taller or wider, waits for its own rows only.
+#[test]
+fn ag_gemm_calls_may_change_shape_on_the_same_flags() {
+    use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
+    use tilelang::kernels::reference;
+    let lowered = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 32, 2, 128))
+        .lower(Target::SM90)
+        .expect("lower");
+    let ranks = 2usize;
+    let mut flags: Vec<SimArg> = (0..ranks)
+        .map(|_| SimArg::zeros(I32, &[ranks, 3]))
+        .collect();
+    let mut ready: Vec<SimArg> = (0..ranks).map(|_| SimArg::zeros(I32, &[ranks])).collect();
+    for (epoch, (m, n, kk)) in [
+        (1i64, (70usize, 72usize, 40usize)),
+        (2, (150, 200, 32)),
+        (3, (40, 64, 48)),
+    ] {
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                let mut a = ag_gemm_args(r, ranks, (m, n, kk), 64, epoch);
+                a[4] = flags[r].clone();
+                a[5] = ready[r].clone();
+                a
+            })
+            .collect();
+        let rep = tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("call {epoch}, {m}x{n}x{kk}: {e}"));
+        // Call 2's 48 blocks are more threads than the order check keeps clocks for.
+        assert!(rep.order_checked || epoch == 2, "call {epoch}");
+        for (r, a) in args.iter().enumerate() {
+            let (b, c) = (a[1].to_f64(BF16), a[3].to_f64(F32));
+            for s in 0..ranks {
+                let want = reference::gemm(&pattern(s, m * kk), &b, m, n, kk, false, true);
+                assert_eq!(
+                    &c[s * m * n..(s + 1) * m * n],
+                    &want[..],
+                    "call {epoch}: rank {r}'s C[{s}]"
+                );
+            }
+            assert_eq!(
+                a[4].to_f64(I32),
+                vec![flag_after(epoch); ranks * 3],
+                "call {epoch}: every flag of rank {r} counts the call"
+            );
+        }
+        for r in 0..ranks {
+            flags[r] = args[r][4].clone();
+            ready[r] = args[r][5].clone();
         }
     }
 }
@@ -700,9 +770,9 @@ fn ag_gemm_aligned_variant_fences_its_tma_loads_of_gathered_rows() {
     }
 }
 
-/// Flags left one arrival ahead (a stale epoch): each consumer passes its wait one producer
-/// early and reads rows nothing ordered after their writes. The simulator reports the first
-/// such read, on both targets.
+/// Flags left one contributor's share ahead (a stale epoch): each consumer passes its wait one
+/// producer early and reads rows nothing ordered after their writes. The simulator reports
+/// the first such read, on both targets.
 #[test]
 fn ag_gemm_with_stale_flags_reads_unordered_rows() {
     use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
@@ -712,7 +782,9 @@ fn ag_gemm_with_stale_flags_reads_unordered_rows() {
         let mut args: Vec<Vec<SimArg>> = (0..2)
             .map(|r| {
                 let mut a = ag_gemm_args(r, 2, (70, 72, 40), 64, 1);
-                a[4] = SimArg::tensor(I32, &[2, 2], &[1.0; 4]);
+                // Two producers per row tile: whichever arrives first completes the count.
+                let stale = (ARRIVALS_PER_CALL - 1) as f64;
+                a[4] = SimArg::tensor(I32, &[2, 2], &[stale; 4]);
                 a
             })
             .collect();
@@ -891,16 +963,16 @@ fn barrier_blocks_wraps_around_and_takes_any_grid() {
     }
 }
 
-/// The flags of the all-gather + GEMM wrap around: two row tiles' worth of arrivals per call,
-/// so at call 2^30 they pass 2^31, and the consumers still wait for their rows (a plain
-/// signed comparison lets the waits through at once, before the rows arrive, which the order
-/// check reports — tested by running the same calls with the comparison plain).
+/// The flags of the all-gather + GEMM wrap around: 2^30 per call, so call 2 passes 2^31 and
+/// call 4 wraps to 0, and the consumers still wait for their rows (a plain signed comparison
+/// lets the waits of call 2 through at once, before the rows arrive, which the order check
+/// reports — tested by running the same calls with the comparison plain).
 #[test]
 fn ag_gemm_counters_wrap_around() {
     use tilelang::kernels::dist::{ag_gemm, AgGemmConfig};
     let k = ag_gemm(BF16, AgGemmConfig::tiles(64, 64, 32, 2, 128));
     let lowered = k.lower(Target::SM90).expect("lower");
-    let epoch = 1i64 << 30;
+    let epoch = 2i64;
     let make = || -> Vec<Vec<SimArg>> {
         (0..2)
             .map(|r| ag_gemm_args(r, 2, (40, 128, 32), 64, epoch))
@@ -911,11 +983,11 @@ fn ag_gemm_counters_wrap_around() {
     tl_sim::run_ranks(&lowered, &mut once, &SimOptions::default()).expect("one call");
     let mut args = make();
     let rep = tl_sim::run_ranks_calls(&lowered, &mut args, &calls, &SimOptions::default())
-        .expect("calls 2^30 and 2^30 + 1");
+        .expect("calls 2 and 3");
     assert!(rep.order_checked);
     for (a, b) in args.iter().zip(&once) {
         assert_eq!(a[3], b[3], "C");
-        let past = ((epoch + 1) * 2) as i32 as f64;
+        let past = flag_after(epoch + 1);
         assert_eq!(a[4].to_f64(I32), vec![past; 2], "the flags wrapped");
     }
     // The same waits compared as plain signed values.
@@ -1124,6 +1196,82 @@ fn moe_dispatch_and_combine_round_trip() {
                 ],
             );
             route.check_gathered(r, &y, &args[r][3].to_f64(I32));
+        }
+    }
+}
+
+/// MoE dispatch where the ranks hold different numbers of tokens, and the next call on the
+/// same `FLAGS` and `READY` holds others again (as a batch's tokens do): each call's flags
+/// count one call whatever the chunks behind them (`ARRIVALS_PER_CALL`), so every rank
+/// receives exactly the rows routed to it in both calls, and no wait hangs.
+#[test]
+fn moe_dispatch_takes_any_token_count_per_rank_and_call() {
+    use tilelang::kernels::dist::moe_dispatch;
+    let disp = moe_dispatch(F32, 64, 4)
+        .lower(Target::SM90)
+        .expect("dispatch");
+    let (ranks, h, k, cap) = (2usize, 8usize, 2usize, 32usize);
+    let mut flags: Vec<SimArg> = (0..ranks).map(|_| SimArg::zeros(I32, &[ranks])).collect();
+    let mut ready: Vec<SimArg> = (0..ranks).map(|_| SimArg::zeros(I32, &[ranks])).collect();
+    // Tokens per rank, call by call: 3 and 1 chunks, then 1 and 4.
+    for (epoch, tokens) in [(1i64, [9usize, 3]), (2, [2, 13])] {
+        let routes: Vec<MoeRoute> = tokens
+            .iter()
+            .map(|&t| MoeRoute {
+                ranks,
+                tokens: t,
+                h,
+                k,
+            })
+            .collect();
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                let (route, t) = (&routes[r], tokens[r]);
+                vec![
+                    SimArg::tensor(F32, &[t, h], &route.x(r)),
+                    SimArg::tensor(I32, &[t, k], &route.dests(r)),
+                    SimArg::tensor(I32, &[t, k], &route.experts(r)),
+                    SimArg::tensor(I32, &[t, k], &vec![-7.0; t * k]),
+                    SimArg::zeros(F32, &[ranks, cap, h]),
+                    SimArg::tensor(I32, &[ranks, cap], &vec![-1.0; ranks * cap]),
+                    SimArg::zeros(I32, &[ranks]),
+                    flags[r].clone(),
+                    ready[r].clone(),
+                    SimArg::Int(epoch),
+                    SimArg::Int(r as i64),
+                    SimArg::Int(ranks as i64),
+                    SimArg::Int(0),
+                ]
+            })
+            .collect();
+        tl_sim::run_ranks(&disp, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("call {epoch} with {tokens:?} tokens: {e}"));
+        for p in 0..ranks {
+            let (recv, counts) = (args[p][4].to_f64(F32), args[p][6].to_f64(I32));
+            for q in 0..ranks {
+                let route = &routes[q];
+                let routed: Vec<(usize, usize)> = (0..tokens[q])
+                    .flat_map(|t| (0..k).map(move |j| (t, j)))
+                    .filter(|&(t, j)| route.dest(q, t, j) == p)
+                    .collect();
+                assert_eq!(counts[q], routed.len() as f64, "call {epoch}: {p} from {q}");
+                for (row, &(t, _)) in routed.iter().enumerate() {
+                    assert_eq!(
+                        &recv[(q * cap + row) * h..(q * cap + row + 1) * h],
+                        &route.x(q)[t * h..(t + 1) * h],
+                        "call {epoch}: rank {p} row {row} from {q}"
+                    );
+                }
+            }
+            assert_eq!(
+                args[p][7].to_f64(I32),
+                vec![flag_after(epoch); ranks],
+                "call {epoch}: flags of rank {p}"
+            );
+        }
+        for r in 0..ranks {
+            flags[r] = args[r][7].clone();
+            ready[r] = args[r][8].clone();
         }
     }
 }
@@ -1387,7 +1535,7 @@ fn peer_tables_replace_the_flat_heap() {
     let ranks = 3;
     let mut args: Vec<Vec<SimArg>> = (0..ranks)
         .map(|r| {
-            let mut a = all_gather_args(r, ranks, 20, 1, 0);
+            let mut a = all_gather_args(r, ranks, 20, 1, 0.0);
             let tail = a.split_off(5);
             for _ in 0..3 {
                 a.push(SimArg::tensor(I64, &[ranks], &[0.0; 3]));
@@ -1560,7 +1708,7 @@ fn random_multi_rank_launches_agree_with_their_references() {
         let (mut args, want, out): (Vec<Vec<SimArg>>, Vec<Vec<f64>>, usize) = match which {
             0 => (
                 (0..ranks)
-                    .map(|r| all_gather_args(r, ranks, n, 1, 0))
+                    .map(|r| all_gather_args(r, ranks, n, 1, 0.0))
                     .collect(),
                 vec![(0..ranks).flat_map(|s| shard(s, n)).collect(); ranks],
                 1,
@@ -1700,7 +1848,7 @@ fn launches_on_a_rank_without_a_heap_are_refused() {
 #[test]
 fn buffers_sized_for_another_rank_count_are_refused() {
     let lowered = all_gather(F32, 32).lower(Target::SM90).expect("lower");
-    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 3, 8, 1, 0)).collect();
+    let mut args: Vec<Vec<SimArg>> = (0..2).map(|r| all_gather_args(r, 3, 8, 1, 0.0)).collect();
     for (r, a) in args.iter_mut().enumerate() {
         a[5] = SimArg::Int(r as i64);
         a[6] = SimArg::Int(2);
@@ -1810,7 +1958,7 @@ fn removing_any_synchronization_is_caught_or_harmless() {
     let cases: Vec<(Kernel, Args)> = vec![
         (
             all_gather_by(F32, 32, Transfer::PUT_BLOCK, G_SMALL),
-            Box::new(|| (0..2).map(|r| all_gather_args(r, 2, 24, 1, 0)).collect()),
+            Box::new(|| (0..2).map(|r| all_gather_args(r, 2, 24, 1, 0.0)).collect()),
         ),
         (
             gather_sum(true),
@@ -2222,7 +2370,7 @@ fn back_to_back_calls_need_no_barrier_between() {
         let cases: Vec<(Kernel, Make)> = vec![
             (
                 all_gather_by(F32, 32, Transfer::PUT_BLOCK, G_SMALL),
-                Box::new(move |r| all_gather_args(r, ranks, 24, 1, 0)),
+                Box::new(move |r| all_gather_args(r, ranks, 24, 1, 0.0)),
             ),
             (
                 ag_gemm(BF16, cfg),

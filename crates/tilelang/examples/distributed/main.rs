@@ -826,7 +826,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
                 flags,
                 ready,
                 // The kernel's count per call, so the two may share the flags.
-                flag_per_call: a.blocks_per_peer as u32,
+                flag_per_call: tilelang::kernels::dist::ARRIVALS_PER_CALL as u32,
             };
             Runner::CopyEngines(tl_dist::CopyEngineAllGather::new(&heap)?, bufs)
         }

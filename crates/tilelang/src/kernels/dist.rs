@@ -11,11 +11,30 @@ fn ceil_div_positive(a: Expr, b: Expr) -> Expr {
     Expr::binary(crate::ir::BinOp::Div, a + b.clone() - 1, b)
 }
 
-/// The count a flag reaches after `epoch` calls of `per_call` arrivals each, modulo 2^32 (an
-/// unsigned product: no signed overflow once the counts wrap around, which the counter waits
-/// compare through).
-fn calls_times(epoch: &Expr, per_call: impl Into<Expr>) -> Expr {
-    epoch.cast(DType::U32) * per_call.into().cast(DType::U32)
+/// What every flag a kernel waits on counts per call, however many blocks arrive on it: each
+/// of `parts` contributors adds 1 and the last adds the rest ([`arrival`]). A flag thus
+/// reaches `epoch · ARRIVALS_PER_CALL` (mod 2^32) exactly when the call's contributors have
+/// all arrived, whatever their number in this call or the earlier ones: calls that share the
+/// flags may change their shapes (the tokens of a MoE dispatch, `N` of an all-gather GEMM),
+/// and ranks may differ in theirs. At most 2^30 contributors; a flag is never more than one
+/// call's count away from its waiter's target, so the wrap-safe waits (differences below
+/// 2^31) hold.
+pub const ARRIVALS_PER_CALL: i64 = 1 << 30;
+
+/// The count a flag reaches after `epoch` calls, modulo 2^32 (an unsigned product: no signed
+/// overflow once the counts wrap around, which the counter waits compare through).
+fn calls_done(epoch: &Expr) -> Expr {
+    epoch.cast(DType::U32) * Expr::int(ARRIVALS_PER_CALL).cast(DType::U32)
+}
+
+/// What contributor `part` of `parts` (`0 ≤ part < parts ≤ 2^30`) adds to a flag: 1, and the
+/// last the rest of [`ARRIVALS_PER_CALL`].
+fn arrival(part: &Expr, parts: &Expr) -> Expr {
+    select(
+        part.eq_(parts.clone() - 1),
+        Expr::int(ARRIVALS_PER_CALL) - (parts.clone() - 1),
+        1,
+    )
 }
 
 /// `(a + b) mod n` for `a, b ≥ 0` with `a + b < 2n`, without a division (every backend prints
@@ -66,22 +85,27 @@ fn vector_part(t: &mut TileScope, part: &Expr, parts: Expr, len: &Expr) -> (Expr
     (lo, hi)
 }
 
-/// After this block's pushes to rank `peer`: a block barrier, then one thread adds 1 to
-/// `peer`'s `flags[rank]` (a release) and waits until `flags[peer]` here has counted all
-/// `per_call` arrivals of `epoch` calls from `peer` (a wrap-safe counter), and a block
-/// barrier hands that on to every thread.
+/// After this block's pushes to rank `peer`: a block barrier, then one thread adds its
+/// [`arrival`] (contributor `part` of `parts`) to `peer`'s `flags[rank]` (a release) and waits
+/// until `flags[peer]` here has counted every call's arrivals from `peer` up to this one (a
+/// wrap-safe counter), and a block barrier hands that on to every thread.
 fn arrive_and_await(
     t: &mut TileScope,
     flags: &Buffer,
     (rank, peer): (&Expr, &Expr),
     epoch: &Expr,
-    per_call: Expr,
+    (part, parts): (&Expr, &Expr),
 ) {
     t.sync_threads();
     let tid = t.thread_idx();
     t.if_(tid.eq_(0), |t| {
-        t.signal(flags.at([rank.clone()]), peer.clone(), 1, SignalOp::Add);
-        t.wait_counter(flags.at([peer.clone()]), calls_times(epoch, per_call));
+        t.signal(
+            flags.at([rank.clone()]),
+            peer.clone(),
+            arrival(part, parts),
+            SignalOp::Add,
+        );
+        t.wait_counter(flags.at([peer.clone()]), calls_done(epoch));
     });
     t.sync_threads();
 }
@@ -97,10 +121,10 @@ pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 64;
 /// All-gather: every rank's `X` (`[N]`) lands in row `rank` of every rank's symmetric `OUT`
 /// (`[R, N]`, `R` the number of ranks). The grid is `[G, R]` (`G` =
 /// [`ALL_GATHER_BLOCKS_PER_PEER`]): block `(g, p)` pushes part `g` of this rank's shard to rank
-/// `p`, then one thread adds 1 to rank `p`'s `FLAGS[rank]` (a release) and waits until all `G`
-/// parts of rank `p`'s shard have arrived here (`FLAGS[p] ≥ epoch·G`): when the kernel ends,
-/// this rank's `OUT` is complete. `epoch` grows by one per call, so the flags never need a
-/// reset. Before pushing, block `(g, p)` waits until rank `p` has entered this call (the entry
+/// `p`, then one thread adds its share of a call's count ([`ARRIVALS_PER_CALL`]) to rank `p`'s
+/// `FLAGS[rank]` (a release) and waits until all `G` parts of rank `p`'s shard have arrived
+/// here (`FLAGS[p] ≥ epoch · ARRIVALS_PER_CALL`): when the kernel ends, this rank's `OUT` is
+/// complete. `epoch` grows by one per call, so the flags never need a reset. Before pushing, block `(g, p)` waits until rank `p` has entered this call (the entry
 /// handshake of [`announce_entry`]: block `(0, p)` announces to rank `p`), so back-to-back
 /// calls need no barrier between them.
 ///
@@ -236,7 +260,7 @@ fn all_gather_with(
                     (true, false) => t.get_block(src, dst, count, p.clone()),
                     (true, true) => t.get_warp(src, dst, count, p.clone()),
                 }
-                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, Expr::int(g));
+                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, (&block, &Expr::int(g)));
             },
         );
     })
@@ -302,25 +326,26 @@ impl AgGemmConfig {
 ///
 /// The grid is `[⌈N/bn⌉, ⌈M/bm⌉, 2R]`. Blocks with `z < R` produce: block `(x, y, p)` pushes
 /// its share of row tile `y` of this rank's `A` — a contiguous run of whole rows — into row
-/// tile `y` of rank `p`'s gathered copy `AG[rank]`, then adds 1 to rank `p`'s
-/// `FLAGS[rank, y]` with a release at system scope. Blocks with `z = R + s` consume: block
-/// `(x, y, R + s)` waits until `FLAGS[s, y]` has all `⌈N/bn⌉` arrivals of this call
-/// (`epoch · ⌈N/bn⌉`: the flags count up across calls and need no reset), then computes
+/// tile `y` of rank `p`'s gathered copy `AG[rank]`, then adds its share of a call's count
+/// ([`ARRIVALS_PER_CALL`]) to rank `p`'s `FLAGS[rank, y]` with a release at system scope.
+/// Blocks with `z = R + s` consume: block `(x, y, R + s)` waits until `FLAGS[s, y]` has all
+/// `⌈N/bn⌉` shares of this call (`epoch · ARRIVALS_PER_CALL`: the flags count up across calls
+/// and need no reset), then computes
 /// output tile `(y, x)` of `C[s]` from `AG[s]` as a pipelined GEMM. A consumer waits only for
 /// the rows its tile reads, so tiles of shards that have arrived run while the rest is in
 /// flight. A producer pushes only once its peer has entered this call (the entry handshake of
 /// [`announce_entry`]; producer block `(0, 0, z)` announces to rank `rank − z`), since the
 /// peer's consumers of the previous call may still read `AG`.
 ///
-/// Arguments: `A`, `B`, `AG` (`[R, M, K]`, symmetric), `C` (`[R, M, N]`), `FLAGS` (`[R,
-/// ⌈M/bm⌉]` i32, symmetric, zero before the first call), `READY` (`[R]` i32, symmetric, zero
-/// before the first call), `epoch` (1, 2, … per call), then `rank`, `num_ranks`,
-/// `heap_stride`.
+/// Arguments: `A`, `B`, `AG` (`[R, M, K]`, symmetric), `C` (`[R, M, N]`), `FLAGS` (`[R, TM]`
+/// i32 with `TM ≥ ⌈M/bm⌉`, symmetric, zero before the first call), `READY` (`[R]` i32,
+/// symmetric, zero before the first call), `epoch` (1, 2, … per call), then `rank`,
+/// `num_ranks`, `heap_stride`.
 ///
-/// The flags count arrivals per row tile across calls, so every call on one `FLAGS` buffer
-/// must have the same `M` and `N` (and tiles). A call of another shape needs its own `FLAGS`
-/// and `READY`, zeroed, with `epoch` counting from 1 again on every rank; reusing the old
-/// ones leaves consumers waiting for arrivals that never come (the call times out).
+/// Calls on one `FLAGS` and `READY` may change `M` (up to `TM` row tiles) and `N`: every call
+/// completes every flag's count — the producers of a row tile add up to one call's count
+/// whatever their number, and one block adds a whole call's to the row tiles past this
+/// call's `M`.
 pub fn ag_gemm(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     ag_gemm_out(dtype, cfg, F32)
 }
@@ -400,9 +425,23 @@ pub fn ag_gemm_out(dtype: DType, cfg: AgGemmConfig, out: DType) -> Kernel {
                         t.signal(
                             flags.at([d.rank.clone(), by.clone()]),
                             peer.clone(),
-                            1,
+                            arrival(&bx, &tiles_n),
                             SignalOp::Add,
                         );
+                        // The row tiles of `FLAGS` past this call's `M` get a whole call's
+                        // count from one block, so that a later, taller call finds them in
+                        // step with the rest.
+                        t.if_(bx.eq_(0).and(by.eq_(0)), |t| {
+                            let used = ceildiv(&m, bm);
+                            t.serial(max(&tiles_m - &used, 0), |t, i| {
+                                t.signal(
+                                    flags.at([d.rank.clone(), &used + &i]),
+                                    peer.clone(),
+                                    ARRIVALS_PER_CALL,
+                                    SignalOp::Add,
+                                );
+                            });
+                        });
                     });
                 })
                 .else_(|t| {
@@ -413,10 +452,7 @@ pub fn ag_gemm_out(dtype: DType, cfg: AgGemmConfig, out: DType) -> Kernel {
                         add_mod(d.rank.clone(), &bz - &d.num_ranks, d.num_ranks.clone()),
                     );
                     t.if_(tid.eq_(0), |t| {
-                        t.wait_counter(
-                            flags.at([s.clone(), by.clone()]),
-                            calls_times(&epoch, tiles_n.clone()),
-                        );
+                        t.wait_counter(flags.at([s.clone(), by.clone()]), calls_done(&epoch));
                     });
                     t.sync_threads();
                     let a_s = t.alloc_shared_named("A_s", [bm, bk], dtype);
@@ -477,9 +513,10 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// (mod R: the ranks push to different peers at once, and each computes its own partials
 /// last), stage it in this rank's `STAGE[q, y, x]`, push the whole tile — one contiguous run
 /// of `bm·bn` values, so every thread of the block copies — into rank `q`'s
-/// `PART[rank, y, x]`, and add 1 to rank `q`'s `FLAGS[y, x]` (a release at system scope).
-/// Blocks with `z = R` reduce: block `(x, y, R)` waits until its tile has all `R` arrivals of
-/// this call (`epoch · R`), sums the partials in registers and stores the tile of `C` — one
+/// `PART[rank, y, x]`, and add its share of a call's count ([`ARRIVALS_PER_CALL`]: the ranks
+/// are the contributors) to rank `q`'s `FLAGS[y, x]` (a release at system scope). Blocks with
+/// `z = R` reduce: block `(x, y, R)` waits until its tile has all `R` shares of this call
+/// (`epoch · ARRIVALS_PER_CALL`), sums the partials in registers and stores the tile of `C` — one
 /// reducer per tile. Reducers of tiles whose partials have arrived run while other tiles are
 /// still being computed. A tile is pushed only once rank `q` has entered this call (the entry
 /// handshake of [`announce_entry`]: block `(0, 0, z)` announces to rank `rank − 1 − z`), since
@@ -490,8 +527,8 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// before the first call), `READY` (`[R]` i32, symmetric, zero before the first call),
 /// `epoch`, then `rank`, `num_ranks`, `heap_stride`.
 ///
-/// As with [`ag_gemm`], the flags count arrivals across calls: calls of another shape need
-/// their own zeroed `FLAGS` and `READY`, with `epoch` from 1 again on every rank.
+/// The grid covers all of `FLAGS` (`PART`'s tiles), so every call completes every flag's
+/// count and calls on one `FLAGS` may change `MQ` and `N` within those tiles.
 pub fn gemm_rs(dtype: DType, cfg: AgGemmConfig) -> Kernel {
     gemm_rs_partials(dtype, cfg, F32)
 }
@@ -585,20 +622,18 @@ pub fn gemm_rs_partials(dtype: DType, cfg: AgGemmConfig, partial: DType) -> Kern
                     );
                     t.sync_threads();
                     t.if_(tid.eq_(0), |t| {
+                        // Ranks are the contributors: this one is number `z` of `R`.
                         t.signal(
                             flags.at([by.clone(), bx.clone()]),
                             q.clone(),
-                            1,
+                            arrival(&bz, &d.num_ranks),
                             SignalOp::Add,
                         );
                     });
                 })
                 .else_(|t| {
                     t.if_(tid.eq_(0), |t| {
-                        t.wait_counter(
-                            flags.at([by.clone(), bx.clone()]),
-                            calls_times(&epoch, d.num_ranks.clone()),
-                        );
+                        t.wait_counter(flags.at([by.clone(), bx.clone()]), calls_done(&epoch));
                     });
                     t.sync_threads();
                     let sum = t.alloc_fragment_named("sum", [bm, bn], F32);
@@ -639,12 +674,13 @@ pub const MOE_COMBINE_MIN_BLOCKS_PER_PEER: i64 = 16;
 /// rank `p`. Its first row is the number of pairs routed to `p` by the earlier chunks — every
 /// thread counts a strided share of them, summed in shared memory — and it walks its own
 /// chunk's (token, choice) pairs in order, the whole block pushing each row routed to `p`.
-/// Then it adds 1 to rank `p`'s `FLAGS[rank]` (a release; the last chunk's block first stores
-/// the count into rank `p`'s `COUNTS[rank]`) and waits until all chunks of rank `p` have
-/// arrived here (`FLAGS[p]` reaches `epoch · G`, a wrap-safe counter). A block pushes only
-/// once rank `p` has entered this call (the entry handshake of [`announce_entry`]), since
-/// rank `p` may still read what the previous call delivered. Every rank must have the same
-/// `T` (the same number of chunks).
+/// Then it adds its share of a call's count ([`ARRIVALS_PER_CALL`]) to rank `p`'s
+/// `FLAGS[rank]` (a release; the last chunk's block first stores the count into rank `p`'s
+/// `COUNTS[rank]`) and waits until all chunks of rank `p` have arrived here (`FLAGS[p]`
+/// reaches `epoch · ARRIVALS_PER_CALL`, a wrap-safe counter). A block pushes only once rank
+/// `p` has entered this call (the entry handshake of [`announce_entry`]), since rank `p` may
+/// still read what the previous call delivered. The ranks' `T` may differ, and change from
+/// call to call: a rank's chunks add up to one call's count, however many there are.
 ///
 /// Arguments: `X`, `DEST` (`[T, K]` i32), `EXPERT` (`[T, K]` i32), `SLOT` (`[T, K]` i32, out),
 /// `RECV`, `RECV_EXPERT` (`[R, CAP]` i32, symmetric), `COUNTS` (`[R]` i32, symmetric), `FLAGS`
@@ -843,7 +879,7 @@ fn moe_dispatch_with(dtype: DType, threads: u32, tokens_per_block: i64, dedup: b
                         MemScope::Sys,
                     );
                 });
-                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, chunks.clone());
+                arrive_and_await(t, &flags, (&d.rank, &p), &epoch, (&g, &chunks));
             },
         );
     })
@@ -901,7 +937,7 @@ pub fn moe_combine(dtype: DType, threads: u32) -> Kernel {
                     s.clone(),
                 );
             });
-            arrive_and_await(t, &flags, (&d.rank, &s), &epoch, g.clone());
+            arrive_and_await(t, &flags, (&d.rank, &s), &epoch, (&part, &g));
         });
     })
 }
