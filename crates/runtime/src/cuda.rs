@@ -159,14 +159,7 @@ fn open(ordinal: usize) -> std::result::Result<CudaDevice, String> {
             format!("cudarc could not load the CUDA driver: {msg}")
         })?
         .map_err(|e| drv(format!("creating the context of cuda:{ordinal}"), e).to_string())?;
-    // `TILELANG_CUDA_STREAM=nonblocking` (an experiment, run 20e): a stream that is not
-    // ordered with the legacy default stream.
-    let kind = if std::env::var("TILELANG_CUDA_STREAM").as_deref() == Ok("nonblocking") {
-        result::stream::StreamKind::NonBlocking
-    } else {
-        result::stream::StreamKind::Default
-    };
-    let stream = result::stream::create(kind)
+    let stream = result::stream::create(result::stream::StreamKind::Default)
         .map_err(|e| drv(format!("creating a stream on cuda:{ordinal}"), e).to_string())?;
     Ok(CudaDevice {
         ordinal,
