@@ -344,6 +344,28 @@ fn from_interface(
         .map_err(|e| value_error(bad(i, p, e.to_string())))
 }
 
+/// Whether to ask torch for a DLPack capsule before reading `dtype` (whose code gives most
+/// dtypes: one attribute read less a tensor). Cleared the first time a capsule cannot be had
+/// (a torch whose `_to_dlpack` refuses some dtype, float8 in older releases): from then on
+/// `dtype` is read first, and float8 tensors take the attribute reads, so no call pays for a
+/// raised exception twice.
+static DLPACK_FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+fn torch_dtype(
+    t: &Torch,
+    obj: &Bound<'_, PyAny>,
+    p: Option<&ParamInfo>,
+    i: usize,
+) -> PyResult<DType> {
+    let py = obj.py();
+    let dt = obj.getattr(intern!(py, "dtype"))?;
+    t.dtypes
+        .iter()
+        .find(|(o, _)| o.bind(py).is(&dt))
+        .map(|(_, d)| *d)
+        .ok_or_else(|| type_error(bad(i, p, format!("tensors of {dt} are not supported"))))
+}
+
 fn from_torch(
     t: &Torch,
     obj: &Bound<'_, PyAny>,
@@ -351,15 +373,36 @@ fn from_torch(
     p: Option<&ParamInfo>,
     i: usize,
 ) -> PyResult<(ExternalTensor, Option<i64>)> {
+    use std::sync::atomic::Ordering::Relaxed;
     let py = obj.py();
-    let dt = obj.getattr(intern!(py, "dtype"))?;
-    let dtype = t
-        .dtypes
-        .iter()
-        .find(|(o, _)| o.bind(py).is(&dt))
-        .map(|(_, d)| *d)
-        .ok_or_else(|| type_error(bad(i, p, format!("tensors of {dt} are not supported"))))?;
-    if let Some(v) = dlpack_view(t, obj, dtype) {
+    let mut early = None;
+    if DLPACK_FIRST.load(Relaxed) {
+        match t
+            .to_dlpack
+            .as_ref()
+            .and_then(|f| crate::dlpack::view(f.bind(py), obj))
+        {
+            Some(v) => {
+                let dtype = match v.dtype {
+                    Some(d) => d,
+                    None => torch_dtype(t, obj, p, i)?,
+                };
+                early = Some((v, dtype));
+            }
+            None => DLPACK_FIRST.store(false, Relaxed),
+        }
+    }
+    let (view, dtype) = match early {
+        Some((v, dtype)) => (
+            Some(v).filter(|v| v.bits as usize == dtype.bytes() * 8),
+            dtype,
+        ),
+        None => {
+            let dtype = torch_dtype(t, obj, p, i)?;
+            (dlpack_view(t, obj, dtype), dtype)
+        }
+    };
+    if let Some(v) = view {
         let (device, gpu) = match v.place {
             DlPlace::Cpu => (Device::Cpu, None),
             // ROCm builds of torch call AMD GPUs `cuda` too.

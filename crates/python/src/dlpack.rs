@@ -12,6 +12,7 @@ use std::ffi::{c_void, CStr};
 
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
+use tl_ir::DType;
 
 /// `DLDevice` (dlpack.h).
 #[repr(C)]
@@ -82,6 +83,35 @@ pub struct DlView {
     /// The element's width in bits as DLPack gives it (a check against the dtype read
     /// from torch).
     pub bits: u32,
+    /// The element type where DLPack's code says it plainly ([`plain_dtype`]).
+    pub dtype: Option<DType>,
+}
+
+/// The dtype of a DLPack (code, bits) that every DLPack version and torch release spells the
+/// same way; None for the rest — 8-bit unsigned (torch releases before DLPack's bool code
+/// gave bools that code), the float8 formats (whose codes came later), anything else — for
+/// which the caller reads torch's `dtype`.
+pub fn plain_dtype(code: u8, bits: u8) -> Option<DType> {
+    const INT: u8 = 0;
+    const UINT: u8 = 1;
+    const FLOAT: u8 = 2;
+    const BFLOAT: u8 = 4;
+    const BOOL: u8 = 6;
+    Some(match (code, bits) {
+        (INT, 8) => DType::I8,
+        (INT, 16) => DType::I16,
+        (INT, 32) => DType::I32,
+        (INT, 64) => DType::I64,
+        (UINT, 16) => DType::U16,
+        (UINT, 32) => DType::U32,
+        (UINT, 64) => DType::U64,
+        (FLOAT, 16) => DType::F16,
+        (FLOAT, 32) => DType::F32,
+        (FLOAT, 64) => DType::F64,
+        (BFLOAT, 16) => DType::BF16,
+        (BOOL, 8) => DType::Bool,
+        _ => return None,
+    })
 }
 
 /// Read `tensor` through `to_dlpack` (torch's `_C._to_dlpack`). The capsule is dropped
@@ -145,6 +175,7 @@ pub fn view(to_dlpack: &Bound<'_, PyAny>, tensor: &Bound<'_, PyAny>) -> Option<D
             strides,
             place,
             bits: t.dtype.bits as u32,
+            dtype: plain_dtype(t.dtype.code, t.dtype.bits),
         })
     }
 }
