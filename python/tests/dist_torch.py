@@ -1,6 +1,7 @@
 """An all-gather written in T.* (TileScale's names) on torch's symmetric memory: torch makes
 the rendezvous and maps the peers' buffers, our kernel addresses them through peer tables
-(``T.use_peer_tables``). Checked against ``dist.all_gather_into_tensor`` and timed beside it.
+(``T.use_peer_tables``), which ``tilelang.on_torch_symm`` builds from torch's handles.
+Checked against ``dist.all_gather_into_tensor`` and timed beside it.
 Needs torch with CUDA and one GPU per rank (NCCL), multicast off:
 
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 torchrun --nproc_per_node 2 python/tests/dist_torch.py
@@ -41,7 +42,7 @@ def all_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"
         T.sync_threads()
         if T.get_thread_binding() == 0:
             T.signal(FLAGS[rank], 1, p, op="add")
-            T.wait_ge(FLAGS[p], epoch * G)
+            T.wait_counter(FLAGS[p], epoch * G)
         T.sync_threads()
 
 
@@ -50,25 +51,21 @@ def main():
     torch.cuda.set_device(local)
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    group = dist.group.WORLD.group_name
     n = int(os.environ.get("N", str(1 << 22)))
     out = symm_mem.empty((world, n), dtype=torch.float32, device="cuda")
-    h_out = symm_mem.rendezvous(out, group)
     flags = symm_mem.empty((world,), dtype=torch.int32, device="cuda")
-    h_flags = symm_mem.rendezvous(flags, group)
     flags.zero_()
     torch.cuda.synchronize()
     dist.barrier()
-    out_peers = torch.tensor(h_out.buffer_ptrs, dtype=torch.int64, device="cuda")
-    flag_peers = torch.tensor(h_flags.buffer_ptrs, dtype=torch.int64, device="cuda")
-    kernel = tilelang.compile(all_gather, target=f"cuda:{local}")
+    # The peer tables and rank scalars come from torch's handles (made at first use).
+    gather = tilelang.on_torch_symm(tilelang.compile(all_gather, target=f"cuda:{local}"))
     x = torch.randn(n, device="cuda", generator=torch.Generator("cuda").manual_seed(rank))
     epoch = 0
 
     def ours():
         nonlocal epoch
         epoch += 1
-        kernel(x, out, flags, epoch, out_peers, flag_peers, rank, world, 0)
+        gather(x, out, flags, epoch)
 
     ours()
     torch.cuda.synchronize()

@@ -161,3 +161,28 @@ def test_a_counter_wait_holds_across_wrap_around():
         a[2] = np.full(2, top, np.int32)
     with pytest.raises(ValueError, match="deadlock"):
         tilelang.sim_ranks(counted_gather, stuck)
+
+
+def test_on_torch_symm_needs_a_peer_table_kernel():
+    """``on_torch_symm`` wraps kernels whose symmetric tensors have peer tables
+    (``T.use_peer_tables()``); another multi-rank kernel is refused with the fix, before
+    torch is needed. One that fits goes on to need torch.distributed (initialized)."""
+
+    @T.prim_func
+    def tables(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+               FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
+        T.use_peer_tables()
+        with T.Kernel(T.get_num_ranks(), threads=64) as p:
+            rank = T.get_rank()
+            T.put_block(X[0], OUT[rank, 0], N, p)
+            T.sync_threads()
+            if T.get_thread_binding() == 0:
+                T.signal(FLAGS[rank], epoch, p)
+                T.wait_ge(FLAGS[p], epoch)
+
+    assert [p.symmetric for p in tables.params] == [False, True, True, False]
+    flat = tilelang.compile(all_gather, target="sim")
+    with pytest.raises(TypeError, match=r"T\.use_peer_tables\(\)"):
+        tilelang.on_torch_symm(flat)
+    with pytest.raises((ImportError, RuntimeError)):  # no torch here, or not initialized
+        tilelang.on_torch_symm(tilelang.compile(tables, target="sim"))

@@ -17,7 +17,7 @@ from .jit import JITKernel, compile, jit, precompile
 from .profiler import Profiler
 from .autotuner import autotune
 from . import layout
-from .distributed import sim_ranks
+from .distributed import on_torch_symm, sim_ranks
 
 __version__ = _native.__version__
 
@@ -31,6 +31,7 @@ __all__ = [
     "Profiler",
     "autotune",
     "layout",
+    "on_torch_symm",
     "sim_ranks",
     "__version__",
 ]

@@ -753,6 +753,7 @@ class ParamSpec:
     kind: str  # tensor or scalar
     shape: list
     dtype: str
+    symmetric: bool = False  # a T.SymmTensor
 
 
 def trace(fn: Callable, outer: dict | None = None) -> tuple["_native.Kernel", list]:
@@ -805,7 +806,9 @@ def trace(fn: Callable, outer: dict | None = None) -> tuple["_native.Kernel", li
                 else:
                     buf = b.param(a.arg, list(ann.shape), str(ann.dtype))
                 ns[a.arg] = buf
-                params.append(ParamSpec(a.arg, "tensor", list(ann.shape), _native.canonical_dtype(str(ann.dtype))))
+                params.append(ParamSpec(a.arg, "tensor", list(ann.shape),
+                                        _native.canonical_dtype(str(ann.dtype)),
+                                        bool(getattr(ann, "symmetric", False))))
             elif isinstance(ann, (DType, str)):
                 ns[a.arg] = b.scalar(a.arg, str(ann))
                 params.append(ParamSpec(a.arg, "scalar", [], _native.canonical_dtype(str(ann))))

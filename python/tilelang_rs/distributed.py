@@ -7,8 +7,17 @@ the kernel lowered for a GPU target, with its deadlock, memory-order and scope c
 
 Each rank's arguments are its kernel arguments in parameter order, without the trailing
 ``rank``, ``num_ranks`` and ``heap_stride`` (filled in here); numpy arrays are updated in
-place. On GPUs, multi-rank kernels run one process per rank from Rust (``crates/dist``); a
-Python runtime for them is not there yet.
+place.
+
+On GPUs, a kernel written with ``T.use_peer_tables()`` runs on torch's symmetric memory
+(one process per GPU, ``torchrun``): :func:`on_torch_symm` wraps it so that each call takes
+only the kernel's own parameters, the peer tables, ``rank``, ``num_ranks`` and
+``heap_stride`` filled in from torch's handles::
+
+    out = symm_mem.empty((world, n), dtype=torch.float32, device="cuda")
+    flags = symm_mem.empty((world,), dtype=torch.int32, device="cuda").zero_()
+    gather = tilelang.distributed.on_torch_symm(tilelang.compile(all_gather))
+    gather(x, out, flags, epoch)
 """
 
 from __future__ import annotations
@@ -18,6 +27,9 @@ from typing import Any
 import numpy as np
 
 from .language import PrimFunc
+
+# The scalars every multi-rank kernel ends with (the native signature's last three).
+_RANK_SCALARS = ("rank", "num_ranks", "heap_stride")
 
 
 def sim_ranks(func: PrimFunc, ranks: list[list[Any]], target: str = "sm_90a") -> bool:
@@ -49,3 +61,82 @@ def sim_ranks(func: PrimFunc, ranks: list[list[Any]], target: str = "sm_90a") ->
             if isinstance(a, np.ndarray) and b is not None:
                 a[...] = np.frombuffer(b, dtype=a.dtype).reshape(a.shape)
     return checked
+
+
+class TorchSymmLauncher:
+    """A compiled multi-rank kernel called on torch's symmetric-memory tensors: see
+    :func:`on_torch_symm`."""
+
+    def __init__(self, kernel: Any, group: Any = None):
+        declared = list(kernel.params)
+        symm = [p.name for p in declared if getattr(p, "symmetric", False)]
+        want = [p.name for p in declared] + [f"{n}_peers" for n in symm] + list(_RANK_SCALARS)
+        got = list(kernel.executable.param_names)
+        if got != want:
+            raise TypeError(
+                f"kernel `{kernel.kernel.name}` does not take peer tables (its parameters are "
+                f"{', '.join(got)}); call T.use_peer_tables() in the kernel, so that every "
+                "T.SymmTensor gets the table of its peers' addresses torch's symmetric memory "
+                "gives")
+        if not symm:
+            raise TypeError(f"kernel `{kernel.kernel.name}` has no T.SymmTensor parameter")
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialized: call "
+                               "dist.init_process_group(\"nccl\") first (one process per GPU)")
+        self.kernel = kernel
+        self.group = group if group is not None else dist.group.WORLD
+        self.group_name = self.group.group_name
+        self.rank = dist.get_rank(self.group)
+        self.world = dist.get_world_size(self.group)
+        self._symm = [i for i, p in enumerate(declared) if getattr(p, "symmetric", False)]
+        self._names = [declared[i].name for i in self._symm]
+        self._n = len(declared)
+        # A tensor's table, by (address, size): made once, by a collective rendezvous.
+        self._tables: dict = {}
+
+    def table(self, tensor: Any, name: str = "tensor") -> Any:
+        """The ``[num_ranks]`` int64 CUDA tensor of every rank's address of ``tensor`` (made
+        at its first use, by ``symm_mem.rendezvous``: every rank must make that call, in the
+        same order, as SPMD code does)."""
+        import torch
+        import torch.distributed._symmetric_memory as symm_mem
+
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_cuda:
+            raise TypeError(f"`{name}` must be a CUDA tensor from symm_mem.empty, got "
+                            f"{type(tensor).__name__}")
+        key = (tensor.data_ptr(), tensor.untyped_storage().nbytes())
+        hit = self._tables.get(key)
+        if hit is not None:
+            return hit[1]
+        try:
+            handle = symm_mem.rendezvous(tensor, self.group_name)
+        except Exception as e:  # torch's own message, with ours around it
+            raise ValueError(
+                f"`{name}` is not in torch's symmetric memory ({type(e).__name__}: {e}); "
+                "allocate it with torch.distributed._symmetric_memory.empty") from e
+        ptrs = list(handle.buffer_ptrs)
+        # A view starts past its allocation's base by the same offset on every rank.
+        offset = tensor.data_ptr() - ptrs[self.rank]
+        table = torch.tensor([p + offset for p in ptrs], dtype=torch.int64,
+                             device=tensor.device)
+        self._tables[key] = (handle, table)
+        return table
+
+    def __call__(self, *args: Any, stream: int | None = None) -> Any:
+        if len(args) != self._n:
+            raise TypeError(f"kernel `{self.kernel.kernel.name}` takes {self._n} arguments "
+                            f"(its own parameters), {len(args)} given")
+        tables = [self.table(args[i], n) for i, n in zip(self._symm, self._names)]
+        return self.kernel(*args, *tables, self.rank, self.world, 0, stream=stream)
+
+
+def on_torch_symm(kernel: Any, group: Any = None) -> TorchSymmLauncher:
+    """Call ``kernel`` (compiled from a ``@T.prim_func`` that calls ``T.use_peer_tables()``)
+    with only its own parameters, its ``T.SymmTensor`` arguments being tensors of torch's
+    symmetric memory (``torch.distributed._symmetric_memory.empty``): the peer tables come
+    from ``symm_mem.rendezvous`` on ``group`` (the default group when None), made at a
+    tensor's first use and kept, and ``rank``/``num_ranks`` from the group. Launches go to
+    torch's current stream. Needs one process per GPU with torch.distributed initialized."""
+    return TorchSymmLauncher(kernel, group)
