@@ -10,16 +10,9 @@ from tilelang_rs import language as T
 
 @pytest.fixture(scope="module")
 def axpy():
-    N = T.symbolic("N")
+    import row_kernels
 
-    @T.prim_func
-    def axpy(X: T.Tensor((N, 4), "float32"), Y: T.Tensor((N, 4), "float32"), a: T.float32):
-        with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
-            for i, j in T.Parallel(16, 4):
-                if bx * 16 + i < N:
-                    Y[bx * 16 + i, j] = Y[bx * 16 + i, j] + a * X[bx * 16 + i, j]
-
-    return tilelang.compile(axpy, target="cpu")
+    return tilelang.compile(row_kernels.axpy, target="cpu")
 
 
 def test_zero_copy_in_place(axpy, rng):
@@ -213,24 +206,9 @@ torch.Tensor = Tensor
 torch.empty = lambda shape, dtype=None, device=None: Tensor(np.empty(shape, np.float32))
 sys.modules["torch"] = torch
 
+sys.path.insert(0, sys.argv[2])  # the tests' folder
 import tilelang_rs as tilelang
-from tilelang_rs import language as T
-N = T.symbolic("N")
-
-@T.prim_func
-def axpy(X: T.Tensor((N, 4), "float32"), Y: T.Tensor((N, 4), "float32"), a: T.float32):
-    with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
-        for i, j in T.Parallel(16, 4):
-            if bx * 16 + i < N:
-                Y[bx * 16 + i, j] = Y[bx * 16 + i, j] + a * X[bx * 16 + i, j]
-
-@T.prim_func
-def add(A: T.Tensor((N, 4), "float32"), B: T.Tensor((N, 4), "float32"),
-        C: T.Tensor((N, 4), "float32")):
-    with T.Kernel(T.ceildiv(N, 16), threads=64) as bx:
-        for i, j in T.Parallel(16, 4):
-            if bx * 16 + i < N:
-                C[bx * 16 + i, j] = A[bx * 16 + i, j] + B[bx * 16 + i, j]
+from row_kernels import add, axpy
 
 k = tilelang.compile(axpy, target="cpu")
 rng = np.random.default_rng(0)
@@ -256,6 +234,7 @@ print("ok")
 def test_torch_tensors_are_read_through_dlpack(mode, tmp_path):
     """torch tensors are described by one `_to_dlpack` capsule (address at a view's offset,
     shape, strides, device) where torch offers it; attributes otherwise."""
+    import os
     import subprocess
     import sys
 
@@ -263,6 +242,7 @@ def test_torch_tensors_are_read_through_dlpack(mode, tmp_path):
         pytest.skip("numpy without __dlpack__")
     script = tmp_path / "standin_torch.py"  # the tracer reads kernels from their file
     script.write_text(_STANDIN_TORCH)
-    r = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
-                       timeout=120)
+    here = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, str(script), mode, here], capture_output=True,
+                       text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stdout + r.stderr

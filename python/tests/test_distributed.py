@@ -88,19 +88,21 @@ def test_a_peer_of_a_plain_tensor_is_refused_at_trace_time():
                 T.st(A[0], 1, dst_pe=0)
 
 
-def test_peer_tables_add_a_table_per_symmetric_tensor():
-    @T.prim_func
-    def ag(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
-           FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
-        T.use_peer_tables()
-        with T.Kernel(T.get_num_ranks(), threads=64) as p:
-            rank = T.get_rank()
-            T.put_block(X[0], OUT[rank, 0], N, p)
-            T.sync_threads()
-            if T.get_thread_binding() == 0:
-                T.signal(FLAGS[rank], epoch, p)
-                T.wait_ge(FLAGS[p], epoch)
+@T.prim_func
+def peer_table_gather(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
+                      FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
+    T.use_peer_tables()
+    with T.Kernel(T.get_num_ranks(), threads=64) as p:
+        rank = T.get_rank()
+        T.put_block(X[0], OUT[rank, 0], N, p)
+        T.sync_threads()
+        if T.get_thread_binding() == 0:
+            T.signal(FLAGS[rank], epoch, p)
+            T.wait_ge(FLAGS[p], epoch)
 
+
+def test_peer_tables_add_a_table_per_symmetric_tensor():
+    ag = peer_table_gather
     names = [p[0] for p in ag.kernel.params()]
     assert names == ["X", "OUT", "FLAGS", "epoch", "OUT_peers", "FLAGS_peers", "rank",
                      "num_ranks", "heap_stride"], names
@@ -168,18 +170,7 @@ def test_on_torch_symm_needs_a_peer_table_kernel():
     (``T.use_peer_tables()``); another multi-rank kernel is refused with the fix, before
     torch is needed. One that fits goes on to need torch.distributed (initialized)."""
 
-    @T.prim_func
-    def tables(X: T.Tensor((N,), "float32"), OUT: T.SymmTensor((R, N), "float32"),
-               FLAGS: T.SymmTensor((R,), "int32"), epoch: T.int32):
-        T.use_peer_tables()
-        with T.Kernel(T.get_num_ranks(), threads=64) as p:
-            rank = T.get_rank()
-            T.put_block(X[0], OUT[rank, 0], N, p)
-            T.sync_threads()
-            if T.get_thread_binding() == 0:
-                T.signal(FLAGS[rank], epoch, p)
-                T.wait_ge(FLAGS[p], epoch)
-
+    tables = peer_table_gather
     assert [p.symmetric for p in tables.params] == [False, True, True, False]
     flat = tilelang.compile(all_gather, target="sim")
     with pytest.raises(TypeError, match=r"T\.use_peer_tables\(\)"):
