@@ -86,17 +86,21 @@ fn returned(got: &[f64], r: usize, len: usize) -> anyhow::Result<f64> {
     tilelang::runtime::rel_err(got, &want).map_err(|e| anyhow::anyhow!(e))
 }
 
+/// Columns a gather block sums: 8 per thread of 256, so each thread loads 16 bytes of every
+/// row (256 columns, one per thread, ran 8× slower at 4096 tokens × 7168: session 22).
+const MOE_GATHER_COLUMNS: i64 = 2048;
+
 /// The kernels: dispatch, combine, gather (`--dedup`'s expert step is [`weighted_identity`]).
 fn kernels(threads: u32, dedup: bool) -> [Kernel; 3] {
     let (dispatch, gather) = if dedup {
         (
             moe_dispatch_dedup(BF16, threads, TOKENS_PER_BLOCK),
-            moe_gather_dedup(BF16, 256, 256),
+            moe_gather_dedup(BF16, 256, MOE_GATHER_COLUMNS),
         )
     } else {
         (
             moe_dispatch(BF16, threads, TOKENS_PER_BLOCK),
-            moe_gather(BF16, 256, 256),
+            moe_gather(BF16, 256, MOE_GATHER_COLUMNS),
         )
     };
     [dispatch, moe_combine(BF16, threads), gather]

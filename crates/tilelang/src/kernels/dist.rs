@@ -978,17 +978,20 @@ fn moe_gather_with(dtype: DType, threads: u32, block_h: i64, dedup: bool) -> Ker
             [ceildiv(&h, block_h), t_n.clone()],
             threads,
             |t, [bx, tok]| {
+                // Each thread's elements are contiguous columns: the rows come in by tile copies
+                // (vector loads where the variant's alignment allows, the edge predicated).
                 let acc = t.alloc_fragment_named("acc", [block_h], F32);
+                let vals = t.alloc_fragment_named("vals", [block_h], dtype);
                 t.clear(&acc);
                 t.serial(&kk, |t, j| {
-                    let (p, row) = (
-                        dest.at([tok.clone(), j.clone()]),
-                        slot.at([tok.clone(), j.clone()]),
-                    );
+                    // The choice's row, read once for the block, and nothing to add for a
+                    // dropped one.
+                    let p = t.let_("p", dest.at([tok.clone(), j.clone()]));
+                    let row = t.let_("row", slot.at([tok.clone(), j.clone()]));
                     // The choice's weight, or with the rows weighted already 1 for the first
                     // choice of each destination and 0 for the others.
                     let wt = match &w {
-                        Some(w) => w.at([tok.clone(), j.clone()]),
+                        Some(w) => t.let_("wt", w.at([tok.clone(), j.clone()])),
                         None => {
                             let seen = t.alloc_var(I32);
                             t.store(&seen, [0], 0);
@@ -999,32 +1002,19 @@ fn moe_gather_with(dtype: DType, threads: u32, block_h: i64, dedup: bool) -> Ker
                             select(seen.at([0]).eq_(0), Expr::float(1.0), Expr::float(0.0))
                         }
                     };
-                    t.parallel([block_h], |t, [i]| {
-                        let col = &bx * block_h + &i;
-                        let v = back.at([
-                            p.clone(),
-                            max(row.clone(), 0),
-                            min(col.clone(), h.clone() - 1),
-                        ]);
-                        let take = row.ge(0).and(col.lt(&h));
-                        t.store(
-                            &acc,
-                            [i.clone()],
-                            acc.at([i.clone()])
-                                + select(take, wt.clone() * v.cast(F32), Expr::float(0.0)),
-                        );
+                    t.if_(row.ge(0), |t| {
+                        t.copy(back.tile((p.clone(), row.clone(), &bx * block_h)), &vals);
+                        t.parallel([block_h], |t, [i]| {
+                            let v =
+                                acc.at([i.clone()]) + wt.clone() * vals.at([i.clone()]).cast(F32);
+                            t.store(&acc, [i.clone()], v);
+                        });
                     });
                 });
                 t.parallel([block_h], |t, [i]| {
-                    let col = &bx * block_h + &i;
-                    t.if_(col.lt(&h), |t| {
-                        t.store(
-                            &y,
-                            [tok.clone(), col.clone()],
-                            acc.at([i.clone()]).cast(dtype),
-                        );
-                    });
+                    t.store(&vals, [i.clone()], acc.at([i.clone()]).cast(dtype));
                 });
+                t.copy(&vals, y.tile((tok.clone(), &bx * block_h)));
             },
         );
     })
