@@ -137,7 +137,10 @@ impl Fragment {
     /// A blocked layout for element-wise work on a row-major tile: each thread takes `vec`
     /// consecutive elements of the last dimension, neighbouring threads the next ones, and the
     /// rest of the tile repeats in the value index. Threads beyond the tile's size become
-    /// replicas. `vec` is reduced until it divides the last dimension.
+    /// replicas. `vec` is reduced until it divides the last dimension, and until every thread
+    /// has elements where the tile allows: a replica repeats another thread's work, so a
+    /// `[256]` tile on 256 threads takes one element a thread rather than 8 on 32 threads
+    /// and 7 warps of replicas (the MoE gather's fragment ran so until session 22).
     pub fn blocked(shape: &[i64], threads: i64, vec: i64) -> Fragment {
         let rank = shape.len();
         let mut rest: Vec<i64> = shape.to_vec();
@@ -146,8 +149,9 @@ impl Fragment {
         let mut values = vec![];
         let mut thread_modes = vec![];
         if rank > 0 {
+            let elems: i64 = shape.iter().product();
             let mut v = vec.max(1);
-            while v > 1 && rest[rank - 1] % v != 0 {
+            while v > 1 && (rest[rank - 1] % v != 0 || elems / v < threads) {
                 v /= 2;
             }
             if v > 1 {
@@ -527,6 +531,24 @@ mod tests {
         ] {
             let f = Fragment::blocked(&shape, threads, vec);
             assert_eq!(f.threads(), threads, "{f}");
+            check_bijection(&f);
+        }
+    }
+
+    /// Threads get elements before vectors get wide: replicas repeat work.
+    #[test]
+    fn blocked_layouts_spread_over_every_thread_before_widening() {
+        // (shape, threads, vec) → (elements a thread, replicas)
+        for (shape, threads, vec, local, replicas) in [
+            (vec![256], 256, 8, 1, 1),
+            (vec![512], 256, 8, 2, 1),
+            (vec![2048], 256, 8, 8, 1),
+            (vec![1, 1024], 256, 4, 4, 1),
+            (vec![64], 256, 8, 1, 4),
+            (vec![32, 32], 128, 4, 8, 1),
+        ] {
+            let f = Fragment::blocked(&shape, threads, vec);
+            assert_eq!((f.local_size(), f.replication()), (local, replicas), "{f}");
             check_bijection(&f);
         }
     }
