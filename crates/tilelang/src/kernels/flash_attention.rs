@@ -68,8 +68,9 @@ impl AttnConfig {
     /// warpgroup, 128-key tiles, P·V left running under the next softmax
     /// ([`AttnConfig::overlap_pv`]) — which needs the consumers' 232 registers (`setmaxnreg`);
     /// with `TILELANG_WS=0` (no producer warpgroup, so no registers to move) the earlier
-    /// choice, 64-key tiles (128-key from CUDA C++ when causal). One warpgroup of 64 query
-    /// rows with 64-key tiles for causal d64, [`AttnConfig::hopper`] otherwise.
+    /// choice, 64-key tiles (128-key from CUDA C++ when causal). For d64 no producer
+    /// warpgroup (it lost 6–20% there, run 20i): [`AttnConfig::hopper`], and when causal its
+    /// tiles in 3 stages.
     pub fn hopper_for(head_dim: i64, causal: bool) -> AttnConfig {
         let cuda_cpp = matches!(Backend::from_env(), Ok(Backend::CudaCpp));
         let no_ws = std::env::var("TILELANG_WS").is_ok_and(|v| v == "0");
@@ -84,7 +85,9 @@ impl AttnConfig {
                 bn: 64,
                 ..AttnConfig::hopper()
             },
-            (64, true) => AttnConfig::tiles(64, 64, 2, 128),
+            // 128×128 in 3 stages: 408.8 / 463.3 TFLOP/s at 4·16·4096 / 2·32·8192 against
+            // 390.3 / 436.4 for the earlier 64×64×2 on 128 threads (gpu-notes run 20i).
+            (64, true) => AttnConfig::tiles(128, 128, 3, 256),
             _ => AttnConfig::hopper(),
         }
     }
