@@ -442,7 +442,7 @@ pub struct SplitArgs {
     /// Never split rows over blocks
     #[arg(long)]
     pub no_split: bool,
-    /// With the split: columns per block (a multiple of 2048; default: about two blocks per
+    /// With the split: columns per block (a multiple of 2048; default: about eight blocks per
     /// multiprocessor)
     #[arg(long, value_parser = size::<i64>)]
     pub span: Option<i64>,
