@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Per-instruction stall samples of our Hopper GEMM (the default, persistent, and one block per
 # tile) beside TileLang's at one size (GPU machine,
-# `.gpu/gemm` staged, TileLang's tarball in `.tl` for its side): ncu's SourceCounters and
-# WarpStateStats, then the source page as CSV (one row per SASS instruction, with the warp
+# `.gpu/gemm` staged, TileLang's tarball in `.tl` for its side), or of our attention forward
+# beside cuDNN's (SDPA's cuDNN backend; `.gpu/flash_attention` staged): ncu's SourceCounters
+# and WarpStateStats, then the source page as CSV (one row per SASS instruction, with the warp
 # stall samples by reason), written to $OUT (or /tmp/ncu-source) for reading off the machine.
 #   bash bench/ncu-source.sh [M N K]
+#   bash bench/ncu-source.sh attn [B H S D] [--causal]
 set -uo pipefail
-M=${1:-4096}; N=${2:-4096}; K=${3:-4096}
 G=.gpu
 out="${OUT:-/tmp/ncu-source}"
 mkdir -p "$out"
@@ -21,6 +22,24 @@ dump() {  # name, then the command
   echo "== $name: $(wc -l < "$out/$name.sass.csv") SASS rows"
   grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Compute \(SM\) Throughput" "$out/$name.details.txt" | sed 's/  */ /g'
 }
+if [ "${1:-}" = attn ]; then
+  B=${2:-4}; H=${3:-16}; S=${4:-4096}; D=${5:-128}; C=${6:-}
+  dump ours-attn -k regex:tl_kernel -s 2 -c 1 $G/flash_attention --device cuda --batch $B \
+    --heads $H --seq $S --dim $D --dtype bf16 --reps 3 $C
+  causal=False; [ -n "$C" ] && causal=True
+  cat > /tmp/sdpa_once.py <<PY
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+q, k, v = (torch.randn($B, $H, $S, $D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    for _ in range(4):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal)
+torch.cuda.synchronize()
+PY
+  dump cudnn-attn -k regex:"sdpa|fmha|fprop" -s 2 -c 1 python3 /tmp/sdpa_once.py
+  exit 0
+fi
+M=${1:-4096}; N=${2:-4096}; K=${3:-4096}
 dump ours -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda --m $M --n $N --k $K --layout nt \
   --dtype bf16 --reps 3
 dump ours-one-block-per-tile -k regex:tl_kernel -s 2 -c 1 $G/gemm --device cuda --m $M --n $N \
