@@ -23,14 +23,14 @@ dump() {  # name, then the command
   grep -E "Duration|Warp Cycles Per Issued|Issued Ipc|Compute \(SM\) Throughput" "$out/$name.details.txt" | sed 's/  */ /g'
 }
 if [ "${1:-}" = attn ]; then
-  B=${2:-4}; H=${3:-16}; S=${4:-4096}; D=${5:-128}; C=${6:-}
+  B=${2:-4}; H=${3:-16}; SEQ=${4:-4096}; D=${5:-128}; C=${6:-}
   dump ours-attn -k regex:tl_kernel -s 2 -c 1 $G/flash_attention --device cuda --batch $B \
-    --heads $H --seq $S --dim $D --dtype bf16 --reps 3 $C
+    --heads $H --seq $SEQ --dim $D --dtype bf16 --reps 3 $C
   causal=False; [ -n "$C" ] && causal=True
   cat > /tmp/sdpa_once.py <<PY
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
-q, k, v = (torch.randn($B, $H, $S, $D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+q, k, v = (torch.randn($B, $H, $SEQ, $D, device="cuda", dtype=torch.bfloat16) for _ in range(3))
 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
     for _ in range(4):
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal)
