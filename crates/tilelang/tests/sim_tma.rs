@@ -617,6 +617,42 @@ fn ping_pong_attention_in_sim() {
     }
 }
 
+/// Ping-pong on the overlapped attention (Q·Kⱼᵀ and P·V of step j − 1 issued back to back):
+/// the two groups share one turn — a single `bar.sync` before them and a single hand-over
+/// after — and the result agrees with the CPU backend, causal and not.
+#[test]
+fn ping_pong_overlapped_attention_takes_one_turn_for_both_gemms_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0")
+        || std::env::var("TILELANG_PINGPONG").is_ok_and(|v| v == "0")
+    {
+        return;
+    }
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    let cfg = AttnConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(true),
+        overlap_pv: true,
+        ping_pong: true,
+        ..AttnConfig::tiles(128, 64, 2, 256)
+    };
+    for causal in [false, true] {
+        let k = flash_attention(BF16, 64, causal, cfg);
+        let low = tma_variant(&k);
+        let text = low.to_string();
+        // One turn per step: one wait on warpgroup 0's barrier in the loop, and the one after
+        // it that takes warpgroup 1's last hand-over (two turns a step would make three).
+        assert_eq!(
+            text.matches("named_barrier<2, 256>").count(),
+            2,
+            "causal {causal}: {text}"
+        );
+        let s = vec![1, 2, 200, 64];
+        let shapes = [s.clone(), s.clone(), s.clone(), s, vec![1, 2, 200]];
+        let e = run_vs_cpu(&k, &low, &shapes, 5).unwrap_or_else(|e| panic!("causal {causal}: {e}"));
+        assert!(e < 1e-2, "causal {causal}: {e}");
+    }
+}
+
 /// The specialized fp8 GEMM with per-tensor promotion takes turns by default (one consumer
 /// warpgroup promotes its partial while the other's wgmma runs); with tails in M, N and K it
 /// agrees with the CPU backend.

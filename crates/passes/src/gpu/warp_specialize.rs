@@ -468,14 +468,20 @@ fn ping_pong(s: &Stmt, consumers: u32, wanted: bool) -> Stmt {
             let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
             let first = tid.clone().lt(128);
             let mut body = vec![];
-            for st in flatten(&l.body) {
-                if starts_group(&st) {
+            // Groups issued back to back (attention's Q·Kⱼᵀ and, overlapped, P·V of step
+            // j − 1) share one turn: the warpgroup hands over only after the last of them.
+            let stmts = flatten(&l.body);
+            let mut holding = false;
+            for (i, st) in stmts.iter().enumerate() {
+                if starts_group(st) && !holding {
                     body.push(turn(&first, true, span));
+                    holding = true;
                 }
-                let commit = is_call(&st, |op| matches!(op, Intrinsic::WgmmaCommit));
-                body.push(st);
-                if commit {
+                let commit = is_call(st, |op| matches!(op, Intrinsic::WgmmaCommit));
+                body.push(st.clone());
+                if commit && !stmts.get(i + 1).is_some_and(starts_group) {
                     body.push(turn(&first, false, span));
+                    holding = false;
                 }
             }
             let mut l2 = *l;
