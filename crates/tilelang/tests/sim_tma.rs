@@ -568,9 +568,8 @@ fn ping_pong_attention_in_sim() {
         64,
         false,
         AttnConfig {
-            instruction: Some(GemmInstruction::Wgmma),
-            warp_specialize: Some(true),
-            ..AttnConfig::tiles(128, 64, 2, 256)
+            ping_pong: false,
+            ..turn_taking_attention(false)
         },
     ));
     if std::env::var_os("TILELANG_PINGPONG").is_none() {
@@ -580,12 +579,7 @@ fn ping_pong_attention_in_sim() {
         );
     }
     use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
-    let cfg = AttnConfig {
-        instruction: Some(GemmInstruction::Wgmma),
-        warp_specialize: Some(true),
-        ping_pong: true,
-        ..AttnConfig::tiles(128, 64, 2, 256)
-    };
+    let cfg = turn_taking_attention(false);
     for causal in [false, true] {
         let k = flash_attention(BF16, 64, causal, cfg);
         let low = tma_variant(&k);
@@ -617,6 +611,18 @@ fn ping_pong_attention_in_sim() {
     }
 }
 
+/// Attention tiles whose two consumer warpgroups take turns at the tensor cores (a producer
+/// warpgroup, 128 query rows), with P·V overlapped under the next softmax or not.
+fn turn_taking_attention(overlap_pv: bool) -> tilelang::kernels::flash_attention::AttnConfig {
+    tilelang::kernels::flash_attention::AttnConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(true),
+        overlap_pv,
+        ping_pong: true,
+        ..tilelang::kernels::flash_attention::AttnConfig::tiles(128, 64, 2, 256)
+    }
+}
+
 /// Ping-pong on the overlapped attention (Q·Kⱼᵀ and P·V of step j − 1 issued back to back):
 /// the two groups share one turn — a single `bar.sync` before them and a single hand-over
 /// after — and the result agrees with the CPU backend, causal and not.
@@ -627,14 +633,8 @@ fn ping_pong_overlapped_attention_takes_one_turn_for_both_gemms_in_sim() {
     {
         return;
     }
-    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
-    let cfg = AttnConfig {
-        instruction: Some(GemmInstruction::Wgmma),
-        warp_specialize: Some(true),
-        overlap_pv: true,
-        ping_pong: true,
-        ..AttnConfig::tiles(128, 64, 2, 256)
-    };
+    use tilelang::kernels::flash_attention::flash_attention;
+    let cfg = turn_taking_attention(true);
     for causal in [false, true] {
         let k = flash_attention(BF16, 64, causal, cfg);
         let low = tma_variant(&k);
