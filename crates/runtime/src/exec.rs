@@ -1161,15 +1161,22 @@ unsafe impl Send for MemoBound {}
 #[derive(PartialEq, Debug)]
 enum ArgKey {
     Tensor {
-        dtype: tl_ir::DType,
+        facts: TensorFacts,
         shape: Vec<usize>,
-        device: Device,
-        usable: bool,
-        contiguous: bool,
     },
     Int(i64),
     /// The bits: a NaN matches itself, -0.0 does not match 0.0.
     Float(u64),
+}
+
+/// What `bind_args` checks of a tensor besides its shape: dtype, device, whether the
+/// executable's device can use it, contiguity.
+type TensorFacts = (tl_ir::DType, Device, bool, bool);
+
+impl TensorView<'_> {
+    fn facts(&self) -> TensorFacts {
+        (self.dtype, self.device, self.usable, self.contiguous)
+    }
 }
 
 impl ArgKey {
@@ -1179,11 +1186,8 @@ impl ArgKey {
             Arg::Int(x) => ArgKey::Int(*x),
             Arg::Tensor(_) | Arg::External(_) => match TensorView::of(a, device) {
                 Some(t) => ArgKey::Tensor {
-                    dtype: t.dtype,
+                    facts: t.facts(),
                     shape: t.shape.to_vec(),
-                    device: t.device,
-                    usable: t.usable,
-                    contiguous: t.contiguous,
                 },
                 None => unreachable!("a tensor argument always has a view"),
             },
@@ -1193,22 +1197,8 @@ impl ArgKey {
     /// Whether `a` has this key (compared in place: no allocation on the hot path).
     fn matches(&self, a: &Arg, device: Device) -> bool {
         match (self, a, TensorView::of(a, device)) {
-            (
-                ArgKey::Tensor {
-                    dtype,
-                    shape,
-                    device: d,
-                    usable,
-                    contiguous,
-                },
-                _,
-                Some(t),
-            ) => {
-                *dtype == t.dtype
-                    && shape.as_slice() == t.shape
-                    && *d == t.device
-                    && *usable == t.usable
-                    && *contiguous == t.contiguous
+            (ArgKey::Tensor { facts, shape }, _, Some(t)) => {
+                *facts == t.facts() && shape.as_slice() == t.shape
             }
             (ArgKey::Int(x), Arg::Int(y), None) => x == y,
             (ArgKey::Float(x), Arg::Float(y), None) => *x == y.to_bits(),
