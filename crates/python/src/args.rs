@@ -375,33 +375,30 @@ fn from_torch(
 ) -> PyResult<(ExternalTensor, Option<i64>)> {
     use std::sync::atomic::Ordering::Relaxed;
     let py = obj.py();
-    let mut early = None;
-    if DLPACK_FIRST.load(Relaxed) {
+    let (dtype, view) = if DLPACK_FIRST.load(Relaxed) {
         match t
             .to_dlpack
             .as_ref()
             .and_then(|f| crate::dlpack::view(f.bind(py), obj))
         {
-            Some(v) => {
-                let dtype = match v.dtype {
+            Some(v) => (
+                match v.dtype {
                     Some(d) => d,
                     None => torch_dtype(t, obj, p, i)?,
-                };
-                early = Some((v, dtype));
+                },
+                Some(v),
+            ),
+            None => {
+                DLPACK_FIRST.store(false, Relaxed);
+                (torch_dtype(t, obj, p, i)?, None)
             }
-            None => DLPACK_FIRST.store(false, Relaxed),
         }
-    }
-    let (view, dtype) = match early {
-        Some((v, dtype)) => (
-            Some(v).filter(|v| v.bits as usize == dtype.bytes() * 8),
-            dtype,
-        ),
-        None => {
-            let dtype = torch_dtype(t, obj, p, i)?;
-            (dlpack_view(t, obj, dtype), dtype)
-        }
+    } else {
+        let dtype = torch_dtype(t, obj, p, i)?;
+        (dtype, dlpack_view(t, obj, dtype))
     };
+    // A capsule whose element width disagrees with the dtype is not trusted.
+    let view = view.filter(|v| v.bits as usize == dtype.bytes() * 8);
     if let Some(v) = view {
         let (device, gpu) = match v.place {
             DlPlace::Cpu => (Device::Cpu, None),
@@ -483,8 +480,7 @@ fn dlpack_view(t: &Torch, tensor: &Bound<'_, PyAny>, dtype: DType) -> Option<DlV
         return None;
     }
     let f = t.to_dlpack.as_ref()?;
-    let v = crate::dlpack::view(f.bind(tensor.py()), tensor)?;
-    (v.bits as usize == dtype.bytes() * 8).then_some(v)
+    crate::dlpack::view(f.bind(tensor.py()), tensor)
 }
 
 /// A tuple of ints (torch's `Size` is a tuple subclass, `stride()` a tuple) read item by

@@ -118,10 +118,7 @@ pub fn plain_dtype(code: u8, bits: u8) -> Option<DType> {
 /// before returning, which frees it (torch's destructor calls the deleter of a capsule that
 /// no one consumed); the tensor's memory stays with the tensor, which the caller holds.
 pub fn view(to_dlpack: &Bound<'_, PyAny>, tensor: &Bound<'_, PyAny>) -> Option<DlView> {
-    let capsule = match to_dlpack.call1((tensor,)) {
-        Ok(c) => c,
-        Err(_) => return None,
-    };
+    let capsule = to_dlpack.call1((tensor,)).ok()?;
     let capsule = capsule.cast::<PyCapsule>().ok()?;
     let name = capsule.name().ok()??;
     // SAFETY: the name pointer is the capsule's, alive as long as the capsule.
