@@ -61,13 +61,8 @@ struct Args {
     /// Resident blocks per SM to ask the compiler for (caps registers per thread)
     #[arg(long, value_parser = common::size::<u32>)]
     min_blocks: Option<u32>,
-    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
-    /// output tiles
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>, conflicts_with = "no_persistent")]
-    persistent: Option<u32>,
-    /// One block per output tile, where the default would be persistent
-    #[arg(long)]
-    no_persistent: bool,
+    #[command(flatten)]
+    persistence: common::PersistentArgs,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -117,11 +112,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.panel = args.panel.unwrap_or(cfg.panel);
         cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
-        cfg.persistent = if args.no_persistent {
-            None
-        } else {
-            args.persistent.or(cfg.persistent)
-        };
+        cfg.persistent = args.persistence.apply(cfg.persistent);
         cfg.overlap = (cfg.overlap || args.overlap) && !spec.promotes();
         if args.overlap && spec.promotes() {
             anyhow::bail!("--overlap needs --fast-accum: promotion reads each k tile's product before the next k tile's wgmma");

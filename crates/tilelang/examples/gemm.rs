@@ -55,13 +55,8 @@ struct Args {
     /// and with cp.async loads)
     #[arg(long)]
     overlap: bool,
-    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
-    /// output tiles
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>, conflicts_with = "no_persistent")]
-    persistent: Option<u32>,
-    /// One block per output tile, where the default would be persistent
-    #[arg(long)]
-    no_persistent: bool,
+    #[command(flatten)]
+    persistence: common::PersistentArgs,
     /// Warp specialization on sm_90a: a producer warpgroup issues the TMA loads and C goes out
     /// by TMA store (the Hopper default)
     #[arg(long, conflicts_with = "no_ws")]
@@ -283,11 +278,7 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     };
     // The flag turns the overlap on (no default tile config has it).
     cfg.overlap |= args.overlap;
-    if args.no_persistent {
-        cfg.persistent = None;
-    } else if args.persistent.is_some() {
-        cfg.persistent = args.persistent;
-    }
+    cfg.persistent = args.persistence.apply(cfg.persistent);
     if args.ws {
         cfg.warp_specialize = Some(true);
     } else if args.no_ws {

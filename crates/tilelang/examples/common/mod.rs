@@ -425,6 +425,30 @@ pub struct TileArgs {
     pub tune: bool,
 }
 
+/// The persistence options of the GEMM examples: `--persistent [N]` asks for it, and
+/// `--no-persistent` takes it away from a default that has it.
+#[derive(clap::Args, Debug, Clone)]
+pub struct PersistentArgs {
+    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over
+    /// output tiles
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = size::<u32>, conflicts_with = "no_persistent")]
+    pub persistent: Option<u32>,
+    /// One block per output tile, where the default would be persistent
+    #[arg(long)]
+    pub no_persistent: bool,
+}
+
+impl PersistentArgs {
+    /// The block count these options leave of the configuration's `default`.
+    pub fn apply(&self, default: Option<u32>) -> Option<u32> {
+        if self.no_persistent {
+            None
+        } else {
+            self.persistent.or(default)
+        }
+    }
+}
+
 /// The split-row form of a row-wise operation (few long rows): a kernel writing `stats`
 /// per-span f32 statistics `[rows, spans]`, and one combining them and writing the output.
 pub struct SplitOp {
