@@ -1048,6 +1048,32 @@ impl MoeRoute {
             .map(|i| self.expert(r, i / k, i % k))
             .collect()
     }
+    /// `moe_dispatch`'s arguments on rank `r` (capacity `cap`): this route's tokens, `SLOT`
+    /// and the receive buffers poisoned, `COUNTS` zero, the given `FLAGS` and `READY`.
+    fn dispatch_args(
+        &self,
+        r: usize,
+        cap: usize,
+        (flags, ready): (SimArg, SimArg),
+        epoch: i64,
+    ) -> Vec<SimArg> {
+        let (ranks, t, h, k) = (self.ranks, self.tokens, self.h, self.k);
+        vec![
+            SimArg::tensor(F32, &[t, h], &self.x(r)),
+            SimArg::tensor(I32, &[t, k], &self.dests(r)),
+            SimArg::tensor(I32, &[t, k], &self.experts(r)),
+            SimArg::tensor(I32, &[t, k], &vec![-7.0; t * k]),
+            SimArg::zeros(F32, &[ranks, cap, h]),
+            SimArg::tensor(I32, &[ranks, cap], &vec![-1.0; ranks * cap]),
+            SimArg::zeros(I32, &[ranks]),
+            flags,
+            ready,
+            SimArg::Int(epoch),
+            SimArg::Int(r as i64),
+            SimArg::Int(ranks as i64),
+            SimArg::Int(0),
+        ]
+    }
     /// Every token `t` of rank `r`'s gathered `y` is `Σ_j w_j·(2x + e_j)` over the choices
     /// whose row was kept (`slots[t, j] ≥ 0`): the tests' expert maps x to 2x + e.
     fn check_gathered(&self, r: usize, y: &[f64], slots: &[f64]) {
@@ -1121,22 +1147,8 @@ fn moe_dispatch_and_combine_round_trip() {
         );
         let mut args: Vec<Vec<SimArg>> = (0..ranks)
             .map(|r| {
-                let (d, e) = (route.dests(r), route.experts(r));
-                vec![
-                    SimArg::tensor(F32, &[tokens, h], &x(r)),
-                    SimArg::tensor(I32, &[tokens, k], &d),
-                    SimArg::tensor(I32, &[tokens, k], &e),
-                    SimArg::tensor(I32, &[tokens, k], &vec![-7.0; tokens * k]),
-                    SimArg::zeros(F32, &[ranks, cap, h]),
-                    SimArg::tensor(I32, &[ranks, cap], &vec![-1.0; ranks * cap]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::zeros(I32, &[ranks]),
-                    SimArg::Int(1),
-                    SimArg::Int(r as i64),
-                    SimArg::Int(ranks as i64),
-                    SimArg::Int(0),
-                ]
+                let zeros = || SimArg::zeros(I32, &[ranks]);
+                route.dispatch_args(r, cap, (zeros(), zeros()), 1)
             })
             .collect();
         // Chunks of 4 tokens: 3 blocks per destination, each starting after the rows the
@@ -1225,24 +1237,7 @@ fn moe_dispatch_takes_any_token_count_per_rank_and_call() {
             })
             .collect();
         let mut args: Vec<Vec<SimArg>> = (0..ranks)
-            .map(|r| {
-                let (route, t) = (&routes[r], tokens[r]);
-                vec![
-                    SimArg::tensor(F32, &[t, h], &route.x(r)),
-                    SimArg::tensor(I32, &[t, k], &route.dests(r)),
-                    SimArg::tensor(I32, &[t, k], &route.experts(r)),
-                    SimArg::tensor(I32, &[t, k], &vec![-7.0; t * k]),
-                    SimArg::zeros(F32, &[ranks, cap, h]),
-                    SimArg::tensor(I32, &[ranks, cap], &vec![-1.0; ranks * cap]),
-                    SimArg::zeros(I32, &[ranks]),
-                    flags[r].clone(),
-                    ready[r].clone(),
-                    SimArg::Int(epoch),
-                    SimArg::Int(r as i64),
-                    SimArg::Int(ranks as i64),
-                    SimArg::Int(0),
-                ]
-            })
+            .map(|r| routes[r].dispatch_args(r, cap, (flags[r].clone(), ready[r].clone()), epoch))
             .collect();
         tl_sim::run_ranks(&disp, &mut args, &SimOptions::default())
             .unwrap_or_else(|e| panic!("call {epoch} with {tokens:?} tokens: {e}"));

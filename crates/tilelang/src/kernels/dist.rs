@@ -124,9 +124,10 @@ pub const ALL_GATHER_BLOCKS_PER_PEER: i64 = 64;
 /// `p`, then one thread adds its share of a call's count ([`ARRIVALS_PER_CALL`]) to rank `p`'s
 /// `FLAGS[rank]` (a release) and waits until all `G` parts of rank `p`'s shard have arrived
 /// here (`FLAGS[p] ≥ epoch · ARRIVALS_PER_CALL`): when the kernel ends, this rank's `OUT` is
-/// complete. `epoch` grows by one per call, so the flags never need a reset. Before pushing, block `(g, p)` waits until rank `p` has entered this call (the entry
-/// handshake of [`announce_entry`]: block `(0, p)` announces to rank `p`), so back-to-back
-/// calls need no barrier between them.
+/// complete. `epoch` grows by one per call, so the flags never need a reset. Before pushing,
+/// block `(g, p)` waits until rank `p` has entered this call (the entry handshake of
+/// [`announce_entry`]: block `(0, p)` announces to rank `p`), so back-to-back calls need no
+/// barrier between them.
 ///
 /// Arguments: `X`, `OUT`, `FLAGS` (`[R]` i32, symmetric, zero before the first call), `READY`
 /// (`[R]` i32, symmetric, zero before the first call), `epoch`, then the scalars every
@@ -330,12 +331,12 @@ impl AgGemmConfig {
 /// ([`ARRIVALS_PER_CALL`]) to rank `p`'s `FLAGS[rank, y]` with a release at system scope.
 /// Blocks with `z = R + s` consume: block `(x, y, R + s)` waits until `FLAGS[s, y]` has all
 /// `⌈N/bn⌉` shares of this call (`epoch · ARRIVALS_PER_CALL`: the flags count up across calls
-/// and need no reset), then computes
-/// output tile `(y, x)` of `C[s]` from `AG[s]` as a pipelined GEMM. A consumer waits only for
-/// the rows its tile reads, so tiles of shards that have arrived run while the rest is in
-/// flight. A producer pushes only once its peer has entered this call (the entry handshake of
-/// [`announce_entry`]; producer block `(0, 0, z)` announces to rank `rank − z`), since the
-/// peer's consumers of the previous call may still read `AG`.
+/// and need no reset), then computes output tile `(y, x)` of `C[s]` from `AG[s]` as a
+/// pipelined GEMM. A consumer waits only for the rows its tile reads, so tiles of shards that
+/// have arrived run while the rest is in flight. A producer pushes only once its peer has
+/// entered this call (the entry handshake of [`announce_entry`]; producer block `(0, 0, z)`
+/// announces to rank `rank − z`), since the peer's consumers of the previous call may still
+/// read `AG`.
 ///
 /// Arguments: `A`, `B`, `AG` (`[R, M, K]`, symmetric), `C` (`[R, M, N]`), `FLAGS` (`[R, TM]`
 /// i32 with `TM ≥ ⌈M/bm⌉`, symmetric, zero before the first call), `READY` (`[R]` i32,
@@ -516,11 +517,11 @@ pub fn all_reduce(block: i64, threads: u32) -> Kernel {
 /// `PART[rank, y, x]`, and add its share of a call's count ([`ARRIVALS_PER_CALL`]: the ranks
 /// are the contributors) to rank `q`'s `FLAGS[y, x]` (a release at system scope). Blocks with
 /// `z = R` reduce: block `(x, y, R)` waits until its tile has all `R` shares of this call
-/// (`epoch · ARRIVALS_PER_CALL`), sums the partials in registers and stores the tile of `C` — one
-/// reducer per tile. Reducers of tiles whose partials have arrived run while other tiles are
-/// still being computed. A tile is pushed only once rank `q` has entered this call (the entry
-/// handshake of [`announce_entry`]: block `(0, 0, z)` announces to rank `rank − 1 − z`), since
-/// `q`'s reducers of the previous call may still read `PART`.
+/// (`epoch · ARRIVALS_PER_CALL`), sums the partials in registers and stores the tile of `C`
+/// — one reducer per tile. Reducers of tiles whose partials have arrived run while other
+/// tiles are still being computed. A tile is pushed only once rank `q` has entered this call
+/// (the entry handshake of [`announce_entry`]: block `(0, 0, z)` announces to rank
+/// `rank − 1 − z`), since `q`'s reducers of the previous call may still read `PART`.
 ///
 /// Arguments: `A`, `B`, `STAGE` (`[R, TM, TN, bm, bn]` f32, scratch), `PART` (`[R, TM, TN,
 /// bm, bn]` f32, symmetric), `C` (`[MQ, N]` f32), `FLAGS` (`[TM, TN]` i32, symmetric, zero
