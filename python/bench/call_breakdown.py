@@ -37,35 +37,6 @@ import elementwise  # noqa: E402
 import tilelang_rs as tilelang  # noqa: E402
 
 
-def per_call_us(fn, n, host_only):
-    """Microseconds per call, best of 5 rounds. ``host_only``: calls in batches of 64 whose
-    queue is drained between batches outside the timing (what the host spends); else the
-    calls back to back, drained once at the end (the host or the GPU, whichever is slower:
-    a full launch queue makes the host wait)."""
-    for _ in range(200):
-        fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        spent = 0.0
-        done = 0
-        t_all = time.perf_counter()
-        while done < n:
-            batch = min(64, n - done) if host_only else n - done
-            t0 = time.perf_counter()
-            for _ in range(batch):
-                fn()
-            spent += time.perf_counter() - t0
-            if host_only:
-                torch.cuda.synchronize()
-            done += batch
-        torch.cuda.synchronize()
-        if not host_only:
-            spent = time.perf_counter() - t_all
-        best = min(best, spent / n * 1e6)
-    return best
-
-
 def batch_us(fn, calls):
     """Host microseconds per call of ``calls`` calls in batches of 64, the queue drained
     between batches outside the timing."""
@@ -80,6 +51,26 @@ def batch_us(fn, calls):
         torch.cuda.synchronize()
         done += batch
     return spent / calls * 1e6
+
+
+def back_to_back_us(fn, calls):
+    """Microseconds per call of ``calls`` calls back to back, drained once at the end (the
+    host or the GPU, whichever is slower: a full launch queue makes the host wait)."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def per_call_us(fn, n, host_only):
+    """Microseconds per call, best of 5 rounds of ``n`` calls: :func:`batch_us` (what the host
+    spends) when ``host_only``, else :func:`back_to_back_us`."""
+    for _ in range(200):
+        fn()
+    torch.cuda.synchronize()
+    timed = batch_us if host_only else back_to_back_us
+    return min(timed(fn, n) for _ in range(5))
 
 
 def interleaved(pairs, rounds=21, calls=2048):

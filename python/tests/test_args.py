@@ -203,7 +203,6 @@ def to_dlpack(t):
 C._to_dlpack = to_dlpack
 torch._C = C
 torch.Tensor = Tensor
-torch.empty = lambda shape, dtype=None, device=None: Tensor(np.empty(shape, np.float32))
 sys.modules["torch"] = torch
 
 sys.path.insert(0, sys.argv[2])  # the tests' folder

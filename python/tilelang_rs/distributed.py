@@ -69,8 +69,10 @@ class TorchSymmLauncher:
 
     def __init__(self, kernel: Any, group: Any = None):
         declared = list(kernel.params)
-        symm = [p.name for p in declared if getattr(p, "symmetric", False)]
-        want = [p.name for p in declared] + [f"{n}_peers" for n in symm] + list(_RANK_SCALARS)
+        self._symm = [i for i, p in enumerate(declared) if p.symmetric]
+        self._names = [declared[i].name for i in self._symm]
+        want = ([p.name for p in declared] + [f"{n}_peers" for n in self._names]
+                + list(_RANK_SCALARS))
         got = list(kernel.executable.param_names)
         if got != want:
             raise TypeError(
@@ -78,7 +80,7 @@ class TorchSymmLauncher:
                 f"{', '.join(got)}); call T.use_peer_tables() in the kernel, so that every "
                 "T.SymmTensor gets the table of its peers' addresses torch's symmetric memory "
                 "gives")
-        if not symm:
+        if not self._symm:
             raise TypeError(f"kernel `{kernel.kernel.name}` has no T.SymmTensor parameter")
         import torch.distributed as dist
 
@@ -90,10 +92,10 @@ class TorchSymmLauncher:
         self.group_name = self.group.group_name
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)
-        self._symm = [i for i, p in enumerate(declared) if getattr(p, "symmetric", False)]
-        self._names = [declared[i].name for i in self._symm]
         self._n = len(declared)
-        # A tensor's table, by (address, size): made once, by a collective rendezvous.
+        # A tensor's table, by (address, size): made once, by a collective rendezvous. The
+        # entry holds the tensor, so no other allocation can take its address while the table
+        # (its peers' addresses) is kept.
         self._tables: dict = {}
 
     def table(self, tensor: Any, name: str = "tensor") -> Any:
@@ -121,7 +123,7 @@ class TorchSymmLauncher:
         offset = tensor.data_ptr() - ptrs[self.rank]
         table = torch.tensor([p + offset for p in ptrs], dtype=torch.int64,
                              device=tensor.device)
-        self._tables[key] = (handle, table)
+        self._tables[key] = (handle, table, tensor)
         return table
 
     def __call__(self, *args: Any, stream: int | None = None) -> Any:
@@ -137,6 +139,6 @@ def on_torch_symm(kernel: Any, group: Any = None) -> TorchSymmLauncher:
     with only its own parameters, its ``T.SymmTensor`` arguments being tensors of torch's
     symmetric memory (``torch.distributed._symmetric_memory.empty``): the peer tables come
     from ``symm_mem.rendezvous`` on ``group`` (the default group when None), made at a
-    tensor's first use and kept, and ``rank``/``num_ranks`` from the group. Launches go to
+    tensor's first use and kept with the tensor (which the launcher then holds), and ``rank``/``num_ranks`` from the group. Launches go to
     torch's current stream. Needs one process per GPU with torch.distributed initialized."""
     return TorchSymmLauncher(kernel, group)
