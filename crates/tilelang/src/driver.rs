@@ -118,6 +118,20 @@ impl Kernel {
     pub fn ir(&self) -> &tl_ir::Kernel {
         &self.ir
     }
+
+    /// This multi-rank kernel addressing its peers through tables instead of the flat heap
+    /// (the builder's [`peer_tables`](crate::dsl::KernelBuilder::peer_tables), after the
+    /// fact): every symmetric tensor `X` gains a parameter `X_peers` (`[NR]` i64, every rank's
+    /// address of its `X`; `NR` must equal `num_ranks`), after the other parameters and before
+    /// `rank`, `num_ranks`, `heap_stride` (then unused). For symmetric memory whose ranks'
+    /// copies are not one stride apart: a heap mapped by legacy CUDA IPC
+    /// (`TILELANG_DIST_IPC=legacy`, `tl_dist::SymmetricHeap::peer_table`) or one another
+    /// library mapped (torch's). The body is the same; a kernel that has tables already, or
+    /// no symmetric buffer, is returned as it is.
+    pub fn with_peer_tables(mut self) -> Kernel {
+        crate::dsl::add_peer_tables(&mut self.ir);
+        self
+    }
     pub fn name(&self) -> &str {
         &self.ir.name
     }

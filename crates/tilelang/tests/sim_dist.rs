@@ -2608,3 +2608,118 @@ fn a_buffer_read_back_in_the_kernel_is_not_tma_stored() {
     .expect("lower");
     assert!(format!("{gemm:?}").contains("tma_store"), "the control");
 }
+
+/// Insert a peer table (`[ranks]` i64; the simulator reaches each rank's copy itself, so the
+/// addresses are not read) for each of `symmetric` buffers before the three rank scalars.
+fn with_tables(mut args: Vec<SimArg>, symmetric: usize, ranks: usize) -> Vec<SimArg> {
+    let tail = args.split_off(args.len() - 3);
+    for _ in 0..symmetric {
+        args.push(SimArg::tensor(I64, &[ranks], &vec![0.0; ranks]));
+    }
+    args.extend(tail);
+    args
+}
+
+/// Kernels written for the flat heap take peer tables after the fact
+/// (`Kernel::with_peer_tables`, the route of a heap mapped by legacy CUDA IPC): a table per
+/// symmetric buffer, in parameter order, before the rank scalars; the converted AG + GEMM and
+/// GEMM + RS give the flat kernels' results bit for bit; a table that counts another number of
+/// ranks is refused; the PTX of both code paths reads the tables and assembles.
+#[test]
+fn flat_kernels_take_peer_tables_after_the_fact() {
+    use tilelang::kernels::dist::{ag_gemm, gemm_rs, AgGemmConfig};
+    let names = |k: &Kernel| -> Vec<String> {
+        k.ir()
+            .params
+            .iter()
+            .map(|p| match p {
+                tilelang::ir::Param::Tensor { buffer, .. } => buffer.name().to_string(),
+                tilelang::ir::Param::Scalar(v) => v.name().to_string(),
+            })
+            .collect()
+    };
+    let cfg = AgGemmConfig::tiles(64, 64, 32, 2, 128);
+    let flat = ag_gemm(BF16, cfg);
+    let tabled = ag_gemm(BF16, cfg).with_peer_tables();
+    let mut want = names(&flat);
+    want.splice(
+        want.len() - 3..want.len() - 3,
+        ["AG_peers", "FLAGS_peers", "READY_peers"].map(String::from),
+    );
+    assert_eq!(names(&tabled), want);
+    // Converting twice changes nothing.
+    assert_eq!(names(&tabled.clone().with_peer_tables()), want);
+    let (ranks, shape) = (2usize, (70usize, 72usize, 40usize));
+    let run = |k: &Kernel, tables: bool| -> Vec<Vec<SimArg>> {
+        let lowered = k.lower(Target::SM90).expect("lower");
+        let mut args: Vec<Vec<SimArg>> = (0..ranks)
+            .map(|r| {
+                let a = ag_gemm_args(r, ranks, shape, 64, 1);
+                if tables {
+                    with_tables(a, 3, ranks)
+                } else {
+                    a
+                }
+            })
+            .collect();
+        tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("sim");
+        args
+    };
+    let (a, b) = (run(&flat, false), run(&tabled, true));
+    for r in 0..ranks {
+        assert_eq!(a[r][3].to_f64(F32), b[r][3].to_f64(F32), "rank {r}'s C");
+    }
+    // A table of the wrong length.
+    let lowered = tabled.lower(Target::SM90).expect("lower");
+    let mut bad: Vec<Vec<SimArg>> = (0..ranks)
+        .map(|r| with_tables(ag_gemm_args(r, ranks, shape, 64, 1), 3, ranks + 1))
+        .collect();
+    let e = tl_sim::run_ranks(&lowered, &mut bad, &SimOptions::default())
+        .expect_err("a 3-entry table on 2 ranks")
+        .to_string();
+    assert!(e.contains("NR"), "{e}");
+
+    let (bm, bn) = (64usize, 64usize);
+    let rs = gemm_rs(BF16, AgGemmConfig::tiles(bm as i64, bn as i64, 32, 2, 128));
+    let rs_tabled =
+        gemm_rs(BF16, AgGemmConfig::tiles(bm as i64, bn as i64, 32, 2, 128)).with_peer_tables();
+    let symmetric = names(&rs_tabled).len() - names(&rs).len();
+    let outs: Vec<Vec<f64>> = [(&rs, false), (&rs_tabled, true)]
+        .into_iter()
+        .map(|(k, tables)| {
+            let lowered = k.lower(Target::SM90).expect("lower");
+            let mut args: Vec<Vec<SimArg>> = (0..ranks)
+                .map(|r| {
+                    let a = gemm_rs_args(r, ranks, (70, 72, 48), (bm, bn));
+                    if tables {
+                        with_tables(a, symmetric, ranks)
+                    } else {
+                        a
+                    }
+                })
+                .collect();
+            tl_sim::run_ranks(&lowered, &mut args, &SimOptions::default()).expect("sim");
+            args.iter().flat_map(|a| a[4].to_f64(F32)).collect()
+        })
+        .collect();
+    assert!(symmetric >= 2, "{:?}", names(&rs_tabled));
+    assert_eq!(outs[0], outs[1]);
+
+    if tl_nvrtc::testing::nvrtc_or_skip("flat_kernels_take_peer_tables_after_the_fact").is_none() {
+        return;
+    }
+    for target in TARGETS {
+        // A peer's address: the table's entry less this rank's own address (`sub.s64`).
+        let ptx = tabled.emit_ptx(target).expect("ptx");
+        let subs = |p: &str| p.matches("sub.s64").count();
+        assert!(
+            subs(&ptx) > subs(&flat.emit_ptx(target).expect("ptx")),
+            "{ptx}"
+        );
+        tl_nvrtc::check_with(&ptx, &target.arch(), &tl_nvrtc::CheckOptions::default())
+            .unwrap_or_else(|e| panic!("{target}: {e}"));
+        let cuda = tabled.emit_general(target).expect("cuda");
+        assert!(cuda.contains("tl_peer_table("), "{cuda}");
+        tl_nvrtc::check(&cuda, &target.arch()).unwrap_or_else(|e| panic!("{target}: {e}"));
+    }
+}

@@ -327,40 +327,14 @@ impl KernelBuilder {
             }
         };
         let mut params = self.params;
-        let mut dims = self.dims;
-        let mut attrs = attrs;
+        let dims = self.dims;
         let tables = self.state.borrow().peer_tables;
-        if let Some(d) = attrs.dist.as_mut() {
-            if tables {
-                let nr = Var::new(self.state.borrow_mut().unique("NR"), DType::I32);
-                dims.push(nr.clone());
-                let symmetric: Vec<Buffer> = params
-                    .iter()
-                    .filter_map(|p| match p {
-                        Param::Tensor { buffer, .. } if d.symmetric.contains(&buffer.id()) => {
-                            Some(buffer.clone())
-                        }
-                        _ => None,
-                    })
-                    .collect();
-                for b in symmetric {
-                    let name = self
-                        .state
-                        .borrow_mut()
-                        .unique(&format!("{}_peers", b.name()));
-                    let t = Buffer::new(name, vec![nr.expr()], DType::I64, Scope::Global, b.span());
-                    params.push(Param::Tensor {
-                        buffer: t.clone(),
-                        role: Role::Input,
-                    });
-                    d.peer_tables.push((b.id(), t));
-                }
-            }
+        if let Some(d) = attrs.dist.as_ref() {
             for v in [&d.rank, &d.num_ranks, &d.heap_stride] {
                 params.push(Param::Scalar(v.clone()));
             }
         }
-        let k = tl_ir::Kernel {
+        let mut k = tl_ir::Kernel {
             name: self.name,
             dims,
             params,
@@ -370,6 +344,9 @@ impl KernelBuilder {
             body: launch.body,
             attrs,
         };
+        if tables {
+            super::dist::add_peer_tables(&mut k);
+        }
         (k, errors)
     }
 }

@@ -23,6 +23,75 @@ use super::scope::TileScope;
 /// between two H100s where pushes moved 335 (docs/performance.md, session 19).
 const PEER_COPY_UNROLL: i64 = 4;
 
+/// Make a multi-rank kernel address its peers through tables instead of the flat heap: every
+/// symmetric tensor parameter `X` gets a companion `X_peers` (`[NR]` i64, each rank's address
+/// of its `X`), after the other tensors and scalars and before `rank`, `num_ranks` and
+/// `heap_stride` (which stays, unused), and `NR` must equal `num_ranks` at launch. The kernel's
+/// body is unchanged: peer addressing is chosen when code is generated, from
+/// [`DistAttrs::peer_tables`]. Kernels with tables already, or with no symmetric buffer, are
+/// left as they are.
+pub(crate) fn add_peer_tables(k: &mut tl_ir::Kernel) {
+    let taken: std::collections::HashSet<String> = k
+        .params
+        .iter()
+        .map(|p| match p {
+            tl_ir::Param::Tensor { buffer, .. } => buffer.name().to_string(),
+            tl_ir::Param::Scalar(v) => v.name().to_string(),
+        })
+        .chain(k.dims.iter().map(|v| v.name().to_string()))
+        .collect();
+    let unique = |base: &str| {
+        (1..)
+            .map(|i| match i {
+                1 => base.to_string(),
+                _ => format!("{base}_{i}"),
+            })
+            .find(|n| !taken.contains(n))
+            .unwrap_or_else(|| base.to_string())
+    };
+    let Some(d) = k.attrs.dist.as_mut() else {
+        return;
+    };
+    if !d.peer_tables.is_empty() || d.symmetric.is_empty() {
+        return;
+    }
+    let nr = Var::new(unique("NR"), DType::I32);
+    // The rank scalars close the parameter list; the tables go just before them.
+    let at = k
+        .params
+        .iter()
+        .position(|p| matches!(p, tl_ir::Param::Scalar(v) if v.id() == d.rank.id()))
+        .unwrap_or(k.params.len());
+    let tail = k.params.split_off(at);
+    let symmetric: Vec<tl_ir::Buffer> = k
+        .params
+        .iter()
+        .filter_map(|p| match p {
+            tl_ir::Param::Tensor { buffer, .. } if d.symmetric.contains(&buffer.id()) => {
+                Some(buffer.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    for b in symmetric {
+        let t = tl_ir::Buffer::new(
+            unique(&format!("{}_peers", b.name())),
+            vec![nr.expr()],
+            DType::I64,
+            Scope::Global,
+            b.span(),
+        );
+        k.params.push(tl_ir::Param::Tensor {
+            buffer: t.clone(),
+            role: Role::Input,
+        });
+        d.peer_tables.push((b.id(), t));
+    }
+    k.params.extend(tail);
+    d.rank_dims.push(nr.clone());
+    k.dims.push(nr);
+}
+
 /// This rank and the number of ranks, as expressions of the kernel's scalar parameters.
 #[derive(Clone, Debug)]
 pub struct Dist {

@@ -8,6 +8,7 @@ mod scope;
 
 pub use args::{BufferExt, IntoExprs, Tile};
 pub use builder::{KernelBuilder, OpenLaunch};
+pub(crate) use dist::add_peer_tables;
 pub use dist::{Dist, SignalOp};
 pub use scope::{
     CumsumHandle, GemmHandle, IfHandle, OpenIf, OpenLoop, PipelineHandle, ReduceHandle, TileScope,
