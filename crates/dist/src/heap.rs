@@ -1,29 +1,127 @@
 //! The symmetric heap: every rank allocates one block of device memory of the same size, and
-//! every rank maps all of them, in rank order, into one reserved address range — rank `r`'s at
-//! `base + r·stride` — so that a kernel reaches rank `p`'s copy of any element by adding
-//! `(p − rank)·stride` to its address (`heap_stride`, the last scalar argument of every
-//! multi-rank kernel). Buffers are carved from it by a bump allocator that every rank runs
-//! alike; the rendezvous checks that they did.
+//! every rank maps all of them. Buffers are carved from it by a bump allocator that every rank
+//! runs alike; the rendezvous checks that they did.
 //!
-//! CUDA's virtual memory management (driver API): `cuMemCreate` with a POSIX file-descriptor
-//! handle, `cuMemExportToShareableHandle`, the descriptors passed between ranks
-//! ([`crate::fdpass`]), `cuMemImportFromShareableHandle`, `cuMemAddressReserve`, `cuMemMap`
-//! and `cuMemSetAccess` for this rank's GPU. No multicast (NVLS), which must stay off on the
-//! machines here.
+//! Two mappings ([`HeapMapping`]):
+//! - **VMM** (the default, [`crate::vmm`]): CUDA's virtual memory management puts rank `r`'s
+//!   heap at `base + r·stride` in every process, so a kernel reaches rank `p`'s copy of any
+//!   element by adding `(p − rank)·stride` to its address (`heap_stride`, the last scalar
+//!   argument of every multi-rank kernel).
+//! - **Legacy CUDA IPC** (`TILELANG_DIST_IPC=legacy`, [`crate::legacy_ipc`]): `cuMemAlloc`
+//!   and `cuIpcOpenMemHandle`, for drivers, containers or devices without VMM's shareable
+//!   handles. The peers' heaps land wherever the driver puts them, so kernels address them
+//!   through tables: built with `Kernel::with_peer_tables`, launched with
+//!   [`SymmetricHeap::peer_table`] for each symmetric buffer.
+//!
+//! Either way the heap keeps a device table of every rank's address of each buffer it carved
+//! ([`SymmetricHeap::peer_table`]), so peer-table kernels also run on the flat heap.
 //!
 //! Run on 2, 3 and 4 H100s (NVLink) and as 2 and 4 processes sharing one GPU, by the
 //! `distributed` example (docs/performance.md, "Multi-rank"). The copy-engine producer's
 //! stream operations ([`SymmetricHeap::put_signal_async`], `signal_async`, `wait_async`) are
 //! here; the all-gather built from them is in [`crate::copy_engine`].
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-
 use cudarc::driver::sys;
 
 use crate::copy_engine::CopyStream;
 use crate::error::{DistError, Result};
-use crate::fdpass::exchange_fds;
+use crate::legacy_ipc::LegacyMapping;
 use crate::rendezvous::Rendezvous;
+use crate::vmm::VmmMapping;
+
+/// Device memory for the peer tables of one heap: `PEER_TABLE_BYTES / (8·world)` buffers.
+const PEER_TABLE_BYTES: u64 = 64 << 10;
+
+/// How every rank maps its peers' heaps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeapMapping {
+    /// CUDA virtual memory management, every rank's heap one stride from the next: the
+    /// kernels' flat addressing (`heap_stride`).
+    Vmm,
+    /// Legacy CUDA IPC (`cuIpcGetMemHandle` / `cuIpcOpenMemHandle`): the fallback where VMM's
+    /// file-descriptor handles are not available; kernels need peer tables.
+    LegacyIpc,
+}
+
+impl HeapMapping {
+    /// `TILELANG_DIST_IPC`: unset or `vmm` for [`Vmm`](Self::Vmm), `legacy` for
+    /// [`LegacyIpc`](Self::LegacyIpc).
+    pub fn from_env() -> Result<HeapMapping> {
+        match std::env::var("TILELANG_DIST_IPC") {
+            Err(_) => Ok(HeapMapping::Vmm),
+            Ok(v) => HeapMapping::parse(&v).ok_or_else(|| {
+                DistError::Config(format!(
+                    "TILELANG_DIST_IPC={v:?}: `vmm` (the default) or `legacy` (CUDA IPC handles, for drivers or containers without VMM's shareable handles; kernels then need peer tables)"
+                ))
+            }),
+        }
+    }
+
+    /// `vmm` or `legacy`.
+    pub fn parse(name: &str) -> Option<HeapMapping> {
+        match name.trim() {
+            "" | "vmm" => Some(HeapMapping::Vmm),
+            "legacy" => Some(HeapMapping::LegacyIpc),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            HeapMapping::Vmm => "vmm",
+            HeapMapping::LegacyIpc => "legacy",
+        }
+    }
+}
+
+/// The check [`SymmetricHeap::with_mapping`] makes before it maps anything (collective): every
+/// rank asked for a heap of `stride` bytes mapped by `mapping`, or the error names a rank that
+/// did not.
+pub fn agree(rv: &Rendezvous, stride: u64, mapping: HeapMapping) -> Result<()> {
+    let me = rv.rank();
+    let mut mine = stride.to_le_bytes().to_vec();
+    mine.push(mapping as u8);
+    let all = rv.all_gather(&mine)?;
+    for (r, theirs) in all.iter().enumerate() {
+        if theirs[..8] != mine[..8] {
+            return Err(DistError::Mismatch {
+                what: "the symmetric heap's size".into(),
+                detail: format!("rank {r} asked for a different size than rank {me}"),
+            });
+        }
+        if theirs.get(8) != mine.get(8) {
+            let other = if mapping == HeapMapping::Vmm {
+                HeapMapping::LegacyIpc
+            } else {
+                HeapMapping::Vmm
+            };
+            return Err(DistError::Mismatch {
+                what: "the symmetric heap's mapping".into(),
+                detail: format!(
+                    "rank {me} maps it by {} and rank {r} by {} (TILELANG_DIST_IPC must be the same on every rank)",
+                    mapping.name(),
+                    other.name()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The peers' heaps, as mapped.
+enum Mapped {
+    Vmm(VmmMapping),
+    Legacy(LegacyMapping),
+}
+
+impl Mapped {
+    fn base(&self, rank: usize) -> u64 {
+        match self {
+            Mapped::Vmm(m) => m.base(rank),
+            Mapped::Legacy(m) => m.base(rank),
+        }
+    }
+}
 
 /// A buffer in the symmetric heap: the same offset and size on every rank.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,12 +134,13 @@ pub struct SymmetricHeap {
     rank: usize,
     world: usize,
     ordinal: usize,
-    /// The reserved range: `world · stride` bytes from `base`.
-    base: u64,
+    /// Bytes of each rank's heap.
     stride: u64,
-    /// Every rank's allocation handle (this rank's own first created, the rest imported),
-    /// mapped at `base + r·stride`.
-    handles: Vec<sys::CUmemGenericAllocationHandle>,
+    mapped: Mapped,
+    /// This rank's peer tables: device memory of `PEER_TABLE_BYTES`, one `[world]` i64 table
+    /// per carved buffer (by its offset), in carving order.
+    tables_base: u64,
+    tables: Vec<(u64, u64)>,
     next: u64,
     _ctx: std::sync::Arc<cudarc::driver::CudaContext>,
 }
@@ -73,8 +172,18 @@ pub(crate) fn check(me: usize, op: &str, r: sys::CUresult) -> Result<()> {
 
 impl SymmetricHeap {
     /// Set up a heap of at least `bytes` per rank on GPU `ordinal` (collective: every rank
-    /// calls it with the same size).
+    /// calls it with the same size), mapped as `TILELANG_DIST_IPC` says ([`HeapMapping`]).
     pub fn new(rv: &Rendezvous, ordinal: usize, bytes: u64) -> Result<SymmetricHeap> {
+        Self::with_mapping(rv, ordinal, bytes, HeapMapping::from_env()?)
+    }
+
+    /// [`new`](Self::new) with the mapping chosen here; every rank must choose the same.
+    pub fn with_mapping(
+        rv: &Rendezvous,
+        ordinal: usize,
+        bytes: u64,
+        mapping: HeapMapping,
+    ) -> Result<SymmetricHeap> {
         let me = rv.rank();
         tl_runtime::cuda_probe::check(ordinal).map_err(|e| DistError::Driver {
             me,
@@ -94,118 +203,64 @@ impl SymmetricHeap {
             })?;
         ctx.bind_to_thread()
             .map_err(driver_error(me, "making the context current"))?;
-        let prop = sys::CUmemAllocationProp {
-            type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            requestedHandleTypes:
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal as i32,
-            },
-            win32HandleMetaData: std::ptr::null_mut(),
-            allocFlags: Default::default(),
-        };
-        let mut gran = 0usize;
-        // SAFETY: `prop` is a valid property struct and `gran` a valid out-pointer.
-        check(me, "cuMemGetAllocationGranularity", unsafe {
-            sys::cuMemGetAllocationGranularity(
-                &mut gran,
-                &prop,
-                sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-            )
-        })?;
-        let gran = (gran as u64).max(2 << 20);
+        let gran = match mapping {
+            HeapMapping::Vmm => crate::vmm::granularity(me, ordinal)?,
+            HeapMapping::LegacyIpc => 0,
+        }
+        .max(2 << 20);
         let stride = bytes.max(1).div_ceil(gran) * gran;
-        // The ranks must agree on the size (and so on the stride).
-        let sizes = rv.all_gather(&stride.to_le_bytes())?;
-        for (r, s) in sizes.iter().enumerate() {
-            if s.as_slice() != stride.to_le_bytes() {
-                return Err(DistError::Mismatch {
-                    what: "the symmetric heap's size".into(),
-                    detail: format!("rank {r} asked for a different size than rank {me}"),
-                });
-            }
-        }
-        let mut own = 0 as sys::CUmemGenericAllocationHandle;
-        // SAFETY: valid out-pointer and property struct.
-        check(me, "cuMemCreate", unsafe {
-            sys::cuMemCreate(&mut own, stride as usize, &prop, 0)
-        })?;
-        let mut fd: i32 = -1;
-        // SAFETY: the out-pointer receives an int descriptor for a POSIX FD handle type.
-        check(me, "cuMemExportToShareableHandle", unsafe {
-            sys::cuMemExportToShareableHandle(
-                &mut fd as *mut i32 as *mut std::ffi::c_void,
-                own,
-                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                0,
-            )
-        })?;
-        // SAFETY: the driver returned a fresh descriptor that we now own.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let job = rv.config().addr.replace([':', '.'], "_");
-        let fds = exchange_fds(rv, &job, fd.as_fd())?;
+        agree(rv, stride, mapping)?;
         let world = rv.world();
-        let mut handles = Vec::with_capacity(world);
-        for (r, f) in fds.iter().enumerate() {
-            if r == me {
-                handles.push(own);
-                continue;
-            }
-            let mut h = 0 as sys::CUmemGenericAllocationHandle;
-            let raw = f.as_raw_fd() as usize;
-            // SAFETY: for POSIX FD handles the OS handle argument is the descriptor itself.
-            check(me, &format!("importing rank {r}'s heap"), unsafe {
-                sys::cuMemImportFromShareableHandle(
-                    &mut h,
-                    raw as *mut std::ffi::c_void,
-                    sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-                )
-            })?;
-            handles.push(h);
-        }
-        let total = stride * world as u64;
-        let mut base: sys::CUdeviceptr = 0;
-        // SAFETY: valid out-pointer; alignment = the granularity.
-        check(me, "cuMemAddressReserve", unsafe {
-            sys::cuMemAddressReserve(&mut base, total as usize, gran as usize, 0, 0)
-        })?;
-        for (r, h) in handles.iter().enumerate() {
-            // SAFETY: the range is reserved above and `h` is a live handle of `stride` bytes.
-            check(me, &format!("mapping rank {r}'s heap"), unsafe {
-                sys::cuMemMap(base + r as u64 * stride, stride as usize, 0, *h, 0)
-            })?;
-        }
-        let access = sys::CUmemAccessDesc {
-            location: sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal as i32,
-            },
-            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        let mapped = match mapping {
+            HeapMapping::Vmm => Mapped::Vmm(VmmMapping::new(rv, ordinal, stride, gran)?),
+            HeapMapping::LegacyIpc => Mapped::Legacy(LegacyMapping::new(rv, stride)?),
         };
-        // SAFETY: the whole range is mapped.
-        check(
-            me,
-            "cuMemSetAccess (can this GPU reach its peers' memory? check `nvidia-smi topo -m`)",
-            unsafe { sys::cuMemSetAccess(base, total as usize, &access, 1) },
-        )?;
+        let mut tables = 0;
+        // SAFETY: valid out-pointer; the context is current.
+        check(me, "cuMemAlloc for the peer tables", unsafe {
+            sys::cuMemAlloc_v2(&mut tables, PEER_TABLE_BYTES as usize)
+        })?;
         rv.barrier()?;
         Ok(SymmetricHeap {
             rank: me,
             world,
             ordinal,
-            base,
             stride,
-            handles,
+            mapped,
+            tables_base: tables,
+            tables: vec![],
             next: 0,
             _ctx: ctx,
         })
     }
 
-    /// `heap_stride`: bytes between consecutive ranks' heaps.
-    pub fn stride(&self) -> u64 {
-        self.stride
+    /// How the peers' heaps are mapped.
+    pub fn mapping(&self) -> HeapMapping {
+        match self.mapped {
+            Mapped::Vmm(_) => HeapMapping::Vmm,
+            Mapped::Legacy(_) => HeapMapping::LegacyIpc,
+        }
     }
+
+    /// Whether rank `r`'s heap lies at `base + r·stride` for every rank, so that kernels built
+    /// for the flat heap (the default) run on it; otherwise they need peer tables
+    /// (`Kernel::with_peer_tables` in `tilelang`, and [`peer_table`](Self::peer_table) for each
+    /// symmetric buffer).
+    pub fn is_flat(&self) -> bool {
+        matches!(self.mapped, Mapped::Vmm(_))
+    }
+
+    /// The heap's `heap_stride` argument for a kernel launch: the bytes between consecutive
+    /// ranks' heaps where they are mapped flat, 0 where they are not (a kernel built for the
+    /// flat heap refuses to launch with 0; one with peer tables ignores it).
+    pub fn stride(&self) -> u64 {
+        if self.is_flat() {
+            self.stride
+        } else {
+            0
+        }
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -239,7 +294,31 @@ impl SymmetricHeap {
             });
         }
         self.next = offset + bytes;
-        Ok(SymmetricBuffer { offset, bytes })
+        let buf = SymmetricBuffer { offset, bytes };
+        let table_bytes = 8 * self.world as u64;
+        let at = self.tables.len() as u64 * table_bytes;
+        if at + table_bytes > PEER_TABLE_BYTES {
+            return Err(DistError::Heap(format!(
+                "{} symmetric buffers at {} ranks: the heap keeps peer tables for at most {}; allocate fewer, larger buffers",
+                self.tables.len() + 1,
+                self.world,
+                PEER_TABLE_BYTES / table_bytes
+            )));
+        }
+        let entries: Vec<u8> = (0..self.world)
+            .flat_map(|r| self.ptr(buf, r).to_le_bytes())
+            .collect();
+        self.bind()?;
+        // SAFETY: `at + 8·world` bytes lie within the table memory (checked above).
+        check(self.rank, "cuMemcpyHtoD of a peer table", unsafe {
+            sys::cuMemcpyHtoD_v2(
+                self.tables_base + at,
+                entries.as_ptr() as *const std::ffi::c_void,
+                entries.len(),
+            )
+        })?;
+        self.tables.push((offset, self.tables_base + at));
+        Ok(buf)
     }
 
     /// Make the heap's context current on this thread.
@@ -256,7 +335,71 @@ impl SymmetricHeap {
 
     /// The device address of rank `rank`'s copy of `buf`.
     pub fn ptr(&self, buf: SymmetricBuffer, rank: usize) -> u64 {
-        self.base + rank as u64 * self.stride + buf.offset
+        self.mapped.base(rank) + buf.offset
+    }
+
+    /// Every rank's address of `buf`, as the `[world]` i64 tensor a kernel with peer tables
+    /// takes for it (`X_peers`; in this process's address space, on this rank's GPU).
+    pub fn peer_table(&self, buf: SymmetricBuffer) -> Result<tl_runtime::external::ExternalTensor> {
+        let Some(&(_, at)) = self.tables.iter().find(|(o, _)| *o == buf.offset) else {
+            return Err(DistError::Heap(format!(
+                "no buffer of this heap starts at offset {}: pass a buffer `alloc` returned",
+                buf.offset
+            )));
+        };
+        // SAFETY: the table lies in this heap's table memory, which lives as long as `self`.
+        unsafe {
+            tl_runtime::external::ExternalTensor::new(
+                at as *mut std::ffi::c_void,
+                tl_ir::DType::I64,
+                vec![self.world],
+                vec![1],
+                tl_runtime::Device::Cuda(self.ordinal),
+            )
+        }
+        .map_err(|e| DistError::Heap(e.to_string()))
+    }
+
+    /// The peer tables a kernel built with peer tables takes (`X_peers`, one per symmetric
+    /// tensor parameter, in parameter order) for a call whose other arguments are `args`
+    /// (every parameter but the tables, in order): for each symmetric parameter, the table of
+    /// the heap buffer its argument starts at. Insert them with [`with_tables`].
+    pub fn peer_tables_for(
+        &self,
+        k: &tl_ir::Kernel,
+        args: &[tl_runtime::Arg],
+    ) -> Result<Vec<tl_runtime::external::ExternalTensor>> {
+        let Some(d) = k.attrs.dist.as_ref() else {
+            return Ok(vec![]);
+        };
+        let is_table = |b: &tl_ir::Buffer| d.peer_tables.iter().any(|(_, t)| t.id() == b.id());
+        let params = k.params.iter().filter(|p| match p {
+            tl_ir::Param::Tensor { buffer, .. } => !is_table(buffer),
+            tl_ir::Param::Scalar(_) => true,
+        });
+        let mut tables = vec![];
+        for (i, p) in params.enumerate() {
+            let tl_ir::Param::Tensor { buffer, .. } = p else {
+                continue;
+            };
+            if !d.symmetric.contains(&buffer.id()) {
+                continue;
+            }
+            let addr = match args.get(i) {
+                Some(tl_runtime::Arg::External(e)) => e.ptr() as u64,
+                Some(tl_runtime::Arg::Tensor(t)) => t.cuda_ptr().unwrap_or(0),
+                _ => 0,
+            };
+            let own = self.mapped.base(self.rank);
+            let Some(&(offset, _)) = self.tables.iter().find(|(o, _)| own + o == addr) else {
+                return Err(DistError::Heap(format!(
+                    "`{}` (argument {i}) does not start a buffer of this rank's symmetric heap: a kernel with peer tables needs each symmetric argument to be a buffer `alloc` returned, from its start",
+                    buffer.name()
+                )));
+            };
+            tables.push(self.peer_table(SymmetricBuffer { offset, bytes: 0 })?);
+        }
+        Ok(tables)
     }
 
     /// Copy `data` into this rank's copy of `buf` (from its start; synchronous).
@@ -420,14 +563,23 @@ impl SymmetricHeap {
 
 impl Drop for SymmetricHeap {
     fn drop(&mut self) {
-        let total = self.stride as usize * self.world;
-        // SAFETY: unmapping and releasing what `new` mapped and created/imported, once.
+        // SAFETY: freeing what `with_mapping` allocated, once; the mapping unmaps itself.
         unsafe {
-            sys::cuMemUnmap(self.base, total);
-            sys::cuMemAddressFree(self.base, total);
-            for h in &self.handles {
-                sys::cuMemRelease(*h);
-            }
+            sys::cuMemFree_v2(self.tables_base);
         }
     }
+}
+
+/// A call's arguments with `tables` ([`SymmetricHeap::peer_tables_for`]) inserted where a
+/// kernel with peer tables takes them: before its last three, `rank`, `num_ranks` and
+/// `heap_stride`.
+pub fn with_tables<'a>(
+    args: &[tl_runtime::Arg<'a>],
+    tables: &'a [tl_runtime::external::ExternalTensor],
+) -> Vec<tl_runtime::Arg<'a>> {
+    let at = args.len().saturating_sub(3);
+    let mut v: Vec<tl_runtime::Arg<'a>> = args[..at].to_vec();
+    v.extend(tables.iter().map(tl_runtime::Arg::External));
+    v.extend_from_slice(&args[at..]);
+    v
 }

@@ -241,3 +241,53 @@ fn a_rank_that_leaves_mid_job_is_named_by_every_other_rank() {
         .as_deref()
         .is_some_and(|e| e.contains("rank 0 stopped the job")));
 }
+
+/// `TILELANG_DIST_IPC` names the heap's mapping; ranks that disagree on it (or on the size) are
+/// refused before anything is mapped, naming the rank that differs and the variable.
+#[test]
+fn ranks_must_agree_on_the_heap_mapping() {
+    use tl_dist::heap::agree;
+    use tl_dist::HeapMapping;
+    assert_eq!(HeapMapping::parse("legacy"), Some(HeapMapping::LegacyIpc));
+    assert_eq!(HeapMapping::parse("vmm"), Some(HeapMapping::Vmm));
+    assert_eq!(HeapMapping::parse(""), Some(HeapMapping::Vmm));
+    assert_eq!(HeapMapping::parse("nvshmem"), None);
+    let same = with_ranks(3, |rv| agree(&rv, 2 << 20, HeapMapping::LegacyIpc).is_ok());
+    assert_eq!(same, [true, true, true]);
+    let mixed = with_ranks(2, |rv| {
+        let m = if rv.rank() == 1 {
+            HeapMapping::LegacyIpc
+        } else {
+            HeapMapping::Vmm
+        };
+        agree(&rv, 2 << 20, m).err().map(|e| e.to_string())
+    });
+    let e0 = mixed[0].clone().expect("rank 0 refused");
+    assert!(
+        e0.contains("rank 0 maps it by vmm and rank 1 by legacy")
+            && e0.contains("TILELANG_DIST_IPC"),
+        "{e0}"
+    );
+    let sizes = with_ranks(2, |rv| {
+        agree(&rv, (rv.rank() as u64 + 1) << 21, HeapMapping::Vmm)
+            .err()
+            .map(|e| e.to_string())
+    });
+    for e in sizes {
+        let e = e.expect("refused");
+        assert!(e.contains("different size"), "{e}");
+    }
+}
+
+/// Without a GPU, the legacy-IPC heap fails as clearly as the default one.
+#[test]
+fn the_legacy_heap_without_a_gpu_is_a_clear_error() {
+    if tl_runtime::Device::cuda_count() > 0 {
+        return;
+    }
+    let rv = Rendezvous::join(cfg(0, 1, "127.0.0.1:1", Duration::from_secs(1))).expect("world 1");
+    let e = tl_dist::SymmetricHeap::with_mapping(&rv, 0, 1 << 20, tl_dist::HeapMapping::LegacyIpc)
+        .err()
+        .expect("no GPU");
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}

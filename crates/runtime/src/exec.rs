@@ -86,7 +86,7 @@ impl DistParams {
             return Err(bad(
                 self.heap_stride,
                 format!(
-                    "heap_stride {stride} with {ranks} ranks: this rank's symmetric heap is not set up (pass `SymmetricHeap::stride()` from tl_dist, or build the kernel with peer tables for memory another library mapped)"
+                    "heap_stride {stride} with {ranks} ranks: this rank's symmetric heap is not set up (pass `SymmetricHeap::stride()` from tl_dist), or its ranks' copies are not one stride apart — a heap mapped by legacy CUDA IPC (TILELANG_DIST_IPC=legacy) or by another library: build the kernel with peer tables (`Kernel::with_peer_tables`) and pass `SymmetricHeap::peer_tables_for`"
                 ),
             ));
         }

@@ -126,6 +126,11 @@ struct Args {
     /// simulator. Large tiles on a GPU: `AgGemmConfig::hopper`
     #[arg(long)]
     panel: Option<u32>,
+    /// Build the kernels with peer tables (each symmetric buffer's per-rank addresses as
+    /// arguments, `Kernel::with_peer_tables`) instead of the flat heap's stride; implied on a
+    /// heap mapped by legacy CUDA IPC (`TILELANG_DIST_IPC=legacy`)
+    #[arg(long)]
+    peer_tables: bool,
 }
 
 impl Args {
@@ -621,7 +626,10 @@ fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
 
 fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     let world = a.ranks.max(1);
-    let k = kernel(a, true)?;
+    let mut k = kernel(a, true)?;
+    if a.peer_tables {
+        k = k.with_peer_tables();
+    }
     // The variant a GPU launch runs: the one for aligned sizes (TMA where it applies) with
     // --aligned, else the one for any sizes.
     let lowered = if a.aligned {
@@ -648,6 +656,11 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
                 .collect();
             if p.epoch {
                 v.push(SimArg::Int(1));
+            }
+            // The simulator reaches each rank's copy itself: the tables' entries are unread.
+            if a.peer_tables {
+                let symmetric = p.bufs.iter().filter(|b| matches!(b, Buf::Symmetric { .. }));
+                v.extend(symmetric.map(|_| SimArg::tensor(I64, &[world], &vec![0.0; world])));
             }
             v.extend([
                 SimArg::Int(r as i64),
@@ -776,14 +789,17 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let mut heap = SymmetricHeap::new(&rv, ordinal, need.max(1))?;
     // The copy engines' all-gather has no kernel: it is queued on streams.
     let copy_engines = a.kernel == "all-gather-ce";
-    let exe = if copy_engines {
+    // A heap whose ranks' copies are not one stride apart takes kernels with peer tables.
+    let tables = a.peer_tables || !heap.is_flat();
+    let built = if copy_engines {
         None
     } else {
-        Some(
-            kernel(a, false)?
-                .compile(&dev)
-                .map_err(|e| anyhow::anyhow!("{e}"))?,
-        )
+        let k = kernel(a, false)?;
+        Some(if tables { k.with_peer_tables() } else { k })
+    };
+    let exe = match &built {
+        Some(k) => Some(k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
     };
     // Buffers: local tensors, and this rank's copies of the symmetric ones.
     let mut locals: Vec<Option<Tensor>> = vec![];
@@ -857,6 +873,14 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             Arg::Int(heap.stride() as i64),
         ]);
         Ok(args)
+    };
+    // The peer tables, where the kernel takes them: the same buffers every call.
+    let peer_tables = match (&built, tables) {
+        (Some(k), true) => heap.peer_tables_for(k.ir(), &call_args(1)?)?,
+        _ => vec![],
+    };
+    let call_args = |epoch: i64| -> anyhow::Result<Vec<Arg>> {
+        Ok(tl_dist::with_tables(&call_args(epoch)?, &peer_tables))
     };
     let launch = |epoch: i64| -> anyhow::Result<f64> {
         match runner.timed(&call_args(epoch)?, epoch, limit)? {
@@ -950,6 +974,10 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let worst_ms = all.iter().map(|b| decode(b, 0)).fold(0.0, f64::max);
     let worst_err = all.iter().map(|b| decode(b, 1)).fold(0.0, f64::max);
     let worst_b2b = all.iter().map(|b| decode(b, 2)).fold(0.0, f64::max);
+    let mapping = match heap.mapping() {
+        tl_dist::HeapMapping::Vmm => "vmm",
+        tl_dist::HeapMapping::LegacyIpc => "legacy-ipc",
+    };
     drop(runner);
     drop(heap);
     if me == 0 {
@@ -963,7 +991,8 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
                 bus_bytes: p.bus_bytes,
             },
             &format!(
-                "device=cuda gpus={gpus} checked_rows={}{}",
+                "device=cuda gpus={gpus} heap={mapping} peers={} checked_rows={}{}",
+                if tables { "tables" } else { "stride" },
                 rows_to_check(p.rows, a.check_rows).len(),
                 if worst_b2b > 0.0 {
                     format!(" back_to_back={} b2b_ms={worst_b2b:.4}", a.back_to_back)

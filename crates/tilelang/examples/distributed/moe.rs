@@ -163,6 +163,17 @@ fn rows_per_peer(route: &Routing, kk: usize, r: usize, world: usize, dedup: bool
     rows as f64 / (world - 1) as f64
 }
 
+/// `k` with peer tables when `tables`, and how many tables that added.
+fn tabled(k: Kernel, tables: bool) -> (Kernel, usize) {
+    if !tables {
+        return (k, 0);
+    }
+    let before = k.ir().params.len();
+    let k = k.with_peer_tables();
+    let added = k.ir().params.len() - before;
+    (k, added)
+}
+
 /// Simulated ranks: dispatch, the identity expert, combine, gather; every token back.
 pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     let world = a.ranks.max(1);
@@ -172,6 +183,17 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
     let cap = if dedup { t_n } else { t_n * kk };
     let lower = |k: Kernel| k.lower(Target::SM90).map_err(|d| anyhow::anyhow!("{d}"));
     let [disp, comb, gath] = kernels(64, dedup);
+    // With --peer-tables, a table per symmetric buffer before the rank scalars (the
+    // simulator reaches each rank's copy itself: the entries are unread).
+    let (disp, disp_tables) = tabled(disp, a.peer_tables);
+    let (comb, comb_tables) = tabled(comb, a.peer_tables);
+    let tables = |args: Vec<SimArg>, n: usize| -> Vec<SimArg> {
+        let mut v = args;
+        let tail = v.split_off(v.len() - 3);
+        v.extend((0..n).map(|_| SimArg::tensor(I64, &[world], &vec![0.0; world])));
+        v.extend(tail);
+        v
+    };
     let (disp, comb, gath) = (lower(disp)?, lower(comb)?, lower(gath)?);
     let expert = dedup.then(|| lower(weighted_identity())).transpose()?;
     let routes: Vec<Routing> = (0..world).map(|r| routing(a, r, world)).collect();
@@ -214,7 +236,7 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
                 SimArg::zeros(I32, &[world]),
             ]);
             v.extend(tail(r));
-            v
+            tables(v, disp_tables)
         })
         .collect();
     let t0 = Instant::now();
@@ -241,7 +263,7 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
                 SimArg::zeros(I32, &[world]),
             ];
             v.extend(tail(r));
-            Ok(v)
+            Ok(tables(v, comb_tables))
         })
         .collect::<anyhow::Result<_>>()?;
     tl_sim::run_ranks(&comb, &mut cargs, &SimOptions::default())?;
@@ -335,10 +357,14 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     } else {
         None
     };
-    let compile = |k: Kernel| k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"));
-    let [disp, comb, gath] = kernels(256, dedup);
-    let (disp, comb, gath) = (compile(disp)?, compile(comb)?, compile(gath)?);
-    let expert_k = dedup.then(|| compile(weighted_identity())).transpose()?;
+    let compile = |k: &Kernel| k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"));
+    let [disp_k, comb_k, gath] = kernels(256, dedup);
+    // A heap whose ranks' copies are not one stride apart takes kernels with peer tables.
+    let use_tables = a.peer_tables || !heap.is_flat();
+    let (disp_k, _) = tabled(disp_k, use_tables);
+    let (comb_k, _) = tabled(comb_k, use_tables);
+    let (disp, comb, gath) = (compile(&disp_k)?, compile(&comb_k)?, compile(&gath)?);
+    let expert_k = dedup.then(|| compile(&weighted_identity())).transpose()?;
     let tail = |epoch: i64| {
         [
             Arg::Int(epoch),
@@ -347,7 +373,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
             Arg::Int(stride),
         ]
     };
-    let disp_args = |epoch: i64| {
+    let disp_flat = |epoch: i64| {
         let mut v = vec![Arg::Tensor(&x), Arg::Tensor(&dest), Arg::Tensor(&expert)];
         if dedup {
             v.push(Arg::Tensor(&w));
@@ -380,7 +406,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         }
         Ok(())
     };
-    let comb_args = |epoch: i64| {
+    let comb_flat = |epoch: i64| {
         let mut v = vec![
             match &yr {
                 Some(yr) => Arg::Tensor(yr),
@@ -394,6 +420,17 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         v.extend(tail(epoch));
         v
     };
+    let tables_of = |k: &Kernel, args: &[Arg]| -> anyhow::Result<Vec<ExternalTensor>> {
+        Ok(if use_tables {
+            heap.peer_tables_for(k.ir(), args)?
+        } else {
+            vec![]
+        })
+    };
+    let disp_tables = tables_of(&disp_k, &disp_flat(1))?;
+    let comb_tables = tables_of(&comb_k, &comb_flat(1))?;
+    let disp_args = |epoch: i64| tl_dist::with_tables(&disp_flat(epoch), &disp_tables);
+    let comb_args = |epoch: i64| tl_dist::with_tables(&comb_flat(epoch), &comb_tables);
     let mut gath_args = vec![Arg::External(&back), Arg::Tensor(&dest), Arg::Tensor(&slot)];
     if !dedup {
         gath_args.push(Arg::Tensor(&w));
