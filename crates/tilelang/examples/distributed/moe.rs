@@ -503,6 +503,10 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
             .map(|b| f64::from_le_bytes(b[8 * i..8 * i + 8].try_into().unwrap_or_default()))
             .fold(0.0, f64::max)
     };
+    let mapping = match heap.mapping() {
+        tl_dist::HeapMapping::Vmm => "vmm",
+        tl_dist::HeapMapping::LegacyIpc => "legacy-ipc",
+    };
     drop(heap);
     let all_ok = worst(3) == 0.0;
     let err = worst(3);
@@ -512,7 +516,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
         let bus = (world - 1) as f64 * rows * (h * 2) as f64;
         let gbs = |ms: f64| bus / (ms * 1e-3) / 1e9;
         println!(
-            "distributed kernel=moe{} ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} rows_per_peer={rows:.1} err={err:.2e} ms={:.4} dispatch_ms={:.4} dispatch_busbw_gbs={:.1} combine_ms={:.4} combine_busbw_gbs={:.1} round_trip_b2b_ms={:.4} device=cuda gpus={gpus} {}",
+            "distributed kernel=moe{} ranks={world} tokens={t_n} hidden={h} topk={kk} experts={} rows_per_peer={rows:.1} err={err:.2e} ms={:.4} dispatch_ms={:.4} dispatch_busbw_gbs={:.1} combine_ms={:.4} combine_busbw_gbs={:.1} round_trip_b2b_ms={:.4} device=cuda gpus={gpus} heap={mapping} peers={} {}",
             if dedup { " dedup" } else { "" },
             a.experts,
             worst(0) + worst(1),
@@ -521,6 +525,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
             worst(1),
             gbs(worst(1)),
             worst(2),
+            if use_tables { "tables" } else { "stride" },
             if all_ok { "PASS" } else { "FAIL" }
         );
     }
