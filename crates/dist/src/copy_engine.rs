@@ -42,6 +42,12 @@ impl CopyStream {
         self.stream.cu_stream()
     }
 
+    /// The stream's handle, to launch kernels on it (`tl_runtime::Stream::Raw`): a local
+    /// job's ranks each launch on a stream of their own.
+    pub fn handle(&self) -> usize {
+        self.raw() as usize
+    }
+
     /// Wait for everything queued on the stream.
     pub fn synchronize(&self) -> Result<()> {
         self.stream

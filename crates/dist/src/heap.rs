@@ -108,10 +108,40 @@ pub fn agree(rv: &Rendezvous, stride: u64, mapping: HeapMapping) -> Result<()> {
     Ok(())
 }
 
+/// GPU `ordinal`'s primary context, current on this thread, for rank `me`'s heap; a missing
+/// driver or device is an error that names both.
+pub(crate) fn open_context(
+    me: usize,
+    ordinal: usize,
+) -> Result<std::sync::Arc<cudarc::driver::CudaContext>> {
+    tl_runtime::cuda_probe::check(ordinal).map_err(|e| DistError::Driver {
+        me,
+        op: format!("opening cuda:{ordinal} for the symmetric heap"),
+        detail: e.to_string(),
+    })?;
+    let ctx = std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(ordinal))
+        .map_err(|_| DistError::Driver {
+            me,
+            op: "loading the CUDA driver".into(),
+            detail: "cudarc's loader failed".into(),
+        })?
+        .map_err(|e| DistError::Driver {
+            me,
+            op: format!("creating the context of cuda:{ordinal}"),
+            detail: e.to_string(),
+        })?;
+    ctx.bind_to_thread()
+        .map_err(driver_error(me, "making the context current"))?;
+    Ok(ctx)
+}
+
 /// The peers' heaps, as mapped.
-enum Mapped {
+pub(crate) enum Mapped {
     Vmm(VmmMapping),
     Legacy(LegacyMapping),
+    /// Every rank in this process ([`crate::LocalJob`]): one VMM mapping that all its heaps
+    /// share.
+    Local(std::sync::Arc<crate::local::LocalMapping>),
 }
 
 impl Mapped {
@@ -119,6 +149,7 @@ impl Mapped {
         match self {
             Mapped::Vmm(m) => m.base(rank),
             Mapped::Legacy(m) => m.base(rank),
+            Mapped::Local(m) => m.base(rank),
         }
     }
 }
@@ -185,24 +216,7 @@ impl SymmetricHeap {
         mapping: HeapMapping,
     ) -> Result<SymmetricHeap> {
         let me = rv.rank();
-        tl_runtime::cuda_probe::check(ordinal).map_err(|e| DistError::Driver {
-            me,
-            op: format!("opening cuda:{ordinal} for the symmetric heap"),
-            detail: e.to_string(),
-        })?;
-        let ctx = std::panic::catch_unwind(|| cudarc::driver::CudaContext::new(ordinal))
-            .map_err(|_| DistError::Driver {
-                me,
-                op: "loading the CUDA driver".into(),
-                detail: "cudarc's loader failed".into(),
-            })?
-            .map_err(|e| DistError::Driver {
-                me,
-                op: format!("creating the context of cuda:{ordinal}"),
-                detail: e.to_string(),
-            })?;
-        ctx.bind_to_thread()
-            .map_err(driver_error(me, "making the context current"))?;
+        let ctx = open_context(me, ordinal)?;
         let gran = match mapping {
             HeapMapping::Vmm => crate::vmm::granularity(me, ordinal)?,
             HeapMapping::LegacyIpc => 0,
@@ -215,12 +229,26 @@ impl SymmetricHeap {
             HeapMapping::Vmm => Mapped::Vmm(VmmMapping::new(rv, ordinal, stride, gran)?),
             HeapMapping::LegacyIpc => Mapped::Legacy(LegacyMapping::new(rv, stride)?),
         };
+        let heap = SymmetricHeap::from_parts((me, world, ordinal), stride, mapped, ctx)?;
+        rv.barrier()?;
+        Ok(heap)
+    }
+
+    /// Rank `me` of `world`'s heap on GPU `ordinal`, once `mapped` (with `ctx` current):
+    /// allocates its peer tables' memory.
+    pub(crate) fn from_parts(
+        (me, world, ordinal): (usize, usize, usize),
+        stride: u64,
+        mapped: Mapped,
+        ctx: std::sync::Arc<cudarc::driver::CudaContext>,
+    ) -> Result<SymmetricHeap> {
+        ctx.bind_to_thread()
+            .map_err(driver_error(me, "making the context current"))?;
         let mut tables = 0;
         // SAFETY: valid out-pointer; the context is current.
         check(me, "cuMemAlloc for the peer tables", unsafe {
             sys::cuMemAlloc_v2(&mut tables, PEER_TABLE_BYTES as usize)
         })?;
-        rv.barrier()?;
         Ok(SymmetricHeap {
             rank: me,
             world,
@@ -237,7 +265,7 @@ impl SymmetricHeap {
     /// How the peers' heaps are mapped.
     pub fn mapping(&self) -> HeapMapping {
         match self.mapped {
-            Mapped::Vmm(_) => HeapMapping::Vmm,
+            Mapped::Vmm(_) | Mapped::Local(_) => HeapMapping::Vmm,
             Mapped::Legacy(_) => HeapMapping::LegacyIpc,
         }
     }
@@ -247,7 +275,7 @@ impl SymmetricHeap {
     /// (`Kernel::with_peer_tables` in `tilelang`, and [`peer_table`](Self::peer_table) for each
     /// symmetric buffer).
     pub fn is_flat(&self) -> bool {
-        matches!(self.mapped, Mapped::Vmm(_))
+        !matches!(self.mapped, Mapped::Legacy(_))
     }
 
     /// The heap's `heap_stride` argument for a kernel launch: the bytes between consecutive
@@ -274,14 +302,7 @@ impl SymmetricHeap {
     /// Carve `bytes` (aligned to 256) from the heap (collective: every rank makes the same
     /// allocations in the same order; the rendezvous checks it).
     pub fn alloc(&mut self, rv: &Rendezvous, bytes: u64) -> Result<SymmetricBuffer> {
-        let offset = self.next.div_ceil(256) * 256;
-        if offset + bytes > self.stride {
-            return Err(DistError::Heap(format!(
-                "the symmetric heap ({} bytes per rank) has {} bytes left, {bytes} asked for: make it larger",
-                self.stride,
-                self.stride - offset.min(self.stride)
-            )));
-        }
+        let offset = self.next_offset(bytes)?;
         let mine = [offset.to_le_bytes(), bytes.to_le_bytes()].concat();
         let all = rv.all_gather(&mine)?;
         if let Some((r, _)) = all.iter().enumerate().find(|(_, a)| a.as_slice() != mine) {
@@ -293,7 +314,31 @@ impl SymmetricHeap {
                 ),
             });
         }
-        self.next = offset + bytes;
+        self.carve_at(offset, bytes)
+    }
+
+    /// Carve `bytes` with no agreement to check: for a job whose ranks share one process
+    /// ([`crate::LocalJob`]), which carves every rank's alike itself.
+    pub(crate) fn carve(&mut self, bytes: u64) -> Result<SymmetricBuffer> {
+        let offset = self.next_offset(bytes)?;
+        self.carve_at(offset, bytes)
+    }
+
+    /// Where the next buffer of `bytes` starts, if it fits.
+    fn next_offset(&self, bytes: u64) -> Result<u64> {
+        let offset = self.next.div_ceil(256) * 256;
+        if offset + bytes > self.stride {
+            return Err(DistError::Heap(format!(
+                "the symmetric heap ({} bytes per rank) has {} bytes left, {bytes} asked for: make it larger",
+                self.stride,
+                self.stride - offset.min(self.stride)
+            )));
+        }
+        Ok(offset)
+    }
+
+    /// Take `bytes` at `offset` and write the buffer's peer table.
+    fn carve_at(&mut self, offset: u64, bytes: u64) -> Result<SymmetricBuffer> {
         let buf = SymmetricBuffer { offset, bytes };
         let table_bytes = 8 * self.world as u64;
         let at = self.tables.len() as u64 * table_bytes;
@@ -317,6 +362,7 @@ impl SymmetricHeap {
                 entries.len(),
             )
         })?;
+        self.next = offset + bytes;
         self.tables.push((offset, self.tables_base + at));
         Ok(buf)
     }

@@ -14,10 +14,12 @@ pub mod error;
 pub mod fdpass;
 pub mod heap;
 mod legacy_ipc;
+pub mod local;
 pub mod rendezvous;
 mod vmm;
 
 pub use copy_engine::{CopyEngineAllGather, CopyStream, GatherBuffers};
 pub use error::{DistError, Result};
 pub use heap::{with_tables, HeapMapping, SymmetricBuffer, SymmetricHeap};
+pub use local::LocalJob;
 pub use rendezvous::{JobConfig, Rendezvous};

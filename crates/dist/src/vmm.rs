@@ -24,7 +24,7 @@ pub(crate) struct VmmMapping {
     handles: Vec<sys::CUmemGenericAllocationHandle>,
 }
 
-fn properties(ordinal: usize) -> sys::CUmemAllocationProp {
+pub(crate) fn properties(ordinal: usize) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
         requestedHandleTypes:

@@ -291,3 +291,20 @@ fn the_legacy_heap_without_a_gpu_is_a_clear_error() {
         .expect("no GPU");
     assert!(e.to_string().contains("cuda:0"), "{e}");
 }
+
+/// A job whose ranks all live in this process: no ranks is a configuration error, and without
+/// a GPU the error names the device.
+#[test]
+fn a_local_job_needs_ranks_and_gpus() {
+    let e = tl_dist::LocalJob::new(&[], 1 << 20)
+        .err()
+        .expect("no ranks");
+    assert!(e.to_string().contains("no ranks"), "{e}");
+    if tl_runtime::Device::cuda_count() > 0 {
+        return;
+    }
+    let e = tl_dist::LocalJob::new(&[0, 0], 1 << 20)
+        .err()
+        .expect("no GPU");
+    assert!(e.to_string().contains("cuda:0"), "{e}");
+}

@@ -13,8 +13,13 @@
 //!     bash scripts/dist-run.sh 2 target/release/examples/distributed --kernel ag-gemm
 //!
 //! That path sets up the symmetric heap with CUDA's virtual memory API; it has run on 2, 3
-//! and 4 H100s and as 2 and 4 processes on one (docs/performance.md, "Multi-rank").
+//! and 4 H100s and as 2 and 4 processes on one (docs/performance.md, "Multi-rank"). With
+//! `TILELANG_DIST_IPC=legacy` it maps the heap by legacy CUDA IPC instead, and the kernels
+//! take peer tables. One process may also drive every rank (`--local-ranks N`, no launcher):
+//!
+//!     target/release/examples/distributed --kernel ag-gemm --local-ranks 2
 
+mod local;
 mod moe;
 
 use std::process::ExitCode;
@@ -131,6 +136,11 @@ struct Args {
     /// heap mapped by legacy CUDA IPC (`TILELANG_DIST_IPC=legacy`)
     #[arg(long)]
     peer_tables: bool,
+    /// Run every rank in this one process (`tl_dist::LocalJob`), rank r on GPU r mod the GPU
+    /// count, each on a stream of its own (no launcher; ranks that share a GPU must fit on it
+    /// together)
+    #[arg(long, value_name = "N")]
+    local_ranks: Option<usize>,
 }
 
 impl Args {
@@ -564,6 +574,14 @@ fn run() -> anyhow::Result<ExitCode> {
         Some(other) => anyhow::bail!("--device {other:?}: sim or cuda"),
         None => std::env::var("RANK").is_ok(),
     };
+    if let Some(n) = a.local_ranks {
+        if a.kernel == "moe" {
+            anyhow::bail!(
+                "--kernel moe with --local-ranks: the MoE round trip runs one process per rank (scripts/dist-run.sh) or in the simulator"
+            );
+        }
+        return local::run_local(&a, n.max(1));
+    }
     if a.kernel == "moe" {
         let ok = if gpu {
             moe::run_gpu(&a)?
