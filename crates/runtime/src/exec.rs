@@ -428,12 +428,40 @@ pub struct Staging {
     pub height: usize,
 }
 
-/// Scratch device memory for pitched stagings, one slot per tensor map of an executable;
-/// held locked from packing through the launch, so launches from several threads cannot
-/// interleave their copies into one slot. (Launches of one executable on two different
-/// streams at once would share it: the runtime's stream and a caller's are not mixed here.)
+/// Scratch device memory for pitched stagings, one slot per tensor map of an executable and
+/// per stream it is launched on; held locked from packing through the launch, so launches
+/// from several threads cannot interleave their copies into one slot. Launches on one stream
+/// run in order, so they may share a slot; launches on two streams may run at once (the ranks
+/// of a multi-rank job in one process, a caller's streams beside the runtime's), so each
+/// stream has its own — a shared slot let one launch's staging overwrite the operand the
+/// other's kernel was reading (found with two ranks on one GPU, docs/gpu-notes.md run 21d).
 #[derive(Default)]
-pub(crate) struct PitchScratch(std::sync::Mutex<Vec<Option<crate::cuda::DeviceBuf>>>);
+pub(crate) struct PitchScratch(
+    std::sync::Mutex<std::collections::HashMap<Option<usize>, Vec<Option<crate::cuda::DeviceBuf>>>>,
+);
+
+/// One stream's scratch slots, with the lock on all of them held.
+pub(crate) struct StreamScratch<'a> {
+    all: std::sync::MutexGuard<
+        'a,
+        std::collections::HashMap<Option<usize>, Vec<Option<crate::cuda::DeviceBuf>>>,
+    >,
+    key: Option<usize>,
+}
+
+impl StreamScratch<'_> {
+    pub(crate) fn slots(&mut self) -> &mut Vec<Option<crate::cuda::DeviceBuf>> {
+        self.all.entry(self.key).or_default()
+    }
+}
+
+/// Which stream's slots a launch on `stream` stages into (`None`: the runtime's).
+pub(crate) fn scratch_key(stream: Stream) -> Option<usize> {
+    match stream {
+        Stream::Runtime => None,
+        Stream::Raw(s) => Some(s),
+    }
+}
 
 /// Kernel parameters for `cuLaunchKernel`: one 8-byte slot per parameter, in the kernel's
 /// order. The driver copies from each slot as many bytes as the kernel's parameter has, so
@@ -933,8 +961,8 @@ impl Executable {
         }
         match &self.module {
             Module::Cuda(k) => {
-                let (mut slots, dev) = self.scratch_slots(k);
-                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((&mut slots, dev)))?;
+                let (mut scratch, dev) = self.scratch_slots(k, Stream::Runtime);
+                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((scratch.slots(), dev)))?;
                 k.launch_timed(&mut p, b.grid, self.sig.threads, limit)
             }
             _ => {
@@ -1000,8 +1028,8 @@ impl Executable {
                 m.launch(b.ptrs, b.ints, b.floats, b.grid)
             }
             Module::Cuda(k) => {
-                let (mut slots, dev) = self.scratch_slots(k);
-                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((&mut slots, dev)))?;
+                let (mut scratch, dev) = self.scratch_slots(k, stream);
+                let mut p = pack_gpu_params_staged(&self.sig, &b, Some((scratch.slots(), dev)))?;
                 mark(LaunchStage::Packed);
                 k.launch_on(&mut p, b.grid, self.sig.threads, stream)?;
             }
@@ -1020,19 +1048,24 @@ impl Executable {
         Ok(())
     }
 
-    /// The executable's pitched-staging scratch, locked (keep it until the launch is queued).
+    /// The executable's pitched-staging scratch for launches on `stream`, locked (keep it
+    /// until the launch is queued).
     pub(crate) fn scratch_slots(
         &self,
         k: &crate::cuda::CudaKernel,
-    ) -> (
-        std::sync::MutexGuard<'_, Vec<Option<crate::cuda::DeviceBuf>>>,
-        &'static crate::cuda::CudaDevice,
-    ) {
-        let slots = match self.pitch_scratch.0.lock() {
+        stream: Stream,
+    ) -> (StreamScratch<'_>, &'static crate::cuda::CudaDevice) {
+        let all = match self.pitch_scratch.0.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
-        (slots, k.device())
+        (
+            StreamScratch {
+                all,
+                key: scratch_key(stream),
+            },
+            k.device(),
+        )
     }
 
     /// Host time per launch of `args`, split into its stages, in microseconds over `n`
@@ -1433,6 +1466,29 @@ pub fn bind_args(sig: &Signature, device: Device, args: &[Arg]) -> Result<Bound>
 
 #[cfg(test)]
 mod tests {
+
+    /// Launches on different streams stage into different slots (one stream's staging may run
+    /// while another stream's kernel reads its own); launches on one stream share them.
+    #[test]
+    fn each_stream_stages_into_slots_of_its_own() {
+        let scratch = PitchScratch::default();
+        let lock = || scratch.0.lock().expect("unpoisoned");
+        let take = |stream: Stream| {
+            let mut s = StreamScratch {
+                all: lock(),
+                key: scratch_key(stream),
+            };
+            let n = s.slots().len();
+            s.slots().push(None);
+            n
+        };
+        assert_eq!(take(Stream::Runtime), 0);
+        assert_eq!(take(Stream::Raw(0x10)), 0);
+        assert_eq!(take(Stream::Raw(0x20)), 0);
+        assert_eq!(take(Stream::Raw(0x10)), 1);
+        assert_eq!(take(Stream::Runtime), 1);
+        assert_eq!(lock().len(), 3);
+    }
     use super::*;
     use tl_ir::{Buffer, DType, Role, Scope, Span, Var};
 

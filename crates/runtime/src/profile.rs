@@ -168,9 +168,12 @@ pub fn bench_with(
         crate::exec::Module::Cuda(k) => {
             // Pitched stagings (TMA inputs with rows that are not whole 16-byte units) are
             // made before every launch, so the timings include them.
-            let (mut slots, dev) = exe.scratch_slots(k);
-            let mut p =
-                crate::exec::pack_gpu_params_staged(exe.signature(), &b, Some((&mut slots, dev)))?;
+            let (mut scratch, dev) = exe.scratch_slots(k, crate::external::Stream::Runtime);
+            let mut p = crate::exec::pack_gpu_params_staged(
+                exe.signature(),
+                &b,
+                Some((scratch.slots(), dev)),
+            )?;
             let samples = k.bench(
                 &mut p,
                 b.grid,
