@@ -48,6 +48,37 @@ TL_DEVICE void tl_tma_load_5d(void* dst, const tl_tmap* map, const void* bar, in
     asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
                  ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(bar)) : "memory");
 }
+/* Thread-block clusters (sm_90): the block's rank in its cluster, a cluster-wide barrier,
+ * an arrival on the barrier at the same offset in another block of the cluster, and TMA loads
+ * multicast to the blocks of `mask`. */
+TL_DEVICE int32_t tl_cluster_ctarank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return (int32_t)r;
+}
+TL_DEVICE void tl_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+TL_DEVICE void tl_mbar_arrive_cluster(const void* bar, int32_t rank) {
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+                 ::"r"(tl_smem_addr(bar)), "r"(rank) : "memory");
+}
+TL_DEVICE void tl_tma_load_mc_2d(void* dst, const tl_tmap* map, const void* bar, int32_t mask, int32_t c0, int32_t c1) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(tl_smem_addr(bar)), "h"((uint16_t)mask) : "memory");
+}
+TL_DEVICE void tl_tma_load_mc_3d(void* dst, const tl_tmap* map, const void* bar, int32_t mask, int32_t c0, int32_t c1, int32_t c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(tl_smem_addr(bar)), "h"((uint16_t)mask) : "memory");
+}
+TL_DEVICE void tl_tma_load_mc_4d(void* dst, const tl_tmap* map, const void* bar, int32_t mask, int32_t c0, int32_t c1, int32_t c2, int32_t c3) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(tl_smem_addr(bar)), "h"((uint16_t)mask) : "memory");
+}
+TL_DEVICE void tl_tma_load_mc_5d(void* dst, const tl_tmap* map, const void* bar, int32_t mask, int32_t c0, int32_t c1, int32_t c2, int32_t c3, int32_t c4) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5, %6}], [%7], %8;\n"
+                 ::"r"(tl_smem_addr(dst)), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(bar)), "h"((uint16_t)mask) : "memory");
+}
 /* TMA stores (shared -> global, bulk groups). Elements outside the tensor are not written;
  * the shared source may be reused after a `.read` wait retires the group. */
 TL_DEVICE void tl_tma_store_2d(const tl_tmap* map, const void* src, int32_t c0, int32_t c1) {

@@ -42,7 +42,12 @@ pub fn tma_specs(k: &Kernel) -> Vec<TmaSpec> {
         for e in s.exprs() {
             e.visit(&mut |x| {
                 let (box_dims, swizzle, args) = match x.kind() {
-                    ExprKind::Call(Intrinsic::TmaLoad { box_dims, swizzle }, args)
+                    ExprKind::Call(
+                        Intrinsic::TmaLoad {
+                            box_dims, swizzle, ..
+                        },
+                        args,
+                    )
                     | ExprKind::Call(Intrinsic::TmaStore { box_dims, swizzle }, args) => {
                         (box_dims, swizzle, args)
                     }

@@ -249,7 +249,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     ));
     code.push_str(CUDA_HEADER);
     code.push('\n');
-    if any_tma {
+    if any_tma || k.attrs.cluster.is_some() {
         code.push_str(TMA_HEADER);
         code.push('\n');
     }
@@ -271,8 +271,17 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     } else {
         ""
     };
+    // A clustered kernel (after the `persistent` pass, clusters run along the grid's x).
+    let cluster = match k.attrs.cluster {
+        Some(c) => {
+            let mut d = [1u32; 3];
+            d[c.dim.min(2)] = c.size;
+            format!("__cluster_dims__({}, {}, {}) ", d[0], d[1], d[2])
+        }
+        None => String::new(),
+    };
     code.push_str(&format!(
-        "extern \"C\" __global__ void __launch_bounds__({bounds}) {kname}({}) {{\n{body}{drain}}}\n",
+        "extern \"C\" __global__ void {cluster}__launch_bounds__({bounds}) {kname}({}) {{\n{body}{drain}}}\n",
         params.join(", ")
     ));
     let _ = sm;
@@ -753,6 +762,13 @@ impl Printer<'_> {
         swizzle: u32,
     ) -> String {
         let load = matches!(op, Intrinsic::TmaLoad { .. });
+        let multicast = matches!(
+            op,
+            Intrinsic::TmaLoad {
+                multicast: true,
+                ..
+            }
+        );
         let rank = box_dims.len();
         if !(2..=5).contains(&rank) {
             return self.cuda_error(
@@ -761,9 +777,10 @@ impl Printer<'_> {
                 "this is a compiler bug in TMA lowering",
             );
         }
-        // The shared end and the tensor, then (loads) the barrier, then the coordinates.
+        // The shared end and the tensor, then (loads) the barrier, then the coordinates, then
+        // (multicast) the mask.
         let fixed = if load { 3 } else { 2 };
-        if !self.cuda_nargs(op, args, fixed + rank) {
+        if !self.cuda_nargs(op, args, fixed + rank + usize::from(multicast)) {
             return "0".into();
         }
         let side = if load { "destination" } else { "source" };
@@ -793,8 +810,19 @@ impl Printer<'_> {
                 "this is a compiler bug: the ABI's tensor maps miss a TMA copy",
             );
         };
-        let coords: Vec<String> = args[fixed..].iter().rev().map(|c| self.expr(c)).collect();
+        let coords: Vec<String> = args[fixed..fixed + rank]
+            .iter()
+            .rev()
+            .map(|c| self.expr(c))
+            .collect();
         match bar {
+            Some(b) if multicast => {
+                let mask = self.expr(&args[fixed + rank]);
+                format!(
+                    "tl_tma_load_mc_{rank}d({smem}, &{map}, {b}, {mask}, {})",
+                    coords.join(", ")
+                )
+            }
             Some(b) => format!(
                 "tl_tma_load_{rank}d({smem}, &{map}, {b}, {})",
                 coords.join(", ")
@@ -1060,6 +1088,7 @@ impl Printer<'_> {
         const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
         match op {
             Intrinsic::ThreadIdx => "((int32_t)threadIdx.x)".into(),
+            Intrinsic::ClusterCtaRank => "tl_cluster_ctarank()".into(),
             Intrinsic::MemLoad { .. }
             | Intrinsic::MemStore { .. }
             | Intrinsic::MemRedAdd { .. }
@@ -1344,9 +1373,22 @@ impl Printer<'_> {
                     _ => format!("tl_mbar_expect_tx({b}, {v})"),
                 }
             }
-            Intrinsic::TmaLoad { box_dims, swizzle }
+            Intrinsic::TmaLoad {
+                box_dims, swizzle, ..
+            }
             | Intrinsic::TmaStore { box_dims, swizzle } => {
                 self.cuda_tma(op, args, box_dims, *swizzle)
+            }
+            Intrinsic::ClusterSync => "tl_cluster_sync()".into(),
+            Intrinsic::MbarrierArriveCluster => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let Some((b, _)) = self.cuda_addr(op, args.first(), "barrier", SHARED, None) else {
+                    return "0".into();
+                };
+                let r = self.expr(&args[1]);
+                format!("tl_mbar_arrive_cluster({b}, {r})")
             }
             Intrinsic::BulkCommit => "tl_bulk_commit()".into(),
             Intrinsic::BulkWait { n, read } => {

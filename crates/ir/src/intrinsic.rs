@@ -138,8 +138,27 @@ pub enum Intrinsic {
     /// transactions on the barrier. The tensor's descriptor (a `CUtensorMap` kernel parameter)
     /// is built at launch from the tensor argument. args: the destination's shared address,
     /// the address of the tensor's first element, the barrier's address, then one coordinate
-    /// per tensor dim (i32, outermost first).
-    TmaLoad { box_dims: Vec<u32>, swizzle: u32 },
+    /// per tensor dim (i32, outermost first). With `multicast`
+    /// (`.multicast::cluster`), the box lands at the same shared offset in every block of the
+    /// cluster named by a trailing mask argument (i32, bit `r` for the block of cluster rank
+    /// `r`), and completes transactions on each one's barrier at the barrier's offset.
+    TmaLoad {
+        box_dims: Vec<u32>,
+        swizzle: u32,
+        multicast: bool,
+    },
+    /// `%cluster_ctarank`: this block's rank in its cluster (i32).
+    ClusterCtaRank,
+    /// `barrier.cluster.arrive.release` then `barrier.cluster.wait.acquire`: every thread of
+    /// every block of the cluster arrives before any goes on (exited threads count as
+    /// arrived); what each wrote to shared memory before is visible to all after. A cluster
+    /// kernel syncs so after initializing its barriers (before any block signals a peer's) and
+    /// before it exits (no peer may still write into its shared memory).
+    ClusterSync,
+    /// `mapa` + `mbarrier.arrive.release.cluster.shared::cluster.b64`: one arrival on the
+    /// barrier at the same shared offset in the cluster's block of rank `rank`. args: the
+    /// barrier's (local) address, the rank (i32).
+    MbarrierArriveCluster,
     /// `cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group`: the tensor-memory
     /// accelerator copies a box of `box_dims` elements from shared memory (laid out as
     /// `TmaLoad` lands one, with the `swizzle`) into a global tensor at the given
@@ -440,10 +459,18 @@ impl Intrinsic {
             Intrinsic::MbarrierArriveExpectTx => "mbarrier_arrive_expect_tx".into(),
             Intrinsic::MbarrierArrive => "mbarrier_arrive".into(),
             Intrinsic::MbarrierWait => "mbarrier_wait".into(),
-            Intrinsic::TmaLoad { box_dims, swizzle } => {
+            Intrinsic::TmaLoad {
+                box_dims,
+                swizzle,
+                multicast,
+            } => {
                 let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
-                format!("tma_load<[{}], sw{swizzle}>", b.join(", "))
+                let mc = if *multicast { ", multicast" } else { "" };
+                format!("tma_load<[{}], sw{swizzle}{mc}>", b.join(", "))
             }
+            Intrinsic::ClusterCtaRank => "cluster_ctarank".into(),
+            Intrinsic::ClusterSync => "cluster_sync".into(),
+            Intrinsic::MbarrierArriveCluster => "mbarrier_arrive_cluster".into(),
             Intrinsic::TmaStore { box_dims, swizzle } => {
                 let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
                 format!("tma_store<[{}], sw{swizzle}>", b.join(", "))

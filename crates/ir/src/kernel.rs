@@ -57,6 +57,15 @@ impl Param {
     }
 }
 
+/// See [`KernelAttrs::cluster`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct ClusterAttr {
+    /// The logical grid dim (0 = x) whose consecutive block indices share a cluster.
+    pub dim: usize,
+    /// Blocks per cluster (2 or 4).
+    pub size: u32,
+}
+
 /// Launch-time options that change code generation but not semantics.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct KernelAttrs {
@@ -74,6 +83,12 @@ pub struct KernelAttrs {
     /// persistent kernel); 0 asks the driver for one block per multiprocessor of the device.
     /// Lowered by the `persistent` pass (GPU targets); the CPU runs the logical grid.
     pub persistent_blocks: Option<u32>,
+    /// Thread-block clusters (sm_90): consecutive blocks along a logical grid dim run as one
+    /// cluster, and the pipeline multicasts the tiles they share (copies whose source does
+    /// not depend on that dim's block index) — each block loads its slice into every block's
+    /// shared memory. For persistent kernels (the `persistent` pass deals out clusters of
+    /// tiles); the CPU and other targets run the logical grid as if unclustered.
+    pub cluster: Option<ClusterAttr>,
     /// Symbolic sizes the launch guarantees to be multiples of a constant (the runtime checks
     /// them and falls back to a general variant of the kernel when they are not).
     pub dim_multiples: Vec<(Var, i64)>,

@@ -467,6 +467,9 @@ impl Printer {
         if let Some(b) = k.attrs.persistent_blocks {
             let _ = write!(head, " persistent_blocks {b}");
         }
+        if let Some(c) = k.attrs.cluster {
+            let _ = write!(head, " cluster {}x{}", c.dim, c.size);
+        }
         if let Some(b) = k.attrs.wgmma_batch {
             let _ = write!(head, " wgmma_batch {b}");
         }

@@ -17,6 +17,9 @@ pub enum E {
     ThreadIdx,
     /// `thread_idx / warp_size`.
     WaveIdx,
+    /// This block's rank in its cluster (`%cluster_ctarank`: the block's x index modulo the
+    /// cluster's size; 0 without clusters).
+    ClusterCtaRank,
     /// `op` computed in `dt` (narrow floats compute in f32, see `compile::compute_dtype`).
     Bin(BinOp, DType, Box<(E, E)>),
     /// A comparison of operands of dtype `dt`.
@@ -290,7 +293,18 @@ pub enum Instr {
         tensor: MemRef,
         bar: MemRef,
         coords: Vec<E>,
+        /// Multicast: the box lands in every block of the cluster this mask names (bit `r`
+        /// for rank `r`), at the same shared offset, completing on each one's barrier.
+        mask: Option<E>,
     },
+    /// An arrival on the barrier at `bar`'s shared offset in the cluster's block of rank
+    /// `rank` (delivered when that block next runs).
+    MbarArriveCluster {
+        bar: MemRef,
+        rank: E,
+    },
+    /// Every thread of every block of the cluster arrives before any goes on.
+    ClusterSync,
     /// `cp.async.bulk.tensor` store (TMA): a box of shared memory at `src` (swizzled) into
     /// `tensor` at `coords`, elements outside the tensor not written; `src` stays read until
     /// the thread's bulk group is waited for.
@@ -364,6 +378,9 @@ pub struct Program {
     /// Global buffers (by index in `bufs`) in the symmetric heap: the ones a peer may be
     /// named for.
     pub symmetric: Vec<u32>,
+    /// Blocks per cluster (clusters run along the grid's x): they run concurrently and reach
+    /// each other's shared memory and barriers.
+    pub cluster: Option<u32>,
     /// Global buffers (by index in `bufs`) the kernel may write: a store, or any intrinsic
     /// whose first argument is the address of one of their elements (a conservative superset).
     /// Only these can race, so only these are tracked by the order checker.

@@ -175,6 +175,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         warp_size,
         waits: c.waits,
         symmetric: c.symmetric,
+        cluster: k.attrs.cluster.map(|c| c.size),
         written,
     })
 }
@@ -920,16 +921,25 @@ impl Compiler<'_> {
                 };
                 Instr::MbarWait { bar, parity }
             }
-            Intrinsic::TmaLoad { box_dims, swizzle } => {
-                need(3 + box_dims.len())?;
+            Intrinsic::TmaLoad {
+                box_dims,
+                swizzle,
+                multicast,
+            } => {
+                let rank = box_dims.len();
+                need(3 + rank + usize::from(*multicast))?;
                 self.tma_shape(&name, box_dims, *swizzle)?;
                 let dst = self.address(args.first(), &name)?;
                 let tensor = self.address(args.get(1), &name)?;
                 let bar = self.address(args.get(2), &name)?;
-                let coords = args[3..]
+                let coords = args[3..3 + rank]
                     .iter()
                     .map(|x| self.expr(x))
                     .collect::<Result<_, _>>()?;
+                let mask = match multicast {
+                    true => Some(self.expr(&args[3 + rank])?),
+                    false => None,
+                };
                 Instr::TmaLoad {
                     box_dims: box_dims.clone(),
                     swizzle: *swizzle,
@@ -938,8 +948,16 @@ impl Compiler<'_> {
                     tensor,
                     bar,
                     coords,
+                    mask,
                 }
             }
+            Intrinsic::MbarrierArriveCluster => {
+                need(2)?;
+                let bar = self.address(args.first(), &name)?;
+                let rank = self.expr(&args[1])?;
+                Instr::MbarArriveCluster { bar, rank }
+            }
+            Intrinsic::ClusterSync => Instr::ClusterSync,
             Intrinsic::TmaStore { box_dims, swizzle } => {
                 need(2 + box_dims.len())?;
                 self.tma_shape(&name, box_dims, *swizzle)?;
@@ -1081,6 +1099,7 @@ impl Compiler<'_> {
         let shfl = match op {
             Intrinsic::ThreadIdx => return Ok(E::ThreadIdx),
             Intrinsic::WaveIdx => return Ok(E::WaveIdx),
+            Intrinsic::ClusterCtaRank => return Ok(E::ClusterCtaRank),
             Intrinsic::MemAtomAdd { sem, scope } => {
                 let name = op.name();
                 if args.len() != 2 && args.len() != 3 {

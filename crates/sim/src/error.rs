@@ -394,6 +394,11 @@ pub enum SimError {
     #[error("invalid thread-level IR: {0}")]
     InvalidIr(String),
 
+    /// A block of a cluster reached another's shared memory or barriers when it could not:
+    /// before that block initialized its barriers, or after it exited.
+    #[error("cluster: {0}")]
+    Cluster(String),
+
     /// The arguments do not fit the kernel's signature.
     #[error("bad arguments: {0}")]
     BadArgs(String),

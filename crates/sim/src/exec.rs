@@ -34,6 +34,8 @@ pub enum State {
     MbarWait,
     /// Waits (`wait_until` at its pc) for the flag in its stash to compare true.
     FlagWait,
+    /// Waits at the cluster barrier (`ClusterSync`) at its pc.
+    ClusterWait,
     Done,
 }
 
@@ -198,6 +200,7 @@ impl Interp<'_, '_> {
             E::Reg(r) => th.regs[*r as usize],
             E::ThreadIdx => Value::Int(th.tid as i64),
             E::WaveIdx => Value::Int((th.tid / self.prog.warp_size) as i64),
+            E::ClusterCtaRank => Value::Int(self.cluster_rank() as i64),
             E::Bin(op, dt, ab) => {
                 let a = self.eval(th, &ab.0, pc)?;
                 let b = self.eval(th, &ab.1, pc)?;
@@ -709,14 +712,23 @@ impl Interp<'_, '_> {
                     tensor,
                     bar,
                     coords,
+                    mask,
                 } => self.tma_load(
                     th,
                     box_dims,
                     (*swizzle, *pitched),
                     (dst, tensor, bar),
-                    coords,
+                    (coords, mask.as_ref()),
                     pc,
                 )?,
+                Instr::MbarArriveCluster { bar, rank } => {
+                    self.mbar_arrive_cluster(th, bar, rank, pc)?
+                }
+                Instr::ClusterSync => {
+                    th.pc = pc;
+                    th.state = State::ClusterWait;
+                    return Ok(());
+                }
                 Instr::Exit => {
                     // Code generation waits for the thread's TMA stores to have read shared
                     // memory before it exits.

@@ -346,6 +346,8 @@ pub fn run_ranks_calls(
             named_arrivals: Default::default(),
             tma_writes: Default::default(),
             order: None,
+            outbox: vec![],
+            cluster_gen: 0,
         },
         stats: Stats::default(),
         max_steps: opts.max_steps,
@@ -371,7 +373,12 @@ pub fn run_ranks_calls(
     let order_checked = it.mem.order.is_some();
     // Multi-rank kernels always run concurrently: each block has its own threads in the
     // order checker.
-    if progs.iter().any(|p| p.waits) || n > 1 || kernel.attrs.dist.is_some() || calls.len() > 1 {
+    // So do a cluster's blocks, which reach each other's shared memory and barriers.
+    if progs.iter().any(|p| p.waits || p.cluster.is_some())
+        || n > 1
+        || kernel.attrs.dist.is_some()
+        || calls.len() > 1
+    {
         let ctxs = launch_blocks
             .iter()
             .enumerate()

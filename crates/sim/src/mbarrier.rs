@@ -34,6 +34,33 @@ pub struct TmaCopy {
     pub pc: u32,
 }
 
+/// What a block of a cluster does to another's shared memory, delivered by the scheduler when
+/// that block next runs (its state is swapped out meanwhile).
+#[derive(Clone, Debug)]
+pub struct Remote {
+    /// The receiving block's rank in the cluster.
+    pub to: u32,
+    /// The barrier's absolute shared offset (the same in every block of the program).
+    pub bar_abs: usize,
+    pub op: RemoteOp,
+    /// The x index of the cluster's first block (clusters run along x).
+    pub cluster_base: i64,
+    /// Cluster barriers the sender had passed when it sent: the receiver's barrier must have
+    /// been initialized before one of them.
+    pub gen: u32,
+    /// The sending block and operation, for reports.
+    pub from: [i64; 3],
+    pub pc: u32,
+}
+
+#[derive(Clone, Debug)]
+pub enum RemoteOp {
+    /// `mbarrier.arrive.release.cluster` on the peer's barrier.
+    Arrive,
+    /// A multicast TMA copy landing in the peer's shared memory on its barrier.
+    Tma { copy: TmaCopy, bytes: i64 },
+}
+
 /// One mbarrier's state.
 #[derive(Clone, Debug)]
 pub struct Mbar {
@@ -55,6 +82,9 @@ pub struct Mbar {
     /// between threads (a consumer warp releasing a pipeline stage to the producer), which
     /// orders the arriving threads' accesses before the waiting thread's later ones.
     pub signalled: bool,
+    /// Cluster barriers the block had passed when it initialized this one: another block of
+    /// the cluster may signal it only after passing a later one.
+    pub init_gen: u32,
 }
 
 /// The block's mbarriers: by absolute shared byte offset, the index of the barrier last
@@ -214,6 +244,7 @@ impl Interp<'_, '_> {
             phase: 0,
             copies: vec![],
             signalled: false,
+            init_gen: self.mem.cluster_gen,
         });
         self.mem.mbars.at.insert(abs, idx);
         Ok(())
@@ -351,10 +382,31 @@ impl Interp<'_, '_> {
         box_dims: &[u32],
         (swizzle, pitched): (u32, bool),
         (dst, tensor, bar): (&MemRef, &MemRef, &MemRef),
-        coords: &[E],
+        (coords, mask): (&[E], Option<&E>),
         pc: u32,
     ) -> Result<(), SimError> {
-        let (b, _, _) = self.live_bar(th, bar, pc)?;
+        let (b, bloc, boff) = self.live_bar(th, bar, pc)?;
+        let bar_abs = self.mem.info(bloc.buf).base + boff;
+        // The blocks of the cluster it lands in (multicast), this one alone otherwise.
+        let targets: Vec<u32> = match mask {
+            None => vec![self.cluster_rank()],
+            Some(m) => {
+                let m = self.eval(th, m, pc)?.as_i64();
+                let size = self.prog.cluster.unwrap_or(1);
+                if m <= 0 || m >= 1 << size {
+                    return Err(self.mbar_err(
+                        pc,
+                        th.tid,
+                        self.bar_name(bloc.buf, boff),
+                        format!(
+                            "a multicast mask of {m:#x} in a cluster of {size} block(s): bits 0 to {} only, at least one",
+                            size - 1
+                        ),
+                    ));
+                }
+                (0..size).filter(|r| m >> r & 1 == 1).collect()
+            }
+        };
         let bx = self.tma_box(
             th,
             box_dims,
@@ -404,25 +456,149 @@ impl Interp<'_, '_> {
                     pc,
                 ));
             }
-            self.mem.check_wgmma_reads(d.buf, off, 16, who)?;
-            self.mem
-                .shadow
-                .async_issue(base + off, 16, who, when)
-                .map_err(|c| self.mem.conflict(c, d.buf, who))?;
             let mut bytes = [0u8; 16];
             bytes.copy_from_slice(chunk);
             chunks.push((off, bytes));
         }
+        let _ = (who, when);
         self.stats.tma_copies += 1;
-        let m = &mut self.mem.mbars.bars[b as usize];
-        m.delivered += total as i64;
-        m.copies.push(TmaCopy {
+        let copy = TmaCopy {
             buf: d.buf,
             chunks,
             tid: th.tid,
             pc,
+        };
+        let own = self.cluster_rank();
+        for to in targets {
+            if to == own {
+                self.deliver_tma(b, copy.clone(), total as i64)?;
+            } else {
+                self.mem.outbox.push(Remote {
+                    to,
+                    bar_abs,
+                    op: RemoteOp::Tma {
+                        copy: copy.clone(),
+                        bytes: total as i64,
+                    },
+                    cluster_base: self.mem.block[0] - i64::from(own),
+                    gen: self.mem.cluster_gen,
+                    from: self.mem.block,
+                    pc,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Put a TMA copy in flight on this block's barrier `b`: its destination bytes are in
+    /// flight from now until the phase completes.
+    fn deliver_tma(&mut self, b: u32, copy: TmaCopy, bytes: i64) -> Result<(), SimError> {
+        let base = self.mem.info(copy.buf).base;
+        let who = rec(copy.tid, Kind::AsyncWrite, copy.pc);
+        let when = self.mem.when(copy.tid);
+        for (off, _) in &copy.chunks {
+            self.mem.check_wgmma_reads(copy.buf, *off, 16, who)?;
+            self.mem
+                .shadow
+                .async_issue(base + off, 16, who, when)
+                .map_err(|c| self.mem.conflict(c, copy.buf, who))?;
+        }
+        let (tid, pc) = (copy.tid, copy.pc);
+        let m = &mut self.mem.mbars.bars[b as usize];
+        m.delivered += bytes;
+        m.copies.push(copy);
+        self.mbar_complete(b, tid, pc)
+    }
+
+    /// This block's rank in its cluster (0 without clusters): clusters run along x.
+    pub fn cluster_rank(&self) -> u32 {
+        match self.prog.cluster {
+            Some(size) if size > 1 => (self.mem.block[0].rem_euclid(size as i64)) as u32,
+            _ => 0,
+        }
+    }
+
+    /// `mbarrier.arrive.release.cluster` on the barrier at `bar`'s offset in the block of
+    /// cluster rank `rank`: this block's own at once, another's when it next runs.
+    pub fn mbar_arrive_cluster(
+        &mut self,
+        th: &mut Thread,
+        bar: &MemRef,
+        rank: &E,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let r = self.eval(th, rank, pc)?.as_i64();
+        let size = self.prog.cluster.unwrap_or(1);
+        if !(0..size as i64).contains(&r) {
+            let (loc, off, _) = self.bar_operand(th, bar, pc)?;
+            return Err(self.mbar_err(
+                pc,
+                th.tid,
+                self.bar_name(loc.buf, off),
+                format!("an arrival for cluster rank {r} in a cluster of {size} block(s)"),
+            ));
+        }
+        if r as u32 == self.cluster_rank() {
+            return self.mbar_arrive(th, bar, None, pc);
+        }
+        let (_, _, abs) = self.bar_operand(th, bar, pc)?;
+        self.mem.outbox.push(Remote {
+            to: r as u32,
+            bar_abs: abs,
+            op: RemoteOp::Arrive,
+            cluster_base: self.mem.block[0] - i64::from(self.cluster_rank()),
+            gen: self.mem.cluster_gen,
+            from: self.mem.block,
+            pc,
         });
-        self.mbar_complete(b, th.tid, pc)
+        Ok(())
+    }
+
+    /// Apply what another block of the cluster did to this one (the scheduler calls it with
+    /// this block swapped in).
+    pub fn apply_remote(&mut self, r: Remote) -> Result<(), SimError> {
+        let Some(&b) = self.mem.mbars.at.get(&r.bar_abs) else {
+            return Err(SimError::Cluster(format!(
+                "block {:?} {} the barrier at shared byte {} of block {:?} (at {}) before that block initialized it: sync the cluster (ClusterSync) after initializing the barriers and before any block signals a peer's",
+                r.from,
+                match r.op {
+                    RemoteOp::Arrive => "arrived on",
+                    RemoteOp::Tma { .. } => "multicast a TMA copy onto",
+                },
+                r.bar_abs,
+                self.mem.block,
+                self.prog.span(r.pc as usize)
+            )));
+        };
+        let init_gen = self.mem.mbars.bars[b as usize].init_gen;
+        if r.gen <= init_gen {
+            return Err(SimError::Cluster(format!(
+                "block {:?} {} a barrier of block {:?} (at {}) with no cluster barrier between that block's initialization of it and the signal: sync the cluster (ClusterSync) after initializing the barriers and before any block signals a peer's",
+                r.from,
+                match r.op {
+                    RemoteOp::Arrive => "arrived on",
+                    RemoteOp::Tma { .. } => "multicast a TMA copy onto",
+                },
+                self.mem.block,
+                self.prog.span(r.pc as usize)
+            )));
+        }
+        match r.op {
+            RemoteOp::Arrive => {
+                let m = &self.mem.mbars.bars[b as usize];
+                if m.pending == 0 {
+                    let detail = format!(
+                        "more arrivals than its count of {} in phase {} (one from block {:?} of the cluster)",
+                        m.count, m.phase, r.from
+                    );
+                    let name = self.bar_name(m.buf, m.off);
+                    return Err(self.mbar_err(r.pc, 0, name, detail));
+                }
+                self.mem.mbars.bars[b as usize].pending -= 1;
+                self.mbar_complete(b, 0, r.pc)
+            }
+            RemoteOp::Tma { copy, bytes } => self.deliver_tma(b, copy, bytes),
+        }
     }
 
     /// Why the phase a thread waits for cannot complete (for the deadlock report).

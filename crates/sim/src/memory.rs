@@ -50,6 +50,11 @@ pub struct Mem<'p, 'g> {
     /// issuing block, thread, instruction). A generic read of them is reported: the model
     /// writes at issue, a GPU later.
     pub tma_writes: TmaWrites,
+    /// What this block sent other blocks of its cluster (multicast copies, remote arrivals),
+    /// for the scheduler to deliver when each runs next.
+    pub outbox: Vec<crate::mbarrier::Remote>,
+    /// Cluster barriers this block has passed.
+    pub cluster_gen: u32,
 }
 
 /// See [`Mem::tma_writes`].

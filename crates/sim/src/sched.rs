@@ -120,6 +120,9 @@ pub struct BlockCtx {
     started: bool,
     /// The memory-order checker's index of this block's thread 0.
     agent_base: u32,
+    /// What other blocks of its cluster did to it since it last ran.
+    inbox: Vec<crate::mbarrier::Remote>,
+    cluster_gen: u32,
 }
 
 impl BlockCtx {
@@ -150,6 +153,8 @@ impl BlockCtx {
             done: false,
             started: false,
             agent_base,
+            inbox: vec![],
+            cluster_gen: 0,
         }
     }
 
@@ -166,6 +171,7 @@ impl BlockCtx {
         std::mem::swap(&mut self.proxy_fences, &mut m.proxy_fences);
         std::mem::swap(&mut self.wgmma_reads, &mut m.wgmma_reads);
         std::mem::swap(&mut self.mbars, &mut m.mbars);
+        std::mem::swap(&mut self.cluster_gen, &mut m.cluster_gen);
         if let Some(o) = m.order.as_mut() {
             o.base = self.agent_base;
         }
@@ -232,9 +238,18 @@ pub fn run_concurrent<'p>(
             }
         }
         let mut progressed = false;
+        let mut outbox: Vec<(usize, usize, [i64; 3], crate::mbarrier::Remote)> = vec![];
         for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
             enter_rank(it, progs, c);
             c.swap(it);
+            let inbox = std::mem::take(&mut c.inbox);
+            progressed |= !inbox.is_empty();
+            for r in inbox {
+                if let Err(e) = it.apply_remote(r) {
+                    c.swap(it);
+                    return Err(e);
+                }
+            }
             let before = (
                 it.stats.instructions,
                 it.stats.barriers,
@@ -258,6 +273,9 @@ pub fn run_concurrent<'p>(
                 }
                 Err(e) => finish_block(it, Err(e)),
             };
+            for m in it.mem.outbox.drain(..) {
+                outbox.push((c.rank, c.call, it.mem.block, m));
+            }
             c.swap(it);
             r?;
             if std::mem::take(&mut it.signalled) {
@@ -267,6 +285,9 @@ pub fn run_concurrent<'p>(
                 break;
             }
         }
+        progressed |= !outbox.is_empty();
+        deliver_remote(&mut ctxs, outbox)?;
+        progressed |= release_cluster_barriers(it, progs, &mut ctxs);
         if ctxs.iter().all(|c| c.done) {
             return Ok(());
         }
@@ -299,6 +320,91 @@ pub fn run_concurrent<'p>(
             return Err(SimError::SignalDeadlock { waits });
         }
     }
+}
+
+/// Hand what blocks sent their cluster's other blocks to those blocks (applied when each next
+/// runs). A block that has exited can receive nothing: its shared memory is gone.
+fn deliver_remote(
+    ctxs: &mut [BlockCtx],
+    outbox: Vec<(usize, usize, [i64; 3], crate::mbarrier::Remote)>,
+) -> Result<(), SimError> {
+    for (rank, call, from, m) in outbox {
+        let x = m.cluster_base + i64::from(m.to);
+        let target = ctxs
+            .iter_mut()
+            .find(|t| t.rank == rank && t.call == call && t.hw == [x, from[1], from[2]]);
+        let Some(t) = target else {
+            return Err(SimError::Cluster(format!(
+                "block {from:?} sent to rank {} of its cluster, which has no such block (a grid that is not a whole number of clusters?)",
+                m.to
+            )));
+        };
+        if t.done {
+            return Err(SimError::Cluster(format!(
+                "block {from:?} {} block {:?} of its cluster after that block exited: sync the cluster (ClusterSync) before any block exits",
+                match m.op {
+                    crate::mbarrier::RemoteOp::Arrive => "arrived on a barrier of",
+                    crate::mbarrier::RemoteOp::Tma { .. } => "multicast a TMA copy into",
+                },
+                t.hw
+            )));
+        }
+        t.inbox.push(m);
+    }
+    Ok(())
+}
+
+/// Let every cluster whose blocks' threads all wait at the cluster barrier (or have exited)
+/// through it. Like a block barrier, it orders each block's shared-memory accesses before it
+/// against those after.
+fn release_cluster_barriers<'p>(
+    it: &mut Interp<'p, '_>,
+    progs: &'p [Program],
+    ctxs: &mut [BlockCtx],
+) -> bool {
+    let key = |c: &BlockCtx| -> Option<(usize, usize, i64, i64, i64)> {
+        let size = i64::from(progs[c.prog].cluster?);
+        Some((c.rank, c.call, c.hw[0].div_euclid(size), c.hw[1], c.hw[2]))
+    };
+    let waiting = |c: &BlockCtx| {
+        c.started
+            && c.ths.iter().any(|t| t.state == State::ClusterWait)
+            && c.ths
+                .iter()
+                .all(|t| matches!(t.state, State::ClusterWait | State::Done))
+    };
+    let mut ready: Vec<(usize, usize, i64, i64, i64)> = vec![];
+    for c in ctxs.iter().filter(|c| waiting(c)) {
+        let Some(k) = key(c) else { continue };
+        if ready.contains(&k) {
+            continue;
+        }
+        let all = ctxs
+            .iter()
+            .filter(|o| key(o) == Some(k))
+            .all(|o| o.done || waiting(o));
+        if all {
+            ready.push(k);
+        }
+    }
+    let mut released = false;
+    for c in ctxs.iter_mut().filter(|c| !c.done) {
+        if key(c).is_some_and(|k| ready.contains(&k)) {
+            enter_rank(it, progs, c);
+            c.swap(it);
+            it.mem.epoch += 1;
+            it.mem.global_epoch += 1;
+            it.mem.cluster_gen += 1;
+            it.stats.barriers += 1;
+            c.swap(it);
+            for t in c.ths.iter_mut().filter(|t| t.state == State::ClusterWait) {
+                t.pc += 1;
+                t.state = State::Ready;
+            }
+            released = true;
+        }
+    }
+    released
 }
 
 /// `block [x, y, z]`, or for several `4 blocks ([x, y, z], …)` (the first three named).
@@ -438,6 +544,15 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
         // A thread waiting for a flag another block or rank will set may be what the rest
         // waits for: let the others run first.
         if ths.iter().any(|t| t.state == State::FlagWait) {
+            return Ok(Sched::Blocked);
+        }
+        // In a cluster, another block may complete a phase (a multicast copy, a remote
+        // arrival) or be what the cluster barrier waits for.
+        if it.prog.cluster.is_some()
+            && ths
+                .iter()
+                .any(|t| matches!(t.state, State::MbarWait | State::ClusterWait))
+        {
             return Ok(Sched::Blocked);
         }
         // A named barrier counting more threads than are still running can never complete,
@@ -610,6 +725,7 @@ fn describe(it: &Interp, t: &Thread) -> String {
         State::Warp => format!("is at {} ({span})", it.prog.name(t.pc as usize)),
         State::MbarWait => format!("waits on an mbarrier at {span}"),
         State::FlagWait => format!("waits for a flag at {span}"),
+        State::ClusterWait => format!("waits at the cluster barrier at {span}"),
         State::Ready => "is still running".into(),
     }
 }

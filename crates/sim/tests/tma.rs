@@ -117,6 +117,7 @@ impl Shot {
                         Intrinsic::TmaLoad {
                             box_dims: vec![self.rows as u32, self.cols as u32],
                             swizzle: self.swizzle,
+                            multicast: false,
                         },
                         vec![
                             addr(&s, self.dst),
@@ -544,6 +545,7 @@ fn tma_pipeline(m: usize, kk: usize, stages: i64, parity_shift: i64) -> Kernel {
                     Intrinsic::TmaLoad {
                         box_dims: vec![8, 32],
                         swizzle: 128,
+                        multicast: false,
                     },
                     vec![
                         addr(&s, st.clone() * 256),

@@ -67,6 +67,10 @@ struct Args {
     /// Rasterize blocks in panels of this many block-rows (L2 reuse; 0: row-major order)
     #[arg(long, value_parser = common::size::<u32>)]
     panel: Option<u32>,
+    /// Thread-block clusters of this many blocks along M sharing their B tile by TMA
+    /// multicast (sm_90a, persistent and warp-specialized; 1: none)
+    #[arg(long, value_parser = common::size::<u32>)]
+    cluster: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -279,6 +283,7 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     // The flag turns the overlap on (no default tile config has it).
     cfg.overlap |= args.overlap;
     cfg.persistent = args.persistence.apply(cfg.persistent);
+    cfg.cluster = args.cluster.unwrap_or(cfg.cluster);
     if args.ws {
         cfg.warp_specialize = Some(true);
     } else if args.no_ws {

@@ -325,3 +325,47 @@ fn persistent_gemm_stage_index_is_an_unsigned_division() {
     }
     assert!(ptx.contains("mul.hi.u32"), "{ptx}");
 }
+
+/// The Hopper GEMM in clusters of 2 along M (`GemmConfig::cluster`): both code paths declare
+/// the cluster, multicast B with a 2-block mask, release stages with `mapa` + a cluster-scope
+/// arrive, sync the cluster twice, and assemble (PTX by nvJitLink, CUDA C++ by NVRTC) without
+/// spills under the register split the consumers get.
+#[test]
+fn clustered_gemm_assembles_in_both_code_paths() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    for layout in [Layout::NT, Layout::NN] {
+        let cfg = GemmConfig {
+            cluster: 2,
+            ..GemmConfig::hopper()
+        };
+        let k = gemm(layout, BF16, BF16, cfg);
+        let ptx = k.emit_ptx(Target::SM90).expect("PTX");
+        assert!(ptx.contains(".reqnctapercluster 2, 1, 1"), "{ptx}");
+        // B's tile: 256 rows of one 128-byte panel in NT, 64 rows of four in NN.
+        let panels = if layout == Layout::NT { 1 } else { 4 };
+        assert_eq!(ptx.matches(".multicast::cluster").count(), panels, "{ptx}");
+        assert!(ptx.contains("mapa.shared::cluster.u32"), "{ptx}");
+        assert!(
+            ptx.contains("mbarrier.arrive.release.cluster.shared::cluster.b64"),
+            "{ptx}"
+        );
+        assert_eq!(
+            ptx.matches("barrier.cluster.arrive.release.aligned")
+                .count(),
+            2
+        );
+        let cuda = k.emit(Target::SM90).expect("CUDA C++");
+        assert!(cuda.contains("__cluster_dims__(2, 1, 1)"), "{cuda}");
+        assert!(cuda.contains("tl_tma_load_mc_2d("), "{cuda}");
+        if tl_nvrtc::testing::nvrtc_or_skip("clustered_gemm_assembles_in_both_code_paths").is_none()
+        {
+            return;
+        }
+        let arch = Target::SM90.arch();
+        // (Checked under the consumers' register budget: `check_with` models `setmaxnreg`.)
+        tl_nvrtc::check_with(&ptx, &arch, &tl_nvrtc::CheckOptions::default())
+            .unwrap_or_else(|e| panic!("{layout:?} PTX: {e}"));
+        tl_nvrtc::check(&cuda, &arch).unwrap_or_else(|e| panic!("{layout:?} CUDA: {e}"));
+    }
+}

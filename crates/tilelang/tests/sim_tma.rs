@@ -264,6 +264,7 @@ fn planted_tma_bugs_are_caught() {
                 Intrinsic::TmaLoad {
                     box_dims: box_dims.clone(),
                     swizzle: 0,
+                    multicast: false,
                 },
                 a.to_vec(),
             ),
@@ -706,4 +707,100 @@ fn attention_overlapping_pv_with_tma_in_sim() {
             assert!(e < 1e-2, "ws {ws} causal {causal}: {e}");
         }
     }
+}
+
+/// Thread-block clusters of 2 along M (`GemmConfig::cluster`): each block loads its A tile and
+/// half of the B tile the pair shares, multicast into both; consumers release every stage to
+/// both producers. Correct against the CPU at sizes with a tail cluster (an odd number of
+/// row tiles: its second block repeats the last tile) and in both layouts; the lowered kernel
+/// is clustered along x, syncs the cluster after the barriers' init and before exiting, and
+/// multicasts only B.
+#[test]
+fn clustered_gemm_multicasts_b_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    for (layout, blocks) in [(gemm::Layout::NT, 4), (gemm::Layout::NN, 2)] {
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            warp_specialize: Some(true),
+            persistent: Some(blocks),
+            cluster: 2,
+            ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+        };
+        let k = gemm::gemm(layout, BF16, F32, cfg);
+        let low = tma_variant(&k);
+        let text = low.to_string();
+        assert_eq!(
+            low.attrs.cluster,
+            Some(tilelang::ir::ClusterAttr { dim: 0, size: 2 }),
+            "{text}"
+        );
+        assert_eq!(text.matches("cluster_sync").count(), 2, "{text}");
+        assert_eq!(text.matches("multicast").count(), 1, "only B: {text}");
+        assert!(text.contains("mbarrier_arrive_cluster"), "{text}");
+        for (m, n, kk) in [(136, 152, 520), (64, 64, 64), (200, 72, 136)] {
+            let what = format!("{} {blocks} blocks, {m}x{n}x{kk}", layout.name());
+            let e = run_vs_cpu(&k, &low, &shapes(layout, m, n, kk), 11)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(e < 1e-5, "{what}: {e}");
+        }
+    }
+}
+
+/// The cluster protocol's planted bugs are reported: without the cluster sync after the
+/// barriers' init a peer may signal a barrier whose initialization nothing ordered before the
+/// signal; without the one before exiting a block may exit while its peer still arrives on its
+/// barriers; with consumers releasing a stage to one block of the pair only, that block's
+/// producer refills the stage in its peer before the peer consumed it.
+#[test]
+fn planted_cluster_bugs_are_caught() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let cfg = gemm::GemmConfig {
+        instruction: Some(GemmInstruction::Wgmma),
+        warp_specialize: Some(true),
+        persistent: Some(2),
+        cluster: 2,
+        ..gemm::GemmConfig::tiles(64, 64, 64, 2, 128)
+    };
+    let layout = gemm::Layout::NT;
+    let k = gemm::gemm(layout, BF16, F32, cfg);
+    let low = tma_variant(&k);
+    let sh = shapes(layout, 128, 64, 512);
+    assert!(run_vs_cpu(&k, &low, &sh, 5).expect("as lowered") < 1e-5);
+    // Without the sync after the barriers' init, or without the one before exiting.
+    let without_sync = |which: usize| {
+        let mut n = 0;
+        low.with_body(low.body.map_post(&mut |st| {
+            match st.kind {
+                StmtKind::Seq(v) => Stmt::seq(
+                    v.into_iter()
+                        .filter(|x| {
+                            let sync = matches!(&x.kind, StmtKind::Eval(e)
+                            if matches!(e.kind(), ExprKind::Call(Intrinsic::ClusterSync, _)));
+                            n += usize::from(sync);
+                            !(sync && n == which)
+                        })
+                        .collect(),
+                    st.span,
+                ),
+                k => Stmt::new(k, st.span),
+            }
+        }))
+    };
+    let e = run_vs_cpu(&k, &without_sync(1), &sh, 5).expect_err("no sync after the init");
+    assert!(e.contains("cluster") && e.contains("initialization"), "{e}");
+    let e = run_vs_cpu(&k, &without_sync(2), &sh, 5).expect_err("no sync before exiting");
+    assert!(e.contains("cluster") && e.contains("exited"), "{e}");
+    // Each warp releases the stage to its own block only (the arrival for the other rank
+    // removed): the peer's producer waits for arrivals that never come.
+    let own_only = low.with_body(remove_calls_where(&low.body, &|op, a| {
+        *op == Intrinsic::MbarrierArriveCluster && a.get(1).is_some_and(|r| r.as_int() == Some(1))
+    }));
+    // Rank 0's producer refills a stage its peer has not consumed: two copies in flight on
+    // the same bytes.
+    let e = run_vs_cpu(&k, &own_only, &sh, 5).expect_err("releases to one block only");
+    assert!(e.contains("race") || e.contains("deadlock"), "{e}");
 }

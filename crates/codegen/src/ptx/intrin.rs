@@ -127,6 +127,11 @@ impl Emitter {
     pub fn value_call(&mut self, op: &Intrinsic, args: &[Expr]) -> R<Val> {
         match op {
             Intrinsic::ThreadIdx => Ok(Val::Reg(self.tid.clone(), Class::B32)),
+            Intrinsic::ClusterCtaRank => {
+                let r = self.fresh(Class::B32);
+                self.ins(&format!("mov.u32 {r}, %cluster_ctarank"));
+                Ok(Val::Reg(r, Class::B32))
+            }
             Intrinsic::ShflXor { width }
             | Intrinsic::ShflDown { width }
             | Intrinsic::ShflIdx { width } => {
@@ -451,21 +456,59 @@ impl Emitter {
                 ));
                 self.ins(&format!("@!{p} bra {top}"));
             }
-            Intrinsic::TmaLoad { box_dims, swizzle } => {
+            Intrinsic::TmaLoad {
+                box_dims,
+                swizzle,
+                multicast,
+            } => {
                 let rank = box_dims.len();
                 if !(1..=5).contains(&rank) {
                     return Err(format!("{op}: a {rank}-d box"));
                 }
-                Self::nargs(op, args, 3 + rank)?;
+                Self::nargs(op, args, 3 + rank + usize::from(*multicast))?;
                 let (d, _) = self.mem_arg(args.first(), SHARED)?;
                 let map = self.tma_map(op, args.get(1), box_dims, *swizzle)?;
                 let (b, _) = self.mem_arg(args.get(2), SHARED)?;
-                let coords = self.tma_coords(&args[3..])?;
+                let coords = self.tma_coords(&args[3..3 + rank])?;
+                let (suffix, mask) = if *multicast {
+                    // The mask is a 16-bit operand.
+                    let m = self.expr(&args[3 + rank])?;
+                    let m = self.reg(&m, Class::B32);
+                    let h = self.fresh(Class::B16);
+                    self.ins(&format!("cvt.u16.u32 {h}, {m}"));
+                    (".multicast::cluster", format!(", {h}"))
+                } else {
+                    ("", String::new())
+                };
                 self.ins(&format!(
-                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes {}, [{map}, {{{}}}], {}",
+                    "cp.async.bulk.tensor.{rank}d.shared::cluster.global.mbarrier::complete_tx::bytes{suffix} {}, [{map}, {{{}}}], {}{mask}",
                     d.operand(),
                     coords.join(", "),
                     b.operand()
+                ));
+            }
+            Intrinsic::ClusterSync => {
+                self.ins("barrier.cluster.arrive.release.aligned");
+                self.ins("barrier.cluster.wait.acquire.aligned");
+            }
+            Intrinsic::MbarrierArriveCluster => {
+                Self::nargs(op, args, 2)?;
+                let (b, _) = self.mem_arg(args.first(), SHARED)?;
+                let local = if b.off == 0 {
+                    b.base.clone()
+                } else {
+                    let r = self.fresh(Class::B32);
+                    self.ins(&format!("add.u32 {r}, {}, {}", b.base, b.off));
+                    r
+                };
+                let rank = self.expr(&args[1])?;
+                let rank = self.reg(&rank, Class::B32);
+                let remote = self.fresh(Class::B32);
+                self.ins(&format!(
+                    "mapa.shared::cluster.u32 {remote}, {local}, {rank}"
+                ));
+                self.ins(&format!(
+                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{remote}]"
                 ));
             }
             Intrinsic::TmaStore { box_dims, swizzle } => {

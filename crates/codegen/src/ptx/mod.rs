@@ -200,6 +200,14 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
             .join(",\n"),
     );
     code.push_str(&format!("\n)\n.maxntid {}, 1, 1\n", k.threads));
+    if let Some(c) = k.attrs.cluster {
+        let mut d = [1u32; 3];
+        d[c.dim.min(2)] = c.size;
+        code.push_str(&format!(
+            ".reqnctapercluster {}, {}, {}\n",
+            d[0], d[1], d[2]
+        ));
+    }
     if let Some(b) = blocks_bound {
         code.push_str(&format!(".minnctapersm {b}\n"));
     }

@@ -44,6 +44,11 @@ pub struct Ctx<'a> {
     pub run_cache: std::cell::RefCell<HashMap<(u64, i64), bool>>,
     /// Block-level `let`s whose values differ between threads (see [`Ctx::per_thread`]).
     pub per_thread_lets: std::collections::HashSet<tl_ir::Var>,
+    /// A warp-specialized kernel in thread-block clusters: the blocks per cluster, and the
+    /// variables whose values differ between the blocks of one cluster (the clustered grid
+    /// dim's block index and the `let`s computed from it). A pipelined TMA copy whose source
+    /// reads none of them is the same for the whole cluster and is multicast.
+    pub cluster: Option<(u32, std::collections::HashSet<u64>)>,
     /// Inside branches whose conditions differ between threads (`if thread_idx() == 0`): the
     /// stores there are made by the threads that take the branch.
     pub per_thread_branches: u32,
@@ -72,6 +77,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         run_cache: Default::default(),
         per_thread_lets: Default::default(),
         per_thread_branches: 0,
+        cluster: cluster_varying(&k),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
     k.body.walk(&mut |s| {
@@ -426,4 +432,28 @@ impl<'a> Ctx<'a> {
 
 fn reads_fragment(e: &Expr) -> bool {
     e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() == Scope::Fragment))
+}
+
+/// [`Ctx::cluster`] of a kernel: the clustered dim's block variable and every `let` whose
+/// value depends on it (transitively), when the kernel runs in clusters and is
+/// warp-specialized (only the specialized pipeline releases a stage to the whole cluster).
+fn cluster_varying(k: &Kernel) -> Option<(u32, std::collections::HashSet<u64>)> {
+    let c = k.attrs.cluster.filter(|c| c.size > 1)?;
+    k.attrs.warp_specialized.as_ref()?;
+    k.attrs.persistent_blocks?;
+    let var = k.block_vars.get(c.dim)?;
+    let mut varying: std::collections::HashSet<u64> = [var.id()].into_iter().collect();
+    loop {
+        let before = varying.len();
+        k.body.walk(&mut |s| {
+            if let StmtKind::Let { var, value } = &s.kind {
+                if value.any(&mut |x| x.as_var().is_some_and(|v| varying.contains(&v.id()))) {
+                    varying.insert(var.id());
+                }
+            }
+        });
+        if varying.len() == before {
+            return Some((c.size, varying));
+        }
+    }
 }

@@ -13,6 +13,14 @@ use tl_ir::{
 use tl_target::Target;
 
 pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
+    // Clusters serve the specialized pipeline's multicast (`lower::cluster_varying`), which
+    // only a persistent, warp-specialized kernel has: elsewhere they are dropped.
+    let mut k = k;
+    let cluster = k
+        .attrs
+        .cluster
+        .filter(|c| c.size > 1 && k.attrs.warp_specialized.is_some());
+    k.attrs.cluster = None;
     let Some(blocks) = k.attrs.persistent_blocks else {
         return Ok(k);
     };
@@ -25,16 +33,40 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     }
     let span = k.body.span;
     let dt = DType::I32;
-    let g: Vec<Expr> = k.grid.iter().map(|e| e.cast(dt)).collect();
+    let g_full: Vec<Expr> = k.grid.iter().map(|e| e.cast(dt)).collect();
+    // Clustered: the rounds deal out clusters of tiles — the grid with the clustered dim
+    // divided by the cluster's size — and each block of a cluster takes its own index along
+    // that dim (the tail cluster's extra blocks repeat the last one's tile: the same values,
+    // stored twice).
+    let size = cluster.map_or(1, |c| c.size.max(1));
+    let blocks = (blocks / size).max(1) * size;
+    let g: Vec<Expr> = match cluster {
+        Some(c) if c.dim < g_full.len() => {
+            let mut g = g_full.clone();
+            g[c.dim] = ceildiv(g[c.dim].clone(), Expr::int_of(size as i64, dt));
+            g
+        }
+        _ => g_full.clone(),
+    };
     let total = g
         .iter()
         .skip(1)
         .fold(g[0].clone(), |acc, e| acc * e.clone());
-    let p = Expr::int_of(blocks as i64, dt);
+    let p = Expr::int_of((blocks / size) as i64, dt);
     let pb = Var::new("pblock", dt);
     let round = Var::new("round", dt);
     let tile = Var::new("tile", dt);
     let t = tile.expr();
+    let sz = Expr::int_of(size as i64, dt);
+    // The cluster's index among the launched ones, and this block's rank in it.
+    let (unit, crank) = if size > 1 {
+        (
+            Expr::binary(BinOp::Div, pb.expr(), sz.clone()),
+            Expr::binary(BinOp::Mod, pb.expr(), sz.clone()),
+        )
+    } else {
+        (pb.expr(), Expr::int_of(0, dt))
+    };
     // Logical block indices of this round's tile: x fastest, as the hardware numbers a grid.
     let logical: Vec<Expr> = match (k.attrs.swizzle_panel, g.len()) {
         (Some(panel), 2) if panel > 1 => {
@@ -66,11 +98,18 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     let mut round_body = vec![Stmt::new(
         StmtKind::Let {
             var: tile.clone(),
-            value: pb.expr() + round.expr() * p.clone(),
+            value: unit.clone() + round.expr() * p.clone(),
         },
         span,
     )];
-    for (v, e) in k.block_vars.iter().zip(logical) {
+    for (d, (v, e)) in k.block_vars.iter().zip(logical).enumerate() {
+        let e = match cluster {
+            Some(c) if c.dim == d && size > 1 => min(
+                e * sz.clone() + crank.clone(),
+                g_full[d].clone() - Expr::int_of(1, dt),
+            ),
+            _ => e,
+        };
         round_body.push(Stmt::new(
             StmtKind::Let {
                 var: v.clone(),
@@ -101,15 +140,20 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         StmtKind::For(Box::new(For {
             var: round,
             min: Expr::int_of(0, dt),
-            extent: ceildiv(total.clone() - pb.expr(), p.clone()),
+            extent: ceildiv(total.clone() - unit, p.clone()),
             kind: ForKind::Serial,
             body: Stmt::seq(round_body, span),
         })),
         span,
     );
     let mut out = k.with_body(rounds);
-    out.grid = vec![min(total, p)];
+    out.grid = vec![min(total, p) * sz];
     out.block_vars = vec![pb];
     out.attrs.swizzle_panel = None;
+    // The launch's clusters run along its (one) grid dim.
+    out.attrs.cluster = cluster.map(|c| tl_ir::ClusterAttr {
+        dim: 0,
+        size: c.size,
+    });
     Ok(out)
 }

@@ -313,6 +313,10 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         ws_out: None,
         threads: k.threads,
         persistent: k.attrs.persistent_blocks.is_some(),
+        cluster: match k.attrs.cluster {
+            Some(c) if c.size > 1 && k.attrs.persistent_blocks.is_some() => c.size,
+            _ => 1,
+        },
         target: *target,
         plans,
         versioned,
@@ -370,6 +374,9 @@ struct Pipeliner {
     threads: u32,
     /// A persistent kernel: a specialized pipeline counts its iterations across rounds.
     persistent: bool,
+    /// Blocks per thread-block cluster (1: none): a specialized loop's consumers release each
+    /// stage to every block of the cluster, whose producers multicast into it.
+    cluster: u32,
     target: Target,
     plans: HashMap<u64, PipelinePlan>,
     /// Shared buffers given pipeline stages: original id → its stages.

@@ -168,8 +168,33 @@ impl Ctx<'_> {
         let layout = self.layouts.smem.get(&dst.buffer.id()).map(|(_, l)| l);
         // The pipeline checked the rows (or that the runtime stages the tensor pitched).
         let t = TmaTile::of(src, dst, layout, &self.target, true)?;
-        let (box_dims, panels) = t.boxes(src, dst);
+        let (mut box_dims, mut panels) = t.boxes(src, dst);
         let tensor = address_of(&src.buffer, vec![Expr::int(0); src.buffer.rank()]);
+        // A tile every block of the cluster loads alike: each loads `rows / size` of its rows
+        // (whole 8-row swizzle atoms) and multicasts them to all.
+        let multicast = self.cluster.as_ref().and_then(|(size, varying)| {
+            let size = i64::from(*size);
+            let shared = !src
+                .offsets
+                .iter()
+                .any(|e| e.any(&mut |x| x.as_var().is_some_and(|v| varying.contains(&v.id()))));
+            let slice = t.rows / size;
+            (shared && t.rows % size == 0 && slice % 8 == 0).then_some((size, slice))
+        });
+        if let Some((size, slice)) = multicast {
+            let rank = Expr::call(Intrinsic::ClusterCtaRank, vec![], DType::I32);
+            box_dims[t.row_dim] = slice as u32;
+            let srank = dst.buffer.rank();
+            for (shared, coords) in &mut panels {
+                coords[t.row_dim] = coords[t.row_dim].clone() + rank.clone() * slice;
+                // The panel's row `rank·slice`: its rows are contiguous (whole 8-row atoms).
+                if let Some((buf, mut idx)) = addressed_element(shared) {
+                    idx[srank - 2] = idx[srank - 2].clone() + rank.clone() * slice;
+                    *shared = address_of(&buf, idx);
+                }
+                coords.push(Expr::int((1 << size) - 1));
+            }
+        }
         let mut out = vec![];
         for (shared, coords) in panels {
             let mut args = vec![shared, tensor.clone(), barrier.clone()];
@@ -178,6 +203,7 @@ impl Ctx<'_> {
                 Intrinsic::TmaLoad {
                     box_dims: box_dims.clone(),
                     swizzle: t.swizzle,
+                    multicast: multicast.is_some(),
                 },
                 args,
                 span,
@@ -201,5 +227,16 @@ pub fn row_bytes_aligned(tensor: &Buffer, an: &tl_ir::Analyzer) -> bool {
     match last.as_int() {
         Some(n) => n % m == 0,
         None => an.simplify(&last.floormod(m)).as_int() == Some(0),
+    }
+}
+
+/// The element an `address_of` expression takes the address of.
+fn addressed_element(e: &Expr) -> Option<(Buffer, Vec<Expr>)> {
+    match e.kind() {
+        tl_ir::ExprKind::Call(Intrinsic::AddressOf, args) => match args.first()?.kind() {
+            tl_ir::ExprKind::Load(b, idx) => Some((b.clone(), idx.clone())),
+            _ => None,
+        },
+        _ => None,
     }
 }

@@ -40,6 +40,8 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     };
     let span = k.body.span;
     let consumers = ws.consumer_threads;
+    // Set by the `persistent` stage for a clustered kernel (clusters along its grid's x).
+    let cluster = k.attrs.cluster.map_or(1, |c| c.size);
     let mut ws = ws;
     let mut hoisted = vec![];
     let mut body = strip_allocs(&k.body, &ws, &mut hoisted);
@@ -91,9 +93,10 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             vec![address_of(&ws.full, vec![Expr::int(st)])],
             span,
         ));
+        // Each consumer warp of every block of the cluster releases each stage.
         init.push(eval(
             Intrinsic::MbarrierInit {
-                count: consumers / 32,
+                count: consumers / 32 * cluster,
             },
             vec![address_of(&ws.empty, vec![Expr::int(st)])],
             span,
@@ -102,6 +105,10 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     init.push(eval(Intrinsic::FenceMbarrierInit, vec![], span));
     out.push(if_then(Some(tid.eq_(0)), Stmt::seq(init, span), span));
     out.push(sync(span));
+    // The cluster's blocks signal each other's barriers: all must be initialized first.
+    if cluster > 1 {
+        out.push(eval(Intrinsic::ClusterSync, vec![], span));
+    }
     let (mut p, mut c) = (vec![], vec![]);
     if let Some((dec, inc)) = register_split_from_env(consumers) {
         p.push(eval(
@@ -132,6 +139,11 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         },
         span,
     ));
+    // No block may exit while a peer can still multicast into its shared memory or arrive on
+    // its barriers.
+    if cluster > 1 {
+        out.push(eval(Intrinsic::ClusterSync, vec![], span));
+    }
     let mut k = k.with_body(Stmt::seq(out, span));
     k.threads = consumers + PRODUCER_THREADS;
     Ok(k)

@@ -718,6 +718,19 @@ impl TileScope {
         self.state.borrow_mut().attrs.persistent_blocks = Some(blocks);
     }
 
+    /// Run blocks `size` at a time as thread-block clusters (sm_90), consecutive along the
+    /// logical grid dim `dim`: the tiles a cluster's blocks share — pipelined TMA copies whose
+    /// source does not depend on that dim's block index, as a GEMM's B tile for blocks
+    /// consecutive along M — are loaded once per cluster, each block loading a slice that the
+    /// TMA multicasts into every block's shared memory. For persistent, warp-specialized
+    /// kernels (`persistent`, `warp_specialize`); elsewhere (other targets, kernels without a
+    /// producer warpgroup) it is dropped and the kernel runs unclustered. `size` 1 turns it
+    /// off.
+    pub fn cluster(&mut self, dim: usize, size: u32) {
+        self.state.borrow_mut().attrs.cluster =
+            (size > 1).then_some(tl_ir::ClusterAttr { dim, size });
+    }
+
     /// Warp specialization on sm_90a: `true` asks for a producer warpgroup that only issues
     /// the pipelined loop's TMA loads while the kernel's own warps only compute (an error
     /// where the kernel cannot take one: see `tl_passes::gpu::pipeline`'s `ws` module);

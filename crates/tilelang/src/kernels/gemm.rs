@@ -55,6 +55,10 @@ pub struct GemmConfig {
     pub persistent: Option<u32>,
     /// Warp specialization (`TileScope::warp_specialize`): `None` lets the compiler choose.
     pub warp_specialize: Option<bool>,
+    /// Thread-block clusters of this many blocks consecutive along M (`TileScope::cluster`;
+    /// 0 or 1: none): the blocks of a cluster share their B tile, loaded once by TMA
+    /// multicast. Persistent, warp-specialized kernels on sm_90a only.
+    pub cluster: u32,
 }
 
 impl GemmConfig {
@@ -73,6 +77,7 @@ impl GemmConfig {
             overlap: false,
             persistent: None,
             warp_specialize: None,
+            cluster: 1,
         }
     }
 
@@ -187,6 +192,10 @@ impl GemmConfig {
         }
         if let Some(on) = self.warp_specialize {
             t.warp_specialize(on);
+        }
+        if self.cluster > 1 {
+            // The GEMM grids are [N tiles, M tiles]: clusters along M share B.
+            t.cluster(1, self.cluster);
         }
     }
 

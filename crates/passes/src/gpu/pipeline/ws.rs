@@ -336,19 +336,34 @@ impl Pipeliner {
         let consume = self.rewrite(&consume);
         // A warp is done with a stage once the wgmma groups that read it have retired: lane
         // 0 arrives for the warp (its lanes passed the wgmma wait together).
+        // In a cluster, every block's producer may multicast into this block's stage: the
+        // warp releases it to each of them.
+        let cluster = self.cluster;
         let release = |g: Expr| -> Stmt {
+            let arrive = if cluster > 1 {
+                Stmt::seq(
+                    (0..cluster as i64)
+                        .map(|r| {
+                            eval(
+                                Intrinsic::MbarrierArriveCluster,
+                                vec![address_of(&empty, vec![stage(&g)]), Expr::int(r)],
+                                span,
+                            )
+                        })
+                        .collect(),
+                    span,
+                )
+            } else {
+                eval(
+                    Intrinsic::MbarrierArrive,
+                    vec![address_of(&empty, vec![stage(&g)])],
+                    span,
+                )
+            };
             Stmt::seq(
                 vec![
                     eval(Intrinsic::SyncWarp, vec![], span),
-                    if_then(
-                        Some(tid.floormod(32).eq_(0)),
-                        eval(
-                            Intrinsic::MbarrierArrive,
-                            vec![address_of(&empty, vec![stage(&g)])],
-                            span,
-                        ),
-                        span,
-                    ),
+                    if_then(Some(tid.floormod(32).eq_(0)), arrive, span),
                 ],
                 span,
             )
