@@ -60,7 +60,7 @@ TL_DEVICE void tl_cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 TL_DEVICE void tl_mbar_arrive_cluster(const void* bar, int32_t rank) {
-    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n"
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n"
                  ::"r"(tl_smem_addr(bar)), "r"(rank) : "memory");
 }
 TL_DEVICE void tl_tma_load_mc_2d(void* dst, const tl_tmap* map, const void* bar, int32_t mask, int32_t c0, int32_t c1) {

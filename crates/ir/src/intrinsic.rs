@@ -155,9 +155,10 @@ pub enum Intrinsic {
     /// kernel syncs so after initializing its barriers (before any block signals a peer's) and
     /// before it exits (no peer may still write into its shared memory).
     ClusterSync,
-    /// `mapa` + `mbarrier.arrive.release.cluster.shared::cluster.b64`: one arrival on the
-    /// barrier at the same shared offset in the cluster's block of rank `rank`. args: the
-    /// barrier's (local) address, the rank (i32).
+    /// `mapa` + `mbarrier.arrive.shared::cluster.b64` (release at CTA scope): one arrival on
+    /// the barrier at the same shared offset in the cluster's block of rank `rank`. For
+    /// releasing what the arriving threads read through the async proxy and have waited for
+    /// (a pipeline stage wgmma read). args: the barrier's (local) address, the rank (i32).
     MbarrierArriveCluster,
     /// `cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group`: the tensor-memory
     /// accelerator copies a box of `box_dims` elements from shared memory (laid out as

@@ -507,8 +507,12 @@ impl Emitter {
                 self.ins(&format!(
                     "mapa.shared::cluster.u32 {remote}, {local}, {rank}"
                 ));
+                // Release at CTA scope (the default), as CUTLASS arrives on a peer's barrier:
+                // what the arrival releases — the stage's reads by wgmma — has retired at the
+                // wgmma wait before it. `.release.cluster` made every arrival wait on a fence
+                // (ERRBAR): the clustered GEMM ran at 40% (gpu-notes run 21i).
                 self.ins(&format!(
-                    "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [{remote}]"
+                    "mbarrier.arrive.shared::cluster.b64 _, [{remote}]"
                 ));
             }
             Intrinsic::TmaStore { box_dims, swizzle } => {
