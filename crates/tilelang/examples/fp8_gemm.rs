@@ -55,6 +55,10 @@ struct Args {
     /// Rasterize blocks in panels of this many block-rows (0: row-major order)
     #[arg(long, value_parser = common::size::<u32>)]
     panel: Option<u32>,
+    /// Thread-block clusters of this many blocks along M sharing their B tile by TMA
+    /// multicast (persistent, warp-specialized kernels; 1: none)
+    #[arg(long, value_parser = common::size::<u32>)]
+    cluster: Option<u32>,
     /// Keep each k step's wgmma running into the next (only without promotion)
     #[arg(long)]
     overlap: bool,
@@ -113,6 +117,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.panel = args.panel.unwrap_or(cfg.panel);
         cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
         cfg.persistent = args.persistence.apply(cfg.persistent);
+        cfg.cluster = args.cluster.unwrap_or(cfg.cluster);
         cfg.overlap = (cfg.overlap || args.overlap) && !spec.promotes();
         if args.overlap && spec.promotes() {
             anyhow::bail!("--overlap needs --fast-accum: promotion reads each k tile's product before the next k tile's wgmma");

@@ -492,20 +492,25 @@ fn fp8_promoted_gemm_warp_specialized_persistent_in_sim() {
         (long.warp_specialize, long.persistent),
         (Some(true), Some(0))
     );
-    let cfg = gemm::GemmConfig {
-        persistent: Some(3),
-        ..long
-    };
-    spec.check_tiles(&cfg).expect("tiles");
-    let k = fp8_gemm::fp8_gemm(spec, cfg);
-    let low = k.lower_aligned(Target::SM90).expect("lowers");
-    assert!(low.attrs.warp_specialized.is_some(), "{low}");
-    // Rows of 16-byte multiples (K = 600), so the launch takes that (TMA) variant.
-    let (m, n, kk) = (150, 300, 600);
-    let e = sim_vs_cpu(&k, Target::SM90, &spec.tensor_shapes(m, n, kk), 21);
-    // bf16 out: the two sums round apart where their order flips a last bit (a wrong tile or
-    // round would be off by the values themselves).
-    assert!(e < 1e-3, "fp8 promoted, specialized, persistent: {e}");
+    // Also in clusters of 2 along M (B multicast; 4 blocks: two clusters).
+    for (blocks, cluster) in [(3, 1), (4, 2)] {
+        let cfg = gemm::GemmConfig {
+            persistent: Some(blocks),
+            cluster,
+            ..long
+        };
+        spec.check_tiles(&cfg).expect("tiles");
+        let k = fp8_gemm::fp8_gemm(spec, cfg);
+        let low = k.lower_aligned(Target::SM90).expect("lowers");
+        assert!(low.attrs.warp_specialized.is_some(), "{low}");
+        assert_eq!(low.attrs.cluster.map(|c| c.size), (cluster > 1).then_some(cluster));
+        // Rows of 16-byte multiples (K = 600), so the launch takes that (TMA) variant.
+        let (m, n, kk) = (150, 300, 600);
+        let e = sim_vs_cpu(&k, Target::SM90, &spec.tensor_shapes(m, n, kk), 21);
+        // bf16 out: the two sums round apart where their order flips a last bit (a wrong tile
+        // or round would be off by the values themselves).
+        assert!(e < 1e-3, "fp8 promoted, specialized, persistent, cluster {cluster}: {e}");
+    }
 }
 
 /// A bf16 NT GEMM whose gemm leaves its wgmma pending (`wg_wait(w)`), in a pipelined or a
