@@ -503,13 +503,19 @@ fn fp8_promoted_gemm_warp_specialized_persistent_in_sim() {
         let k = fp8_gemm::fp8_gemm(spec, cfg);
         let low = k.lower_aligned(Target::SM90).expect("lowers");
         assert!(low.attrs.warp_specialized.is_some(), "{low}");
-        assert_eq!(low.attrs.cluster.map(|c| c.size), (cluster > 1).then_some(cluster));
+        assert_eq!(
+            low.attrs.cluster.map(|c| c.size),
+            (cluster > 1).then_some(cluster)
+        );
         // Rows of 16-byte multiples (K = 600), so the launch takes that (TMA) variant.
         let (m, n, kk) = (150, 300, 600);
         let e = sim_vs_cpu(&k, Target::SM90, &spec.tensor_shapes(m, n, kk), 21);
         // bf16 out: the two sums round apart where their order flips a last bit (a wrong tile
         // or round would be off by the values themselves).
-        assert!(e < 1e-3, "fp8 promoted, specialized, persistent, cluster {cluster}: {e}");
+        assert!(
+            e < 1e-3,
+            "fp8 promoted, specialized, persistent, cluster {cluster}: {e}"
+        );
     }
 }
 
