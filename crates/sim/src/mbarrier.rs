@@ -55,10 +55,20 @@ pub struct Remote {
 
 #[derive(Clone, Debug)]
 pub enum RemoteOp {
-    /// `mbarrier.arrive.release.cluster` on the peer's barrier.
+    /// `mbarrier.arrive` on the peer's barrier.
     Arrive,
     /// A multicast TMA copy landing in the peer's shared memory on its barrier.
     Tma { copy: TmaCopy, bytes: i64 },
+}
+
+impl RemoteOp {
+    /// What the sender did to the barrier, for reports ("block … arrived on a barrier …").
+    pub fn verb(&self) -> &'static str {
+        match self {
+            RemoteOp::Arrive => "arrived on",
+            RemoteOp::Tma { .. } => "multicast a TMA copy onto",
+        }
+    }
 }
 
 /// One mbarrier's state.
@@ -561,10 +571,7 @@ impl Interp<'_, '_> {
             return Err(SimError::Cluster(format!(
                 "block {:?} {} the barrier at shared byte {} of block {:?} (at {}) before that block initialized it: sync the cluster (ClusterSync) after initializing the barriers and before any block signals a peer's",
                 r.from,
-                match r.op {
-                    RemoteOp::Arrive => "arrived on",
-                    RemoteOp::Tma { .. } => "multicast a TMA copy onto",
-                },
+                r.op.verb(),
                 r.bar_abs,
                 self.mem.block,
                 self.prog.span(r.pc as usize)
@@ -575,10 +582,7 @@ impl Interp<'_, '_> {
             return Err(SimError::Cluster(format!(
                 "block {:?} {} a barrier of block {:?} (at {}) with no cluster barrier between that block's initialization of it and the signal: sync the cluster (ClusterSync) after initializing the barriers and before any block signals a peer's",
                 r.from,
-                match r.op {
-                    RemoteOp::Arrive => "arrived on",
-                    RemoteOp::Tma { .. } => "multicast a TMA copy onto",
-                },
+                r.op.verb(),
                 self.mem.block,
                 self.prog.span(r.pc as usize)
             )));

@@ -341,11 +341,8 @@ fn deliver_remote(
         };
         if t.done {
             return Err(SimError::Cluster(format!(
-                "block {from:?} {} block {:?} of its cluster after that block exited: sync the cluster (ClusterSync) before any block exits",
-                match m.op {
-                    crate::mbarrier::RemoteOp::Arrive => "arrived on a barrier of",
-                    crate::mbarrier::RemoteOp::Tma { .. } => "multicast a TMA copy into",
-                },
+                "block {from:?} {} a barrier of block {:?} of its cluster after that block exited: sync the cluster (ClusterSync) before any block exits",
+                m.op.verb(),
                 t.hw
             )));
         }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tilelang::prelude::*;
 use tilelang::runtime::external::{ExternalTensor, Stream};
 
-use super::{check, kernel, plan, rows_to_check, summary, Args, Buf, Measured, Plan};
+use super::{check, heap_bytes, kernel, plan, rows_to_check, summary, Args, Buf, Measured, Plan};
 
 pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
     if a.kernel == "all-gather-ce" {
@@ -28,17 +28,7 @@ pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
     let plans: Vec<Plan> = (0..world)
         .map(|r| plan(a, false, r, world))
         .collect::<anyhow::Result<_>>()?;
-    let need: u64 = plans[0]
-        .bufs
-        .iter()
-        .map(|b| match b {
-            Buf::Symmetric { shape, dtype, .. } => {
-                (shape.iter().product::<usize>() * dtype.bytes()).div_ceil(256) as u64 * 256
-            }
-            Buf::Local { .. } => 0,
-        })
-        .sum();
-    let mut job = tl_dist::LocalJob::new(&ordinals, need.max(1))?;
+    let mut job = tl_dist::LocalJob::new(&ordinals, heap_bytes(&plans[0]))?;
     let mut k = kernel(a, false)?;
     if a.peer_tables {
         k = k.with_peer_tables();

@@ -642,6 +642,21 @@ fn summary(a: &Args, world: usize, r: &Measured, extra: &str) -> ExitCode {
     }
 }
 
+/// The symmetric heap a rank needs for `p`'s symmetric buffers (each carved at 256 bytes).
+fn heap_bytes(p: &Plan) -> u64 {
+    let need: u64 = p
+        .bufs
+        .iter()
+        .map(|b| match b {
+            Buf::Symmetric { shape, dtype, .. } => {
+                (shape.iter().product::<usize>() * dtype.bytes()).div_ceil(256) as u64 * 256
+            }
+            Buf::Local { .. } => 0,
+        })
+        .sum();
+    need.max(1)
+}
+
 fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     let world = a.ranks.max(1);
     let mut k = kernel(a, true)?;
@@ -794,17 +809,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let (me, world) = (rv.rank(), rv.world());
     let dev = Device::Cuda(ordinal);
     let p = plan(a, false, me, world)?;
-    let need: u64 = p
-        .bufs
-        .iter()
-        .map(|b| match b {
-            Buf::Symmetric { shape, dtype, .. } => {
-                (shape.iter().product::<usize>() * dtype.bytes()).div_ceil(256) as u64 * 256
-            }
-            Buf::Local { .. } => 0,
-        })
-        .sum();
-    let mut heap = SymmetricHeap::new(&rv, ordinal, need.max(1))?;
+    let mut heap = SymmetricHeap::new(&rv, ordinal, heap_bytes(&p))?;
     // The copy engines' all-gather has no kernel: it is queued on streams.
     let copy_engines = a.kernel == "all-gather-ce";
     // A heap whose ranks' copies are not one stride apart takes kernels with peer tables.
