@@ -55,6 +55,24 @@ impl CopyStream {
             .map_err(driver_error(self.me, "cuStreamSynchronize"))
     }
 
+    /// Wait for everything queued on the stream so far, for at most `limit`: `Ok(false)` when
+    /// it still runs then (a multi-rank kernel waiting on a peer that never comes would
+    /// otherwise block the host forever).
+    pub fn synchronize_within(&self, limit: Duration) -> Result<bool> {
+        let done = self
+            .stream
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(driver_error(self.me, "cuEventRecord"))?;
+        let start = Instant::now();
+        while !done.is_complete() {
+            if start.elapsed() > limit {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(true)
+    }
+
     /// Work queued on this stream from now on waits for the work `event` was last recorded
     /// after (on whichever stream).
     fn wait_for(&self, event: &CudaEvent) -> Result<()> {

@@ -128,14 +128,18 @@ pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
         }
         Ok(())
     };
+    // A call still running after the limit waits on a rank that cannot run: say so instead
+    // of hanging (exiting, as unwinding would unmap the heap under the running kernels).
     let limit = Duration::from_secs_f64(a.call_timeout.max(0.001));
-    let finish = |what: &str| -> anyhow::Result<()> {
-        let t = Instant::now();
-        for s in &streams {
-            s.synchronize()?;
-        }
-        if t.elapsed() > limit {
-            eprintln!("warning: {what} took {:.1} s", t.elapsed().as_secs_f64());
+    let finish = |what: &str, calls: u32| -> anyhow::Result<()> {
+        for (r, s) in streams.iter().enumerate() {
+            if !s.synchronize_within(limit * calls)? {
+                eprintln!(
+                    "error: rank {r}: {what} still runs after {:.1} s: its kernel waits for a rank that cannot run beside it — ranks sharing a GPU in one process must fit on it together (fewer or smaller blocks, --local-ranks at most the GPU count, or one process per rank with scripts/dist-run.sh); set --call-timeout to wait longer",
+                    a.call_timeout * f64::from(calls)
+                );
+                std::process::exit(3)
+            }
         }
         Ok(())
     };
@@ -165,14 +169,14 @@ pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
         Ok(err)
     };
     call(1)?;
-    finish("call 1")?;
+    finish("call 1", 1)?;
     let mut err = outputs("call 1")?;
     let reps = a.reps.max(1);
     let t = Instant::now();
     for e in 0..reps {
         call(2 + e as i64)?;
     }
-    finish("the timed calls")?;
+    finish("the timed calls", reps as u32)?;
     let ms = t.elapsed().as_secs_f64() * 1e3 / reps as f64;
     err = err.max(outputs("last call")?);
     let p = &plans[0];
