@@ -393,6 +393,11 @@ impl SymmetricHeap {
                 buf.offset
             )));
         };
+        self.table_tensor(at)
+    }
+
+    /// The `[world]` i64 table at device address `at` of this heap's table memory.
+    fn table_tensor(&self, at: u64) -> Result<tl_runtime::external::ExternalTensor> {
         // SAFETY: the table lies in this heap's table memory, which lives as long as `self`.
         unsafe {
             tl_runtime::external::ExternalTensor::new(
@@ -437,13 +442,13 @@ impl SymmetricHeap {
                 _ => 0,
             };
             let own = self.mapped.base(self.rank);
-            let Some(&(offset, _)) = self.tables.iter().find(|(o, _)| own + o == addr) else {
+            let Some(&(_, at)) = self.tables.iter().find(|(o, _)| own + o == addr) else {
                 return Err(DistError::Heap(format!(
                     "`{}` (argument {i}) does not start a buffer of this rank's symmetric heap: a kernel with peer tables needs each symmetric argument to be a buffer `alloc` returned, from its start",
                     buffer.name()
                 )));
             };
-            tables.push(self.peer_table(SymmetricBuffer { offset, bytes: 0 })?);
+            tables.push(self.table_tensor(at)?);
         }
         Ok(tables)
     }

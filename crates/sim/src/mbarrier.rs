@@ -450,8 +450,6 @@ impl Interp<'_, '_> {
         }
         // Its 16-byte chunks, at their swizzled places; in flight from now on.
         let base = di.base;
-        let who = rec(th.tid, Kind::AsyncWrite, pc);
-        let when = self.mem.when(th.tid);
         let mut chunks = Vec::with_capacity(total / 16);
         for (j, chunk) in data.chunks_exact(16).enumerate() {
             let a = swizzle_addr(base + doff + 16 * j, swizzle);
@@ -470,7 +468,6 @@ impl Interp<'_, '_> {
             bytes.copy_from_slice(chunk);
             chunks.push((off, bytes));
         }
-        let _ = (who, when);
         self.stats.tma_copies += 1;
         let copy = TmaCopy {
             buf: d.buf,

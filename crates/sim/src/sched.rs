@@ -238,7 +238,7 @@ pub fn run_concurrent<'p>(
             }
         }
         let mut progressed = false;
-        let mut outbox: Vec<(usize, usize, [i64; 3], crate::mbarrier::Remote)> = vec![];
+        let mut outbox: Vec<(usize, usize, crate::mbarrier::Remote)> = vec![];
         for c in ctxs.iter_mut().filter(|c| c.started && !c.done) {
             enter_rank(it, progs, c);
             c.swap(it);
@@ -274,7 +274,7 @@ pub fn run_concurrent<'p>(
                 Err(e) => finish_block(it, Err(e)),
             };
             for m in it.mem.outbox.drain(..) {
-                outbox.push((c.rank, c.call, it.mem.block, m));
+                outbox.push((c.rank, c.call, m));
             }
             c.swap(it);
             r?;
@@ -326,9 +326,10 @@ pub fn run_concurrent<'p>(
 /// runs). A block that has exited can receive nothing: its shared memory is gone.
 fn deliver_remote(
     ctxs: &mut [BlockCtx],
-    outbox: Vec<(usize, usize, [i64; 3], crate::mbarrier::Remote)>,
+    outbox: Vec<(usize, usize, crate::mbarrier::Remote)>,
 ) -> Result<(), SimError> {
-    for (rank, call, from, m) in outbox {
+    for (rank, call, m) in outbox {
+        let from = m.from;
         let x = m.cluster_base + i64::from(m.to);
         let target = ctxs
             .iter_mut()

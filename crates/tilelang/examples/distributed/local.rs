@@ -44,12 +44,9 @@ pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
         }
     }
     // Buffers: each rank's local tensors and its copies of the symmetric ones, carved alike.
-    let mut locals: Vec<Vec<Option<Tensor>>> = vec![];
-    let mut syms: Vec<Vec<Option<(tl_dist::SymmetricBuffer, ExternalTensor)>>> = vec![];
-    for _ in 0..world {
-        locals.push(vec![]);
-        syms.push(vec![]);
-    }
+    let mut locals: Vec<Vec<Option<Tensor>>> = (0..world).map(|_| vec![]).collect();
+    let mut syms: Vec<Vec<Option<(tl_dist::SymmetricBuffer, ExternalTensor)>>> =
+        (0..world).map(|_| vec![]).collect();
     for (i, b) in plans[0].bufs.iter().enumerate() {
         let sym = match b {
             Buf::Symmetric { shape, dtype, .. } => {
