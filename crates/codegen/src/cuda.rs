@@ -114,6 +114,18 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
             .into())
         }
     };
+    if k.attrs.dist.as_ref().is_some_and(|d| d.nvshmem) {
+        return Err(Diagnostic::new(
+            DiagKind::Unsupported,
+            Span::UNKNOWN,
+            format!(
+                "`{}` reaches its peers through NVSHMEM, which only the PTX printer lowers",
+                k.name
+            ),
+        )
+        .help("compile it with the PTX backend (leave TILELANG_BACKEND unset, or set it to `ptx`)")
+        .into());
+    }
     let mut errors = vec![];
     let span = k.body.span;
     if k.threads == 0 || k.threads > 1024 {

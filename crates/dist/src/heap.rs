@@ -41,6 +41,10 @@ pub enum HeapMapping {
     /// Legacy CUDA IPC (`cuIpcGetMemHandle` / `cuIpcOpenMemHandle`): the fallback where VMM's
     /// file-descriptor handles are not available; kernels need peer tables.
     LegacyIpc,
+    /// NVSHMEM's symmetric heap ([`crate::nvshmem`]): for kernels built with
+    /// `Kernel::with_nvshmem` (peers on any transport NVSHMEM has), or with peer tables
+    /// (peers NVLink or PCIe reaches).
+    Nvshmem,
 }
 
 impl HeapMapping {
@@ -51,7 +55,7 @@ impl HeapMapping {
             Err(_) => Ok(HeapMapping::Vmm),
             Ok(v) => HeapMapping::parse(&v).ok_or_else(|| {
                 DistError::Config(format!(
-                    "TILELANG_DIST_IPC={v:?}: `vmm` (the default) or `legacy` (CUDA IPC handles, for drivers or containers without VMM's shareable handles; kernels then need peer tables)"
+                    "TILELANG_DIST_IPC={v:?}: `vmm` (the default), `legacy` (CUDA IPC handles, for drivers or containers without VMM's shareable handles; kernels then need peer tables) or `nvshmem` (NVSHMEM's heap; kernels need peer tables or `with_nvshmem`)"
                 ))
             }),
         }
@@ -62,14 +66,22 @@ impl HeapMapping {
         match name.trim() {
             "" | "vmm" => Some(HeapMapping::Vmm),
             "legacy" => Some(HeapMapping::LegacyIpc),
+            "nvshmem" => Some(HeapMapping::Nvshmem),
             _ => None,
         }
     }
+
+    const ALL: [HeapMapping; 3] = [
+        HeapMapping::Vmm,
+        HeapMapping::LegacyIpc,
+        HeapMapping::Nvshmem,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             HeapMapping::Vmm => "vmm",
             HeapMapping::LegacyIpc => "legacy",
+            HeapMapping::Nvshmem => "nvshmem",
         }
     }
 }
@@ -90,17 +102,16 @@ pub fn agree(rv: &Rendezvous, stride: u64, mapping: HeapMapping) -> Result<()> {
             });
         }
         if theirs.get(8) != mine.get(8) {
-            let other = if mapping == HeapMapping::Vmm {
-                HeapMapping::LegacyIpc
-            } else {
-                HeapMapping::Vmm
-            };
+            let other = HeapMapping::ALL
+                .into_iter()
+                .find(|m| Some(&(*m as u8)) == theirs.get(8))
+                .map_or("an unknown mapping", HeapMapping::name);
             return Err(DistError::Mismatch {
                 what: "the symmetric heap's mapping".into(),
                 detail: format!(
                     "rank {me} maps it by {} and rank {r} by {} (TILELANG_DIST_IPC must be the same on every rank)",
                     mapping.name(),
-                    other.name()
+                    other
                 ),
             });
         }
@@ -139,6 +150,7 @@ pub(crate) fn open_context(
 pub(crate) enum Mapped {
     Vmm(VmmMapping),
     Legacy(LegacyMapping),
+    Nvshmem(crate::nvshmem::NvshmemMapping),
     /// Every rank in this process ([`crate::LocalJob`]): one VMM mapping that all its heaps
     /// share.
     Local(std::sync::Arc<crate::local::LocalMapping>),
@@ -149,6 +161,7 @@ impl Mapped {
         match self {
             Mapped::Vmm(m) => m.base(rank),
             Mapped::Legacy(m) => m.base(rank),
+            Mapped::Nvshmem(m) => m.base(rank),
             Mapped::Local(m) => m.base(rank),
         }
     }
@@ -219,7 +232,7 @@ impl SymmetricHeap {
         let ctx = open_context(me, ordinal)?;
         let gran = match mapping {
             HeapMapping::Vmm => crate::vmm::granularity(me, ordinal)?,
-            HeapMapping::LegacyIpc => 0,
+            HeapMapping::LegacyIpc | HeapMapping::Nvshmem => 0,
         }
         .max(2 << 20);
         let stride = bytes.max(1).div_ceil(gran) * gran;
@@ -228,6 +241,9 @@ impl SymmetricHeap {
         let mapped = match mapping {
             HeapMapping::Vmm => Mapped::Vmm(VmmMapping::new(rv, ordinal, stride, gran)?),
             HeapMapping::LegacyIpc => Mapped::Legacy(LegacyMapping::new(rv, stride)?),
+            HeapMapping::Nvshmem => {
+                Mapped::Nvshmem(crate::nvshmem::NvshmemMapping::new(rv, stride)?)
+            }
         };
         let heap = SymmetricHeap::from_parts((me, world, ordinal), stride, mapped, ctx)?;
         rv.barrier()?;
@@ -267,6 +283,7 @@ impl SymmetricHeap {
         match self.mapped {
             Mapped::Vmm(_) | Mapped::Local(_) => HeapMapping::Vmm,
             Mapped::Legacy(_) => HeapMapping::LegacyIpc,
+            Mapped::Nvshmem(_) => HeapMapping::Nvshmem,
         }
     }
 
@@ -275,7 +292,7 @@ impl SymmetricHeap {
     /// (`Kernel::with_peer_tables` in `tilelang`, and [`peer_table`](Self::peer_table) for each
     /// symmetric buffer).
     pub fn is_flat(&self) -> bool {
-        !matches!(self.mapped, Mapped::Legacy(_))
+        !matches!(self.mapped, Mapped::Legacy(_) | Mapped::Nvshmem(_))
     }
 
     /// The heap's `heap_stride` argument for a kernel launch: the bytes between consecutive

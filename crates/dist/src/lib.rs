@@ -15,6 +15,7 @@ pub mod fdpass;
 pub mod heap;
 mod legacy_ipc;
 pub mod local;
+mod nvshmem;
 pub mod rendezvous;
 mod vmm;
 

@@ -251,7 +251,8 @@ fn ranks_must_agree_on_the_heap_mapping() {
     assert_eq!(HeapMapping::parse("legacy"), Some(HeapMapping::LegacyIpc));
     assert_eq!(HeapMapping::parse("vmm"), Some(HeapMapping::Vmm));
     assert_eq!(HeapMapping::parse(""), Some(HeapMapping::Vmm));
-    assert_eq!(HeapMapping::parse("nvshmem"), None);
+    assert_eq!(HeapMapping::parse("nvshmem"), Some(HeapMapping::Nvshmem));
+    assert_eq!(HeapMapping::parse("nvlink"), None);
     let same = with_ranks(3, |rv| agree(&rv, 2 << 20, HeapMapping::LegacyIpc).is_ok());
     assert_eq!(same, [true, true, true]);
     let mixed = with_ranks(2, |rv| {
@@ -266,6 +267,20 @@ fn ranks_must_agree_on_the_heap_mapping() {
     assert!(
         e0.contains("rank 0 maps it by vmm and rank 1 by legacy")
             && e0.contains("TILELANG_DIST_IPC"),
+        "{e0}"
+    );
+    // Any pair of the three is named as it is.
+    let mixed = with_ranks(2, |rv| {
+        let m = if rv.rank() == 1 {
+            HeapMapping::Nvshmem
+        } else {
+            HeapMapping::LegacyIpc
+        };
+        agree(&rv, 2 << 20, m).err().map(|e| e.to_string())
+    });
+    let e0 = mixed[0].clone().expect("rank 0 refused");
+    assert!(
+        e0.contains("rank 0 maps it by legacy and rank 1 by nvshmem"),
         "{e0}"
     );
     let sizes = with_ranks(2, |rv| {

@@ -173,6 +173,13 @@ pub struct DistAttrs {
     /// Symbolic sizes that count the ranks (a `[R, …]` buffer with a row per rank): a launch
     /// binds each to the same value as `num_ranks`, or is refused.
     pub rank_dims: Vec<Var>,
+    /// Every access of a peer's copy goes through NVSHMEM's device library instead of an
+    /// address (`put`/`get` chunks as `nvshmem_putmem`/`getmem`, flags as NVSHMEM atomics,
+    /// a release as `nvshmem_quiet` first): the route for ranks whose memory no load or store
+    /// reaches (other hosts). The symmetric buffers must then come from NVSHMEM's heap; the
+    /// kernel links NVSHMEM's device archive and is printed as PTX only. The simulator runs
+    /// it as the same kernel on addresses.
+    pub nvshmem: bool,
 }
 
 impl DistAttrs {

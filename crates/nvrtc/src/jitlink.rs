@@ -23,6 +23,17 @@ type Version = unsafe extern "C" fn(*mut u32, *mut u32) -> c_int;
 
 /// `NVJITLINK_INPUT_PTX` of nvJitLink.h.
 const INPUT_PTX: c_int = 2;
+/// `NVJITLINK_INPUT_LIBRARY`: a static archive of device objects.
+const INPUT_LIBRARY: c_int = 6;
+
+/// One more input of a [`JitLink::link`].
+#[derive(Clone, Debug)]
+pub enum LinkInput {
+    /// PTX text (assembled for linking).
+    Ptx { name: String, text: String },
+    /// A static library (`.a`) of relocatable device code.
+    Library { name: String, bytes: Vec<u8> },
+}
 
 /// A loaded nvJitLink.
 pub struct JitLink {
@@ -171,6 +182,12 @@ impl JitLink {
     /// Assemble PTX for exactly `arch` (`sm_80`, `sm_90a`) with [`JitLink::flags`] (ptxas's
     /// default `-O3` unless `TILELANG_PTXAS_OPTIONS` says otherwise).
     pub fn assemble(&self, ptx: &str, arch: &str) -> Result<Compiled, NvrtcError> {
+        self.link(ptx, &[], arch)
+    }
+
+    /// [`assemble`](Self::assemble) `ptx` and link it with `more` (PTX of functions it
+    /// calls, static libraries of device code): NVSHMEM's shim and archive.
+    pub fn link(&self, ptx: &str, more: &[LinkInput], arch: &str) -> Result<Compiled, NvrtcError> {
         parse_arch(arch)?;
         let flags = self.flags(arch);
         let cflags = c_options(&flags)?;
@@ -219,6 +236,34 @@ impl JitLink {
         if code != 0 {
             return Err(failed(&link, code));
         }
+        for input in more {
+            let (kind, bytes, name) = match input {
+                LinkInput::Ptx { name, text } => (
+                    INPUT_PTX,
+                    CString::new(text.as_str())
+                        .map_err(|_| {
+                            NvrtcError::InvalidSource(format!("{name} contains a NUL byte"))
+                        })?
+                        .into_bytes_with_nul(),
+                    name,
+                ),
+                LinkInput::Library { name, bytes } => (INPUT_LIBRARY, bytes.clone(), name),
+            };
+            let cname = CString::new(name.replace('\0', "")).unwrap_or_default();
+            // SAFETY: a live handle; the pointer and size describe `bytes`.
+            let code = unsafe {
+                (self.add_data)(
+                    link.raw,
+                    kind,
+                    bytes.as_ptr() as *const c_void,
+                    bytes.len(),
+                    cname.as_ptr(),
+                )
+            };
+            if code != 0 {
+                return Err(failed(&link, code));
+            }
+        }
         // SAFETY: a live handle.
         let code = unsafe { (self.complete)(link.raw) };
         let compile_time = start.elapsed();
@@ -262,8 +307,11 @@ pub fn discover_jitlink() -> Result<JitLink, NvrtcError> {
 /// compatibility across compilation units", C7504), so each warp keeps the launch's even
 /// share and a consumer needing more spills. Such PTX is JIT-compiled by the CUDA driver
 /// instead (`cuModuleLoadDataEx`), which compiles a whole program and keeps them.
+///
+/// PTX that calls NVSHMEM ([`crate::nvshmem::uses_nvshmem`]) is linked instead, whatever it
+/// holds: its `setmaxnreg` is dropped.
 pub fn needs_whole_program(ptx: &str) -> bool {
-    is_ptx(ptx) && ptx.contains("setmaxnreg.")
+    is_ptx(ptx) && ptx.contains("setmaxnreg.") && !crate::nvshmem::uses_nvshmem(ptx)
 }
 
 /// Whether `source` is PTX (a `.version` directive before any other code) rather than CUDA

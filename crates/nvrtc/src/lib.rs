@@ -18,6 +18,7 @@
 mod error;
 mod jitlink;
 mod library;
+pub mod nvshmem;
 mod sass;
 pub mod testing;
 mod usage;
@@ -28,7 +29,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub use error::{NvrtcError, INSTALL_HINT};
-pub use jitlink::{discover_jitlink, is_ptx, needs_whole_program, JitLink};
+pub use jitlink::{discover_jitlink, is_ptx, needs_whole_program, JitLink, LinkInput};
 pub use library::{discover, find_tool, tools_dirs, Library as Nvrtc};
 pub use sass::{cuobjdump, has_instruction, sass, sass_opcodes};
 pub use usage::{parse_ptxas_log, FunctionUsage, ResourceUsage};
@@ -68,10 +69,6 @@ impl Nvrtc {
                 ),
             });
         }
-        let src = CString::new(source)
-            .map_err(|_| NvrtcError::InvalidSource("the source contains a NUL byte".into()))?;
-        let name = CString::new(opts.name.replace('\0', ""))
-            .map_err(|_| NvrtcError::InvalidSource("bad program name".into()))?;
         let mut flags = opts.flags(arch);
         // NVRTC 12.9+ keeps its own cache of compiled programs, and a hit there returns no
         // ptxas report: the spill check would pass blind and a "cold" compile would be timed
@@ -85,6 +82,23 @@ impl Nvrtc {
         if self.version() >= (12, 4) {
             flags.push("--minimal".into());
         }
+        self.compile_with_flags(source, arch, &opts.name, flags)
+    }
+
+    /// Compile `source` (named `name` in diagnostics) with exactly `flags` (`arch` only
+    /// labels the result): for programs the generated-code defaults do not fit, such as
+    /// NVSHMEM's shim (relocatable, with headers and device runtime declarations).
+    pub fn compile_with_flags(
+        &self,
+        source: &str,
+        arch: &str,
+        name: &str,
+        flags: Vec<String>,
+    ) -> Result<Compiled, NvrtcError> {
+        let src = CString::new(source)
+            .map_err(|_| NvrtcError::InvalidSource("the source contains a NUL byte".into()))?;
+        let cname = CString::new(name.replace('\0', ""))
+            .map_err(|_| NvrtcError::InvalidSource("bad program name".into()))?;
         let cflags = c_options(&flags)?;
         let ptrs: Vec<*const c_char> = cflags.iter().map(|c| c.as_ptr()).collect();
 
@@ -98,7 +112,7 @@ impl Nvrtc {
             (api.create_program)(
                 &mut prog.raw,
                 src.as_ptr(),
-                name.as_ptr(),
+                cname.as_ptr(),
                 0,
                 std::ptr::null(),
                 std::ptr::null(),
@@ -120,7 +134,7 @@ impl Nvrtc {
             } else {
                 log
             };
-            log.push_str(&source_excerpt(&log, source, &opts.name));
+            log.push_str(&source_excerpt(&log, source, name));
             return Err(NvrtcError::Compile {
                 arch: arch.into(),
                 log,
@@ -335,6 +349,9 @@ impl Compiled {
 /// process-wide nvJitLink (which always reports resource usage; `opts` is for NVRTC).
 pub fn compile(source: &str, arch: &str, opts: &CompileOptions) -> Result<Compiled, NvrtcError> {
     if is_ptx(source) {
+        if nvshmem::uses_nvshmem(source) {
+            return nvshmem::link(source, arch);
+        }
         return JitLink::global()?.assemble(source, arch);
     }
     // A diagnostic path: NVRTC's PTX assembled by nvJitLink instead of NVRTC's own ptxas, to

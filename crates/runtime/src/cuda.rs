@@ -611,6 +611,44 @@ impl Drop for CudaKernel {
     }
 }
 
+/// What initialises a loaded module that holds NVSHMEM's device state
+/// (`nvshmemx_cumodule_init`); the error text on failure.
+pub type ModuleInit = Box<dyn Fn(sys::CUmodule) -> std::result::Result<(), String> + Send + Sync>;
+
+static NVSHMEM_MODULE_INIT: Mutex<Option<Arc<ModuleInit>>> = Mutex::new(None);
+
+/// Set (or clear) what initialises each module linked with NVSHMEM as it is loaded: the
+/// process's NVSHMEM owner (`tl_dist`'s NVSHMEM heap) sets it once NVSHMEM is up.
+pub fn set_nvshmem_module_init(init: Option<ModuleInit>) {
+    if let Ok(mut g) = NVSHMEM_MODULE_INIT.lock() {
+        *g = init.map(Arc::new);
+    }
+}
+
+/// A module linked with NVSHMEM (it holds `nvshmemi_device_state_d`) is initialised before
+/// any launch, or unloaded with an error that says what to set up; others pass untouched.
+fn init_nvshmem_module(module: sys::CUmodule, kernel: &str) -> Result<()> {
+    let name = c"nvshmemi_device_state_d";
+    let (mut ptr, mut bytes) = (0, 0);
+    // SAFETY: a loaded module; valid out-pointers and a NUL-terminated name.
+    let found = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) };
+    if found != sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let init = NVSHMEM_MODULE_INIT.lock().ok().and_then(|g| g.clone());
+    let outcome = match init {
+        Some(f) => f(module),
+        None => Err("NVSHMEM is not initialised in this process: set up the NVSHMEM symmetric heap first (`TILELANG_DIST_IPC=nvshmem`, `tl_dist::SymmetricHeap::new`)".into()),
+    };
+    outcome.map_err(|why| {
+        // SAFETY: the module was just loaded and is not used after this.
+        let _ = unsafe { result::module::unload(module) };
+        RuntimeError::Launch(format!(
+            "kernel `{kernel}` calls NVSHMEM and its module could not be initialised: {why}"
+        ))
+    })
+}
+
 fn func_attr(
     f: sys::CUfunction,
     a: sys::CUfunction_attribute,
@@ -641,6 +679,7 @@ impl CudaKernel {
                 None,
             )
         };
+        init_nvshmem_module(module, kernel)?;
         let mut k = Self::with_module(dev, module, entry, kernel, dynamic_smem, log)?;
         k.jit_time = jit_time;
         Ok(k)

@@ -35,6 +35,7 @@ pub struct DistParams {
     pub rank: usize,
     pub num_ranks: usize,
     pub heap_stride: usize,
+    /// Peers are reached without `heap_stride`: through tables, or through NVSHMEM.
     pub tables: bool,
     /// The kernel's multi-rank attributes (its `rank_dims` must equal `num_ranks`).
     pub attrs: tl_ir::DistAttrs,
@@ -52,7 +53,7 @@ impl DistParams {
             rank: at(&d.rank)?,
             num_ranks: at(&d.num_ranks)?,
             heap_stride: at(&d.heap_stride)?,
-            tables: !d.peer_tables.is_empty(),
+            tables: !d.peer_tables.is_empty() || d.nvshmem,
             attrs: d.clone(),
         })
     }

@@ -132,6 +132,36 @@ impl Kernel {
         crate::dsl::add_peer_tables(&mut self.ir);
         self
     }
+
+    /// This multi-rank kernel reaching its peers through NVSHMEM's device library (the route
+    /// to ranks on other hosts, whose memory no load or store reaches): each peer access of
+    /// the body becomes an NVSHMEM call (docs/distributed.md, "NVSHMEM"). Its symmetric
+    /// arguments must be buffers of a heap NVSHMEM allocated (`TILELANG_DIST_IPC=nvshmem`);
+    /// `heap_stride` stays, unused. It compiles to PTX only (linked with NVSHMEM's device
+    /// archive by nvJitLink, which needs `TILELANG_NVSHMEM_HOME` or NVSHMEM's wheel).
+    /// A kernel with peer tables, or not distributed, is an error.
+    pub fn with_nvshmem(mut self) -> Result<Kernel, Error> {
+        let refuse = |why: &str| {
+            Error::Compile(Diagnostics::from(
+                Diagnostic::new(DiagKind::InvalidArgument, Span::UNKNOWN, why.to_string())
+                    .help("call `with_nvshmem` on the multi-rank kernel as built (flat heap)"),
+            ))
+        };
+        let Some(d) = self.ir.attrs.dist.as_mut() else {
+            return Err(refuse(&format!(
+                "`{}` is not a multi-rank kernel: it has no peers to reach through NVSHMEM",
+                self.ir.name
+            )));
+        };
+        if !d.peer_tables.is_empty() {
+            return Err(refuse(&format!(
+                "`{}` addresses its peers through tables: NVSHMEM reaches them by symmetric address and rank instead",
+                self.ir.name
+            )));
+        }
+        d.nvshmem = true;
+        Ok(self)
+    }
     pub fn name(&self) -> &str {
         &self.ir.name
     }
@@ -724,6 +754,8 @@ pub fn nvidia_source_explained(
         Some(why) => why,
         None => match tl_codegen::ptx::generate(low, target) {
             Ok(src) => return Ok((src, None)),
+            // No CUDA C++ for NVSHMEM kernels: the PTX printer's reason is the one to give.
+            Err(d) if low.attrs.dist.as_ref().is_some_and(|d| d.nvshmem) => return Err(d.into()),
             Err(d) => format!("the PTX printer does not cover this kernel: {d}"),
         },
     };
@@ -739,12 +771,19 @@ fn cuda_key(src: &tl_codegen::cuda::CudaSource) -> Result<String, Error> {
         tl_codegen::Language::Ptx => tl_runtime::ptx_toolchain_id(&src.arch)?,
         tl_codegen::Language::CudaCpp => String::new(),
     };
+    // NVSHMEM's shim and archive are linked in: their version changes the cubin.
+    let linked = if tl_nvrtc::nvshmem::uses_nvshmem(&src.code) {
+        tl_nvrtc::nvshmem::toolchain_id().map_err(tl_runtime::RuntimeError::from)?
+    } else {
+        String::new()
+    };
     Ok(Cache::key(&[
         "cuda",
         &src.code,
         &src.arch,
         &tl_runtime::cuda_toolchain_id(&src.arch)?,
         &assembler,
+        &linked,
         env!("CARGO_PKG_VERSION"),
     ]))
 }

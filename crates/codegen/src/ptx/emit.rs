@@ -76,6 +76,9 @@ pub(super) struct Emitter {
     pub sm: u32,
     /// A multi-rank kernel's rank and heap-stride parameters, for peer addresses.
     pub dist: Option<tl_ir::DistAttrs>,
+    /// Functions defined elsewhere that the kernel calls (NVSHMEM's shim), by name: their
+    /// module-scope declarations.
+    pub externs: std::collections::BTreeMap<&'static str, String>,
     /// Use only division and square-root forms that ptxas expands inline. IEEE `div.rn`,
     /// `rcp.rn` and `sqrt.rn` have a slow path that nvJitLink links as an external subroutine,
     /// and ptxas serializes every wgmma of a function that makes any external call (C7509:
@@ -206,6 +209,7 @@ impl Emitter {
             preheaders: vec![],
             hoist_invariants: false,
             dist: None,
+            externs: Default::default(),
         }
     }
 

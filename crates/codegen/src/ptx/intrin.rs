@@ -6,6 +6,8 @@ use tl_ir::{Buffer, DType, Expr, ExprKind, Intrinsic, Scope, WgmmaOp};
 use super::emit::{Addr, Emitter, R};
 use super::regs::{Class, Val};
 
+mod shmem;
+
 /// The buffer and indices of an `address_of(buf[idx])` argument.
 fn target(e: Option<&Expr>) -> R<(&Buffer, &[Expr])> {
     match e.map(|e| e.kind()) {
@@ -163,6 +165,9 @@ impl Emitter {
                     return Err(format!("{op} with {} arguments", args.len()));
                 }
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
+                if let (Some(peer), true) = (args.get(2), self.nvshmem()) {
+                    return self.shmem_fetch_add(&a, b.dtype(), &args[1], *sem, peer);
+                }
                 let a = match args.get(2) {
                     Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
@@ -187,6 +192,9 @@ impl Emitter {
                     return Err(format!("{op} with {} arguments", args.len()));
                 }
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global])?;
+                if let (Some(peer), true) = (args.get(1), self.nvshmem()) {
+                    return self.shmem_load(&a, b.dtype(), *sem, peer);
+                }
                 let a = match args.get(1) {
                     Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
@@ -272,6 +280,11 @@ impl Emitter {
             Intrinsic::Fence { scope, sc } => {
                 let kind = if *sc { "sc" } else { "acq_rel" };
                 self.ins(&format!("fence.{kind}.{}", scope.name()));
+                // A system fence also orders this thread's NVSHMEM operations before what
+                // follows: they complete first.
+                if *scope == tl_ir::MemScope::Sys && self.nvshmem() {
+                    self.shmem_release()?;
+                }
             }
             Intrinsic::MemStore { sem, scope } | Intrinsic::MemRedAdd { sem, scope } => {
                 if args.len() != 2 && args.len() != 3 {
@@ -283,6 +296,10 @@ impl Emitter {
                     ));
                 }
                 let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
+                if let (Some(peer), true) = (args.get(2), self.nvshmem()) {
+                    let add = matches!(op, Intrinsic::MemRedAdd { .. });
+                    return self.shmem_store(&a, b.dtype(), &args[1], (*sem, add), peer);
+                }
                 let a = match args.get(2) {
                     Some(peer) => self.peer_addr(a, &b, peer)?,
                     None => a,
@@ -312,9 +329,10 @@ impl Emitter {
                     return Err(format!("{op} with {} arguments", args.len()));
                 }
                 let (a, b) = self.mem_arg(args.first(), GLOBAL)?;
-                let a = match args.get(2) {
-                    Some(peer) => self.peer_addr(a, &b, peer)?,
-                    None => a,
+                let remote = args.get(2).filter(|_| self.nvshmem()).cloned();
+                let a = match (args.get(2), &remote) {
+                    (Some(peer), None) => self.peer_addr(a, &b, peer)?,
+                    _ => a,
                 };
                 let (ty, class, cmp_ty) = match b.dtype() {
                     DType::I32 => ("b32", Class::B32, "s32"),
@@ -328,11 +346,18 @@ impl Emitter {
                 let (r, p) = (self.fresh(class), self.fresh(Class::Pred));
                 let top = self.label();
                 self.place(&top);
-                self.ins(&format!(
-                    "ld.acquire.{}.global.{ty} {r}, {}",
-                    scope.name(),
-                    a.operand()
-                ));
+                match &remote {
+                    // A peer's flag through NVSHMEM: fetched each turn, acquired after.
+                    Some(peer) => {
+                        let got = self.shmem_poll(&a, b.dtype(), peer)?;
+                        self.ins(&format!("mov.{ty} {r}, {got}"));
+                    }
+                    None => self.ins(&format!(
+                        "ld.acquire.{}.global.{ty} {r}, {}",
+                        scope.name(),
+                        a.operand()
+                    )),
+                }
                 if *wrapping {
                     // Serial-number arithmetic: the signed difference against zero.
                     let (sub_ty, signed) = match class {
@@ -346,6 +371,9 @@ impl Emitter {
                     self.ins(&format!("setp.{}.{cmp_ty} {p}, {r}, {v}", cmp.name()));
                 }
                 self.ins(&format!("@!{p} bra {top}"));
+                if remote.is_some() {
+                    self.ins("fence.acq_rel.sys");
+                }
             }
             Intrinsic::PeerCopy { lanes, put, unroll } => {
                 let u = (*unroll).max(1) as usize;
@@ -367,6 +395,16 @@ impl Emitter {
                 let v = self.expr(&(args[3].cast(DType::I64) * elem.clone()))?;
                 let v = self.reg(&v, Class::B64);
                 let (d, s) = (self.offset_addr(d0, &v), self.offset_addr(s0, &v));
+                if self.nvshmem() {
+                    let (stride, count) = if u > 1 {
+                        let st = self.expr(&(args[4].cast(DType::I64) * elem))?;
+                        let n = self.expr(&args[5].cast(DType::I32))?;
+                        (self.reg(&st, Class::B64), self.reg(&n, Class::B32))
+                    } else {
+                        ("0".to_string(), "1".to_string())
+                    };
+                    return self.shmem_copy((&d, &s), *put, (bytes, stride, count), &args[2]);
+                }
                 let (d, s) = if *put {
                     (self.peer_addr(d, &db, &args[2])?, s)
                 } else {

@@ -191,6 +191,12 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     if any_shared {
         code.push_str(".extern .shared .align 1024 .b8 tl_smem[];\n\n");
     }
+    for decl in em.externs.values() {
+        code.push_str(decl);
+    }
+    if !em.externs.is_empty() {
+        code.push('\n');
+    }
     code.push_str(&format!(".visible .entry {kname}(\n"));
     code.push_str(
         &params

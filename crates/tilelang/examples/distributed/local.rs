@@ -17,6 +17,11 @@ pub fn run_local(a: &Args, world: usize) -> anyhow::Result<ExitCode> {
             "--kernel all-gather-ce with --local-ranks: the copy engines' all-gather runs one process per rank (torchrun-style, scripts/dist-run.sh)"
         );
     }
+    if a.nvshmem {
+        anyhow::bail!(
+            "--nvshmem with --local-ranks: NVSHMEM runs one process per rank (torchrun-style, scripts/dist-run.sh)"
+        );
+    }
     let gpus = Device::cuda_count();
     if gpus == 0 {
         anyhow::bail!(

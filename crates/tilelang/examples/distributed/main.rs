@@ -136,6 +136,11 @@ struct Args {
     /// heap mapped by legacy CUDA IPC (`TILELANG_DIST_IPC=legacy`)
     #[arg(long)]
     peer_tables: bool,
+    /// Build the kernels with NVSHMEM's device calls for every peer access
+    /// (`Kernel::with_nvshmem`, the route to ranks on other hosts); on a GPU the heap must be
+    /// NVSHMEM's (`TILELANG_DIST_IPC=nvshmem`)
+    #[arg(long, conflicts_with = "peer_tables")]
+    nvshmem: bool,
     /// Run every rank in this one process (`tl_dist::LocalJob`), rank r on GPU r mod the GPU
     /// count, each on a stream of its own (no launcher; ranks that share a GPU must fit on it
     /// together)
@@ -663,6 +668,9 @@ fn run_sim(a: &Args) -> anyhow::Result<ExitCode> {
     if a.peer_tables {
         k = k.with_peer_tables();
     }
+    if a.nvshmem {
+        k = k.with_nvshmem().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
     // The variant a GPU launch runs: the one for aligned sizes (TMA where it applies) with
     // --aligned, else the one for any sizes.
     let lowered = if a.aligned {
@@ -812,13 +820,25 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let mut heap = SymmetricHeap::new(&rv, ordinal, heap_bytes(&p))?;
     // The copy engines' all-gather has no kernel: it is queued on streams.
     let copy_engines = a.kernel == "all-gather-ce";
-    // A heap whose ranks' copies are not one stride apart takes kernels with peer tables.
-    let tables = a.peer_tables || !heap.is_flat();
+    if a.nvshmem && heap.mapping() != tl_dist::HeapMapping::Nvshmem {
+        anyhow::bail!(
+            "--nvshmem: the kernels' NVSHMEM calls need NVSHMEM's heap; set TILELANG_DIST_IPC=nvshmem on every rank"
+        );
+    }
+    // A heap whose ranks' copies are not one stride apart takes kernels with peer tables
+    // (or NVSHMEM's calls).
+    let tables = !a.nvshmem && (a.peer_tables || !heap.is_flat());
     let built = if copy_engines {
         None
     } else {
         let k = kernel(a, false)?;
-        Some(if tables { k.with_peer_tables() } else { k })
+        Some(if a.nvshmem {
+            k.with_nvshmem().map_err(|e| anyhow::anyhow!("{e}"))?
+        } else if tables {
+            k.with_peer_tables()
+        } else {
+            k
+        })
     };
     let exe = match &built {
         Some(k) => Some(k.compile(&dev).map_err(|e| anyhow::anyhow!("{e}"))?),
@@ -1000,6 +1020,7 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
     let mapping = match heap.mapping() {
         tl_dist::HeapMapping::Vmm => "vmm",
         tl_dist::HeapMapping::LegacyIpc => "legacy-ipc",
+        tl_dist::HeapMapping::Nvshmem => "nvshmem",
     };
     drop(runner);
     drop(heap);
@@ -1015,7 +1036,13 @@ fn run_gpu(a: &Args) -> anyhow::Result<ExitCode> {
             },
             &format!(
                 "device=cuda gpus={gpus} heap={mapping} peers={} checked_rows={}{}",
-                if tables { "tables" } else { "stride" },
+                if a.nvshmem {
+                    "nvshmem-calls"
+                } else if tables {
+                    "tables"
+                } else {
+                    "stride"
+                },
                 rows_to_check(p.rows, a.check_rows).len(),
                 if worst_b2b > 0.0 {
                     format!(" back_to_back={} b2b_ms={worst_b2b:.4}", a.back_to_back)

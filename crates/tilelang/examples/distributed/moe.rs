@@ -175,7 +175,16 @@ fn tabled(k: Kernel, tables: bool) -> (Kernel, usize) {
 }
 
 /// Simulated ranks: dispatch, the identity expert, combine, gather; every token back.
+/// MoE's kernels are not built for NVSHMEM's calls (they take peer tables).
+fn refuse_nvshmem(a: &Args) -> anyhow::Result<()> {
+    if a.nvshmem {
+        anyhow::bail!("--kernel moe with --nvshmem: the MoE kernels are not built for NVSHMEM's calls; run them on the VMM or legacy heap (their peer tables also run on NVSHMEM's heap: TILELANG_DIST_IPC=nvshmem without --nvshmem)");
+    }
+    Ok(())
+}
+
 pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
+    refuse_nvshmem(a)?;
     let world = a.ranks.max(1);
     check_sizes(a, world)?;
     let (t_n, h, kk, dedup) = (a.m, a.k, a.topk, a.dedup);
@@ -298,6 +307,7 @@ pub fn run_sim(a: &Args) -> anyhow::Result<bool> {
 /// each alone (a host barrier, CUDA events around the call; the median, the slowest rank's),
 /// then `--reps` round trips (dispatch, combine, gather) back to back with no barrier.
 pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
+    refuse_nvshmem(a)?;
     use tilelang::runtime::external::ExternalTensor;
     use tl_dist::{JobConfig, Rendezvous, SymmetricHeap};
     let cfg = JobConfig::from_env()?;
@@ -506,6 +516,7 @@ pub fn run_gpu(a: &Args) -> anyhow::Result<bool> {
     let mapping = match heap.mapping() {
         tl_dist::HeapMapping::Vmm => "vmm",
         tl_dist::HeapMapping::LegacyIpc => "legacy-ipc",
+        tl_dist::HeapMapping::Nvshmem => "nvshmem",
     };
     drop(heap);
     let all_ok = worst(3) == 0.0;

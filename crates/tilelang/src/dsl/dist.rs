@@ -136,6 +136,7 @@ impl KernelBuilder {
             symmetric: vec![],
             peer_tables: vec![],
             rank_dims: vec![],
+            nvshmem: false,
         });
         d
     }

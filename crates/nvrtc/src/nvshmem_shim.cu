@@ -1,0 +1,76 @@
+// tilelang's NVSHMEM shim: one C function per peer operation the PTX printer lowers to NVSHMEM
+// (crates/codegen/src/ptx/intrin/shmem.rs declares them; the names and parameter types must
+// match). Compiled by NVRTC against the NVSHMEM headers of the library the process loads, as
+// relocatable PTX, and linked with our kernel and libnvshmem_device.a by nvJitLink.
+
+// NVRTC has no <type_traits>; NVSHMEM 3.4's collectives name std:: traits.
+#include <cuda/std/type_traits>
+namespace std {
+using cuda::std::is_floating_point;
+using cuda::std::is_integral;
+using cuda::std::is_same;
+using cuda::std::is_signed;
+using cuda::std::is_unsigned;
+}  // namespace std
+
+#include <nvshmem.h>
+#include <nvshmemx.h>
+
+extern "C" {
+
+// `count` chunks of `bytes`, `stride` bytes apart; the destination on `pe`.
+__device__ void tl_shmem_put(void* dst, const void* src, unsigned long long bytes,
+                             unsigned long long stride, int count, int pe) {
+  for (int i = 0; i < count; ++i)
+    nvshmem_putmem(static_cast<char*>(dst) + i * stride,
+                   static_cast<const char*>(src) + i * stride, bytes, pe);
+}
+
+// As tl_shmem_put, the source on `pe`.
+__device__ void tl_shmem_get(void* dst, const void* src, unsigned long long bytes,
+                             unsigned long long stride, int count, int pe) {
+  for (int i = 0; i < count; ++i)
+    nvshmem_getmem(static_cast<char*>(dst) + i * stride,
+                   static_cast<const char*>(src) + i * stride, bytes, pe);
+}
+
+__device__ void tl_shmem_quiet() { nvshmem_quiet(); }
+
+__device__ unsigned tl_shmem_fetch32(unsigned* p, int pe) {
+  return nvshmem_uint32_atomic_fetch(p, pe);
+}
+__device__ unsigned long long tl_shmem_fetch64(unsigned long long* p, int pe) {
+  return nvshmem_ulonglong_atomic_fetch(p, pe);
+}
+__device__ void tl_shmem_set32(unsigned* p, unsigned v, int pe) {
+  nvshmem_uint32_atomic_set(p, v, pe);
+}
+__device__ void tl_shmem_set64(unsigned long long* p, unsigned long long v, int pe) {
+  nvshmem_ulonglong_atomic_set(p, v, pe);
+}
+__device__ void tl_shmem_add32(unsigned* p, unsigned v, int pe) {
+  nvshmem_uint32_atomic_add(p, v, pe);
+}
+__device__ void tl_shmem_add64(unsigned long long* p, unsigned long long v, int pe) {
+  nvshmem_ulonglong_atomic_add(p, v, pe);
+}
+// NVSHMEM has no floating-point add: a compare-and-swap loop on the bits.
+__device__ void tl_shmem_addf32(unsigned* p, unsigned bits, int pe) {
+  float v = __uint_as_float(bits);
+  unsigned old = nvshmem_uint32_atomic_fetch(p, pe);
+  for (;;) {
+    unsigned want = __float_as_uint(__uint_as_float(old) + v);
+    unsigned seen = nvshmem_uint32_atomic_compare_swap(p, old, want, pe);
+    if (seen == old) break;
+    old = seen;
+  }
+}
+__device__ unsigned tl_shmem_fetch_add32(unsigned* p, unsigned v, int pe) {
+  return nvshmem_uint32_atomic_fetch_add(p, v, pe);
+}
+__device__ unsigned long long tl_shmem_fetch_add64(unsigned long long* p, unsigned long long v,
+                                                   int pe) {
+  return nvshmem_ulonglong_atomic_fetch_add(p, v, pe);
+}
+
+}  // extern "C"
