@@ -4,6 +4,10 @@
 #   - nvidia-cuda-cuobjdump  cuobjdump (lists the SASS of a cubin), and
 #   - nvidia-cuda-nvdisasm   nvdisasm (which cuobjdump runs to disassemble),
 #   - nvidia-nvjitlink       libnvJitLink (PTX -> cubin with ptxas inside: the PTX backend),
+#   - nvidia-nvshmem-cu13    NVSHMEM's headers and device archive (and host library): the
+#                            NVSHMEM route links kernels with them (its bitcode is skipped),
+#   - nvidia-cuda-runtime, nvidia-cuda-cccl   cuda_runtime.h and libcu++, which NVSHMEM's
+#                            headers include when NVRTC compiles our shim,
 # downloaded with `pip download` (nothing is pip-installed) and unpacked under
 # target/cuda-tools/ (or $TILELANG_CUDA_TOOLS). No GPU and no driver are needed: this is only
 # the compiler.
@@ -21,11 +25,15 @@ NVRTC_VERSION="${TILELANG_NVRTC_VERSION:-13.0.88}"
 CUOBJDUMP_VERSION="${TILELANG_CUOBJDUMP_VERSION:-13.2.86}"
 NVDISASM_VERSION="${TILELANG_NVDISASM_VERSION:-$CUOBJDUMP_VERSION}"
 NVJITLINK_VERSION="${TILELANG_NVJITLINK_VERSION:-$NVRTC_VERSION}"
+# torch 2.11 (cu130) pins NVSHMEM 3.4.5: kernels linked here load in its processes.
+NVSHMEM_VERSION="${TILELANG_NVSHMEM_VERSION:-3.4.5}"
+CUDART_VERSION="${TILELANG_CUDART_VERSION:-13.0.96}"
+CCCL_VERSION="${TILELANG_CCCL_VERSION:-13.0.85}"
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${TILELANG_CUDA_TOOLS:-$root/target/cuda-tools}"
 stamp="$dest/.installed"
-want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION nvidia-nvjitlink==$NVJITLINK_VERSION"
+want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION nvidia-nvjitlink==$NVJITLINK_VERSION nvidia-nvshmem-cu13==$NVSHMEM_VERSION nvidia-cuda-runtime==$CUDART_VERSION nvidia-cuda-cccl==$CCCL_VERSION"
 
 log() { echo "install-cuda-tools: $*" >&2; }
 
@@ -71,8 +79,10 @@ for whl in sorted((dest / "wheels").glob("*.whl")):
     with zipfile.ZipFile(whl) as z:
         for name in z.namelist():
             # Skip the ".alt" library variants (another 114 MB, unused) and package stubs.
+            # NVSHMEM's LLVM bitcode (31 MB) is for other compilers' routes, not ours.
             if (name.startswith("nvidia/") and not name.endswith("/")
-                    and "__init__" not in name and ".alt." not in name):
+                    and "__init__" not in name and ".alt." not in name
+                    and not name.endswith(".bc")):
                 z.extract(name, dest)
     print(f"unpacked {whl.name}", file=sys.stderr)
 PY
@@ -99,3 +109,8 @@ echo "export TILELANG_NVRTC='$nvrtc'"
 [ -n "$jitlink" ] && echo "export TILELANG_NVJITLINK='$jitlink'"
 # With the toolchain installed, the compile tests must run: a missing library now fails them.
 echo "export TILELANG_REQUIRE_NVRTC=1"
+if [ -f "$dest/nvidia/nvshmem/lib/libnvshmem_device.a" ]; then
+  log "NVSHMEM: $dest/nvidia/nvshmem"
+  echo "export TILELANG_NVSHMEM_HOME='$dest/nvidia/nvshmem'"
+  echo "export TILELANG_REQUIRE_NVSHMEM=1"
+fi
