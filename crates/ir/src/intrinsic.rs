@@ -272,6 +272,17 @@ pub enum Intrinsic {
     /// waits a round trip over NVLink per load, and one load in flight per thread leaves the
     /// link mostly idle.
     PeerCopy { lanes: u32, put: bool, unroll: u32 },
+    /// A whole group — the block, or with `warp` the calling warp — copies `count` elements
+    /// (i64) between global buffers, one side on a peer as in `PeerCopy`: NVSHMEM's
+    /// `nvshmemx_{put,get}mem_{block,warp}`, one call per transfer (over a network, one
+    /// message instead of one per 16 bytes). Every thread of the group calls it with the same
+    /// arguments. args: the destination element, the source element, the peer's rank (i32),
+    /// the count. Only in kernels that reach peers through NVSHMEM (see `ViaNvshmem`).
+    PeerCopyGroup { put: bool, warp: bool },
+    /// Whether the kernel reaches its peers through NVSHMEM (`DistAttrs::nvshmem`): a bool the
+    /// first pass replaces by that constant, so a block copy written as
+    /// `if via_nvshmem { PeerCopyGroup } else { the SM copy loop }` keeps one form.
+    ViaNvshmem,
 }
 
 /// The ordering a memory-model load, store or reduction asks for (PTX's `.sem`).
@@ -520,13 +531,22 @@ impl Intrinsic {
                 };
                 format!("{}<{lanes}>{x}", if *put { "peer_put" } else { "peer_get" })
             }
+            Intrinsic::PeerCopyGroup { put, warp } => format!(
+                "peer_{}_{}",
+                if *put { "put" } else { "get" },
+                if *warp { "warp" } else { "block" }
+            ),
+            Intrinsic::ViaNvshmem => "via_nvshmem".into(),
         }
     }
 
     /// Free of side effects: may be reordered, duplicated or dropped.
     pub fn is_pure(&self) -> bool {
         match self {
-            Intrinsic::ThreadIdx | Intrinsic::AddressOf | Intrinsic::WaveIdx => true,
+            Intrinsic::ThreadIdx
+            | Intrinsic::AddressOf
+            | Intrinsic::WaveIdx
+            | Intrinsic::ViaNvshmem => true,
             Intrinsic::Extern { pure, .. } => *pure,
             _ => false,
         }

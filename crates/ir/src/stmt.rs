@@ -441,7 +441,8 @@ impl Stmt {
                         | Intrinsic::MemStore { .. }
                         | Intrinsic::MemRedAdd { .. }
                         | Intrinsic::MemAtomAdd { .. }
-                        | Intrinsic::PeerCopy { .. },
+                        | Intrinsic::PeerCopy { .. }
+                        | Intrinsic::PeerCopyGroup { .. },
                         args,
                     ) = x.kind()
                     {

@@ -34,6 +34,20 @@ __device__ void tl_shmem_get(void* dst, const void* src, unsigned long long byte
                    static_cast<const char*>(src) + i * stride, bytes, pe);
 }
 
+// A whole block's (warp's) transfer: one call, made by every thread of the group alike.
+__device__ void tl_shmem_put_block(void* dst, const void* src, unsigned long long bytes, int pe) {
+  nvshmemx_putmem_block(dst, src, bytes, pe);
+}
+__device__ void tl_shmem_get_block(void* dst, const void* src, unsigned long long bytes, int pe) {
+  nvshmemx_getmem_block(dst, src, bytes, pe);
+}
+__device__ void tl_shmem_put_warp(void* dst, const void* src, unsigned long long bytes, int pe) {
+  nvshmemx_putmem_warp(dst, src, bytes, pe);
+}
+__device__ void tl_shmem_get_warp(void* dst, const void* src, unsigned long long bytes, int pe) {
+  nvshmemx_getmem_warp(dst, src, bytes, pe);
+}
+
 __device__ void tl_shmem_quiet() { nvshmem_quiet(); }
 
 __device__ unsigned tl_shmem_fetch32(unsigned* p, int pe) {

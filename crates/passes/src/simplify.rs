@@ -8,10 +8,24 @@ use tl_target::Target;
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let _ = target;
     let mut an = kernel_analyzer(&k);
-    let body = simplify_stmt(&k.body, &mut an);
+    let body = simplify_stmt(&resolve_transport(&k), &mut an);
     let mut out = k.with_body(body.flatten());
     out.grid = out.grid.iter().map(|g| an.simplify(g)).collect();
     Ok(out)
+}
+
+/// The body with `via_nvshmem()` replaced by whether the kernel reaches its peers through
+/// NVSHMEM, so the branch that does not apply folds away (a block copy keeps either its
+/// NVSHMEM call or its SM copy loop).
+fn resolve_transport(k: &Kernel) -> tl_ir::Stmt {
+    fn resolve(e: &Expr, nvshmem: bool) -> Expr {
+        match e.kind() {
+            tl_ir::ExprKind::Call(tl_ir::Intrinsic::ViaNvshmem, _) => Expr::bool(nvshmem),
+            _ => e.map_children(&mut |c| resolve(c, nvshmem)),
+        }
+    }
+    let nvshmem = k.attrs.dist.as_ref().is_some_and(|d| d.nvshmem);
+    k.body.map_exprs(&mut |e| resolve(e, nvshmem))
 }
 
 /// An analyzer that knows the kernel's sizes are non-negative, the block indices lie inside

@@ -264,6 +264,17 @@ pub enum Instr {
         /// elements apart.
         batch: Option<(u32, E, E)>,
     },
+    /// A group's copy of `count` elements (NVSHMEM's `putmem_block`/`_warp`), modelled as
+    /// each of the `group` threads copying every `group`-th element from its place in the
+    /// group on.
+    PeerCopyGroup {
+        put: bool,
+        group: u32,
+        dst: MemRef,
+        src: MemRef,
+        peer: E,
+        count: E,
+    },
     /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).
     MbarInit {
         bar: MemRef,

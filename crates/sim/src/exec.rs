@@ -695,6 +695,25 @@ impl Interp<'_, '_> {
                         self.peer_copy(th, *lanes, (dst, dr), (src, sr), off + u * stride, pc)?;
                     }
                 }
+                Instr::PeerCopyGroup {
+                    put,
+                    group,
+                    dst,
+                    src,
+                    peer,
+                    count,
+                } => {
+                    let p = self.eval(th, peer, pc)?.as_i64();
+                    let n = self.eval(th, count, pc)?.as_i64();
+                    let own = self.mem.rank as i64;
+                    let (dr, sr) = if *put { (p, own) } else { (own, p) };
+                    let g = i64::from((*group).max(1));
+                    let mut i = th.tid as i64 % g;
+                    while i < n {
+                        self.peer_copy(th, 1, (dst, dr), (src, sr), i, pc)?;
+                        i += g;
+                    }
+                }
                 Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,
                 Instr::MbarArrive { bar, tx } => self.mbar_arrive(th, bar, tx.as_ref(), pc)?,
                 Instr::MbarWait { bar, parity } => {

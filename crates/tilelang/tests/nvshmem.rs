@@ -18,15 +18,23 @@ fn kernels() -> Vec<(Kernel, &'static [&'static str])> {
     vec![
         (
             all_gather(F32, 128),
-            &["tl_shmem_put", "tl_shmem_add32", "tl_shmem_quiet"][..],
+            &["tl_shmem_put_block", "tl_shmem_add32", "tl_shmem_quiet"][..],
         ),
         (
             all_gather_by(F32, 128, Transfer::GET_WARP, 64),
-            &["tl_shmem_get", "tl_shmem_add32", "tl_shmem_quiet"][..],
+            &["tl_shmem_get_warp", "tl_shmem_add32", "tl_shmem_quiet"][..],
+        ),
+        (
+            all_gather_by(F32, 128, Transfer::PUT_WARP, 64),
+            &["tl_shmem_put_warp", "tl_shmem_add32"][..],
+        ),
+        (
+            all_gather_by(F32, 128, Transfer::GET_BLOCK, 64),
+            &["tl_shmem_get_block", "tl_shmem_add32"][..],
         ),
         (
             ag_gemm(BF16, tiles),
-            &["tl_shmem_put", "tl_shmem_add32"][..],
+            &["tl_shmem_put_block", "tl_shmem_add32"][..],
         ),
         (gemm_rs(BF16, tiles), &["tl_shmem_add32"][..]),
         (
@@ -77,6 +85,13 @@ fn every_peer_access_becomes_a_call_of_the_shim() {
             );
         }
         assert!(!flat.contains("tl_shmem_"), "the flat kernel calls nothing");
+        // A block or warp copy is one call of the group, not a loop of chunk copies.
+        let ptx = k.emit_ptx(Target::SM90).expect("PTX");
+        assert!(
+            !ptx.contains("tl_shmem_put,") && !ptx.contains("tl_shmem_get,"),
+            "{}: chunk copies left",
+            k.name()
+        );
     }
 }
 
@@ -85,6 +100,12 @@ fn every_peer_access_becomes_a_call_of_the_shim() {
 fn the_simulator_runs_nvshmem_kernels_as_written() {
     let k = all_gather(F32, 64).with_nvshmem().expect("multi-rank");
     let lowered = k.lower(Target::SM90).expect("lowers");
+    // The simulator runs the group's call (each thread its share), not the SM copy loop.
+    let ir = lowered.to_string();
+    assert!(ir.contains("peer_put_block"), "no group copy in\n{ir}");
+    let flat = all_gather(F32, 64).lower(Target::SM90).expect("lowers");
+    let flat = flat.to_string();
+    assert!(!flat.contains("peer_put_block") && !flat.contains("via_nvshmem"));
     let (ranks, n) = (2usize, 64usize);
     let shard = |r: usize| (0..n).map(|i| (r * 1000 + i) as f64).collect::<Vec<f64>>();
     let mut args: Vec<Vec<SimArg>> = (0..ranks)

@@ -787,13 +787,33 @@ impl TileScope {
                 },
             );
         };
-        if proved == widest {
-            copy_loop(self, widest);
-        } else {
-            let m = |e: &Expr| tl_ir::ops::floormod(e.clone(), Expr::int(widest)).eq_(0);
-            let aligned = m(&count).and(m(&sflat)).and(m(&dflat));
-            self.if_(aligned, |t| copy_loop(t, widest))
-                .else_(|t| copy_loop(t, proved));
-        }
+        let sm_copy = |t: &mut TileScope| {
+            if proved == widest {
+                copy_loop(t, widest);
+            } else {
+                let m = |e: &Expr| tl_ir::ops::floormod(e.clone(), Expr::int(widest)).eq_(0);
+                let aligned = m(&count).and(m(&sflat)).and(m(&dflat));
+                t.if_(aligned, |t| copy_loop(t, widest))
+                    .else_(|t| copy_loop(t, proved));
+            }
+        };
+        // Through NVSHMEM (`Kernel::with_nvshmem`) the group makes one call for the whole
+        // transfer; the first pass keeps whichever form the kernel's transport takes.
+        let via_nvshmem = Expr::call(Intrinsic::ViaNvshmem, vec![], DType::Bool);
+        let group_call = Expr::call(
+            Intrinsic::PeerCopyGroup {
+                put,
+                warp: group == CopyGroup::Warp,
+            },
+            vec![
+                d0.clone(),
+                s0.clone(),
+                peer.clone().cast(DType::I32),
+                count.clone().cast(DType::I64),
+            ],
+            DType::Bool,
+        );
+        self.if_(via_nvshmem, |t| t.push(StmtKind::Eval(group_call), span))
+            .else_(sm_copy);
     }
 }

@@ -42,6 +42,11 @@ pub(crate) const GET: ShimFn = f(
     None,
     &["b64", "b64", "b64", "b64", "b32", "b32"],
 );
+/// `(dst, src, bytes, pe)`, called by every thread of the block (warp) alike.
+pub(crate) const PUT_BLOCK: ShimFn = f("tl_shmem_put_block", None, &["b64", "b64", "b64", "b32"]);
+pub(crate) const GET_BLOCK: ShimFn = f("tl_shmem_get_block", None, &["b64", "b64", "b64", "b32"]);
+pub(crate) const PUT_WARP: ShimFn = f("tl_shmem_put_warp", None, &["b64", "b64", "b64", "b32"]);
+pub(crate) const GET_WARP: ShimFn = f("tl_shmem_get_warp", None, &["b64", "b64", "b64", "b32"]);
 pub(crate) const QUIET: ShimFn = f("tl_shmem_quiet", None, &[]);
 pub(crate) const FETCH32: ShimFn = f("tl_shmem_fetch32", Some("b32"), &["b64", "b32"]);
 pub(crate) const FETCH64: ShimFn = f("tl_shmem_fetch64", Some("b64"), &["b64", "b32"]);
@@ -234,6 +239,27 @@ impl Emitter {
         Ok(self
             .call_shim(func, &[p, pe], Some(class))?
             .unwrap_or_default())
+    }
+
+    /// A whole block's (`warp`: warp's) copy of `bytes` (a register) from `src` to `dst`, one
+    /// of which is on `peer`: one NVSHMEM call the group makes together.
+    pub(in super::super) fn shmem_copy_group(
+        &mut self,
+        (dst, src): (&Addr, &Addr),
+        (put, warp): (bool, bool),
+        bytes: String,
+        peer: &Expr,
+    ) -> R<()> {
+        let (d, s) = (self.generic(dst), self.generic(src));
+        let pe = self.peer_rank(peer)?;
+        let func = match (put, warp) {
+            (true, false) => PUT_BLOCK,
+            (false, false) => GET_BLOCK,
+            (true, true) => PUT_WARP,
+            (false, true) => GET_WARP,
+        };
+        self.call_shim(func, &[d, s, bytes, pe], None)?;
+        Ok(())
     }
 
     /// A peer copy of `count` chunks of `bytes`, `stride` bytes apart (registers or
