@@ -272,16 +272,18 @@ pub enum Intrinsic {
     /// waits a round trip over NVLink per load, and one load in flight per thread leaves the
     /// link mostly idle.
     PeerCopy { lanes: u32, put: bool, unroll: u32 },
-    /// A whole group — the block, or with `warp` the calling warp — copies `count` elements
-    /// (i64) between global buffers, one side on a peer as in `PeerCopy`: NVSHMEM's
-    /// `nvshmemx_{put,get}mem_{block,warp}`, one call per transfer (over a network, one
-    /// message instead of one per 16 bytes). Every thread of the group calls it with the same
-    /// arguments. args: the destination element, the source element, the peer's rank (i32),
-    /// the count. Only in kernels that reach peers through NVSHMEM (see `ViaNvshmem`).
-    PeerCopyGroup { put: bool, warp: bool },
+    /// The calling warp copies `count` elements (i64) between global buffers, one side on a
+    /// peer as in `PeerCopy`: NVSHMEM's `nvshmemx_{put,get}mem_warp`, one call for the warp's
+    /// whole run (over a network one message, not one per 16 bytes). Every lane calls it with
+    /// the same arguments. A block copy is split into one run per warp (NVSHMEM's block calls
+    /// would take the launch's whole block, which a warp-specialized kernel's consumers are
+    /// not). args: the destination element, the source element, the peer's rank (i32), an
+    /// offset (i64 elements added to both), the count. Only in kernels that reach peers
+    /// through NVSHMEM (see `ViaNvshmem`).
+    PeerCopyWarp { put: bool },
     /// Whether the kernel reaches its peers through NVSHMEM (`DistAttrs::nvshmem`): a bool the
     /// first pass replaces by that constant, so a block copy written as
-    /// `if via_nvshmem { PeerCopyGroup } else { the SM copy loop }` keeps one form.
+    /// `if via_nvshmem { PeerCopyWarp } else { the SM copy loop }` keeps one form.
     ViaNvshmem,
 }
 
@@ -531,11 +533,9 @@ impl Intrinsic {
                 };
                 format!("{}<{lanes}>{x}", if *put { "peer_put" } else { "peer_get" })
             }
-            Intrinsic::PeerCopyGroup { put, warp } => format!(
-                "peer_{}_{}",
-                if *put { "put" } else { "get" },
-                if *warp { "warp" } else { "block" }
-            ),
+            Intrinsic::PeerCopyWarp { put } => {
+                format!("peer_{}_warp", if *put { "put" } else { "get" })
+            }
             Intrinsic::ViaNvshmem => "via_nvshmem".into(),
         }
     }

@@ -442,7 +442,7 @@ impl Stmt {
                         | Intrinsic::MemRedAdd { .. }
                         | Intrinsic::MemAtomAdd { .. }
                         | Intrinsic::PeerCopy { .. }
-                        | Intrinsic::PeerCopyGroup { .. },
+                        | Intrinsic::PeerCopyWarp { .. },
                         args,
                     ) = x.kind()
                     {

@@ -34,13 +34,9 @@ __device__ void tl_shmem_get(void* dst, const void* src, unsigned long long byte
                    static_cast<const char*>(src) + i * stride, bytes, pe);
 }
 
-// A whole block's (warp's) transfer: one call, made by every thread of the group alike.
-__device__ void tl_shmem_put_block(void* dst, const void* src, unsigned long long bytes, int pe) {
-  nvshmemx_putmem_block(dst, src, bytes, pe);
-}
-__device__ void tl_shmem_get_block(void* dst, const void* src, unsigned long long bytes, int pe) {
-  nvshmemx_getmem_block(dst, src, bytes, pe);
-}
+// A warp's run of a transfer: one call, made by every lane of the warp alike. (Block copies
+// are split into one run per warp: NVSHMEM's block calls divide the work by the launch's block,
+// which a warp-specialized kernel's copying warps are not.)
 __device__ void tl_shmem_put_warp(void* dst, const void* src, unsigned long long bytes, int pe) {
   nvshmemx_putmem_warp(dst, src, bytes, pe);
 }

@@ -264,15 +264,15 @@ pub enum Instr {
         /// elements apart.
         batch: Option<(u32, E, E)>,
     },
-    /// A group's copy of `count` elements (NVSHMEM's `putmem_block`/`_warp`), modelled as
-    /// each of the `group` threads copying every `group`-th element from its place in the
-    /// group on.
-    PeerCopyGroup {
+    /// A warp's copy of `count` elements from `offset` on (NVSHMEM's `putmem_warp`),
+    /// modelled as each lane copying every `warp`-th element from its lane on.
+    PeerCopyWarp {
         put: bool,
-        group: u32,
+        warp: u32,
         dst: MemRef,
         src: MemRef,
         peer: E,
+        offset: E,
         count: E,
     },
     /// `mbarrier.init` of the barrier at `bar` (a `u64` element of a shared buffer).

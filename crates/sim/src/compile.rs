@@ -75,8 +75,6 @@ struct Compiler<'a> {
     shared_bytes: usize,
     /// Threads per warp (wave) the kernel was lowered for.
     warp_size: u32,
-    /// Threads per block.
-    threads: u32,
     /// `KernelAttrs::tma_pitched_inputs`: TMA may read tensors whose rows are not whole
     /// 16-byte units (the runtime stages them pitched).
     tma_pitched: bool,
@@ -113,7 +111,6 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         local_bytes: 0,
         shared_bytes: 0,
         warp_size,
-        threads: k.threads,
         tma_pitched: k.attrs.tma_pitched_inputs,
         waits: false,
         symmetric: vec![],
@@ -769,21 +766,22 @@ impl Compiler<'_> {
                     wrapping: *wrapping,
                 }
             }
-            Intrinsic::PeerCopyGroup { put, warp } => {
-                need(4)?;
+            Intrinsic::PeerCopyWarp { put } => {
+                need(5)?;
                 let dst = self.address(args.first(), &name)?;
                 let src = self.address(args.get(1), &name)?;
                 self.global_operand(&dst, &name)?;
                 self.global_operand(&src, &name)?;
                 let remote = if *put { &dst } else { &src };
                 let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
-                Instr::PeerCopyGroup {
+                Instr::PeerCopyWarp {
                     put: *put,
-                    group: if *warp { self.warp_size } else { self.threads },
+                    warp: self.warp_size,
                     dst,
                     src,
                     peer,
-                    count: self.expr(&args[3])?,
+                    offset: self.expr(&args[3])?,
+                    count: self.expr(&args[4])?,
                 }
             }
             Intrinsic::PeerCopy { lanes, put, unroll } => {

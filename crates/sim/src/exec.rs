@@ -695,23 +695,25 @@ impl Interp<'_, '_> {
                         self.peer_copy(th, *lanes, (dst, dr), (src, sr), off + u * stride, pc)?;
                     }
                 }
-                Instr::PeerCopyGroup {
+                Instr::PeerCopyWarp {
                     put,
-                    group,
+                    warp,
                     dst,
                     src,
                     peer,
+                    offset,
                     count,
                 } => {
                     let p = self.eval(th, peer, pc)?.as_i64();
+                    let off = self.eval(th, offset, pc)?.as_i64();
                     let n = self.eval(th, count, pc)?.as_i64();
                     let own = self.mem.rank as i64;
                     let (dr, sr) = if *put { (p, own) } else { (own, p) };
-                    let g = i64::from((*group).max(1));
-                    let mut i = th.tid as i64 % g;
+                    let w = i64::from((*warp).max(1));
+                    let mut i = th.tid as i64 % w;
                     while i < n {
-                        self.peer_copy(th, 1, (dst, dr), (src, sr), i, pc)?;
-                        i += g;
+                        self.peer_copy(th, 1, (dst, dr), (src, sr), off + i, pc)?;
+                        i += w;
                     }
                 }
                 Instr::MbarInit { bar, count } => self.mbar_init(th, bar, *count, pc)?,

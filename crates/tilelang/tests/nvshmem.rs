@@ -18,7 +18,7 @@ fn kernels() -> Vec<(Kernel, &'static [&'static str])> {
     vec![
         (
             all_gather(F32, 128),
-            &["tl_shmem_put_block", "tl_shmem_add32", "tl_shmem_quiet"][..],
+            &["tl_shmem_put_warp", "tl_shmem_add32", "tl_shmem_quiet"][..],
         ),
         (
             all_gather_by(F32, 128, Transfer::GET_WARP, 64),
@@ -30,11 +30,11 @@ fn kernels() -> Vec<(Kernel, &'static [&'static str])> {
         ),
         (
             all_gather_by(F32, 128, Transfer::GET_BLOCK, 64),
-            &["tl_shmem_get_block", "tl_shmem_add32"][..],
+            &["tl_shmem_get_warp", "tl_shmem_add32"][..],
         ),
         (
             ag_gemm(BF16, tiles),
-            &["tl_shmem_put_block", "tl_shmem_add32"][..],
+            &["tl_shmem_put_warp", "tl_shmem_add32"][..],
         ),
         (gemm_rs(BF16, tiles), &["tl_shmem_add32"][..]),
         (
@@ -102,10 +102,10 @@ fn the_simulator_runs_nvshmem_kernels_as_written() {
     let lowered = k.lower(Target::SM90).expect("lowers");
     // The simulator runs the group's call (each thread its share), not the SM copy loop.
     let ir = lowered.to_string();
-    assert!(ir.contains("peer_put_block"), "no group copy in\n{ir}");
+    assert!(ir.contains("peer_put_warp"), "no group copy in\n{ir}");
     let flat = all_gather(F32, 64).lower(Target::SM90).expect("lowers");
     let flat = flat.to_string();
-    assert!(!flat.contains("peer_put_block") && !flat.contains("via_nvshmem"));
+    assert!(!flat.contains("peer_put_warp") && !flat.contains("via_nvshmem"));
     let (ranks, n) = (2usize, 64usize);
     let shard = |r: usize| (0..n).map(|i| (r * 1000 + i) as f64).collect::<Vec<f64>>();
     let mut args: Vec<Vec<SimArg>> = (0..ranks)

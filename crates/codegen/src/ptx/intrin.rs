@@ -375,8 +375,8 @@ impl Emitter {
                     self.ins("fence.acq_rel.sys");
                 }
             }
-            Intrinsic::PeerCopyGroup { put, warp } => {
-                Self::nargs(op, args, 4)?;
+            Intrinsic::PeerCopyWarp { put } => {
+                Self::nargs(op, args, 5)?;
                 if !self.nvshmem() {
                     return Err(format!(
                         "{op} in a kernel that does not reach its peers through NVSHMEM"
@@ -385,9 +385,12 @@ impl Emitter {
                 let (d, db) = self.mem_arg(args.first(), GLOBAL)?;
                 let (s, _) = self.mem_arg(args.get(1), GLOBAL)?;
                 let elem = Expr::int_of(db.dtype().bytes() as i64, DType::I64);
-                let bytes = self.expr(&(args[3].cast(DType::I64) * elem))?;
+                let off = self.expr(&(args[3].cast(DType::I64) * elem.clone()))?;
+                let off = self.reg(&off, Class::B64);
+                let (d, s) = (self.offset_addr(d, &off), self.offset_addr(s, &off));
+                let bytes = self.expr(&(args[4].cast(DType::I64) * elem))?;
                 let bytes = self.reg(&bytes, Class::B64);
-                self.shmem_copy_group((&d, &s), (*put, *warp), bytes, &args[2])?;
+                self.shmem_copy_warp((&d, &s), *put, bytes, &args[2])?;
             }
             Intrinsic::PeerCopy { lanes, put, unroll } => {
                 let u = (*unroll).max(1) as usize;

@@ -797,23 +797,47 @@ impl TileScope {
                     .else_(|t| copy_loop(t, proved));
             }
         };
-        // Through NVSHMEM (`Kernel::with_nvshmem`) the group makes one call for the whole
-        // transfer; the first pass keeps whichever form the kernel's transport takes.
+        // Through NVSHMEM (`Kernel::with_nvshmem`) each warp makes one call for its run of
+        // the transfer (a warp copy: the whole of it; a block copy: a slice per warp, in
+        // 16-byte units); the first pass keeps whichever form the kernel's transport takes.
+        // A block of a partial warp keeps the SM loop (then one NVSHMEM call per chunk).
+        let warp_call = |t: &mut TileScope, offset: Expr, n: Expr| {
+            let call = Expr::call(
+                Intrinsic::PeerCopyWarp { put },
+                vec![
+                    d0.clone(),
+                    s0.clone(),
+                    peer.clone().cast(DType::I32),
+                    offset.cast(DType::I64),
+                    n.cast(DType::I64),
+                ],
+                DType::Bool,
+            );
+            t.push(StmtKind::Eval(call), span);
+        };
         let via_nvshmem = Expr::call(Intrinsic::ViaNvshmem, vec![], DType::Bool);
-        let group_call = Expr::call(
-            Intrinsic::PeerCopyGroup {
-                put,
-                warp: group == CopyGroup::Warp,
-            },
-            vec![
-                d0.clone(),
-                s0.clone(),
-                peer.clone().cast(DType::I32),
-                count.clone().cast(DType::I64),
-            ],
-            DType::Bool,
-        );
-        self.if_(via_nvshmem, |t| t.push(StmtKind::Eval(group_call), span))
-            .else_(sm_copy);
+        match group {
+            CopyGroup::Warp => {
+                self.if_(via_nvshmem, |t| warp_call(t, Expr::int(0), count.clone()))
+                    .else_(sm_copy);
+            }
+            CopyGroup::Block if self.threads().is_multiple_of(32) => {
+                let warps = i64::from(self.threads() / 32);
+                let slice = tl_ir::simplify(
+                    &(tl_ir::ops::ceildiv(
+                        tl_ir::ops::ceildiv(count.clone(), Expr::int(warps)),
+                        Expr::int(widest),
+                    ) * widest),
+                );
+                self.if_(via_nvshmem, |t| {
+                    let warp = tl_ir::ops::floordiv(t.thread_idx(), Expr::int(32));
+                    let start = t.let_("run_start", warp * slice.clone());
+                    let n = tl_ir::ops::min(slice.clone(), count.clone() - &start);
+                    t.if_(n.clone().gt(0), |t| warp_call(t, start.clone(), n));
+                })
+                .else_(sm_copy);
+            }
+            CopyGroup::Block => sm_copy(self),
+        }
     }
 }

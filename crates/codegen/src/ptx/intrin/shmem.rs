@@ -42,9 +42,7 @@ pub(crate) const GET: ShimFn = f(
     None,
     &["b64", "b64", "b64", "b64", "b32", "b32"],
 );
-/// `(dst, src, bytes, pe)`, called by every thread of the block (warp) alike.
-pub(crate) const PUT_BLOCK: ShimFn = f("tl_shmem_put_block", None, &["b64", "b64", "b64", "b32"]);
-pub(crate) const GET_BLOCK: ShimFn = f("tl_shmem_get_block", None, &["b64", "b64", "b64", "b32"]);
+/// `(dst, src, bytes, pe)`, called by every lane of the warp alike.
 pub(crate) const PUT_WARP: ShimFn = f("tl_shmem_put_warp", None, &["b64", "b64", "b64", "b32"]);
 pub(crate) const GET_WARP: ShimFn = f("tl_shmem_get_warp", None, &["b64", "b64", "b64", "b32"]);
 pub(crate) const QUIET: ShimFn = f("tl_shmem_quiet", None, &[]);
@@ -241,23 +239,18 @@ impl Emitter {
             .unwrap_or_default())
     }
 
-    /// A whole block's (`warp`: warp's) copy of `bytes` (a register) from `src` to `dst`, one
-    /// of which is on `peer`: one NVSHMEM call the group makes together.
-    pub(in super::super) fn shmem_copy_group(
+    /// A warp's copy of `bytes` (a register) from `src` to `dst`, one of which is on `peer`:
+    /// one NVSHMEM call its lanes make together.
+    pub(in super::super) fn shmem_copy_warp(
         &mut self,
         (dst, src): (&Addr, &Addr),
-        (put, warp): (bool, bool),
+        put: bool,
         bytes: String,
         peer: &Expr,
     ) -> R<()> {
         let (d, s) = (self.generic(dst), self.generic(src));
         let pe = self.peer_rank(peer)?;
-        let func = match (put, warp) {
-            (true, false) => PUT_BLOCK,
-            (false, false) => GET_BLOCK,
-            (true, true) => PUT_WARP,
-            (false, true) => GET_WARP,
-        };
+        let func = if put { PUT_WARP } else { GET_WARP };
         self.call_shim(func, &[d, s, bytes, pe], None)?;
         Ok(())
     }
