@@ -457,6 +457,33 @@ fn distributed_kernels_on_simulated_ranks() {
         let last = run_on("distributed", &args, "sim");
         assert!(last.ends_with("PASS"), "{last}");
     }
+    // Through NVSHMEM's calls (each warp's run of a copy one call), with the producer
+    // warpgroup too: there only the consumer warps copy, which NVSHMEM's block calls (a
+    // first form) got wrong on the GPU.
+    for kernel in ["ag-gemm", "gemm-rs"] {
+        for ws in ["--ws", "--no-ws"] {
+            let last = run_on(
+                "distributed",
+                &[
+                    "--kernel",
+                    kernel,
+                    "--ranks",
+                    "2",
+                    "--m",
+                    "256",
+                    "--n",
+                    "256",
+                    "--k",
+                    "128",
+                    "--aligned",
+                    ws,
+                    "--nvshmem",
+                ],
+                "sim",
+            );
+            assert!(last.ends_with("PASS"), "{kernel} {ws}: {last}");
+        }
+    }
     // Back to back: the memory-order check spans the calls.
     let last = run_on(
         "distributed",
