@@ -103,6 +103,10 @@ fn init_attr() -> InitAttr {
     a
 }
 
+/// Whether this process has an NVSHMEM heap: NVSHMEM is initialised once per process, and the
+/// module hook serves one heap.
+static ALIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Every rank's heap, as NVSHMEM mapped it.
 pub(crate) struct NvshmemMapping {
     host: &'static Host,
@@ -123,6 +127,18 @@ impl NvshmemMapping {
     pub(crate) fn new(rv: &Rendezvous, stride: u64) -> Result<Self> {
         let me = rv.rank();
         let host = host(me)?;
+        if ALIVE.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(DistError::Heap(
+                "this process already has an NVSHMEM heap (NVSHMEM is initialised once per process): carve every buffer from that one, or drop it first".into(),
+            ));
+        }
+        Self::init(rv, stride, host).inspect_err(|_| {
+            ALIVE.store(false, std::sync::atomic::Ordering::SeqCst);
+        })
+    }
+
+    fn init(rv: &Rendezvous, stride: u64, host: &'static Host) -> Result<Self> {
+        let me = rv.rank();
         let fail = |op: &str, detail: String| DistError::Driver {
             me,
             op: op.into(),
@@ -226,6 +242,7 @@ impl Drop for NvshmemMapping {
             (self.host.free)(self.heap);
             (self.host.hostlib_finalize)();
         }
+        ALIVE.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
