@@ -395,6 +395,26 @@ impl Compiler<'_> {
         Ok(())
     }
 
+    /// The destination, source and peer of a peer copy (`args`: the destination and source
+    /// elements of global buffers, then the rank; with `put` the destination is the peer's).
+    fn peer_copy_operands(
+        &mut self,
+        args: &[Expr],
+        put: bool,
+        name: &str,
+    ) -> Result<(MemRef, MemRef, E), SimError> {
+        let dst = self.address(args.first(), name)?;
+        let src = self.address(args.get(1), name)?;
+        self.global_operand(&dst, name)?;
+        self.global_operand(&src, name)?;
+        let remote = if put { dst.clone() } else { src.clone() };
+        let rank = args
+            .get(2)
+            .ok_or_else(|| SimError::InvalidIr(format!("{name} without the peer's rank")))?;
+        let peer = self.peer_operand(&remote, rank, name)?;
+        Ok((dst, src, peer))
+    }
+
     /// The rank operand of an access to `m`: `m` must be a symmetric buffer (its peers'
     /// copies exist only in the symmetric heap).
     fn peer_operand(&mut self, m: &MemRef, rank: &Expr, what: &str) -> Result<E, SimError> {
@@ -768,12 +788,7 @@ impl Compiler<'_> {
             }
             Intrinsic::PeerCopyWarp { put } => {
                 need(5)?;
-                let dst = self.address(args.first(), &name)?;
-                let src = self.address(args.get(1), &name)?;
-                self.global_operand(&dst, &name)?;
-                self.global_operand(&src, &name)?;
-                let remote = if *put { &dst } else { &src };
-                let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
+                let (dst, src, peer) = self.peer_copy_operands(args, *put, &name)?;
                 Instr::PeerCopyWarp {
                     put: *put,
                     warp: self.warp_size,
@@ -786,12 +801,7 @@ impl Compiler<'_> {
             }
             Intrinsic::PeerCopy { lanes, put, unroll } => {
                 need(if *unroll > 1 { 6 } else { 4 })?;
-                let dst = self.address(args.first(), &name)?;
-                let src = self.address(args.get(1), &name)?;
-                self.global_operand(&dst, &name)?;
-                self.global_operand(&src, &name)?;
-                let remote = if *put { &dst } else { &src };
-                let peer = self.peer_operand(&remote.clone(), &args[2], &name)?;
+                let (dst, src, peer) = self.peer_copy_operands(args, *put, &name)?;
                 let offset = self.expr(&args[3])?;
                 let batch = if *unroll > 1 {
                     Some((*unroll, self.expr(&args[4])?, self.expr(&args[5])?))
