@@ -126,8 +126,9 @@ impl Kernel {
     /// `rank`, `num_ranks`, `heap_stride` (then unused). For symmetric memory whose ranks'
     /// copies are not one stride apart: a heap mapped by legacy CUDA IPC
     /// (`TILELANG_DIST_IPC=legacy`, `tl_dist::SymmetricHeap::peer_table`) or one another
-    /// library mapped (torch's). The body is the same; a kernel that has tables already, or
-    /// no symmetric buffer, is returned as it is.
+    /// library mapped (torch's). The body is the same; a kernel that has tables already,
+    /// reaches its peers through NVSHMEM (`with_nvshmem`), or has no symmetric buffer, is
+    /// returned as it is.
     pub fn with_peer_tables(mut self) -> Kernel {
         crate::dsl::add_peer_tables(&mut self.ir);
         self

@@ -137,6 +137,10 @@ fn with_nvshmem_refuses_what_it_cannot_route() {
         panic!("a single-rank kernel taken for NVSHMEM")
     };
     assert!(e.to_string().contains("not a multi-rank kernel"), "{e}");
+    // Tables after NVSHMEM change nothing: the calls reach the peers.
+    let k = all_gather(F32, 64).with_nvshmem().expect("multi-rank");
+    let params = k.ir().params.len();
+    assert_eq!(k.with_peer_tables().ir().params.len(), params);
     let tabled = all_gather(F32, 64).with_peer_tables();
     let Err(e) = tabled.with_nvshmem() else {
         panic!("a kernel with peer tables taken for NVSHMEM")

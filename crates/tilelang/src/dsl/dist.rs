@@ -52,7 +52,7 @@ pub(crate) fn add_peer_tables(k: &mut tl_ir::Kernel) {
     let Some(d) = k.attrs.dist.as_mut() else {
         return;
     };
-    if !d.peer_tables.is_empty() || d.symmetric.is_empty() {
+    if !d.peer_tables.is_empty() || d.symmetric.is_empty() || d.nvshmem {
         return;
     }
     let nr = Var::new(unique("NR"), DType::I32);
