@@ -396,9 +396,13 @@ impl SymmetricHeap {
         &self._ctx
     }
 
-    /// The device address of rank `rank`'s copy of `buf`.
+    /// The device address of rank `rank`'s copy of `buf`; 0 where no load or store of this
+    /// process reaches it (an NVSHMEM peer on another host: only NVSHMEM's calls reach it).
     pub fn ptr(&self, buf: SymmetricBuffer, rank: usize) -> u64 {
-        self.mapped.base(rank) + buf.offset
+        match self.mapped.base(rank) {
+            0 => 0,
+            base => base + buf.offset,
+        }
     }
 
     /// Every rank's address of `buf`, as the `[world]` i64 tensor a kernel with peer tables

@@ -93,6 +93,25 @@ fn default_env(name: &str, value: &str) {
     }
 }
 
+/// Whether `NVSHMEM_SYMMETRIC_SIZE` is ours (sized for the last heap), not the user's.
+static SIZE_IS_OURS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// NVSHMEM's environment for a heap of `stride` bytes, where the user has not set it:
+/// NVLink multicast off, room for the heap, and the loopback interface on one host.
+fn set_environment(stride: u64) {
+    use std::sync::atomic::Ordering::SeqCst;
+    default_env("NVSHMEM_DISABLE_NVLS", "1");
+    let size = "NVSHMEM_SYMMETRIC_SIZE";
+    if std::env::var_os(size).is_none() || SIZE_IS_OURS.load(SeqCst) {
+        std::env::set_var(size, (stride + stride / 8 + (64 << 20)).to_string());
+        SIZE_IS_OURS.store(true, SeqCst);
+    }
+    let master = std::env::var("MASTER_ADDR").unwrap_or_default();
+    if matches!(master.as_str(), "" | "127.0.0.1" | "localhost" | "::1") {
+        default_env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo");
+    }
+}
+
 /// `nvshmemx_init_attr_t` with the versions `NVSHMEMX_INIT_ATTR_INITIALIZER` sets: the
 /// attribute's (offset 0), its `args`' (offset 16) and their `uid_args`' (offset 24).
 fn init_attr() -> InitAttr {
@@ -125,52 +144,69 @@ impl NvshmemMapping {
     /// Initialise NVSHMEM across the job and allocate `stride` bytes of its symmetric heap
     /// (collective; the caller made the heap's context current).
     pub(crate) fn new(rv: &Rendezvous, stride: u64) -> Result<Self> {
+        use std::sync::atomic::Ordering::SeqCst;
         let me = rv.rank();
-        let host = host(me)?;
-        if ALIVE.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            return Err(DistError::Heap(
-                "this process already has an NVSHMEM heap (NVSHMEM is initialised once per process): carve every buffer from that one, or drop it first".into(),
-            ));
+        // Every rank reaches the exchange of the unique id, ready or not: a rank that cannot
+        // take part then fails every rank by name, instead of leaving the others waiting in
+        // NVSHMEM's bootstrap.
+        let mut holds = false;
+        let ready = (|| -> std::result::Result<(&'static Host, UniqueId), String> {
+            let host = host(me).map_err(|e| e.to_string())?;
+            if ALIVE.swap(true, SeqCst) {
+                return Err("this process already has an NVSHMEM heap (NVSHMEM is initialised once per process): carve every buffer from that one, or drop it first".into());
+            }
+            holds = true;
+            set_environment(stride);
+            let mut uid: UniqueId = [0; 128];
+            uid[..4].copy_from_slice(&((1u32 << 16) + 128).to_le_bytes());
+            if me == 0 {
+                // SAFETY: a valid out-pointer of the type's size.
+                let rc = unsafe { (host.get_uniqueid)(&mut uid) };
+                if rc != 0 {
+                    return Err(format!("nvshmemx_get_uniqueid returned {rc}"));
+                }
+            }
+            Ok((host, uid))
+        })();
+        let release = |holds: bool| {
+            if holds {
+                ALIVE.store(false, SeqCst);
+            }
+        };
+        let mine: Vec<u8> = match &ready {
+            Ok((_, uid)) => std::iter::once(1).chain(uid.iter().copied()).collect(),
+            Err(why) => std::iter::once(0).chain(why.bytes()).collect(),
+        };
+        let all = rv.all_gather(&mine).inspect_err(|_| release(holds))?;
+        if let Some((r, m)) = all.iter().enumerate().find(|(_, m)| m.first() != Some(&1)) {
+            release(holds);
+            return Err(DistError::Driver {
+                me,
+                op: format!("setting up NVSHMEM on rank {r}"),
+                detail: String::from_utf8_lossy(m.get(1..).unwrap_or_default()).into_owned(),
+            });
         }
-        Self::init(rv, stride, host).inspect_err(|_| {
-            ALIVE.store(false, std::sync::atomic::Ordering::SeqCst);
-        })
+        let (Ok((host, _)), Ok(uid)) = (ready, UniqueId::try_from(&all[0][1..])) else {
+            release(holds);
+            return Err(DistError::Protocol {
+                me,
+                detail: format!(
+                    "rank 0 sent a {}-byte NVSHMEM unique id (128 expected)",
+                    all[0].len().saturating_sub(1)
+                ),
+            });
+        };
+        Self::init(rv, stride, host, uid).inspect_err(|_| release(holds))
     }
 
-    fn init(rv: &Rendezvous, stride: u64, host: &'static Host) -> Result<Self> {
+    /// Initialise NVSHMEM from rank 0's `uid` and allocate the heap; NVSHMEM is finalised
+    /// again on any failure after its initialisation.
+    fn init(rv: &Rendezvous, stride: u64, host: &'static Host, uid: UniqueId) -> Result<Self> {
         let me = rv.rank();
         let fail = |op: &str, detail: String| DistError::Driver {
             me,
             op: op.into(),
             detail,
-        };
-        default_env("NVSHMEM_DISABLE_NVLS", "1");
-        default_env(
-            "NVSHMEM_SYMMETRIC_SIZE",
-            &(stride + stride / 8 + (64 << 20)).to_string(),
-        );
-        let master = std::env::var("MASTER_ADDR").unwrap_or_default();
-        if matches!(master.as_str(), "" | "127.0.0.1" | "localhost" | "::1") {
-            default_env("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo");
-        }
-        let mut uid: UniqueId = [0; 128];
-        uid[..4].copy_from_slice(&((1u32 << 16) + 128).to_le_bytes());
-        if me == 0 {
-            // SAFETY: a valid out-pointer of the type's size.
-            let rc = unsafe { (host.get_uniqueid)(&mut uid) };
-            if rc != 0 {
-                return Err(fail("nvshmemx_get_uniqueid", format!("returned {rc}")));
-            }
-        }
-        let all = rv.all_gather(&uid)?;
-        let Ok(uid) = UniqueId::try_from(all[0].as_slice()) else {
-            return Err(DistError::Protocol {
-                me,
-                detail: format!(
-                    "rank 0 sent a {}-byte NVSHMEM unique id (128 expected)",
-                    all[0].len()
-                ),
-            });
         };
         let mut attr = init_attr();
         // SAFETY: pointers to live values of NVSHMEM's types (sizes checked by the types).
@@ -191,9 +227,15 @@ impl NvshmemMapping {
                 format!("returned {rc}; NVSHMEM_DEBUG=INFO says why"),
             ));
         }
+        // From here NVSHMEM is up: a failure finalises it again.
+        let finalize = || {
+            // SAFETY: NVSHMEM was initialised just above and nothing of it is kept.
+            unsafe { (host.hostlib_finalize)() }
+        };
         // SAFETY: NVSHMEM is initialised.
         let (pe, pes) = unsafe { ((host.my_pe)(), (host.n_pes)()) };
         if pe != me as c_int || pes != rv.world() as c_int {
+            finalize();
             return Err(fail(
                 "initialising NVSHMEM",
                 format!(
@@ -205,6 +247,7 @@ impl NvshmemMapping {
         // SAFETY: collective allocation, every rank asks for the same size (agreed before).
         let heap = unsafe { (host.malloc)(stride as usize) };
         if heap.is_null() {
+            finalize();
             return Err(fail(
                 "nvshmem_malloc of the symmetric heap",
                 format!("no {stride} bytes: raise NVSHMEM_SYMMETRIC_SIZE"),

@@ -46,6 +46,13 @@ __device__ void tl_shmem_get_warp(void* dst, const void* src, unsigned long long
 
 __device__ void tl_shmem_quiet() { nvshmem_quiet(); }
 
+// After this PE's own flag was seen to satisfy a wait: NVSHMEM's waits then make the data a
+// proxied network transport delivered before the flag visible; a test that always holds does
+// the same step (the flag is read as 32 bits whatever its width: only the step matters).
+__device__ void tl_shmem_waited(void* flag) {
+  (void)nvshmem_uint32_test(static_cast<unsigned*>(flag), NVSHMEM_CMP_GE, 0u);
+}
+
 __device__ unsigned tl_shmem_fetch32(unsigned* p, int pe) {
   return nvshmem_uint32_atomic_fetch(p, pe);
 }

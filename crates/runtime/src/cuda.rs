@@ -643,7 +643,7 @@ fn init_nvshmem_module(module: sys::CUmodule, kernel: &str) -> Result<()> {
     outcome.map_err(|why| {
         // SAFETY: the module was just loaded and is not used after this.
         let _ = unsafe { result::module::unload(module) };
-        RuntimeError::Launch(format!(
+        RuntimeError::NvshmemModule(format!(
             "kernel `{kernel}` calls NVSHMEM and its module could not be initialised: {why}"
         ))
     })

@@ -35,6 +35,10 @@ pub enum RuntimeError {
     DeviceUnavailable { device: String, reason: String },
     #[error("{0}")]
     Launch(String),
+    /// A module linked with NVSHMEM could not be initialised (no NVSHMEM heap in the process,
+    /// or `nvshmemx_cumodule_init` failed): the cubin itself is fine.
+    #[error("{0}")]
+    NvshmemModule(String),
     /// A CUDA driver call failed; `what` names the call and, for launches, the kernel.
     #[error("CUDA error in {what}: {error}")]
     Cuda { what: String, error: String },

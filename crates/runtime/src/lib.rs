@@ -141,7 +141,8 @@ pub fn build_cuda(
     let t_load = Instant::now();
     let kernel = match cuda::CudaKernel::load(dev, &art, entry, &sig.name, dynamic_smem_bytes) {
         Ok(k) => k,
-        Err(e) if art.cache_hit && !art.jit => {
+        // A module NVSHMEM could not initialise is no damaged entry: keep it.
+        Err(e) if art.cache_hit && !art.jit && !matches!(e, RuntimeError::NvshmemModule(_)) => {
             // A stale or damaged cache entry: compile afresh and overwrite it.
             let _ = e;
             let p = cache.path(key, "cubin");

@@ -169,6 +169,11 @@ fn nvshmem_kernels_link_with_nvshmems_device_archive() {
         eprintln!("SKIPPED {test}: {e}");
         return;
     }
+    // Every function the printer may call links (the kernels below use only some).
+    let probe = tl_codegen::ptx::nvshmem_shim_probe("sm_90a");
+    let c = tl_nvrtc::compile(&probe, "sm_90a", &Default::default())
+        .unwrap_or_else(|e| panic!("the shim probe: {e}\n{probe}"));
+    assert!(c.cubin.windows(12).any(|w| w == b"tl_shmem_add"));
     for (k, _) in kernels() {
         let k = k.with_nvshmem().expect("multi-rank");
         let ptx = k.emit_ptx(Target::SM90).expect("PTX");

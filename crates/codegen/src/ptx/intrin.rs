@@ -6,7 +6,7 @@ use tl_ir::{Buffer, DType, Expr, ExprKind, Intrinsic, Scope, WgmmaOp};
 use super::emit::{Addr, Emitter, R};
 use super::regs::{Class, Val};
 
-mod shmem;
+pub(crate) mod shmem;
 
 /// The buffer and indices of an `address_of(buf[idx])` argument.
 fn target(e: Option<&Expr>) -> R<(&Buffer, &[Expr])> {
@@ -203,6 +203,9 @@ impl Emitter {
                 let d = self.fresh(class);
                 let q = mem_qualifier(*sem, *scope);
                 self.ins(&format!("ld{q}.global.{ty} {d}, {}", a.operand()));
+                if self.nvshmem() && sem.acquires() {
+                    self.shmem_waited(&a)?;
+                }
                 Ok(Val::Reg(d, class))
             }
             other => Err(format!("the intrinsic {other} in an expression")),
@@ -373,6 +376,8 @@ impl Emitter {
                 self.ins(&format!("@!{p} bra {top}"));
                 if remote.is_some() {
                     self.ins("fence.acq_rel.sys");
+                } else if self.nvshmem() {
+                    self.shmem_waited(&a)?;
                 }
             }
             Intrinsic::PeerCopyWarp { put } => {

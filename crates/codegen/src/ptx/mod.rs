@@ -350,6 +350,40 @@ fn uses_setmaxnreg(body: &tl_ir::Stmt) -> bool {
 
 /// The registers per thread a block of `threads` threads may each hold: the 64K register
 /// file shared out, in the allocation unit of 8, at most 255.
+/// A PTX module for `arch` whose one kernel calls every function of the NVSHMEM shim the
+/// printer may call, with zero arguments: linked with the shim and NVSHMEM's archive, it
+/// proves every declaration matches a definition (the kernels exercise only some).
+pub fn nvshmem_shim_probe(arch: &str) -> String {
+    let funcs = intrin::shmem::ALL.iter();
+    let mut code = format!(".version {PTX_ISA}\n.target {arch}\n.address_size 64\n\n");
+    for f in funcs.clone() {
+        code.push_str(&f.declaration());
+    }
+    code.push_str("\n.visible .entry tl_shmem_probe()\n{\n  .reg .b32 %r<2>;\n  .reg .b64 %rd<2>;\n  mov.u32 %r1, 0;\n  mov.u64 %rd1, 0;\n");
+    for f in funcs {
+        code.push_str("  {\n");
+        let mut names = vec![];
+        for (i, t) in f.params.iter().enumerate() {
+            let reg = if *t == "b64" { "%rd1" } else { "%r1" };
+            code.push_str(&format!(
+                "  .param .{t} a{i};\n  st.param.{t} [a{i}], {reg};\n"
+            ));
+            names.push(format!("a{i}"));
+        }
+        match f.ret {
+            Some(t) => code.push_str(&format!(
+                "  .param .{t} r;\n  call (r), {}, ({});\n",
+                f.name,
+                names.join(", ")
+            )),
+            None => code.push_str(&format!("  call {}, ({});\n", f.name, names.join(", "))),
+        }
+        code.push_str("  }\n");
+    }
+    code.push_str("  ret;\n}\n");
+    code
+}
+
 pub fn launch_registers(threads: u32) -> u32 {
     (65536 / threads.max(1)).min(255) / 8 * 8
 }

@@ -831,8 +831,15 @@ impl TileScope {
                 );
                 self.if_(via_nvshmem, |t| {
                     let warp = tl_ir::ops::floordiv(t.thread_idx(), Expr::int(32));
-                    let start = t.let_("run_start", warp * slice.clone());
-                    let n = tl_ir::ops::min(slice.clone(), count.clone() - &start);
+                    // In i64: a run may start past 2^31 elements.
+                    let start = t.let_(
+                        "run_start",
+                        warp.cast(DType::I64) * slice.clone().cast(DType::I64),
+                    );
+                    let n = tl_ir::ops::min(
+                        slice.clone().cast(DType::I64),
+                        count.clone().cast(DType::I64) - &start,
+                    );
                     t.if_(n.clone().gt(0), |t| warp_call(t, start.clone(), n));
                 })
                 .else_(sm_copy);

@@ -46,6 +46,9 @@ pub(crate) const GET: ShimFn = f(
 pub(crate) const PUT_WARP: ShimFn = f("tl_shmem_put_warp", None, &["b64", "b64", "b64", "b32"]);
 pub(crate) const GET_WARP: ShimFn = f("tl_shmem_get_warp", None, &["b64", "b64", "b64", "b32"]);
 pub(crate) const QUIET: ShimFn = f("tl_shmem_quiet", None, &[]);
+/// `(flag)`: after a wait on this rank's own flag was satisfied, what NVSHMEM's own waits do
+/// then (over a proxied network transport, make the data delivered before the flag visible).
+pub(crate) const WAITED: ShimFn = f("tl_shmem_waited", None, &["b64"]);
 pub(crate) const FETCH32: ShimFn = f("tl_shmem_fetch32", Some("b32"), &["b64", "b32"]);
 pub(crate) const FETCH64: ShimFn = f("tl_shmem_fetch64", Some("b64"), &["b64", "b32"]);
 pub(crate) const SET32: ShimFn = f("tl_shmem_set32", None, &["b64", "b32", "b32"]);
@@ -57,6 +60,25 @@ pub(crate) const FETCH_ADD32: ShimFn =
     f("tl_shmem_fetch_add32", Some("b32"), &["b64", "b32", "b32"]);
 pub(crate) const FETCH_ADD64: ShimFn =
     f("tl_shmem_fetch_add64", Some("b64"), &["b64", "b64", "b32"]);
+
+/// Every function of the shim the printer may call (each must link: a test calls them all).
+pub(crate) const ALL: [ShimFn; 15] = [
+    PUT,
+    GET,
+    PUT_WARP,
+    GET_WARP,
+    QUIET,
+    WAITED,
+    FETCH32,
+    FETCH64,
+    SET32,
+    SET64,
+    ADD32,
+    ADD64,
+    ADDF32,
+    FETCH_ADD32,
+    FETCH_ADD64,
+];
 
 impl ShimFn {
     /// The module-scope `.extern .func` declaration.
@@ -114,6 +136,12 @@ impl Emitter {
             names.push(p);
         }
         let d = match (func.ret, ret) {
+            (Some(_), None) | (None, Some(_)) => {
+                return Err(format!(
+                    "{}: the call's result and the function's return disagree",
+                    func.name
+                ))
+            }
             (Some(t), Some(class)) => {
                 let d = self.fresh(class);
                 self.out.push_str(&format!(
@@ -156,6 +184,14 @@ impl Emitter {
     pub(in super::super) fn shmem_release(&mut self) -> R<()> {
         self.ins("fence.acq_rel.sys");
         self.call_shim(QUIET, &[], None)?;
+        Ok(())
+    }
+
+    /// After an acquire of this rank's own flag `a` (a satisfied wait, an acquiring load):
+    /// NVSHMEM's consistency step for data peers delivered before it.
+    pub(in super::super) fn shmem_waited(&mut self, a: &Addr) -> R<()> {
+        let p = self.generic(a);
+        self.call_shim(WAITED, &[p], None)?;
         Ok(())
     }
 
