@@ -123,7 +123,7 @@ pub fn discover_home() -> Result<NvshmemHome, NvrtcError> {
         }
         searched.push("python3's `nvidia.nvshmem` (pip install nvidia-nvshmem-cu13)".into());
         Err(NvrtcError::ToolNotFound {
-            tool: "NVSHMEM (set TILELANG_NVSHMEM_HOME to a folder with include/ and lib/, or `bash scripts/install-cuda-tools.sh --nvshmem`)",
+            tool: "NVSHMEM (set TILELANG_NVSHMEM_HOME to a folder with include/ and lib/, or `eval \"$(bash scripts/install-cuda-tools.sh)\"`, which unpacks NVSHMEM's wheel)",
             searched,
         })
     })
@@ -158,7 +158,7 @@ fn cuda_includes() -> Result<Vec<PathBuf>, NvrtcError> {
     match (runtime, libcu) {
         (Some(r), Some(l)) => Ok(if r == &l { vec![r.clone()] } else { vec![r.clone(), l] }),
         _ => Err(NvrtcError::ToolNotFound {
-            tool: "CUDA's runtime headers and libcu++ (cuda_runtime.h, cuda/std/type_traits) for NVSHMEM's shim: set TILELANG_CUDA_INCLUDE, or `bash scripts/install-cuda-tools.sh --nvshmem`",
+            tool: "CUDA's runtime headers and libcu++ (cuda_runtime.h, cuda/std/type_traits) for NVSHMEM's shim: set TILELANG_CUDA_INCLUDE, or `eval \"$(bash scripts/install-cuda-tools.sh)\"`",
             searched: bases.iter().map(|b| b.display().to_string()).collect(),
         }),
     }

@@ -1,7 +1,7 @@
 //! The NVSHMEM route of multi-rank kernels (`Kernel::with_nvshmem`): every peer access becomes
 //! a call of NVSHMEM's shim in the PTX, the simulator runs the same kernel (its semantics are
 //! the flat kernel's), and — where NVSHMEM's wheel is installed
-//! (`bash scripts/install-cuda-tools.sh --nvshmem`; CI does) — nvJitLink links the kernel with
+//! (`bash scripts/install-cuda-tools.sh` unpacks it; CI does) — nvJitLink links the kernel with
 //! the shim and NVSHMEM's device archive into a cubin that holds NVSHMEM's device state.
 
 use tilelang::kernels::dist::{
