@@ -774,13 +774,6 @@ impl Printer<'_> {
         swizzle: u32,
     ) -> String {
         let load = matches!(op, Intrinsic::TmaLoad { .. });
-        let multicast = matches!(
-            op,
-            Intrinsic::TmaLoad {
-                multicast: true,
-                ..
-            }
-        );
         let rank = box_dims.len();
         if !(2..=5).contains(&rank) {
             return self.cuda_error(
@@ -789,27 +782,32 @@ impl Printer<'_> {
                 "this is a compiler bug in TMA lowering",
             );
         }
-        // The shared end and the tensor, then (loads) the barrier, then the coordinates, then
-        // (multicast) the mask.
-        let fixed = if load { 3 } else { 2 };
-        if !self.cuda_nargs(op, args, fixed + rank + usize::from(multicast)) {
+        if !self.cuda_nargs(op, args, op.tma_arg_count().unwrap_or_default()) {
             return "0".into();
         }
-        let side = if load { "destination" } else { "source" };
-        let Some((smem, _)) = self.cuda_addr(op, args.first(), side, &[Scope::Shared], None) else {
-            return "0".into();
+        let Some(o) = op.tma_operands(args) else {
+            return self.cuda_error(
+                DiagKind::Internal,
+                format!("{op}: not a TMA copy"),
+                "this is a compiler bug in TMA lowering",
+            );
         };
-        let Some((_, tensor)) = self.cuda_addr(op, args.get(1), "tensor", &[Scope::Global], None)
+        let side = if load { "destination" } else { "source" };
+        let Some((smem, _)) = self.cuda_addr(op, Some(o.shared), side, &[Scope::Shared], None)
         else {
             return "0".into();
         };
-        let bar = if load {
-            match self.cuda_addr(op, args.get(2), "barrier", &[Scope::Shared], None) {
+        let Some((_, tensor)) =
+            self.cuda_addr(op, Some(o.tensor), "tensor", &[Scope::Global], None)
+        else {
+            return "0".into();
+        };
+        let bar = match o.barrier {
+            Some(b) => match self.cuda_addr(op, Some(b), "barrier", &[Scope::Shared], None) {
                 Some((b, _)) => Some(b),
                 None => return "0".into(),
-            }
-        } else {
-            None
+            },
+            None => None,
         };
         let Some(map) = self
             .tmaps
@@ -822,24 +820,20 @@ impl Printer<'_> {
                 "this is a compiler bug: the ABI's tensor maps miss a TMA copy",
             );
         };
-        let coords: Vec<String> = args[fixed..fixed + rank]
-            .iter()
-            .rev()
-            .map(|c| self.expr(c))
-            .collect();
-        match bar {
-            Some(b) if multicast => {
-                let mask = self.expr(&args[fixed + rank]);
+        let coords: Vec<String> = o.coords.iter().rev().map(|c| self.expr(c)).collect();
+        match (bar, o.mask) {
+            (Some(b), Some(mask)) => {
+                let mask = self.expr(mask);
                 format!(
                     "tl_tma_load_mc_{rank}d({smem}, &{map}, {b}, {mask}, {})",
                     coords.join(", ")
                 )
             }
-            Some(b) => format!(
+            (Some(b), None) => format!(
                 "tl_tma_load_{rank}d({smem}, &{map}, {b}, {})",
                 coords.join(", ")
             ),
-            None => format!(
+            (None, _) => format!(
                 "tl_tma_store_{rank}d(&{map}, {smem}, {})",
                 coords.join(", ")
             ),

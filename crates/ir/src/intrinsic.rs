@@ -287,6 +287,62 @@ pub enum Intrinsic {
     ViaNvshmem,
 }
 
+/// A TMA copy's operands (`TmaLoad`, `TmaStore`), split from its argument list in one place
+/// for every backend: the shared end, the tensor, the barrier (loads), one coordinate per
+/// box dim (outermost first), then the cluster mask (multicast loads).
+#[derive(Clone, Copy, Debug)]
+pub struct TmaOperands<'a> {
+    /// The destination of a load, the source of a store (a shared address).
+    pub shared: &'a crate::expr::Expr,
+    /// The address of the tensor's first element.
+    pub tensor: &'a crate::expr::Expr,
+    /// The barrier a load completes its transactions on; `None` for a store.
+    pub barrier: Option<&'a crate::expr::Expr>,
+    pub coords: &'a [crate::expr::Expr],
+    /// The mask of a multicast load's blocks.
+    pub mask: Option<&'a crate::expr::Expr>,
+}
+
+impl Intrinsic {
+    /// How many arguments a TMA copy takes (`None` for other intrinsics).
+    pub fn tma_arg_count(&self) -> Option<usize> {
+        match self {
+            Intrinsic::TmaLoad {
+                box_dims,
+                multicast,
+                ..
+            } => Some(3 + box_dims.len() + usize::from(*multicast)),
+            Intrinsic::TmaStore { box_dims, .. } => Some(2 + box_dims.len()),
+            _ => None,
+        }
+    }
+
+    /// The operands of a TMA copy called with `args` (`None` for other intrinsics, or when
+    /// the count is not [`tma_arg_count`](Self::tma_arg_count)).
+    pub fn tma_operands<'a>(&self, args: &'a [crate::expr::Expr]) -> Option<TmaOperands<'a>> {
+        if Some(args.len()) != self.tma_arg_count() {
+            return None;
+        }
+        let (load, rank, multicast) = match self {
+            Intrinsic::TmaLoad {
+                box_dims,
+                multicast,
+                ..
+            } => (true, box_dims.len(), *multicast),
+            Intrinsic::TmaStore { box_dims, .. } => (false, box_dims.len(), false),
+            _ => return None,
+        };
+        let fixed = if load { 3 } else { 2 };
+        Some(TmaOperands {
+            shared: &args[0],
+            tensor: &args[1],
+            barrier: load.then(|| &args[2]),
+            coords: &args[fixed..fixed + rank],
+            mask: multicast.then(|| &args[fixed + rank]),
+        })
+    }
+}
+
 /// The ordering a memory-model load, store or reduction asks for (PTX's `.sem`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub enum MemSem {
@@ -556,5 +612,36 @@ impl Intrinsic {
 impl fmt::Display for Intrinsic {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::Expr;
+
+    #[test]
+    fn tma_operands_split_loads_stores_and_masks() {
+        let args: Vec<Expr> = (0..7).map(Expr::int).collect();
+        let load = Intrinsic::TmaLoad {
+            box_dims: vec![64, 128],
+            swizzle: 128,
+            multicast: true,
+        };
+        assert_eq!(load.tma_arg_count(), Some(6));
+        assert!(load.tma_operands(&args).is_none(), "7 arguments for 6");
+        let o = load.tma_operands(&args[..6]).expect("six");
+        assert_eq!(o.barrier, Some(&args[2]));
+        assert_eq!(o.coords, &args[3..5]);
+        assert_eq!(o.mask, Some(&args[5]));
+        let store = Intrinsic::TmaStore {
+            box_dims: vec![64, 128],
+            swizzle: 128,
+        };
+        let o = store.tma_operands(&args[..4]).expect("four");
+        assert_eq!((o.shared, o.tensor), (&args[0], &args[1]));
+        assert!(o.barrier.is_none() && o.mask.is_none());
+        assert_eq!(o.coords, &args[2..4]);
+        assert!(Intrinsic::SyncThreads.tma_operands(&[]).is_none());
     }
 }

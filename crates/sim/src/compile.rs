@@ -395,6 +395,23 @@ impl Compiler<'_> {
         Ok(())
     }
 
+    /// A TMA copy's operands, or the arity error `need` gives.
+    fn tma_operands<'e>(
+        &self,
+        op: &Intrinsic,
+        args: &'e [Expr],
+        name: &str,
+    ) -> Result<tl_ir::TmaOperands<'e>, SimError> {
+        op.tma_operands(args).ok_or_else(|| {
+            SimError::InvalidIr(format!(
+                "{name} takes {} arguments, got {} at {}",
+                op.tma_arg_count().unwrap_or_default(),
+                args.len(),
+                self.span
+            ))
+        })
+    }
+
     /// The destination, source and peer of a peer copy (`args`: the destination and source
     /// elements of global buffers, then the rank; with `put` the destination is the peer's).
     fn peer_copy_operands(
@@ -950,24 +967,19 @@ impl Compiler<'_> {
                 Instr::MbarWait { bar, parity }
             }
             Intrinsic::TmaLoad {
-                box_dims,
-                swizzle,
-                multicast,
+                box_dims, swizzle, ..
             } => {
-                let rank = box_dims.len();
-                need(3 + rank + usize::from(*multicast))?;
+                let o = self.tma_operands(op, args, &name)?;
                 self.tma_shape(&name, box_dims, *swizzle)?;
-                let dst = self.address(args.first(), &name)?;
-                let tensor = self.address(args.get(1), &name)?;
-                let bar = self.address(args.get(2), &name)?;
-                let coords = args[3..3 + rank]
+                let dst = self.address(Some(o.shared), &name)?;
+                let tensor = self.address(Some(o.tensor), &name)?;
+                let bar = self.address(o.barrier, &name)?;
+                let coords = o
+                    .coords
                     .iter()
                     .map(|x| self.expr(x))
                     .collect::<Result<_, _>>()?;
-                let mask = match multicast {
-                    true => Some(self.expr(&args[3 + rank])?),
-                    false => None,
-                };
+                let mask = o.mask.map(|m| self.expr(m)).transpose()?;
                 Instr::TmaLoad {
                     box_dims: box_dims.clone(),
                     swizzle: *swizzle,
@@ -987,11 +999,12 @@ impl Compiler<'_> {
             }
             Intrinsic::ClusterSync => Instr::ClusterSync,
             Intrinsic::TmaStore { box_dims, swizzle } => {
-                need(2 + box_dims.len())?;
+                let o = self.tma_operands(op, args, &name)?;
                 self.tma_shape(&name, box_dims, *swizzle)?;
-                let src = self.address(args.first(), &name)?;
-                let tensor = self.address(args.get(1), &name)?;
-                let coords = args[2..]
+                let src = self.address(Some(o.shared), &name)?;
+                let tensor = self.address(Some(o.tensor), &name)?;
+                let coords = o
+                    .coords
                     .iter()
                     .map(|x| self.expr(x))
                     .collect::<Result<_, _>>()?;

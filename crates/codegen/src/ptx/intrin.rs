@@ -34,6 +34,13 @@ impl Emitter {
         }
     }
 
+    /// A TMA copy's operands, or the arity error `nargs` gives.
+    fn tma_operands<'e>(op: &Intrinsic, args: &'e [Expr]) -> R<tl_ir::TmaOperands<'e>> {
+        Self::nargs(op, args, op.tma_arg_count().unwrap_or_default())?;
+        op.tma_operands(args)
+            .ok_or_else(|| format!("{op}: not a TMA copy"))
+    }
+
     /// A memory operand in one of `scopes`.
     fn mem_arg(&mut self, arg: Option<&Expr>, scopes: &[Scope]) -> R<(Addr, Buffer)> {
         let (b, idx) = target(arg)?;
@@ -517,22 +524,20 @@ impl Emitter {
                 self.ins(&format!("@!{p} bra {top}"));
             }
             Intrinsic::TmaLoad {
-                box_dims,
-                swizzle,
-                multicast,
+                box_dims, swizzle, ..
             } => {
                 let rank = box_dims.len();
                 if !(1..=5).contains(&rank) {
                     return Err(format!("{op}: a {rank}-d box"));
                 }
-                Self::nargs(op, args, 3 + rank + usize::from(*multicast))?;
-                let (d, _) = self.mem_arg(args.first(), SHARED)?;
-                let map = self.tma_map(op, args.get(1), box_dims, *swizzle)?;
-                let (b, _) = self.mem_arg(args.get(2), SHARED)?;
-                let coords = self.tma_coords(&args[3..3 + rank])?;
-                let (suffix, mask) = if *multicast {
+                let o = Self::tma_operands(op, args)?;
+                let (d, _) = self.mem_arg(Some(o.shared), SHARED)?;
+                let map = self.tma_map(op, Some(o.tensor), box_dims, *swizzle)?;
+                let (b, _) = self.mem_arg(o.barrier, SHARED)?;
+                let coords = self.tma_coords(o.coords)?;
+                let (suffix, mask) = if let Some(m) = o.mask {
                     // The mask is a 16-bit operand.
-                    let m = self.expr(&args[3 + rank])?;
+                    let m = self.expr(m)?;
                     let m = self.reg(&m, Class::B32);
                     let h = self.fresh(Class::B16);
                     self.ins(&format!("cvt.u16.u32 {h}, {m}"));
@@ -580,10 +585,10 @@ impl Emitter {
                 if !(1..=5).contains(&rank) {
                     return Err(format!("{op}: a {rank}-d box"));
                 }
-                Self::nargs(op, args, 2 + rank)?;
-                let (src, _) = self.mem_arg(args.first(), SHARED)?;
-                let map = self.tma_map(op, args.get(1), box_dims, *swizzle)?;
-                let coords = self.tma_coords(&args[2..])?;
+                let o = Self::tma_operands(op, args)?;
+                let (src, _) = self.mem_arg(Some(o.shared), SHARED)?;
+                let map = self.tma_map(op, Some(o.tensor), box_dims, *swizzle)?;
+                let coords = self.tma_coords(o.coords)?;
                 self.ins(&format!(
                     "cp.async.bulk.tensor.{rank}d.global.shared::cta.bulk_group [{map}, {{{}}}], {}",
                     coords.join(", "),
