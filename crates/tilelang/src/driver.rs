@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tl_ir::{DiagKind, Diagnostic, Diagnostics, Span};
 use tl_runtime::{Cache, CompileStats, Device, Executable, ResourceUsage, RuntimeError, Signature};
@@ -418,6 +418,36 @@ impl Kernel {
                     )?;
                     Ok((key, exe))
                 };
+                // PTX likely to spill (see below): compile the CUDA C++ into the cache on
+                // another thread meanwhile, so a fallback finds it built. The thread is not
+                // waited for: where the PTX does not spill, its work is only a cache entry.
+                let backend = Backend::requested()?;
+                let speculative = (src.tight_registers
+                    && src.language == tl_codegen::Language::Ptx
+                    && backend.is_none())
+                .then(|| tl_codegen::cuda::generate(&low, target).ok())
+                .flatten();
+                // What the thread reports: whether the CUDA C++ was cached already, and how
+                // long its compile took (the fallback's build then finds it cached).
+                let mut spec_rx = None;
+                if let Some(alt) = &speculative {
+                    if let Ok(alt_key) = cuda_key(alt) {
+                        let (spec_tx, rx) = std::sync::mpsc::channel::<(bool, Duration)>();
+                        spec_rx = Some(rx);
+                        let (cache, name) = (cache.clone(), sig.name.clone());
+                        let (code, arch) = (alt.code.clone(), alt.arch.clone());
+                        let _ = std::thread::Builder::new()
+                            .name("tl-speculative-nvrtc".into())
+                            .spawn(move || {
+                                let t = Instant::now();
+                                if let Ok(hit) = tl_runtime::precompile_cuda(
+                                    &cache, &alt_key, &name, &code, &arch,
+                                ) {
+                                    let _ = spec_tx.send((hit, t.elapsed()));
+                                }
+                            });
+                    }
+                }
                 let (mut key, mut exe) = build(&src, sig.clone())?;
                 let mut chosen = src;
                 let mut fallback = fallback;
@@ -428,16 +458,24 @@ impl Kernel {
                 // backend was asked for by name.
                 let spilled = spill_bytes(&exe).filter(|&n| n > 0);
                 if let (Some(spilled), tl_codegen::Language::Ptx, None) =
-                    (spilled, chosen.language, Backend::requested()?)
+                    (spilled, chosen.language, backend)
                 {
-                    let spill_free =
-                        tl_codegen::cuda::generate(&low, target)
-                            .ok()
-                            .and_then(|alt| {
-                                let (k, e) = build(&alt, sig.clone()).ok()?;
-                                (spill_bytes(&e) == Some(0)).then_some((alt, k, e))
-                            });
-                    if let Some((alt, k, e)) = spill_free {
+                    let spill_free = speculative
+                        .or_else(|| tl_codegen::cuda::generate(&low, target).ok())
+                        .and_then(|alt| {
+                            let (k, e) = build(&alt, sig.clone()).ok()?;
+                            (spill_bytes(&e) == Some(0)).then_some((alt, k, e))
+                        });
+                    if let Some((alt, k, mut e)) = spill_free {
+                        // Compiled in this call, on the speculative thread: not a hit.
+                        // (It reports just after the cubin it wrote, which the build found.)
+                        let report = spec_rx
+                            .as_ref()
+                            .and_then(|rx| rx.recv_timeout(Duration::from_secs(5)).ok());
+                        if let Some((false, took)) = report {
+                            e.stats_mut().cache_hit = false;
+                            e.stats_mut().compile = took;
+                        }
                         dump_source(&alt);
                         fallback = Some(format!(
                             "the PTX spilled {spilled} bytes per thread under its register bound; NVRTC's build of the CUDA C++ spills none"

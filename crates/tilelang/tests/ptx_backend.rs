@@ -366,3 +366,64 @@ fn clustered_gemm_assembles_in_both_code_paths() {
         tl_nvrtc::check(&cuda, &arch).unwrap_or_else(|e| panic!("{layout:?} CUDA: {e}"));
     }
 }
+
+/// PTX under a register bound that its per-thread arrays nearly fill is flagged (a driver
+/// compiles the CUDA C++ beside it, since such PTX tends to spill where NVRTC's does not):
+/// the d64 attention, whose spills made it fall back (126 registers, 36 bytes), is; the
+/// warp-specialized GEMM and attention (no bound) and the wgmma GEMM whose arrays leave a
+/// quarter of its bound free are not; CUDA C++ never is.
+#[test]
+fn tight_register_bounds_are_flagged() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    let ptx = |k: &tilelang::Kernel| {
+        let low = k.lower(Target::SM90).expect("lowers");
+        tl_codegen::ptx::generate(&low, Target::SM90).expect("PTX")
+    };
+    let d64 = flash_attention(BF16, 64, false, AttnConfig::hopper_for(64, false));
+    let src = ptx(&d64);
+    assert!(
+        src.code.contains(".minnctapersm 2"),
+        "d64 attention is bounded"
+    );
+    assert!(src.tight_registers, "d64 attention fills its bound");
+    let low = d64.lower(Target::SM90).expect("lowers");
+    let cpp = tl_codegen::cuda::generate(&low, Target::SM90).expect("CUDA C++");
+    assert!(!cpp.tight_registers);
+    for (what, k) in [
+        (
+            "warp-specialized GEMM",
+            gemm(Layout::NT, BF16, BF16, GemmConfig::hopper()),
+        ),
+        (
+            "warp-specialized d128 attention",
+            flash_attention(BF16, 128, false, AttnConfig::hopper_for(128, false)),
+        ),
+        (
+            "bounded wgmma GEMM",
+            gemm(
+                Layout::NT,
+                BF16,
+                BF16,
+                GemmConfig {
+                    warp_specialize: Some(false),
+                    persistent: None,
+                    ..GemmConfig::tiles(128, 128, 64, 3, 256)
+                },
+            ),
+        ),
+    ] {
+        let src = ptx(&k);
+        assert_eq!(
+            src.code.contains(".minnctapersm 2"),
+            what == "bounded wgmma GEMM",
+            "{what}'s bound"
+        );
+        assert!(
+            !src.tight_registers,
+            "{what} is not tight:\n{}",
+            &src.code[..400]
+        );
+    }
+}
