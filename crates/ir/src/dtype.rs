@@ -200,10 +200,10 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         F32 => v as f32 as f64,
         F64 => v,
-        F16 => half::f16::from_f64(v).to_f64(),
-        BF16 => half::bf16::from_f64(v).to_f64(),
-        F8E4M3 => crate::fp8::e4m3_to_f32(crate::fp8::f32_to_e4m3(v as f32)) as f64,
-        F8E5M2 => crate::fp8::e5m2_to_f32(crate::fp8::f32_to_e5m2(v as f32)) as f64,
+        F16 => f64_to_f16(v).to_f64(),
+        BF16 => f64_to_bf16(v).to_f64(),
+        F8E4M3 => crate::fp8::e4m3_to_f32(crate::fp8::f32_to_e4m3(f64_to_f32_odd(v))) as f64,
+        F8E5M2 => crate::fp8::e5m2_to_f32(crate::fp8::f32_to_e5m2(f64_to_f32_odd(v))) as f64,
         Bool => {
             if v != 0.0 {
                 1.0
@@ -219,6 +219,35 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
             }
         }
     }
+}
+
+/// `v` as an f32 rounded toward zero, with the last bit set where that was inexact ("round to
+/// odd"). Rounding this to nearest in any format of at most 22 significant bits (f16, bf16,
+/// fp8) gives what rounding `v` itself would: the set bit keeps "just above (or below) a
+/// halfway point" from becoming "exactly halfway", which rounding `v as f32` first can do.
+/// (`half`'s own f64 conversions get this wrong: `bf16::from_f64(492544.0625)` is 491520,
+/// though the value is above the halfway point 492544 and rounds to 493568.)
+pub fn f64_to_f32_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if v.is_nan() || f as f64 == v {
+        return f;
+    }
+    let mut bits = f.to_bits();
+    if (f as f64).abs() > v.abs() {
+        // Rounded away from zero (to infinity, past the largest f32): one step back.
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
+/// `v` rounded to the nearest bf16 (ties to even), in one rounding.
+pub fn f64_to_bf16(v: f64) -> half::bf16 {
+    half::bf16::from_f32(f64_to_f32_odd(v))
+}
+
+/// `v` rounded to the nearest f16 (ties to even), in one rounding.
+pub fn f64_to_f16(v: f64) -> half::f16 {
+    half::f16::from_f32(f64_to_f32_odd(v))
 }
 
 #[cfg(test)]
@@ -255,5 +284,43 @@ mod tests {
         assert_eq!(round_to(BF16, 1.0 + 1.0 / 512.0), 1.0);
         assert_eq!(round_to(I8, 300.0), 127.0);
         assert_eq!(round_to(I32, -2.7), -2.0);
+    }
+
+    /// The nearest bf16 / f16 by brute force: no neighbour of the result is nearer, and a
+    /// tie goes to the even one. Includes the value `half::bf16::from_f64` rounds wrongly.
+    fn nearest_16(v: f64, got_bits: u16, to_f64: fn(u16) -> f64) -> bool {
+        let d = |b: u16| (to_f64(b) - v).abs();
+        let here = d(got_bits);
+        [got_bits.wrapping_add(1), got_bits.wrapping_sub(1)]
+            .into_iter()
+            .filter(|b| to_f64(*b).is_finite())
+            .all(|b| d(b) > here || (d(b) == here && got_bits.is_multiple_of(2)))
+    }
+
+    #[test]
+    fn sixteen_bit_rounding_is_one_rounding() {
+        let bf = |b: u16| half::bf16::from_bits(b).to_f64();
+        let h = |b: u16| half::f16::from_bits(b).to_f64();
+        for v in [
+            492544.07460339373,
+            492544.0625,
+            492544.0,
+            1.0 + 1.0 / 256.0,
+            -3.0e38,
+            1e-42,
+        ] {
+            assert!(nearest_16(v, f64_to_bf16(v).to_bits(), bf), "bf16 of {v}");
+        }
+        assert_eq!(f64_to_bf16(492544.0625).to_f64(), 493568.0);
+        assert_eq!(f64_to_bf16(492544.0).to_f64(), 491520.0); // a tie: to even
+        assert!(f64_to_bf16(1e39).to_f64().is_infinite());
+        assert!(f64_to_f16(70000.0).to_f64().is_infinite());
+        proptest::proptest!(|(v in -6.0e4f64..6.0e4, e in -30i32..30)| {
+            let x = v * 2f64.powi(e);
+            proptest::prop_assert!(nearest_16(x, f64_to_bf16(x).to_bits(), bf), "bf16 of {}", x);
+            if x.abs() < 65504.0 {
+                proptest::prop_assert!(nearest_16(x, f64_to_f16(x).to_bits(), h), "f16 of {}", x);
+            }
+        });
     }
 }

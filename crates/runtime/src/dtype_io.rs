@@ -40,12 +40,12 @@ pub fn write(bytes: &mut [u8], dtype: DType, i: usize, v: f64) {
         DType::U32 => b.copy_from_slice(&(v as u32).to_le_bytes()),
         DType::I64 => b.copy_from_slice(&(v as i64).to_le_bytes()),
         DType::U64 => b.copy_from_slice(&(v as u64).to_le_bytes()),
-        DType::F16 => b.copy_from_slice(&half::f16::from_f64(v).to_bits().to_le_bytes()),
-        DType::BF16 => b.copy_from_slice(&half::bf16::from_f64(v).to_bits().to_le_bytes()),
+        DType::F16 => b.copy_from_slice(&tl_ir::dtype::f64_to_f16(v).to_bits().to_le_bytes()),
+        DType::BF16 => b.copy_from_slice(&tl_ir::dtype::f64_to_bf16(v).to_bits().to_le_bytes()),
         DType::F32 => b.copy_from_slice(&(v as f32).to_le_bytes()),
         DType::F64 => b.copy_from_slice(&v.to_le_bytes()),
-        DType::F8E4M3 => b[0] = fp8::f32_to_e4m3(v as f32),
-        DType::F8E5M2 => b[0] = fp8::f32_to_e5m2(v as f32),
+        DType::F8E4M3 => b[0] = fp8::f32_to_e4m3(tl_ir::dtype::f64_to_f32_odd(v)),
+        DType::F8E5M2 => b[0] = fp8::f32_to_e5m2(tl_ir::dtype::f64_to_f32_odd(v)),
     }
 }
 
