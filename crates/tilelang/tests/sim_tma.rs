@@ -481,6 +481,45 @@ fn tma_store_epilogue_bugs_are_caught() {
     }
 }
 
+/// Four 48 KB stages of 128×256×64 tiles leave no room for the epilogue's whole staging
+/// tile, so C goes out in column chunks through a tile of half (bf16) or a quarter (f32) of
+/// its columns, each chunk's store read before the next chunk overwrites it: correct with
+/// tails in M and N on a persistent grid, and a missing read wait is reported.
+#[test]
+fn chunked_tma_store_epilogue_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    for (out, scratch) in [(BF16, "bf16[16384]"), (F32, "f32[8192]")] {
+        let cfg = gemm::GemmConfig {
+            instruction: Some(GemmInstruction::Wgmma),
+            persistent: Some(2),
+            warp_specialize: Some(true),
+            ..gemm::GemmConfig::tiles(128, 256, 64, 4, 256)
+        };
+        let layout = gemm::Layout::NT;
+        let k = gemm::gemm(layout, BF16, out, cfg);
+        let low = tma_variant(&k);
+        let text = low.to_string();
+        assert!(text.contains("tma_store<"), "{text}");
+        assert!(
+            text.contains(&format!("alloc shared epilogue_scratch: {scratch}")),
+            "{out}: {text}"
+        );
+        let sh = shapes(layout, 136, 520, 200);
+        let e = run_vs_cpu(&k, &low, &sh, 6).expect("the kernel as lowered runs");
+        assert!(e < 1e-2, "{out}: {e}");
+        let no_read_wait = low.with_body(rewrite_calls(
+            &low.body,
+            &|op| matches!(op, Intrinsic::BulkWait { .. }),
+            &|_, _| (Intrinsic::FenceProxyAsync, vec![]),
+        ));
+        let e = run_vs_cpu(&k, &no_read_wait, &sh, 6)
+            .expect_err("rewriting a chunk a TMA store reads must be reported");
+        assert!(e.contains("TMA store"), "{e}");
+    }
+}
+
 /// A TMA store's global writes land after the store is issued (the epilogue waits only
 /// until the store has read its tile): reading them back in the kernel before the issuing
 /// thread's full wait (`cp.async.bulk.wait_group 0`, not `.read`) is reported; after it,

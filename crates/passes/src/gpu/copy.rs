@@ -161,8 +161,8 @@ impl Ctx<'_> {
             (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst) => {
                 self.copy_frag_staged(src, dst, span)
             }
-            (Scope::Fragment, _) => self.copy_frag(dst, src, false, span),
-            (_, Scope::Fragment) => self.copy_frag(src, dst, true, span),
+            (Scope::Fragment, _) => self.copy_frag(dst, src, false, None, span),
+            (_, Scope::Fragment) => self.copy_frag(src, dst, true, None, span),
             (Scope::Local | Scope::Var, _) | (_, Scope::Local | Scope::Var) => Err(self
                 .unsupported(span, "a tile copy to or from a per-thread local buffer")
                 .help("copy through a fragment or shared buffer instead")),
@@ -333,6 +333,7 @@ impl Ctx<'_> {
         other: &Region,
         frag: &Region,
         load: bool,
+        window: Option<FragWindow>,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
         let fb = &frag.buffer;
@@ -381,6 +382,14 @@ impl Ctx<'_> {
                 cond = c;
             }
         }
+        // A window's elements must start and end on whole vectors.
+        if window.is_some_and(|w| w.first % v != 0 || w.count % v != 0) {
+            (v, cond) = (1, None);
+        }
+        let (first, count, col_lo) = match window {
+            Some(w) => (w.first, w.count, w.col_lo),
+            None => (0, f.local_size(), 0),
+        };
         let replica_guard = if !load && f.replication() > 1 {
             Some(f.replica_index(&self.tid).eq_(0))
         } else {
@@ -388,9 +397,14 @@ impl Ctx<'_> {
         };
         let build = |cx: &mut Ctx, v: i64| -> Stmt {
             let w = Var::new("w", DType::I32);
-            let v0 = w.expr() * v;
+            let v0 = (w.expr() + first / v) * v;
             let coords = f.coords(&cx.tid, &v0);
-            let fcoords: Vec<Expr> = fdims.iter().map(|&d| coords[d].clone()).collect();
+            let mut fcoords: Vec<Expr> = fdims.iter().map(|&d| coords[d].clone()).collect();
+            if col_lo != 0 {
+                if let Some(c) = fcoords.last_mut() {
+                    *c = c.clone() - col_lo;
+                }
+            }
             let oidx = region_index(other, &fcoords);
             let o_in = in_bounds(ob, &oidx);
             let body = if v == 1 {
@@ -485,7 +499,7 @@ impl Ctx<'_> {
                     Stmt::seq(st, span)
                 }
             };
-            for_loop(&w, f.local_size() / v, ForKind::Unrolled, body, span)
+            for_loop(&w, count / v, ForKind::Unrolled, body, span)
         };
         let fast = build(self, v);
         let stmt = match cond {
@@ -531,8 +545,14 @@ impl Ctx<'_> {
     /// kernel is warp-specialized (the store then runs while the consumers go on to the next
     /// tile of a persistent kernel), the target has TMA, the tensor's rows are whole 16-byte
     /// units and the staging tile fits beside the kernel's other shared buffers (none of
-    /// which a warp-specialized kernel overlaps).
-    fn tma_store_epilogue(&self, frag: &Region, dst: &Region) -> Option<super::tma::TmaTile> {
+    /// which a warp-specialized kernel overlaps). Where the whole tile does not fit, a tile
+    /// of a half or a quarter of its columns, reused chunk by chunk, may: the plan's second
+    /// part is the chunk's width (the fragment's columns when whole).
+    fn tma_store_epilogue(
+        &self,
+        frag: &Region,
+        dst: &Region,
+    ) -> Option<(super::tma::TmaTile, i64)> {
         if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
             return None;
         }
@@ -542,34 +562,52 @@ impl Ctx<'_> {
             return None;
         }
         let shape = frag.buffer.const_shape()?;
+        if shape.len() != 2 || !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer) {
+            return None;
+        }
         let eb = dst.buffer.dtype().bytes() as i64;
-        let tile = shape.iter().product::<i64>() * eb;
-        if shape.len() != 2 || self.smem_bytes + tile as usize > self.target.max_shared_bytes() {
-            return None;
+        let f = self.frag(&frag.buffer)?;
+        let (rows, cols) = (shape[0], shape[1]);
+        let mut width = cols;
+        while width >= 1 {
+            let tile = rows * width * eb;
+            let chunkable = width == cols || column_chunks(f, 1, width).is_some();
+            if chunkable && self.smem_bytes + tile as usize <= self.target.max_shared_bytes() {
+                let probe = Buffer::new(
+                    "probe",
+                    vec![Expr::int(rows), Expr::int(width)],
+                    dst.buffer.dtype(),
+                    Scope::Shared,
+                    Span::UNKNOWN,
+                );
+                let full = Region::full(&probe);
+                let layout = super::mma::operand_smem_layout(&full)?;
+                let mut part = dst.clone();
+                if let Some(e) = part.extents.last_mut() {
+                    *e = Expr::int(width);
+                }
+                let t = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
+                return Some((t, width));
+            }
+            // Halves and quarters only: a chunk stays a whole number of swizzle panels.
+            if width * 4 <= cols || width % 2 != 0 {
+                return None;
+            }
+            width /= 2;
         }
-        if !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer) {
-            return None;
-        }
-        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
-        let probe = Buffer::new(
-            "probe",
-            dims,
-            dst.buffer.dtype(),
-            Scope::Shared,
-            Span::UNKNOWN,
-        );
-        let full = Region::full(&probe);
-        let layout = super::mma::operand_smem_layout(&full)?;
-        super::tma::TmaTile::of(dst, &full, Some(&layout), &self.target, true)
+        None
     }
 
     /// Fragment → swizzled shared tile → one thread's TMA store per swizzle panel, left in
     /// flight: the next such copy (or the kernel's end) waits for it to have read the tile.
+    /// A tile of part of the columns takes them chunk by chunk, each store read before the
+    /// next chunk overwrites the tile.
     ///
     /// ```text
-    /// thread 0: bulk_wait_read 0; barrier        (the previous store has read the tile)
-    /// fragment → tile; fence_proxy_async; barrier
-    /// thread 0: tma_store per panel; bulk_commit
+    /// per chunk:
+    ///   thread 0: bulk_wait_read 0; barrier   (the previous store has read the tile)
+    ///   fragment's chunk → tile; fence_proxy_async; barrier
+    ///   thread 0: tma_store per panel; bulk_commit
     /// ```
     fn copy_frag_tma_store(
         &mut self,
@@ -577,32 +615,63 @@ impl Ctx<'_> {
         dst: &Region,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
-        let Some(t) = self.tma_store_epilogue(frag, dst) else {
+        let Some((t, width)) = self.tma_store_epilogue(frag, dst) else {
             return Err(Diagnostic::internal(
                 "a TMA store epilogue that cannot be planned",
             ));
         };
-        let (full, to_shared) = self.stage_fragment(frag, dst, span)?;
+        let shape = frag.buffer.const_shape().unwrap_or_default();
+        let (rows, cols) = (shape[0], shape[1]);
+        let windows: Vec<Option<FragWindow>> = if width == cols {
+            vec![None]
+        } else {
+            let Some(w) = self
+                .frag(&frag.buffer)
+                .and_then(|f| column_chunks(f, 1, width))
+            else {
+                return Err(Diagnostic::internal(
+                    "a chunked TMA store epilogue whose chunks cannot be planned",
+                ));
+            };
+            w.into_iter().map(Some).collect()
+        };
+        let stage = self.scratch_shared(
+            "epilogue",
+            vec![Expr::int(rows), Expr::int(width)],
+            dst.buffer.dtype(),
+            span,
+        );
+        let full = Region::full(&stage);
+        if let Some(l) = super::mma::operand_smem_layout(&full) {
+            self.extra_smem.insert(stage.id(), (stage.clone(), l));
+        }
         let tid0 = self.tid.eq_(0);
         let rank = dst.buffer.rank();
         let tensor = crate::tile_util::address_of(&dst.buffer, vec![Expr::int(0); rank]);
-        let (box_dims, panels) = t.boxes(dst, &full);
-        let mut stores = vec![];
-        for (shared, coords) in panels {
-            let mut args = vec![shared, tensor.clone()];
-            args.extend(coords);
-            stores.push(self.eval(
-                Intrinsic::TmaStore {
-                    box_dims: box_dims.clone(),
-                    swizzle: t.swizzle,
-                },
-                args,
-                span,
-            ));
-        }
-        stores.push(self.eval(Intrinsic::BulkCommit, vec![], span));
-        Ok(Stmt::seq(
-            vec![
+        let mut steps = vec![];
+        for (h, window) in windows.into_iter().enumerate() {
+            let to_shared = self.copy_frag(&full, frag, false, window, span)?;
+            let mut part = dst.clone();
+            if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
+                *o = o.clone() + h as i64 * width;
+                *e = Expr::int(width);
+            }
+            let (box_dims, panels) = t.boxes(&part, &full);
+            let mut stores = vec![];
+            for (shared, coords) in panels {
+                let mut args = vec![shared, tensor.clone()];
+                args.extend(coords);
+                stores.push(self.eval(
+                    Intrinsic::TmaStore {
+                        box_dims: box_dims.clone(),
+                        swizzle: t.swizzle,
+                    },
+                    args,
+                    span,
+                ));
+            }
+            stores.push(self.eval(Intrinsic::BulkCommit, vec![], span));
+            steps.extend([
                 if_then(
                     Some(tid0.clone()),
                     self.eval(Intrinsic::BulkWait { n: 0, read: true }, vec![], span),
@@ -612,10 +681,10 @@ impl Ctx<'_> {
                 to_shared,
                 self.eval(Intrinsic::FenceProxyAsync, vec![], span),
                 self.sync(span),
-                if_then(Some(tid0), Stmt::seq(stores, span), span),
-            ],
-            span,
-        ))
+                if_then(Some(tid0.clone()), Stmt::seq(stores, span), span),
+            ]);
+        }
+        Ok(Stmt::seq(steps, span))
     }
 
     /// An epilogue's staging tile for `frag` (a scratch shared tile of `dst`'s type in the
@@ -633,7 +702,7 @@ impl Ctx<'_> {
         if let Some(l) = super::mma::operand_smem_layout(&full) {
             self.extra_smem.insert(stage.id(), (stage.clone(), l));
         }
-        let to_shared = self.copy_frag(&full, frag, false, span)?;
+        let to_shared = self.copy_frag(&full, frag, false, None, span)?;
         Ok((full, to_shared))
     }
 
@@ -698,6 +767,71 @@ impl Ctx<'_> {
         };
         Ok(for_loop(&v, fs.local_size(), ForKind::Unrolled, body, span))
     }
+}
+
+/// The elements of a fragment that fall in one chunk of columns: the thread's local
+/// elements `first .. first + count` hold exactly the columns `col_lo .. col_lo + width` of
+/// the fragment's last dim (see [`column_chunks`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct FragWindow {
+    pub first: i64,
+    pub count: i64,
+    pub col_lo: i64,
+}
+
+/// Split fragment `f`'s columns (dim `dim` counted from the last: 1 for the last) into
+/// chunks `width` wide, as windows of each thread's local elements — where every local
+/// element lies in one chunk for every thread and each chunk's elements are consecutive
+/// (a tensor-core accumulator's are: its column groups are the outermost value mode).
+/// `None` where they are not, or where the fragment is replicated.
+pub(super) fn column_chunks(f: &Fragment, dim: usize, width: i64) -> Option<Vec<FragWindow>> {
+    let rank = f.shape.len();
+    let col = rank.checked_sub(dim)?;
+    let cols = *f.shape.get(col)?;
+    if width <= 0 || cols % width != 0 || f.replication() > 1 {
+        return None;
+    }
+    // The columns a thread adds to an element's: 0 up to `reach`.
+    let reach: i64 = f
+        .thread_modes
+        .iter()
+        .filter(|m| m.extent > 1 && m.target.map(|t| t.0) == Some(col))
+        .map(|m| (m.extent - 1) * m.target.map_or(0, |t| t.1))
+        .sum();
+    let mut chunk_of = vec![];
+    for e in 0..f.local_size() {
+        let (mut stride, mut c) = (1i64, 0i64);
+        for m in &f.value_modes {
+            let d = (e / stride) % m.extent.max(1);
+            if let Some((dd, s)) = m.target {
+                if dd == col && m.extent > 1 {
+                    c += d * s;
+                }
+            }
+            stride *= m.extent.max(1);
+        }
+        if c / width != (c + reach) / width {
+            return None;
+        }
+        chunk_of.push(c / width);
+    }
+    let mut out = vec![];
+    for h in 0..cols / width {
+        let first = chunk_of.iter().position(|&x| x == h)? as i64;
+        let count = chunk_of.iter().filter(|&&x| x == h).count() as i64;
+        if chunk_of[first as usize..(first + count) as usize]
+            .iter()
+            .any(|&x| x != h)
+        {
+            return None;
+        }
+        out.push(FragWindow {
+            first,
+            count,
+            col_lo: h * width,
+        });
+    }
+    Some(out)
 }
 
 /// Do both layouts place every element on the same thread?
