@@ -87,9 +87,13 @@ impl GemmConfig {
     }
 
     /// Hopper (sm_90a) tiles, which the compiler runs on the warpgroup MMA with TMA loads, for
-    /// 16-bit inputs: 128x256x64, 3 stages, two consumer warpgroups and a producer
-    /// (warp-specialized), panels of 16 block-rows; C goes out through a shared tile by TMA
-    /// store (which the third stage's bytes leave room for). Persistent (one block per SM
+    /// 16-bit inputs: 128x256x64, 4 stages, two consumer warpgroups and a producer
+    /// (warp-specialized), panels of 16 block-rows; C goes out by TMA store through a shared
+    /// tile of half its columns, in two chunks (the whole tile no longer fits beside four
+    /// stages): against 3 stages and the whole tile, +1–2% at 4096³ and 4096×8192×2048, even
+    /// at 8192³ and 6144³ (H100, gpu-notes run 23c: 782.7 / 752.1 against 768.3 / 745.3
+    /// TFLOP/s at `--reps 30`; with C stored from the registers instead, four stages lost
+    /// 6–18%, run 23a). Persistent (one block per SM
     /// looping over tiles): the producer loads the next tile while the consumers finish this
     /// one. Each k step waits for its own wgmma and frees its stage at once: leaving the
     /// wgmma running into the next step (`overlap`) frees a stage only after the next one has
@@ -103,7 +107,7 @@ impl GemmConfig {
             overlap: false,
             warp_specialize: Some(true),
             persistent: Some(0),
-            ..GemmConfig::tiles(128, 256, 64, 3, 256)
+            ..GemmConfig::tiles(128, 256, 64, 4, 256)
         }
     }
 
