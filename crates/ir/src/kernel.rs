@@ -124,6 +124,11 @@ pub struct KernelAttrs {
     /// only: it measured faster there and slower for attention and the bf16 GEMM on an H100
     /// (docs/performance.md, session 17).
     pub ping_pong: bool,
+    /// Registers per thread a warp-specialized kernel's producer warpgroup keeps
+    /// (`setmaxnreg`, a multiple of 8 from 24; the consumers share the rest). `None`: the
+    /// `warp_specialize` stage's default (`register_split`). `TILELANG_WS_PRODUCER_REGS`
+    /// overrides it for every kernel.
+    pub producer_registers: Option<u32>,
     /// Set by the `pipeline` stage when it split a loop into producer and consumer halves
     /// (marked by `Intrinsic::ProducerWarps`); the `warp_specialize` stage finishes the job.
     pub warp_specialized: Option<WarpSpecialized>,

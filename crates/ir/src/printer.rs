@@ -470,6 +470,9 @@ impl Printer {
         if let Some(c) = k.attrs.cluster {
             let _ = write!(head, " cluster {}x{}", c.dim, c.size);
         }
+        if let Some(r) = k.attrs.producer_registers {
+            let _ = write!(head, " producer_registers {r}");
+        }
         if let Some(b) = k.attrs.wgmma_batch {
             let _ = write!(head, " wgmma_batch {b}");
         }

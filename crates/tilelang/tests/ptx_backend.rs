@@ -311,7 +311,11 @@ fn hopper_gemm_tiles_arrive_by_tma() {
 fn persistent_gemm_stage_index_is_an_unsigned_division() {
     use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
     use tilelang::prelude::BF16;
-    let cfg = GemmConfig::hopper();
+    // Three stages: a stage count that is not a power of two (the default's 4 is a mask).
+    let cfg = GemmConfig {
+        stages: 3,
+        ..GemmConfig::hopper()
+    };
     assert!(cfg.persistent.is_some());
     let ptx = gemm(Layout::NT, BF16, BF16, cfg)
         .emit_ptx(Target::SM90)

@@ -110,7 +110,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         out.push(eval(Intrinsic::ClusterSync, vec![], span));
     }
     let (mut p, mut c) = (vec![], vec![]);
-    if let Some((dec, inc)) = register_split_from_env(consumers) {
+    if let Some((dec, inc)) = register_split_asked(consumers, k.attrs.producer_registers) {
         p.push(eval(
             Intrinsic::SetMaxNReg {
                 inc: false,
@@ -173,13 +173,16 @@ fn consumers_share(consumers: u32, producer: u32) -> Option<u32> {
 }
 
 /// [`register_split`], with the producer's registers taken from `TILELANG_WS_PRODUCER_REGS`
-/// where set (24 to 256, a multiple of 8: what `setmaxnreg` takes), to measure other splits;
-/// the consumers get the rest, at most 240.
-fn register_split_from_env(consumers: u32) -> Option<(u32, u32)> {
+/// where set (24 to 256, a multiple of 8: what `setmaxnreg` takes; to measure other
+/// splits), else from the kernel's `producer_registers` attribute; the consumers get the
+/// rest, at most 240. An attribute `setmaxnreg` cannot take is ignored.
+fn register_split_asked(consumers: u32, attr: Option<u32>) -> Option<(u32, u32)> {
+    let valid = |r: &u32| (24..=256).contains(r) && r.is_multiple_of(8);
     let asked = std::env::var("TILELANG_WS_PRODUCER_REGS")
         .ok()
         .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|r| (24..=256).contains(r) && r % 8 == 0);
+        .filter(valid)
+        .or(attr.filter(valid));
     match asked {
         Some(producer) => {
             let consumer = consumers_share(consumers, producer)?;

@@ -751,6 +751,15 @@ impl TileScope {
         self.state.borrow_mut().attrs.ping_pong = on;
     }
 
+    /// With warp specialization: the registers per thread the producer warpgroup keeps
+    /// (`setmaxnreg`: a multiple of 8 from 24; the consumer warpgroups share the rest of the
+    /// register file). The compiler's default is 40 beside two consumer warpgroups; a
+    /// producer that computes more (a persistent kernel's tile coordinates, many tensor
+    /// maps) may spill there.
+    pub fn producer_registers(&mut self, regs: u32) {
+        self.state.borrow_mut().attrs.producer_registers = Some(regs);
+    }
+
     /// Ask for `blocks` resident blocks per SM (CUDA's `__launch_bounds__(threads, blocks)`): the
     /// compiler caps registers to fit them. More blocks hide more latency; too few registers
     /// spill (check with `tilelang check-cuda`, or let the autotuner, which rejects spills, try).

@@ -59,6 +59,9 @@ pub struct GemmConfig {
     /// 0 or 1: none): the blocks of a cluster share their B tile, loaded once by TMA
     /// multicast. Persistent, warp-specialized kernels on sm_90a only.
     pub cluster: u32,
+    /// With warp specialization: the producer warpgroup's registers per thread
+    /// (`TileScope::producer_registers`; `None`: the compiler's default).
+    pub producer_registers: Option<u32>,
 }
 
 impl GemmConfig {
@@ -78,6 +81,7 @@ impl GemmConfig {
             persistent: None,
             warp_specialize: None,
             cluster: 1,
+            producer_registers: None,
         }
     }
 
@@ -107,6 +111,10 @@ impl GemmConfig {
             overlap: false,
             warp_specialize: Some(true),
             persistent: Some(0),
+            // At 40 NVRTC's build of the NN kernel spilled 48 bytes of the producer's tile
+            // arithmetic; 56 leaves the consumers 224 (the PTX path measured the same either
+            // way, gpu-notes run 23d/23e).
+            producer_registers: Some(56),
             ..GemmConfig::tiles(128, 256, 64, 4, 256)
         }
     }
@@ -196,6 +204,9 @@ impl GemmConfig {
         }
         if let Some(on) = self.warp_specialize {
             t.warp_specialize(on);
+        }
+        if let Some(r) = self.producer_registers {
+            t.producer_registers(r);
         }
         if self.cluster > 1 {
             // The GEMM grids are [N tiles, M tiles]: clusters along M share B.
