@@ -627,8 +627,14 @@ pub fn set_nvshmem_module_init(init: Option<ModuleInit>) {
 
 /// A module linked with NVSHMEM (it holds `nvshmemi_device_state_d`) is initialised before
 /// any launch, or unloaded with an error that says what to set up; others pass untouched.
-fn init_nvshmem_module(module: sys::CUmodule, kernel: &str) -> Result<()> {
+/// The driver is asked for the symbol only where the image names it: a failed lookup is an
+/// API error that compute-sanitizer reports (and fails a run on) for every other kernel.
+fn init_nvshmem_module(module: sys::CUmodule, image: &[u8], kernel: &str) -> Result<()> {
     let name = c"nvshmemi_device_state_d";
+    let needle = name.to_bytes();
+    if !image.windows(needle.len()).any(|w| w == needle) {
+        return Ok(());
+    }
     let (mut ptr, mut bytes) = (0, 0);
     // SAFETY: a loaded module; valid out-pointers and a NUL-terminated name.
     let found = unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) };
@@ -679,7 +685,7 @@ impl CudaKernel {
                 None,
             )
         };
-        init_nvshmem_module(module, kernel)?;
+        init_nvshmem_module(module, &art.cubin, kernel)?;
         let mut k = Self::with_module(dev, module, entry, kernel, dynamic_smem, log)?;
         k.jit_time = jit_time;
         Ok(k)
