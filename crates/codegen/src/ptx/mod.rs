@@ -349,8 +349,6 @@ fn uses_setmaxnreg(body: &tl_ir::Stmt) -> bool {
     found
 }
 
-/// The registers per thread a block of `threads` threads may each hold: the 64K register
-/// file shared out, in the allocation unit of 8, at most 255.
 /// A PTX module for `arch` whose one kernel calls every function of the NVSHMEM shim the
 /// printer may call, with zero arguments: linked with the shim and NVSHMEM's archive, it
 /// proves every declaration matches a definition (the kernels exercise only some).
@@ -385,6 +383,8 @@ pub fn nvshmem_shim_probe(arch: &str) -> String {
     code
 }
 
+/// The registers per thread a block of `threads` threads may each hold: the 64K register
+/// file shared out, in the allocation unit of 8, at most 255.
 pub fn launch_registers(threads: u32) -> u32 {
     (65536 / threads.max(1)).min(255) / 8 * 8
 }

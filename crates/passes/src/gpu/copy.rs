@@ -546,13 +546,8 @@ impl Ctx<'_> {
     /// tile of a persistent kernel), the target has TMA, the tensor's rows are whole 16-byte
     /// units and the staging tile fits beside the kernel's other shared buffers (none of
     /// which a warp-specialized kernel overlaps). Where the whole tile does not fit, a tile
-    /// of a half or a quarter of its columns, reused chunk by chunk, may: the plan's second
-    /// part is the chunk's width (the fragment's columns when whole).
-    fn tma_store_epilogue(
-        &self,
-        frag: &Region,
-        dst: &Region,
-    ) -> Option<(super::tma::TmaTile, i64)> {
+    /// of a half or a quarter of its columns, reused chunk by chunk, may.
+    fn tma_store_epilogue(&self, frag: &Region, dst: &Region) -> Option<StorePlan> {
         if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
             return None;
         }
@@ -568,32 +563,42 @@ impl Ctx<'_> {
         let eb = dst.buffer.dtype().bytes() as i64;
         let f = self.frag(&frag.buffer)?;
         let (rows, cols) = (shape[0], shape[1]);
-        let mut width = cols;
-        while width >= 1 {
-            let tile = rows * width * eb;
-            let chunkable = width == cols || column_chunks(f, 1, width).is_some();
-            if chunkable && self.smem_bytes + tile as usize <= self.target.max_shared_bytes() {
-                let probe = Buffer::new(
-                    "probe",
-                    vec![Expr::int(rows), Expr::int(width)],
-                    dst.buffer.dtype(),
-                    Scope::Shared,
-                    Span::UNKNOWN,
-                );
-                let full = Region::full(&probe);
-                let layout = super::mma::operand_smem_layout(&full)?;
-                let mut part = dst.clone();
-                if let Some(e) = part.extents.last_mut() {
-                    *e = Expr::int(width);
-                }
-                let t = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
-                return Some((t, width));
-            }
-            // Halves and quarters only: a chunk stays a whole number of swizzle panels.
-            if width * 4 <= cols || width % 2 != 0 {
+        // Halves and quarters only: a chunk stays a whole number of swizzle panels.
+        for parts in [1, 2, 4] {
+            if cols % parts != 0 {
                 return None;
             }
-            width /= 2;
+            let width = cols / parts;
+            if self.smem_bytes + (rows * width * eb) as usize > self.target.max_shared_bytes() {
+                continue;
+            }
+            let windows = match parts {
+                1 => vec![None],
+                _ => match column_chunks(f, width) {
+                    Some(w) => w.into_iter().map(Some).collect(),
+                    None => continue,
+                },
+            };
+            let probe = Buffer::new(
+                "probe",
+                vec![Expr::int(rows), Expr::int(width)],
+                dst.buffer.dtype(),
+                Scope::Shared,
+                Span::UNKNOWN,
+            );
+            let full = Region::full(&probe);
+            let layout = super::mma::operand_smem_layout(&full)?;
+            let mut part = dst.clone();
+            if let Some(e) = part.extents.last_mut() {
+                *e = Expr::int(width);
+            }
+            let tma = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
+            return Some(StorePlan {
+                tma,
+                rows,
+                width,
+                windows,
+            });
         }
         None
     }
@@ -615,48 +620,25 @@ impl Ctx<'_> {
         dst: &Region,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
-        let Some((t, width)) = self.tma_store_epilogue(frag, dst) else {
+        let Some(plan) = self.tma_store_epilogue(frag, dst) else {
             return Err(Diagnostic::internal(
                 "a TMA store epilogue that cannot be planned",
             ));
         };
-        let shape = frag.buffer.const_shape().unwrap_or_default();
-        let (rows, cols) = (shape[0], shape[1]);
-        let windows: Vec<Option<FragWindow>> = if width == cols {
-            vec![None]
-        } else {
-            let Some(w) = self
-                .frag(&frag.buffer)
-                .and_then(|f| column_chunks(f, 1, width))
-            else {
-                return Err(Diagnostic::internal(
-                    "a chunked TMA store epilogue whose chunks cannot be planned",
-                ));
-            };
-            w.into_iter().map(Some).collect()
-        };
-        let stage = self.scratch_shared(
-            "epilogue",
-            vec![Expr::int(rows), Expr::int(width)],
-            dst.buffer.dtype(),
-            span,
-        );
-        let full = Region::full(&stage);
-        if let Some(l) = super::mma::operand_smem_layout(&full) {
-            self.extra_smem.insert(stage.id(), (stage.clone(), l));
-        }
+        let width = plan.width;
+        let full = self.staging_tile(plan.rows, width, dst, span);
         let tid0 = self.tid.eq_(0);
         let rank = dst.buffer.rank();
         let tensor = crate::tile_util::address_of(&dst.buffer, vec![Expr::int(0); rank]);
         let mut steps = vec![];
-        for (h, window) in windows.into_iter().enumerate() {
+        for (h, window) in plan.windows.into_iter().enumerate() {
             let to_shared = self.copy_frag(&full, frag, false, window, span)?;
             let mut part = dst.clone();
             if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
                 *o = o.clone() + h as i64 * width;
                 *e = Expr::int(width);
             }
-            let (box_dims, panels) = t.boxes(&part, &full);
+            let (box_dims, panels) = plan.tma.boxes(&part, &full);
             let mut stores = vec![];
             for (shared, coords) in panels {
                 let mut args = vec![shared, tensor.clone()];
@@ -664,7 +646,7 @@ impl Ctx<'_> {
                 stores.push(self.eval(
                     Intrinsic::TmaStore {
                         box_dims: box_dims.clone(),
-                        swizzle: t.swizzle,
+                        swizzle: plan.tma.swizzle,
                     },
                     args,
                     span,
@@ -687,8 +669,20 @@ impl Ctx<'_> {
         Ok(Stmt::seq(steps, span))
     }
 
-    /// An epilogue's staging tile for `frag` (a scratch shared tile of `dst`'s type in the
-    /// tensor-core swizzle) and the copy of the fragment into it.
+    /// An epilogue's staging tile of `rows × cols` (a scratch shared tile of `dst`'s type in
+    /// the tensor-core swizzle).
+    fn staging_tile(&mut self, rows: i64, cols: i64, dst: &Region, span: Span) -> Region {
+        let dims = vec![Expr::int(rows), Expr::int(cols)];
+        let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
+        let full = Region::full(&stage);
+        if let Some(l) = super::mma::operand_smem_layout(&full) {
+            self.extra_smem.insert(stage.id(), (stage.clone(), l));
+        }
+        full
+    }
+
+    /// An epilogue's staging tile for `frag` ([`Ctx::staging_tile`] of its shape) and the
+    /// copy of the fragment into it.
     fn stage_fragment(
         &mut self,
         frag: &Region,
@@ -696,12 +690,12 @@ impl Ctx<'_> {
         span: Span,
     ) -> Result<(Region, Stmt), Diagnostic> {
         let shape = frag.buffer.const_shape().unwrap_or_default();
-        let dims: Vec<Expr> = shape.iter().map(|&e| Expr::int(e)).collect();
-        let stage = self.scratch_shared("epilogue", dims, dst.buffer.dtype(), span);
-        let full = Region::full(&stage);
-        if let Some(l) = super::mma::operand_smem_layout(&full) {
-            self.extra_smem.insert(stage.id(), (stage.clone(), l));
-        }
+        let [rows, cols] = shape[..] else {
+            return Err(Diagnostic::internal(
+                "an epilogue staging tile for a fragment that is not 2-d",
+            ));
+        };
+        let full = self.staging_tile(rows, cols, dst, span);
         let to_shared = self.copy_frag(&full, frag, false, None, span)?;
         Ok((full, to_shared))
     }
@@ -769,6 +763,15 @@ impl Ctx<'_> {
     }
 }
 
+/// How a fragment goes out by TMA store ([`Ctx::tma_store_epilogue`]): through a staging
+/// tile of `rows × width`, one chunk of columns per window (`None`: the whole fragment).
+struct StorePlan {
+    tma: super::tma::TmaTile,
+    rows: i64,
+    width: i64,
+    windows: Vec<Option<FragWindow>>,
+}
+
 /// The elements of a fragment that fall in one chunk of columns: the thread's local
 /// elements `first .. first + count` hold exactly the columns `col_lo .. col_lo + width` of
 /// the fragment's last dim (see [`column_chunks`]).
@@ -779,14 +782,14 @@ pub(super) struct FragWindow {
     pub col_lo: i64,
 }
 
-/// Split fragment `f`'s columns (dim `dim` counted from the last: 1 for the last) into
-/// chunks `width` wide, as windows of each thread's local elements — where every local
-/// element lies in one chunk for every thread and each chunk's elements are consecutive
-/// (a tensor-core accumulator's are: its column groups are the outermost value mode).
-/// `None` where they are not, or where the fragment is replicated.
-pub(super) fn column_chunks(f: &Fragment, dim: usize, width: i64) -> Option<Vec<FragWindow>> {
-    let rank = f.shape.len();
-    let col = rank.checked_sub(dim)?;
+/// Split fragment `f`'s columns (its last dim) into chunks `width` wide, as windows of each
+/// thread's local elements — where every local element lies in one chunk for every thread
+/// and each chunk's elements are consecutive (a tensor-core accumulator's are: its column
+/// groups are the outermost value mode). `None` where they are not, or where the fragment
+/// is replicated. (An element's column is worked out as `Fragment::coords` does, in
+/// integers: a thread's own modes add 0 up to `reach` to it.)
+pub(super) fn column_chunks(f: &Fragment, width: i64) -> Option<Vec<FragWindow>> {
+    let col = f.shape.len().checked_sub(1)?;
     let cols = *f.shape.get(col)?;
     if width <= 0 || cols % width != 0 || f.replication() > 1 {
         return None;
