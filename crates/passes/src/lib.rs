@@ -8,6 +8,7 @@ use tl_ir::verify::{verify_level, Level};
 use tl_ir::{Diagnostic, Diagnostics, Kernel};
 use tl_target::Target;
 
+pub mod cluster;
 pub mod cpu_lower;
 pub mod gpu;
 pub mod remap;
@@ -88,6 +89,7 @@ pub fn run_pipeline(
         }
         Ok(())
     };
+    cluster::check(k, target)?;
     dump_to(0, "input", k)?;
     let mut cur = k.clone();
     for (i, p) in pipeline(target).iter().enumerate() {

@@ -243,6 +243,10 @@ impl Target {
     pub fn has_tma(self) -> bool {
         matches!(self, Target::Cuda { sm } if sm >= 90)
     }
+    /// Thread-block clusters: blocks scheduled together, with a barrier across them, sm_90.
+    pub fn has_clusters(self) -> bool {
+        matches!(self, Target::Cuda { sm } if sm >= 90)
+    }
 }
 
 impl fmt::Display for Target {

@@ -723,12 +723,28 @@ impl TileScope {
     /// source does not depend on that dim's block index, as a GEMM's B tile for blocks
     /// consecutive along M — are loaded once per cluster, each block loading a slice that the
     /// TMA multicasts into every block's shared memory. For persistent, warp-specialized
-    /// kernels (`persistent`, `warp_specialize`); elsewhere (other targets, kernels without a
-    /// producer warpgroup) it is dropped and the kernel runs unclustered. `size` 1 turns it
-    /// off.
+    /// kernels (`persistent`, `warp_specialize`), and for kernels whose blocks synchronize
+    /// with [`TileScope::cluster_sync`] (along dim 0 only, its extent a whole number of
+    /// clusters; such kernels need sm_90 and are refused elsewhere); otherwise (other
+    /// targets, kernels without a producer warpgroup) it is dropped and the kernel runs
+    /// unclustered. `size` 1 turns it off.
     pub fn cluster(&mut self, dim: usize, size: u32) {
         self.state.borrow_mut().attrs.cluster =
             (size > 1).then_some(tl_ir::ClusterAttr { dim, size });
+    }
+
+    /// Wait until every thread of every block of this block's cluster (`cluster`) arrives
+    /// here (`barrier.cluster`, release then acquire): what a block wrote before, to global
+    /// or shared memory, is visible to the cluster's blocks after. The blocks of a cluster
+    /// run at the same time, so a row split over a cluster's blocks can combine its partial
+    /// results in one kernel (the cluster softmax). sm_90 only: other targets refuse the
+    /// kernel, naming this call.
+    pub fn cluster_sync(&mut self) {
+        let span = self.here();
+        self.push(
+            StmtKind::Eval(Expr::call(Intrinsic::ClusterSync, vec![], DType::Bool)),
+            span,
+        );
     }
 
     /// Warp specialization on sm_90a: `true` asks for a producer warpgroup that only issues
