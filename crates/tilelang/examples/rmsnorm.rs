@@ -17,7 +17,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tilelang::kernels::reference;
 use tilelang::kernels::rmsnorm::{
-    rmsnorm, rmsnorm_row, rmsnorm_split_apply, rmsnorm_split_stats, EPS,
+    rmsnorm, rmsnorm_cluster, rmsnorm_row, rmsnorm_split_apply, rmsnorm_split_stats, EPS,
 };
 
 #[derive(Parser, Debug)]
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         stats: rmsnorm_split_stats,
         apply: rmsnorm_split_apply,
         outputs: 1,
+        cluster: rmsnorm_cluster,
     };
     common::exit_code(common::run_split_example(&op, &split, &Args::parse().args))
 }

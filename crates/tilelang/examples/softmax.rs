@@ -18,7 +18,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tilelang::kernels::reference;
-use tilelang::kernels::softmax::{softmax, softmax_row, softmax_split_apply, softmax_split_stats};
+use tilelang::kernels::softmax::{
+    softmax, softmax_cluster, softmax_row, softmax_split_apply, softmax_split_stats,
+};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
         stats: softmax_split_stats,
         apply: softmax_split_apply,
         outputs: 2,
+        cluster: softmax_cluster,
     };
     common::exit_code(common::run_split_example(&op, &split, &Args::parse().args))
 }

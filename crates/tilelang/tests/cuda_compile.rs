@@ -319,3 +319,60 @@ fn fp8_gemm_compiles_to_qgmma() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The one-kernel softmax and RMS norm over a thread-block cluster, at the widths and types
+/// `ClusterConfig::for_shape` picks register caps for: our PTX (the default code path) has no
+/// spills under those caps and runs in clusters of 8 with the cluster barrier. NVRTC's build of
+/// the same kernels (the CUDA C++ path) is only required to compile: it spills under the caps
+/// (docs/performance.md, session 26).
+#[test]
+fn cluster_row_kernels_do_not_spill() {
+    use tilelang::kernels::softmax::ClusterConfig;
+    use tilelang::kernels::{rmsnorm, softmax};
+    use tilelang::prelude::{BF16, F32};
+    if tl_nvrtc::testing::nvrtc_or_skip("cluster_row_kernels_do_not_spill").is_none() {
+        return;
+    }
+    let mut failures = vec![];
+    for cols in [
+        1000i64, 32000, 65536, 100_001, 128_256, 151_936, 200_000, 262_144,
+    ] {
+        for dtype in [BF16, F32] {
+            let cfg = ClusterConfig::for_shape(cols, dtype).expect("fits a cluster");
+            for k in [
+                softmax::softmax_cluster(dtype, cols, cfg),
+                rmsnorm::rmsnorm_cluster(dtype, cols, cfg),
+            ] {
+                let what = format!("{} {cols} {dtype} {cfg:?}", k.name());
+                let ptx = match k.emit_ptx(Target::SM90) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        failures.push(format!("{what}: {e}"));
+                        continue;
+                    }
+                };
+                if !ptx.contains(".reqnctapercluster 8, 1, 1")
+                    || !ptx.contains("barrier.cluster.wait.acquire")
+                {
+                    failures.push(format!("{what}: no cluster launch or barrier in the PTX"));
+                }
+                match tl_nvrtc::check(&ptx, "sm_90a") {
+                    Ok(r) => println!("{what} (PTX): {r}"),
+                    Err(e) => failures.push(format!("{what} (PTX): {e}")),
+                }
+                let opts = tl_nvrtc::CheckOptions {
+                    allow_spills: true,
+                    ..Default::default()
+                };
+                match k.emit(Target::SM90) {
+                    Ok(src) => match tl_nvrtc::check_with(&src, "sm_90a", &opts) {
+                        Ok(r) => println!("{what} (CUDA C++): {r}"),
+                        Err(e) => failures.push(format!("{what} (CUDA C++): {e}")),
+                    },
+                    Err(e) => failures.push(format!("{what} (CUDA C++): {e}")),
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -455,17 +455,39 @@ pub struct SplitOp {
     pub stats: fn(DType, tilelang::kernels::softmax::SplitConfig) -> Kernel,
     pub apply: fn(DType, tilelang::kernels::softmax::SplitConfig) -> Kernel,
     pub outputs: usize,
+    /// The one-kernel form on GPUs with thread-block clusters: `(dtype, cols, config)`, with
+    /// the same `outputs` statistics tensors, `[rows, blocks]`.
+    pub cluster: fn(DType, i64, tilelang::kernels::softmax::ClusterConfig) -> Kernel,
 }
 
 /// The options of a row-wise example that can split rows over blocks.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SplitArgs {
-    /// Split each row over blocks (two kernels), whatever the shape
+    /// Split each row over blocks, whatever the shape
     #[arg(long, conflicts_with = "no_split")]
     pub split: bool,
     /// Never split rows over blocks
     #[arg(long)]
     pub no_split: bool,
+    /// Split rows over the blocks of a thread-block cluster in one kernel (sm_90; the default
+    /// there for rows of up to 262144 columns), whatever the shape
+    #[arg(long, conflicts_with_all = ["no_split", "no_cluster"])]
+    pub cluster: bool,
+    /// Split rows in two kernels (statistics, then the output) even where one kernel over a
+    /// cluster could do it
+    #[arg(long)]
+    pub no_cluster: bool,
+    /// With the cluster kernel: blocks per row (the cluster's size, 2 to 8; default 8)
+    #[arg(long, value_parser = size::<u32>)]
+    pub cluster_blocks: Option<u32>,
+    /// With the cluster kernel: threads per block (a power of two, 32 to 1024; default: the
+    /// fewest that hold at most 32 columns each)
+    #[arg(long, value_parser = size::<u32>)]
+    pub cluster_threads: Option<u32>,
+    /// With the cluster kernel: resident blocks per multiprocessor to compile for (caps the
+    /// registers)
+    #[arg(long, value_parser = size::<u32>)]
+    pub cluster_occupancy: Option<u32>,
     /// With the split: columns per block (a multiple of 2048; default: about eight blocks per
     /// multiprocessor)
     #[arg(long, value_parser = size::<i64>)]
@@ -475,25 +497,58 @@ pub struct SplitArgs {
 }
 
 /// Run a row-wise example, splitting rows over blocks where a GPU would otherwise be mostly
-/// idle (fewer rows than multiprocessors, each wider than 16384) or where `--split` asks.
-/// The time is the two kernels' sum, each timed alone with L2 flushed.
+/// idle (fewer rows than multiprocessors, each wider than 16384) or where `--split` or
+/// `--cluster` asks: in one kernel over a thread-block cluster where the device has clusters
+/// and the row fits one (`ClusterConfig::for_shape`), else in two kernels, whose time is their
+/// sum, each timed alone with L2 flushed.
 pub fn run_split_example(
     op: &RowOp,
     split: &SplitOp,
     args: &SplitArgs,
 ) -> anyhow::Result<ExitCode> {
-    use tilelang::kernels::softmax::SplitConfig;
+    use tilelang::kernels::softmax::{ClusterConfig, SplitConfig};
     let a = &args.row;
+    if args.cluster && a.common.emit.is_some() {
+        // The cluster kernel for targets that have clusters, the row kernel elsewhere.
+        let dt = parse_dtype(&a.dtype)?;
+        let cols = a.cols as i64;
+        let cfg = cluster_config(args)?;
+        let kernels = |t: Target| match cfg {
+            Some(cfg) if t.has_clusters() => vec![(split.cluster)(dt, cols, cfg)],
+            _ => vec![(op.chunked)(
+                dt,
+                tilelang::kernels::softmax::RowConfig::cpu(),
+            )],
+        };
+        a.common.emit_only(&kernels)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     if a.common.emit.is_some() || a.common.isa.is_some() || args.no_split {
         return run_row_example(op, a);
     }
     let dev = a.common.device()?;
     let sms = dev.cuda_props().map(|p| p.multiprocessors).ok();
     let few_long = sms.is_some_and(|s| a.rows < s as usize && a.cols > 16384);
-    if !(args.split || few_long) {
+    if !(args.split || args.cluster || few_long) {
         return run_row_example(op, a);
     }
     let dt = parse_dtype(&a.dtype)?;
+    let clusters = dev.target().is_ok_and(|t| t.has_clusters());
+    let cluster_cfg = cluster_config(args)?;
+    if args.cluster || (clusters && !args.no_cluster) {
+        if let Some(cfg) = cluster_cfg {
+            return run_cluster_example(op, split, a, &dev, cfg);
+        }
+        if args.cluster {
+            anyhow::bail!(
+                "--cluster: a row of {} columns is wider than one cluster holds ({} blocks of \
+                 512 threads, {} columns a thread); drop --cluster to split it in two kernels",
+                a.cols,
+                ClusterConfig::MAX_BLOCKS,
+                ClusterConfig::MAX_PER_THREAD_UNCAPPED
+            );
+        }
+    }
     let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8));
     if let Some(span) = args.span {
         if span <= 0 || span % cfg.chunk != 0 {
@@ -536,4 +591,92 @@ pub fn run_split_example(
             compile_note(&apply)
         ),
     ))
+}
+
+/// The one-kernel split ([`SplitOp::cluster`]): check against the reference, time the one
+/// launch, print the summary line.
+fn run_cluster_example(
+    op: &RowOp,
+    split: &SplitOp,
+    a: &RowArgs,
+    dev: &Device,
+    cfg: tilelang::kernels::softmax::ClusterConfig,
+) -> anyhow::Result<ExitCode> {
+    let dt = parse_dtype(&a.dtype)?;
+    let (r, c) = (a.rows, a.cols);
+    let exe = compile(&(split.cluster)(dt, c as i64, cfg), dev)?;
+    let x = Tensor::randn(&[r, c], dt, a.common.seed, dev)?;
+    let y = Tensor::zeros(&[r, c], dt, dev)?;
+    let parts: Vec<Tensor> = (0..split.outputs)
+        .map(|_| Tensor::zeros(&[r, cfg.blocks as usize], DType::F32, dev))
+        .collect::<Result<_, _>>()?;
+    y.fill(f64::NAN)?;
+    let mut launch = vec![&x];
+    launch.extend(parts.iter());
+    launch.push(&y);
+    exe.run(&launch)?;
+    let want = (op.reference)(&x.to_f64_vec()?, r, c);
+    let err = y.rel_err(&want)?;
+    let args: Vec<Arg> = launch.iter().map(|t| Arg::Tensor(t)).collect();
+    let ms = a.common.time_ms(&exe, &args)?;
+    Ok(finish_row(
+        op.name,
+        (r, c, dt),
+        err,
+        ms,
+        &format!(
+            "device={dev} cluster={}x{}x{} {}",
+            cfg.blocks,
+            cfg.threads,
+            cfg.width(c as i64),
+            compile_note(&exe)
+        ),
+    ))
+}
+
+/// The cluster kernel's configuration for these options: [`ClusterConfig::for_shape`] with the
+/// command line's overrides; `None` where the row is too wide for one cluster.
+fn cluster_config(
+    args: &SplitArgs,
+) -> anyhow::Result<Option<tilelang::kernels::softmax::ClusterConfig>> {
+    use tilelang::kernels::softmax::ClusterConfig;
+    let cols = args.row.cols as i64;
+    let mut cfg = match ClusterConfig::for_shape(cols, parse_dtype(&args.row.dtype)?) {
+        Some(c) => c,
+        None if args.cluster_blocks.is_none() && args.cluster_threads.is_none() => return Ok(None),
+        None => ClusterConfig {
+            blocks: ClusterConfig::MAX_BLOCKS,
+            threads: 512,
+            blocks_per_sm: 1,
+        },
+    };
+    if let Some(b) = args.cluster_blocks {
+        if !(2..=ClusterConfig::MAX_BLOCKS).contains(&b) {
+            anyhow::bail!(
+                "--cluster-blocks must be 2 to {} (got {b})",
+                ClusterConfig::MAX_BLOCKS
+            );
+        }
+        cfg.blocks = b;
+    }
+    if let Some(t) = args.cluster_threads {
+        if !t.is_power_of_two() || !(32..=1024).contains(&t) {
+            anyhow::bail!("--cluster-threads must be a power of two from 32 to 1024 (got {t})");
+        }
+        cfg.threads = t;
+    }
+    if let Some(b) = args.cluster_occupancy {
+        cfg.blocks_per_sm = b.clamp(1, 32);
+    }
+    let per_thread = cfg.width(cols) / i64::from(cfg.threads);
+    if per_thread > 4 * ClusterConfig::MAX_PER_THREAD {
+        anyhow::bail!(
+            "a row of {cols} columns over {} blocks of {} threads is {per_thread} columns a \
+             thread, more than the {} registers hold: give it more blocks or threads",
+            cfg.blocks,
+            cfg.threads,
+            4 * ClusterConfig::MAX_PER_THREAD
+        );
+    }
+    Ok(Some(cfg))
 }

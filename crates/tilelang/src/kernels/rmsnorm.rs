@@ -139,3 +139,48 @@ pub fn rmsnorm_split_apply(dtype: DType, cfg: super::softmax::SplitConfig) -> Ke
         });
     })
 }
+
+/// RMS norm of few long rows in one kernel (see [`super::softmax::ClusterConfig`]): each
+/// block of a row's cluster holds its part of the row in registers, writes its sum of squares
+/// to `PSS` (`[M, blocks]`, f32), and after the cluster barrier scales its part by the row's
+/// rsqrt(sum / cols + eps). X read once, Y written once, one launch.
+pub fn rmsnorm_cluster(dtype: DType, cols: i64, cfg: super::softmax::ClusterConfig) -> Kernel {
+    let (c, width) = (i64::from(cfg.blocks), cfg.width(cols));
+    Kernel::build("rmsnorm_cluster", |k| {
+        let m = k.dim("M");
+        let x = k.input("X", (&m, cols), dtype);
+        let pss = k.output("PSS", (&m, c), F32);
+        let y = k.output("Y", (&m, cols), dtype);
+        k.launch([Expr::int(c), m.clone()], cfg.threads, |t, [bx, by]| {
+            t.cluster(0, cfg.blocks);
+            if cfg.blocks_per_sm > 1 {
+                t.min_blocks_per_sm(cfg.blocks_per_sm);
+            }
+            let c0 = &bx * width;
+            let xs = t.alloc_fragment_named("x", [1, width], dtype);
+            let sq = t.alloc_fragment_named("sq", [1, width], F32);
+            let part = t.alloc_fragment_named("part_sum_sq", [1], F32);
+            t.copy(x.tile((&by, &c0)), &xs);
+            // Columns past the row read as zeros, which add nothing.
+            t.parallel([1, width], |t, [i, j]| {
+                let v = xs.at([&i, &j]).cast(F32);
+                t.store(&sq, [&i, &j], &v * &v);
+            });
+            t.reduce_sum(&sq, &part, 1);
+            t.copy(&part, pss.tile([&by, &bx]));
+            t.cluster_sync();
+            let ps = t.alloc_fragment_named("ps", [1, c], F32);
+            let ss = t.alloc_fragment_named("sum_sq", [1], F32);
+            t.copy(pss.tile([by.clone(), Expr::int(0)]), &ps);
+            t.reduce_sum(&ps, &ss, 1);
+            t.parallel([1], |t, [i]| {
+                t.store(&ss, [&i], rsqrt(ss.at([&i]) * (1.0 / cols as f64) + EPS));
+            });
+            t.parallel([1, width], |t, [i, j]| {
+                let v = xs.at([&i, &j]).cast(F32) * ss.at([&i]);
+                t.store(&xs, [&i, &j], v.cast(dtype));
+            });
+            t.copy(&xs, y.tile((&by, &c0)));
+        });
+    })
+}

@@ -351,6 +351,159 @@ pub fn softmax_split_apply(dtype: DType, cfg: SplitConfig) -> Kernel {
     })
 }
 
+/// Few long rows in one kernel, on GPUs with thread-block clusters (sm_90): each row is split
+/// over the `blocks` blocks of one cluster, each block holds its part of the row in registers
+/// (in the input's type), and the blocks exchange their partial statistics through global
+/// memory across a cluster barrier. X is read once and Y written once — the minimum traffic,
+/// in one launch (the split kernels read X twice in two launches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterConfig {
+    /// Blocks per row: the cluster's size (at most 8, the portable limit).
+    pub blocks: u32,
+    pub threads: u32,
+    /// Resident blocks per multiprocessor to ask of the compiler (`min_blocks_per_sm`), which
+    /// caps the registers; 1: no cap.
+    pub blocks_per_sm: u32,
+}
+
+impl ClusterConfig {
+    /// The most elements of the row one thread holds below 512 threads a block (16-bit
+    /// types: 16 registers).
+    pub const MAX_PER_THREAD: i64 = 32;
+    /// The most it holds at all (rows too wide for 32 a thread): 64.
+    pub const MAX_PER_THREAD_UNCAPPED: i64 = 64;
+    /// The most blocks a row is split over: the portable cluster size.
+    pub const MAX_BLOCKS: u32 = tl_passes::cluster::MAX_PORTABLE_CLUSTER;
+    /// The most threads a block may have: at 1024 a thread has 64 registers, and NVRTC's
+    /// build of the widest rows spilled there (512 threads with 64 columns each ran 5%
+    /// faster on an H100 besides).
+    const MAX_THREADS: i64 = 512;
+
+    /// Eight blocks a row, with the fewest threads (a power of two from 128 to 512) that keep
+    /// at most [`Self::MAX_PER_THREAD`] elements each, or 512 threads of up to
+    /// [`Self::MAX_PER_THREAD_UNCAPPED`]; `None` where a row of `cols` is wider than that
+    /// (262144 columns).
+    ///
+    /// Up to 32 a thread (or a row that fills the cluster exactly), the registers are capped to
+    /// what a thread's share of the row takes (`blocks_per_sm`):
+    /// left to itself ptxas gave the 512-thread bf16 softmax 64 registers, two blocks a
+    /// multiprocessor, where 40 fit three and ran 12% faster at 64 × 128256 on an H100; at
+    /// 262144 columns 64 registers (two blocks) against 80 (one) ran 16-24% faster
+    /// (docs/performance.md, session 26).
+    pub fn for_shape(cols: i64, dtype: DType) -> Option<ClusterConfig> {
+        let blocks = Self::MAX_BLOCKS;
+        let per_block = (cols.max(1) + blocks as i64 - 1) / blocks as i64;
+        let mut threads = 128i64;
+        while threads * Self::MAX_PER_THREAD < per_block && threads < Self::MAX_THREADS {
+            threads *= 2;
+        }
+        if threads * Self::MAX_PER_THREAD_UNCAPPED < per_block {
+            return None;
+        }
+        let cfg = ClusterConfig {
+            blocks,
+            threads: threads as u32,
+            blocks_per_sm: 1,
+        };
+        // The row's share in registers (32-bit words), plus what addresses, the statistics
+        // and the reductions take: about 24 at 512 threads, 32 below (ptxas needed them
+        // there). A width that is not whole 16-byte vectors loads element by element and
+        // needs far more: no cap. `cuda_compile::cluster_row_kernels_do_not_spill` checks.
+        let vectors = cols % (16 / dtype.bytes().max(1) as i64) == 0;
+        let per_thread = cfg.width(cols) / threads;
+        let words = per_thread * dtype.bytes() as i64 / 4;
+        let overhead = if threads >= 512 { 24 } else { 32 };
+        let regs = (overhead + words + 7) / 8 * 8;
+        let by_regs = 65536 / (threads * regs);
+        let by_threads = 2048 / threads;
+        // Wider shares (over 32 a thread, at 512 threads) spilled under such caps where the
+        // last block's columns past the row are masked (151936 or 200000 columns of bf16 at
+        // two blocks: 24-98 bytes) but not where the row fills the cluster exactly (262144:
+        // two blocks ran 16-24% faster than one, gpu-notes run 24h).
+        let exact = cols == cfg.width(cols) * i64::from(blocks);
+        Some(ClusterConfig {
+            blocks_per_sm: if vectors && (per_thread <= Self::MAX_PER_THREAD || exact) {
+                by_regs.min(by_threads).max(1) as u32
+            } else {
+                1
+            },
+            ..cfg
+        })
+    }
+
+    /// The columns one block holds: its share of `cols`, rounded up to whole 16-byte vectors
+    /// of a 16-bit type on every thread (columns past the row are masked).
+    pub fn width(&self, cols: i64) -> i64 {
+        let blocks = i64::from(self.blocks.max(1));
+        padded((cols.max(1) + blocks - 1) / blocks, self.threads)
+    }
+}
+
+/// Softmax of few long rows in one kernel ([`ClusterConfig`]): X `[M, cols]` in; each block's
+/// max and sum of exp(x − max) out to `PMAX`, `PSUM` (`[M, blocks]`, f32: the exchange), then
+/// Y `[M, cols]`. Grid: blocks × rows, the blocks of a row one cluster.
+pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
+    let (c, width) = (i64::from(cfg.blocks), cfg.width(cols));
+    Kernel::build("softmax_cluster", |k| {
+        let m = k.dim("M");
+        let x = k.input("X", (&m, cols), dtype);
+        let pmax = k.output("PMAX", (&m, c), F32);
+        let psum = k.output("PSUM", (&m, c), F32);
+        let y = k.output("Y", (&m, cols), dtype);
+        k.launch([Expr::int(c), m.clone()], cfg.threads, |t, [bx, by]| {
+            t.cluster(0, cfg.blocks);
+            if cfg.blocks_per_sm > 1 {
+                t.min_blocks_per_sm(cfg.blocks_per_sm);
+            }
+            let c0 = &bx * width;
+            let xs = t.alloc_fragment_named("x", [1, width], dtype);
+            let e = t.alloc_fragment_named("e", [1, width], F32);
+            let part_max = t.alloc_fragment_named("part_max", [1], F32);
+            let part_sum = t.alloc_fragment_named("part_sum", [1], F32);
+            t.copy(x.tile((&by, &c0)), &xs);
+            // Columns past the row become −inf once (they then add nothing to the max or the
+            // sums), so no later pass keeps a mask per element live.
+            t.parallel([1, width], |t, [i, j]| {
+                let v = select((&c0 + &j).lt(cols), xs.at([&i, &j]), f64::NEG_INFINITY);
+                t.store(&xs, [&i, &j], v);
+            });
+            t.parallel([1, width], |t, [i, j]| {
+                t.store(&e, [&i, &j], xs.at([&i, &j]).cast(F32));
+            });
+            t.reduce_max(&e, &part_max, 1);
+            // From X again, not from `e`: `e` need not stay live across the reduction.
+            t.parallel([1, width], |t, [i, j]| {
+                let v = exp_below(xs.at([&i, &j]).cast(F32), part_max.at([&i]));
+                t.store(&e, [&i, &j], v);
+            });
+            t.reduce_sum(&e, &part_sum, 1);
+            t.copy(&part_max, pmax.tile([&by, &bx]));
+            t.copy(&part_sum, psum.tile([&by, &bx]));
+            t.cluster_sync();
+            let pm = t.alloc_fragment_named("pm", [1, c], F32);
+            let ps = t.alloc_fragment_named("ps", [1, c], F32);
+            let row_max = t.alloc_fragment_named("row_max", [1], F32);
+            let row_sum = t.alloc_fragment_named("row_sum", [1], F32);
+            t.copy(pmax.tile([by.clone(), Expr::int(0)]), &pm);
+            t.copy(psum.tile([by.clone(), Expr::int(0)]), &ps);
+            t.reduce_max(&pm, &row_max, 1);
+            t.parallel([1, c], |t, [i, b]| {
+                let w = exp_below(pm.at([&i, &b]), row_max.at([&i]));
+                t.store(&ps, [&i, &b], ps.at([&i, &b]) * w);
+            });
+            t.reduce_sum(&ps, &row_sum, 1);
+            t.parallel([1], |t, [i]| {
+                t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));
+            });
+            t.parallel([1, width], |t, [i, j]| {
+                let v = exp(xs.at([&i, &j]).cast(F32) - row_max.at([&i])) * row_sum.at([&i]);
+                t.store(&xs, [&i, &j], v.cast(dtype));
+            });
+            t.copy(&xs, y.tile((&by, &c0)));
+        });
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::SplitConfig;
