@@ -419,8 +419,11 @@ impl Kernel {
                     Ok((key, exe))
                 };
                 // PTX likely to spill (see below): compile the CUDA C++ into the cache on
-                // another thread meanwhile, so a fallback finds it built. The thread is not
-                // waited for: where the PTX does not spill, its work is only a cache entry.
+                // another thread meanwhile, so a fallback finds it built. The thread is
+                // joined before this returns, spilled or not: a compile still inside NVRTC
+                // when the process exits meets NVRTC's static destructors and corrupts the
+                // heap (the softmax example aborted with `free(): invalid size` or a
+                // segmentation fault after its last line, gpu-notes run 24e).
                 let backend = Backend::requested()?;
                 let speculative = (src.tight_registers
                     && src.language == tl_codegen::Language::Ptx
@@ -430,13 +433,14 @@ impl Kernel {
                 // What the thread reports: whether the CUDA C++ was cached already, and how
                 // long its compile took (the fallback's build then finds it cached).
                 let mut spec_rx = None;
+                let mut spec_thread = None;
                 if let Some(alt) = &speculative {
                     if let Ok(alt_key) = cuda_key(alt) {
                         let (spec_tx, rx) = std::sync::mpsc::channel::<(bool, Duration)>();
                         spec_rx = Some(rx);
                         let (cache, name) = (cache.clone(), sig.name.clone());
                         let (code, arch) = (alt.code.clone(), alt.arch.clone());
-                        let _ = std::thread::Builder::new()
+                        let spawned = std::thread::Builder::new()
                             .name("tl-speculative-nvrtc".into())
                             .spawn(move || {
                                 let t = Instant::now();
@@ -446,6 +450,7 @@ impl Kernel {
                                     let _ = spec_tx.send((hit, t.elapsed()));
                                 }
                             });
+                        spec_thread = spawned.ok();
                     }
                 }
                 let (mut key, mut exe) = build(&src, sig.clone())?;
@@ -482,6 +487,9 @@ impl Kernel {
                         ));
                         (chosen, key, exe) = (alt, k, e);
                     }
+                }
+                if let Some(t) = spec_thread {
+                    let _ = t.join();
                 }
                 if let Some(pre) = &pre {
                     let link = Link {
