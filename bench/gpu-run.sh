@@ -2,7 +2,7 @@
 # Runs on the GPU machine, from the repository root, with the binaries staged in .gpu/
 # (../shared/tools/stage-gpu). Checks every example on the GPU at odd sizes, then times the
 # kernels the issues name against their peers (torch / cuBLAS / FA2) in the same run.
-#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|py-vs-rust|fair|sanitize|big|tilelang|all]
+#   bash bench/gpu-run.sh [check|compile|perf|attn|wgmma|hopper|tma|ws|odd|pingpong|fp8|fp8-sweep|softmax-long|overlap|overlap-regs|jit|three-wg|tilelang-attn|attn-d128|py-vs-rust|fair|fair-fp8|sanitize|big|tilelang|all]
 # `sanitize` runs every example at odd sizes under compute-sanitizer (memcheck, racecheck,
 # synccheck, initcheck) and exits non-zero on any report (not part of `all`).
 # `big` checks tensors of more than 2^31 elements (64-bit offsets) and the largest symbolic size
@@ -669,6 +669,23 @@ if [ "$what" = fair ]; then
         $T $G/flash_attention --device cuda --batch $1 --heads $2 --seq $3 --dim $4 --dtype bf16 $c --reps $r 2>&1 | tail -n 1 | sed "s/^/[ours, --reps $r] /"
       done
       python3 bench/peers30.py attn $1 $2 $3 $4 $c
+    done
+  done
+fi
+
+if [ "$what" = fair-fp8 ]; then
+  # The fp8 GEMM (e4m3, per-tensor scales, bf16 out) and cuBLASLt through torch._scaled_mm,
+  # timed the same two ways (bench/peers30.py): promoted (our default; cuBLASLt's default) and
+  # fast accumulation on both sides. FP8_SHAPES narrows it.
+  T="timeout ${WS_TIMEOUT:-120}"
+  for shape in ${FP8_SHAPES:-8192,8192,8192 4096,4096,4096}; do
+    set -- ${shape//,/ }
+    for acc in "" --fast; do
+      for r in 30 200; do
+        sleep 1
+        $T $G/fp8_gemm --device cuda --m $1 --n $2 --k $3 --scaling tensor ${acc:+--fast-accum} --reps $r 2>&1 | tail -n 1 | sed "s/^/[ours$acc, --reps $r] /"
+      done
+      python3 bench/peers30.py fp8 $1 $2 $3 $acc
     done
   done
 fi

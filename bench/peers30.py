@@ -4,6 +4,8 @@ times them, side by side:
 
     python3 bench/peers30.py gemm M N K [--layout nt|nn]     # bf16, cuBLAS through torch
     python3 bench/peers30.py attn B H S D [--causal]         # bf16, SDPA's cuDNN backend
+    python3 bench/peers30.py fp8 M N K [--fast]              # e4m3, per-tensor scales, bf16 out:
+                                                             # torch._scaled_mm (cuBLASLt)
 
 "30 reps" is our examples' `--reps 30`: 3 untimed launches, then 30, each after writing 256
 MiB (L2 flushed; the write also covers the host's launch time, so none of it is timed), CUDA
@@ -84,6 +86,20 @@ def attn(a):
                rel_err(out, ref))
 
 
+def fp8(a):
+    e4m3 = torch.float8_e4m3fn
+    x = torch.randn(a.M, a.K, device="cuda").to(e4m3)
+    w = torch.randn(a.N, a.K, device="cuda").to(e4m3)
+    sa = torch.tensor(0.7, device="cuda")
+    sb = torch.tensor(1.3, device="cuda")
+    ref = (x.float() @ w.float().t()) * (0.7 * 1.3)
+    f = lambda: torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                                 use_fast_accum=a.fast)
+    out = f()
+    name = "cuBLASLt fast" if a.fast else "cuBLASLt"
+    report(f"fp8 tensor {a.M}x{a.N}x{a.K}", name, 2 * a.M * a.N * a.K, f, rel_err(out, ref))
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -95,8 +111,12 @@ def main():
     for n in ("B", "H", "S", "D"):
         t.add_argument(n, type=int)
     t.add_argument("--causal", action="store_true")
+    f = sub.add_parser("fp8")
+    for n in ("M", "N", "K"):
+        f.add_argument(n, type=int)
+    f.add_argument("--fast", action="store_true")
     a = p.parse_args()
-    gemm(a) if a.cmd == "gemm" else attn(a)
+    {"gemm": gemm, "attn": attn, "fp8": fp8}[a.cmd](a)
 
 
 if __name__ == "__main__":

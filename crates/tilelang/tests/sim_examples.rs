@@ -477,6 +477,46 @@ fn fp8_wgmma_gemm_in_sim() {
 /// warpgroup, 256-deep k tiles, persistent blocks looping over the tiles — with fewer blocks
 /// than tiles (each block takes two rounds) and tails in M, N and K.
 #[test]
+fn fp8_fast_accumulation_default_in_sim() {
+    // Fast accumulation at K >= 4096 takes the bf16 GEMM's arrangement (a producer warpgroup
+    // of 56 registers, a persistent grid, the chunked TMA-store epilogue beside 4 stages);
+    // run with partial tiles in M and N and a grid of 3 blocks for 4 tiles, in the variant for
+    // 16-byte rows (the one that copies by TMA and specializes).
+    use fp8_gemm::{Fp8Gemm, Fp8Scaling};
+    let spec = Fp8Gemm {
+        a: F8E4M3,
+        b: F8E4M3,
+        out: BF16,
+        scaling: Fp8Scaling::Tensor,
+        promote: false,
+        overlap_promotion: false,
+    };
+    let long = spec.hopper_tiles_for(4096);
+    assert_eq!(
+        (
+            long.warp_specialize,
+            long.persistent,
+            long.producer_registers
+        ),
+        (Some(true), Some(0), Some(56))
+    );
+    for (m, n) in [(150usize, 264usize), (130, 392)] {
+        let cfg = gemm::GemmConfig {
+            persistent: Some(3),
+            ..long
+        };
+        spec.check_tiles(&cfg).expect("tiles");
+        let k = fp8_gemm::fp8_gemm(spec, cfg);
+        let low = k.lower_aligned(Target::SM90).expect("lowers");
+        assert!(low.attrs.warp_specialized.is_some(), "{low}");
+        // The tiles are K = 4096's; the kernel runs the same at a shorter K.
+        let shapes = spec.tensor_shapes(m, n, 640);
+        let e = sim_lowered_vs_cpu(&k, &low, Target::SM90, &shapes, 23);
+        assert!(e < 1e-3, "fp8 fast accumulation {m}x{n}x640: {e}");
+    }
+}
+
+#[test]
 fn fp8_promoted_gemm_warp_specialized_persistent_in_sim() {
     use fp8_gemm::{Fp8Gemm, Fp8Scaling};
     let spec = Fp8Gemm {

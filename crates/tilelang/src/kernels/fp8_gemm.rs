@@ -117,8 +117,9 @@ impl Fp8Gemm {
 
     /// Hopper tiles for a problem of depth `k`, from sweeps on an H100 (docs/performance.md,
     /// "FP8 GEMM"). Without promotion: 128×256×128 (one accumulator of 128 registers per
-    /// thread), overlapped, 4 stages at K ≥ 4096 (1369 TFLOP/s at 8192³ against 1269 with 3)
-    /// and 3 below (1010 against 849 at 4096×7168×2048). Promoted per-tensor: 128×128 tiles
+    /// thread), overlapped, 4 stages at K ≥ 4096 (1369 TFLOP/s at 8192³ against 1269 with 3;
+    /// since session 26 warp-specialized and persistent there) and 3 below (1010 against 849
+    /// at 4096×7168×2048). Promoted per-tensor: 128×128 tiles
     /// (two accumulators); at K ≥ 4096 256-deep k tiles in 3 stages, which halve the
     /// promotions (each drains the tensor cores): 1184 against 1066 for 128-deep ones at
     /// 8192³, 1075 against 948 at 4096³, the error unchanged (1.67e-3), now with a producer
@@ -136,10 +137,23 @@ impl Fp8Gemm {
             };
         }
         match (self.promotes(), self.scaling) {
+            // The bf16 GEMM's arrangement: a producer warpgroup keeping 56 registers, a
+            // persistent grid, C out through the chunked TMA-store epilogue beside four
+            // stages. 1544 against 1391 TFLOP/s one block per tile at 8192³ and 1423 against
+            // 1127 at 4096³ (cuBLASLt's fast accumulation 1533 and 1411 in the same call,
+            // gpu-notes run 24h); not measured below K = 4096.
+            (false, _) if long => GemmConfig {
+                panel: 8,
+                overlap: true,
+                warp_specialize: Some(true),
+                persistent: Some(0),
+                producer_registers: Some(56),
+                ..GemmConfig::tiles(128, 256, 128, 4, 256)
+            },
             (false, _) => GemmConfig {
                 panel: 8,
                 overlap: true,
-                ..GemmConfig::tiles(128, 256, 128, if long { 4 } else { 3 }, 256)
+                ..GemmConfig::tiles(128, 256, 128, 3, 256)
             },
             // Warp-specialized (a producer warpgroup; C out by TMA store): 1227 against 1199
             // at 8192³, 1099 against 1081 at 4096³ (docs/performance.md, issue 14).
