@@ -3,7 +3,9 @@
 //!     cargo run --release --example rmsnorm -- --rows 1000 --cols 3000
 //!
 //! Few long rows (fewer rows than the GPU has multiprocessors, each wider than 16384) are
-//! split over blocks, two kernels (`--split` forces it, `--no-split` keeps one block per row).
+//! split over blocks (`--split` forces it, `--no-split` keeps one block per row): on sm_90 in
+//! one kernel over a thread-block cluster (`--cluster` forces it, `--no-cluster` takes the two
+//! kernels), elsewhere in two kernels.
 //!
 //! `--isa ARCH` prints the AMD ISA report (registers, spills, occupancy, the main loop's
 //! instruction mix) of the kernel clang compiles for gfx942 or gfx950, without an AMD GPU:

@@ -3,7 +3,10 @@
 //!     cargo run --release --example softmax -- --rows 1000 --cols 3000
 //!
 //! Few long rows (fewer rows than the GPU has multiprocessors, each wider than 16384) are
-//! split over blocks, two kernels (`--split` forces it, `--no-split` keeps one block per row):
+//! split over blocks (`--split` forces it, `--no-split` keeps one block per row): on sm_90 in
+//! one kernel over a thread-block cluster of 8 blocks, the row held in registers (rows of up
+//! to 262144 columns; `--cluster` forces it, `--no-cluster` takes the two kernels below),
+//! elsewhere in two kernels (statistics per span, then the output):
 //!
 //!     cargo run --release --example softmax -- --rows 4 --cols 128256 --dtype bf16
 //!
