@@ -420,10 +420,7 @@ impl Kernel {
                 };
                 // PTX likely to spill (see below): compile the CUDA C++ into the cache on
                 // another thread meanwhile, so a fallback finds it built. The thread is
-                // joined before this returns, spilled or not: a compile still inside NVRTC
-                // when the process exits meets NVRTC's static destructors and corrupts the
-                // heap (the softmax example aborted with `free(): invalid size` or a
-                // segmentation fault after its last line, gpu-notes run 24e).
+                // joined before this returns, spilled, not spilled or failed (`JoinOnDrop`).
                 let backend = Backend::requested()?;
                 let speculative = (src.tight_registers
                     && src.language == tl_codegen::Language::Ptx
@@ -450,7 +447,7 @@ impl Kernel {
                                     let _ = spec_tx.send((hit, t.elapsed()));
                                 }
                             });
-                        spec_thread = spawned.ok();
+                        spec_thread = spawned.ok().map(|h| JoinOnDrop(Some(h)));
                     }
                 }
                 let (mut key, mut exe) = build(&src, sig.clone())?;
@@ -488,9 +485,7 @@ impl Kernel {
                         (chosen, key, exe) = (alt, k, e);
                     }
                 }
-                if let Some(t) = spec_thread {
-                    let _ = t.join();
-                }
+                drop(spec_thread);
                 if let Some(pre) = &pre {
                     let link = Link {
                         key,
@@ -1079,4 +1074,20 @@ fn stages_an_input(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> bool {
             .is_some_and(|v| odd.contains(&v)),
         _ => false,
     })
+}
+
+/// A thread joined when this goes out of scope, on every path out of the scope (errors
+/// included). For the speculative NVRTC compile: a compile still inside NVRTC when the process
+/// exits meets NVRTC's static destructors and corrupts the heap (the softmax example aborted
+/// with `free(): invalid size` or a segmentation fault after its last line, gpu-notes run 24e).
+struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for JoinOnDrop {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            // The thread's own failure (a panic) changes nothing here: its work is a cache
+            // entry at most.
+            let _ = h.join();
+        }
+    }
 }

@@ -115,8 +115,16 @@ fn a_missing_cluster_barrier_is_caught() {
     );
     let broken = lowered.with_body(body);
     let want = reference::softmax(&x, rows, cols);
-    match run_sim(&broken, F32, &x, (rows, cols), (2, cfg.blocks as usize)) {
-        Err(e) => eprintln!("reported: {e}"),
+    let blocks = (2, cfg.blocks as usize);
+    // With the barrier this shape passes.
+    let y = run_sim(&lowered, F32, &x, (rows, cols), blocks).expect("runs with the barrier");
+    let e = rel_err(&y, &want).expect("size");
+    assert!(e < 1e-5, "with the barrier: {e}");
+    match run_sim(&broken, F32, &x, (rows, cols), blocks) {
+        Err(e) => assert!(
+            e.contains("race") && e.contains("PMAX"),
+            "not the exchange's race: {e}"
+        ),
         Ok(y) => {
             let e = rel_err(&y, &want).unwrap_or(f64::INFINITY);
             assert!(
@@ -149,8 +157,8 @@ fn cluster_barriers_are_refused_where_clusters_cannot_be() {
     assert!(cpu.to_string().contains("cluster_sync"), "{cpu}");
 
     // A barrier with no cluster declared, clusters along dim 1, too large, a grid that is not
-    // whole clusters, and a persistent kernel.
-    let build = |dim: usize, size: u32, grid0: i64, persistent: bool| {
+    // whole clusters, a persistent kernel, and warp specialization asked for.
+    let build = |dim: usize, size: u32, grid0: i64, persistent: bool, ws: bool| {
         Kernel::build("cluster_misuse", |k| {
             let m = k.dim("M");
             let x = k.output("X", (&m, 64), F32);
@@ -161,6 +169,9 @@ fn cluster_barriers_are_refused_where_clusters_cannot_be() {
                 if persistent {
                     t.persistent(4);
                 }
+                if ws {
+                    t.warp_specialize(true);
+                }
                 let f = t.alloc_fragment_named("f", [1, 8], F32);
                 t.fill(&f, 1.0);
                 t.cluster_sync();
@@ -169,11 +180,12 @@ fn cluster_barriers_are_refused_where_clusters_cannot_be() {
         })
     };
     for (k, want) in [
-        (build(0, 0, 8, false), "runs no clusters"),
-        (build(1, 2, 8, false), "grid dim 1"),
-        (build(0, 16, 16, false), "at most 8"),
-        (build(0, 4, 6, false), "multiple of the cluster size"),
-        (build(0, 4, 8, true), "persistent"),
+        (build(0, 0, 8, false, false), "runs no clusters"),
+        (build(1, 2, 8, false, false), "grid dim 1"),
+        (build(0, 16, 16, false, false), "at most 8"),
+        (build(0, 4, 6, false, false), "multiple of the cluster size"),
+        (build(0, 4, 8, true, false), "persistent"),
+        (build(0, 4, 8, false, true), "warp specialization"),
     ] {
         let msg = refusal(&k, Target::SM90);
         assert!(msg.contains(want), "expected `{want}` in: {msg}");

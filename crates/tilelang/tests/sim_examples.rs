@@ -473,9 +473,6 @@ fn fp8_wgmma_gemm_in_sim() {
     }
 }
 
-/// The fp8 per-tensor promoted GEMM as its long-K Hopper default runs it — a producer
-/// warpgroup, 256-deep k tiles, persistent blocks looping over the tiles — with fewer blocks
-/// than tiles (each block takes two rounds) and tails in M, N and K.
 #[test]
 fn fp8_fast_accumulation_default_in_sim() {
     // Fast accumulation at K >= 4096 takes the bf16 GEMM's arrangement (a producer warpgroup
@@ -516,6 +513,9 @@ fn fp8_fast_accumulation_default_in_sim() {
     }
 }
 
+/// The fp8 per-tensor promoted GEMM as its long-K Hopper default runs it — a producer
+/// warpgroup, 256-deep k tiles, persistent blocks looping over the tiles — with fewer blocks
+/// than tiles (each block takes two rounds) and tails in M, N and K.
 #[test]
 fn fp8_promoted_gemm_warp_specialized_persistent_in_sim() {
     use fp8_gemm::{Fp8Gemm, Fp8Scaling};

@@ -341,30 +341,38 @@ pub struct RowOp {
 
 /// Run a row-wise example: pick the kernel, check it against the reference, time it, and
 /// print the summary line with the achieved bandwidth (one read and one write per element).
-pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
+/// The one-kernel form of a row-wise operation for `target`: a row up to 16384 wide fits on
+/// chip (registers on a GPU: one read and one write per element), wider ones are streamed in
+/// chunks.
+fn row_kernel(op: &RowOp, args: &RowArgs, target: Target) -> anyhow::Result<Kernel> {
     use tilelang::kernels::softmax::{row_threads_for, RowConfig};
     let dt = parse_dtype(&args.dtype)?;
     let mut cfg = RowConfig::cpu();
     cfg.cols = args.chunk.unwrap_or(cfg.cols);
     cfg.rows = args.block_rows.unwrap_or(cfg.rows);
+    Ok(if args.chunk.is_none() && args.cols <= 16384 {
+        (op.row)(
+            dt,
+            args.cols as i64,
+            row_threads_for(&target, args.cols as i64),
+        )
+    } else {
+        (op.chunked)(dt, cfg)
+    })
+}
+
+pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
+    let dt = parse_dtype(&args.dtype)?;
     let dev = args.common.device()?;
-    // A row up to 16384 wide fits on chip (registers on a GPU): one read and one write per
-    // element.
-    let kernel_for = |target: Target| {
-        if args.chunk.is_none() && args.cols <= 16384 {
-            (op.row)(
-                dt,
-                args.cols as i64,
-                row_threads_for(&target, args.cols as i64),
-            )
-        } else {
-            (op.chunked)(dt, cfg)
-        }
-    };
-    if args.common.emit_only(&|t| vec![kernel_for(t)])? {
+    let kernel_for = |target: Target| row_kernel(op, args, target);
+    kernel_for(Target::Cpu)?;
+    if args
+        .common
+        .emit_only(&|t| kernel_for(t).into_iter().collect())?
+    {
         return Ok(ExitCode::SUCCESS);
     }
-    let kernel = kernel_for(dev.target()?);
+    let kernel = kernel_for(dev.target()?)?;
     let exe = compile(&kernel, &dev)?;
     let (r, c) = (args.rows, args.cols);
     let x = Tensor::randn(&[r, c], dt, args.common.seed, &dev)?;
@@ -478,19 +486,19 @@ pub struct SplitArgs {
     #[arg(long)]
     pub no_cluster: bool,
     /// With the cluster kernel: blocks per row (the cluster's size, 2 to 8; default 8)
-    #[arg(long, value_parser = size::<u32>)]
+    #[arg(long, value_parser = size::<u32>, conflicts_with_all = ["no_cluster", "no_split", "span"])]
     pub cluster_blocks: Option<u32>,
     /// With the cluster kernel: threads per block (a power of two, 32 to 1024; default: the
     /// fewest that hold at most 32 columns each)
-    #[arg(long, value_parser = size::<u32>)]
+    #[arg(long, value_parser = size::<u32>, conflicts_with_all = ["no_cluster", "no_split", "span"])]
     pub cluster_threads: Option<u32>,
     /// With the cluster kernel: resident blocks per multiprocessor to compile for (caps the
     /// registers)
-    #[arg(long, value_parser = size::<u32>)]
+    #[arg(long, value_parser = size::<u32>, conflicts_with_all = ["no_cluster", "no_split", "span"])]
     pub cluster_occupancy: Option<u32>,
-    /// With the split: columns per block (a multiple of 2048; default: about eight blocks per
-    /// multiprocessor)
-    #[arg(long, value_parser = size::<i64>)]
+    /// With the two-kernel split (given, it takes that split): columns per block (a multiple
+    /// of 2048; default: about eight blocks per multiprocessor)
+    #[arg(long, value_parser = size::<i64>, conflicts_with = "cluster")]
     pub span: Option<i64>,
     #[command(flatten)]
     pub row: RowArgs,
@@ -508,19 +516,35 @@ pub fn run_split_example(
 ) -> anyhow::Result<ExitCode> {
     use tilelang::kernels::softmax::{ClusterConfig, SplitConfig};
     let a = &args.row;
+    if args.cluster && a.common.isa.is_some() {
+        anyhow::bail!(
+            "--isa reports the AMD kernel, and AMD GPUs have no thread-block clusters: drop \
+             --cluster"
+        );
+    }
     if args.cluster && a.common.emit.is_some() {
-        // The cluster kernel for targets that have clusters, the row kernel elsewhere.
+        // The cluster kernel for targets that have clusters; elsewhere what a run without
+        // --cluster would emit.
         let dt = parse_dtype(&a.dtype)?;
         let cols = a.cols as i64;
-        let cfg = cluster_config(args)?;
-        let kernels = |t: Target| match cfg {
-            Some(cfg) if t.has_clusters() => vec![(split.cluster)(dt, cols, cfg)],
-            _ => vec![(op.chunked)(
-                dt,
-                tilelang::kernels::softmax::RowConfig::cpu(),
-            )],
+        let Some(cfg) = cluster_config(args)? else {
+            anyhow::bail!(
+                "--cluster: a row of {cols} columns is wider than one cluster holds ({} \
+                 blocks of 512 threads, {} columns a thread); drop --cluster",
+                ClusterConfig::MAX_BLOCKS,
+                ClusterConfig::MAX_PER_THREAD_UNCAPPED
+            );
         };
-        a.common.emit_only(&kernels)?;
+        let kernels = |t: Target| {
+            if t.has_clusters() {
+                Ok(vec![(split.cluster)(dt, cols, cfg)])
+            } else {
+                row_kernel(op, a, t).map(|k| vec![k])
+            }
+        };
+        // A bad option is reported once, not per target.
+        kernels(Target::Cpu)?;
+        a.common.emit_only(&|t| kernels(t).unwrap_or_default())?;
         return Ok(ExitCode::SUCCESS);
     }
     if a.common.emit.is_some() || a.common.isa.is_some() || args.no_split {
@@ -534,9 +558,8 @@ pub fn run_split_example(
     }
     let dt = parse_dtype(&a.dtype)?;
     let clusters = dev.target().is_ok_and(|t| t.has_clusters());
-    let cluster_cfg = cluster_config(args)?;
-    if args.cluster || (clusters && !args.no_cluster) {
-        if let Some(cfg) = cluster_cfg {
+    if args.cluster || (clusters && !args.no_cluster && args.span.is_none()) {
+        if let Some(cfg) = cluster_config(args)? {
             return run_cluster_example(op, split, a, &dev, cfg);
         }
         if args.cluster {
@@ -641,9 +664,10 @@ fn cluster_config(
 ) -> anyhow::Result<Option<tilelang::kernels::softmax::ClusterConfig>> {
     use tilelang::kernels::softmax::ClusterConfig;
     let cols = args.row.cols as i64;
+    let overridden = args.cluster_blocks.is_some() || args.cluster_threads.is_some();
     let mut cfg = match ClusterConfig::for_shape(cols, parse_dtype(&args.row.dtype)?) {
         Some(c) => c,
-        None if args.cluster_blocks.is_none() && args.cluster_threads.is_none() => return Ok(None),
+        None if !overridden => return Ok(None),
         None => ClusterConfig {
             blocks: ClusterConfig::MAX_BLOCKS,
             threads: 512,
@@ -665,17 +689,30 @@ fn cluster_config(
         }
         cfg.threads = t;
     }
+    // The default's register cap was worked out for its own blocks and threads.
+    if overridden {
+        cfg.blocks_per_sm = 1;
+    }
     if let Some(b) = args.cluster_occupancy {
-        cfg.blocks_per_sm = b.clamp(1, 32);
+        let most = 2048 / cfg.threads;
+        if !(1..=most).contains(&b) {
+            anyhow::bail!(
+                "--cluster-occupancy must be 1 to {most} for blocks of {} threads (a \
+                 multiprocessor runs at most 2048 threads; got {b})",
+                cfg.threads
+            );
+        }
+        cfg.blocks_per_sm = b;
     }
     let per_thread = cfg.width(cols) / i64::from(cfg.threads);
-    if per_thread > 4 * ClusterConfig::MAX_PER_THREAD {
+    if per_thread > ClusterConfig::MAX_PER_THREAD_UNCAPPED {
         anyhow::bail!(
             "a row of {cols} columns over {} blocks of {} threads is {per_thread} columns a \
-             thread, more than the {} registers hold: give it more blocks or threads",
+             thread, more than the {} a thread holds in registers: give it more blocks or \
+             threads, or drop --cluster to split it in two kernels",
             cfg.blocks,
             cfg.threads,
-            4 * ClusterConfig::MAX_PER_THREAD
+            ClusterConfig::MAX_PER_THREAD_UNCAPPED
         );
     }
     Ok(Some(cfg))

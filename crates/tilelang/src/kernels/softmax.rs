@@ -385,11 +385,10 @@ impl ClusterConfig {
     /// (262144 columns).
     ///
     /// Up to 32 a thread (or a row that fills the cluster exactly), the registers are capped to
-    /// what a thread's share of the row takes (`blocks_per_sm`):
-    /// left to itself ptxas gave the 512-thread bf16 softmax 64 registers, two blocks a
-    /// multiprocessor, where 40 fit three and ran 12% faster at 64 × 128256 on an H100; at
-    /// 262144 columns 64 registers (two blocks) against 80 (one) ran 16-24% faster
-    /// (docs/performance.md, session 26).
+    /// what a thread's share of the row takes (`blocks_per_sm`): left to itself ptxas gave the
+    /// 512-thread bf16 softmax 64 registers, two blocks a multiprocessor, where 40 fit three
+    /// and ran 12% faster at 64 × 128256 on an H100; at 262144 columns 64 registers (two
+    /// blocks) against 80 (one) ran 14-29% faster (docs/performance.md, session 26).
     pub fn for_shape(cols: i64, dtype: DType) -> Option<ClusterConfig> {
         let blocks = Self::MAX_BLOCKS;
         let per_block = (cols.max(1) + blocks as i64 - 1) / blocks as i64;
@@ -417,9 +416,10 @@ impl ClusterConfig {
         let by_regs = 65536 / (threads * regs);
         let by_threads = 2048 / threads;
         // Wider shares (over 32 a thread, at 512 threads) spilled under such caps where the
-        // last block's columns past the row are masked (151936 or 200000 columns of bf16 at
-        // two blocks: 24-98 bytes) but not where the row fills the cluster exactly (262144:
-        // two blocks ran 16-24% faster than one, gpu-notes run 24h).
+        // last block's columns past the row are masked (`tilelang check-cuda`, bf16 at two
+        // blocks: 200000 columns 24 bytes; 151936 or 200000 padded to 64 a thread, 98) but
+        // not where the row fills the cluster exactly (262144: two blocks ran 14-29% faster
+        // than one, gpu-notes run 24h).
         let exact = cols == cfg.width(cols) * i64::from(blocks);
         Some(ClusterConfig {
             blocks_per_sm: if vectors && (per_thread <= Self::MAX_PER_THREAD || exact) {

@@ -190,7 +190,9 @@ pub fn candidate(
         .attrs
         .warp_specialize
         .unwrap_or(env.as_deref() == Some("1"));
-    if !wanted {
+    // A kernel whose blocks wait for each other at a cluster barrier keeps every warp in that
+    // barrier (a producer warpgroup would not reach it; `cluster::check` refuses asking).
+    if !wanted || crate::cluster::synchronizes_cluster(&k.body) {
         return None;
     }
     obstacle(k, plans, target)
