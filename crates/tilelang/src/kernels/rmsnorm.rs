@@ -152,10 +152,7 @@ pub fn rmsnorm_cluster(dtype: DType, cols: i64, cfg: super::softmax::ClusterConf
         let pss = k.output("PSS", (&m, c), F32);
         let y = k.output("Y", (&m, cols), dtype);
         k.launch([Expr::int(c), m.clone()], cfg.threads, |t, [bx, by]| {
-            t.cluster(0, cfg.blocks);
-            if cfg.blocks_per_sm > 1 {
-                t.min_blocks_per_sm(cfg.blocks_per_sm);
-            }
+            cfg.schedule_blocks(t);
             let c0 = &bx * width;
             let xs = t.alloc_fragment_named("x", [1, width], dtype);
             let sq = t.alloc_fragment_named("sq", [1, width], F32);

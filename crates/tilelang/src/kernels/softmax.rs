@@ -431,6 +431,15 @@ impl ClusterConfig {
         })
     }
 
+    /// The block-level choices in a cluster kernel's launch: the cluster along the grid's
+    /// first dim, and the register cap.
+    pub fn schedule_blocks(&self, t: &mut TileScope) {
+        t.cluster(0, self.blocks);
+        if self.blocks_per_sm > 1 {
+            t.min_blocks_per_sm(self.blocks_per_sm);
+        }
+    }
+
     /// The columns one block holds: its share of `cols`, rounded up to whole 16-byte vectors
     /// of a 16-bit type on every thread (columns past the row are masked).
     pub fn width(&self, cols: i64) -> i64 {
@@ -451,10 +460,7 @@ pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
         let psum = k.output("PSUM", (&m, c), F32);
         let y = k.output("Y", (&m, cols), dtype);
         k.launch([Expr::int(c), m.clone()], cfg.threads, |t, [bx, by]| {
-            t.cluster(0, cfg.blocks);
-            if cfg.blocks_per_sm > 1 {
-                t.min_blocks_per_sm(cfg.blocks_per_sm);
-            }
+            cfg.schedule_blocks(t);
             let c0 = &bx * width;
             let xs = t.alloc_fragment_named("x", [1, width], dtype);
             let e = t.alloc_fragment_named("e", [1, width], F32);
