@@ -19,9 +19,9 @@ pub fn synchronizes_cluster(body: &Stmt) -> bool {
 }
 
 /// Refuse a kernel that calls `cluster_sync` where its clusters cannot be what it assumes:
-/// a target without clusters, warp specialization asked for, no cluster declared, clusters
-/// along another grid dim than the first, more than [`MAX_PORTABLE_CLUSTER`] blocks, or a
-/// first grid dim that is not a whole number of clusters.
+/// a target without clusters, a persistent kernel, warp specialization asked for, no cluster
+/// declared, clusters along another grid dim than the first, more than
+/// [`MAX_PORTABLE_CLUSTER`] blocks, or a first grid dim that is not a whole number of clusters.
 pub fn check(k: &Kernel, target: &Target) -> Result<(), Diagnostics> {
     if !synchronizes_cluster(&k.body) {
         return Ok(());
@@ -40,6 +40,16 @@ pub fn check(k: &Kernel, target: &Target) -> Result<(), Diagnostics> {
             ),
             "compile it for sm_90 (an H100: --device cuda or sim:sm_90a), or use a form of the \
              kernel whose blocks do not wait for each other (the split row kernels, say)",
+        );
+    }
+    if k.attrs.persistent_blocks.is_some() {
+        return err(
+            format!(
+                "kernel `{name}` is persistent and calls cluster_sync: a persistent kernel's \
+                 blocks loop over tiles in their own order, so its clusters would not hold the \
+                 tiles the barrier pairs"
+            ),
+            "drop `persistent` (one block per grid entry) or the cross-block barrier",
         );
     }
     if k.attrs.warp_specialize == Some(true) {

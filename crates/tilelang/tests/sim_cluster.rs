@@ -2,7 +2,9 @@
 //! one-kernel softmax and RMS norm of few long rows, run in the simulator (sm_90a) against
 //! the f64 references, a removed barrier caught, and the refusals where clusters cannot be.
 
-use tilelang::ir::{Expr, ExprKind, Intrinsic, Stmt, StmtKind};
+mod common;
+
+use tilelang::ir::{Expr, Intrinsic};
 use tilelang::kernels::softmax::ClusterConfig;
 use tilelang::kernels::{reference, rmsnorm, softmax};
 use tilelang::prelude::*;
@@ -83,21 +85,6 @@ fn cluster_softmax_and_rmsnorm_in_sim() {
     }
 }
 
-fn without_cluster_sync(s: &Stmt) -> Stmt {
-    s.map_post(&mut |st| match st.kind {
-        StmtKind::Seq(v) => Stmt::seq(
-            v.into_iter()
-                .filter(|x| {
-                    !matches!(&x.kind, StmtKind::Eval(e)
-                        if matches!(e.kind(), ExprKind::Call(Intrinsic::ClusterSync, _)))
-                })
-                .collect(),
-            st.span,
-        ),
-        k => Stmt::new(k, st.span),
-    })
-}
-
 #[test]
 fn a_missing_cluster_barrier_is_caught() {
     // Without the barrier a block reads its peers' statistics before they are written: the
@@ -107,7 +94,7 @@ fn a_missing_cluster_barrier_is_caught() {
     let x = input(rows, cols);
     let k = softmax::softmax_cluster(F32, cols as i64, cfg);
     let lowered = k.lower(Target::SM90).expect("lowers");
-    let body = without_cluster_sync(&lowered.body);
+    let body = common::remove_calls(&lowered.body, &|op| matches!(op, Intrinsic::ClusterSync));
     assert_ne!(
         body.to_string(),
         lowered.body.to_string(),

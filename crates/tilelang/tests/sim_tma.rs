@@ -5,6 +5,9 @@
 //! warp-specialized pipeline (a producer that does not wait for a stage's release, consumers
 //! that never release one, a consumer barrier counting the wrong threads).
 
+mod common;
+
+use common::{remove_calls, remove_calls_where};
 use tilelang::ir::{Expr, ExprKind, Intrinsic, Stmt, StmtKind};
 use tilelang::kernels::gemm;
 use tilelang::prelude::*;
@@ -153,21 +156,6 @@ fn rewrite_calls(s: &Stmt, pick: &dyn Fn(&Intrinsic) -> bool, f: CallRewrite) ->
     })
 }
 
-fn remove_calls(s: &Stmt, pick: &dyn Fn(&Intrinsic) -> bool) -> Stmt {
-    s.map_post(&mut |st| match st.kind {
-        StmtKind::Seq(v) => Stmt::seq(
-            v.into_iter()
-                .filter(|x| {
-                    !matches!(&x.kind, StmtKind::Eval(e)
-                        if matches!(e.kind(), ExprKind::Call(op, _) if pick(op)))
-                })
-                .collect(),
-            st.span,
-        ),
-        k => Stmt::new(k, st.span),
-    })
-}
-
 #[test]
 fn planted_tma_bugs_are_caught() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
@@ -297,21 +285,6 @@ fn persistent_tma_gemm_in_sim() {
 /// Is `op` an `mbarrier_wait` on a barrier of the buffer named `name`?
 fn waits_on(args: &[Expr], name: &str) -> bool {
     args.first().is_some_and(|a| a.to_string().contains(name))
-}
-
-fn remove_calls_where(s: &Stmt, pick: &dyn Fn(&Intrinsic, &[Expr]) -> bool) -> Stmt {
-    s.map_post(&mut |st| match st.kind {
-        StmtKind::Seq(v) => Stmt::seq(
-            v.into_iter()
-                .filter(|x| {
-                    !matches!(&x.kind, StmtKind::Eval(e)
-                        if matches!(e.kind(), ExprKind::Call(op, a) if pick(op, a)))
-                })
-                .collect(),
-            st.span,
-        ),
-        k => Stmt::new(k, st.span),
-    })
 }
 
 #[test]

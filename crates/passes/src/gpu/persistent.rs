@@ -7,8 +7,8 @@
 
 use tl_ir::ops::{ceildiv, min};
 use tl_ir::{
-    BinOp, DType, DiagKind, Diagnostic, Diagnostics, Expr, For, ForKind, Intrinsic, Kernel, Stmt,
-    StmtKind, Var,
+    BinOp, DType, Diagnostic, Diagnostics, Expr, For, ForKind, Intrinsic, Kernel, Stmt, StmtKind,
+    Var,
 };
 use tl_target::Target;
 
@@ -17,22 +17,8 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     // only a persistent, warp-specialized kernel has, and kernels whose blocks synchronize
     // across the cluster themselves (`cluster_sync`): elsewhere they are dropped.
     let mut k = k;
-    let synced = crate::cluster::synchronizes_cluster(&k.body);
-    if synced && k.attrs.persistent_blocks.is_some() {
-        return Err(Diagnostic::new(
-            DiagKind::Unsupported,
-            k.body.span,
-            format!(
-                "kernel `{}` is persistent and calls cluster_sync: a persistent kernel's blocks \
-                 loop over tiles in their own order, so its clusters would not hold the tiles \
-                 the barrier pairs",
-                k.name
-            ),
-        )
-        .help("drop `persistent` (one block per grid entry) or the cross-block barrier")
-        .into());
-    }
-    if synced && k.attrs.persistent_blocks.is_none() {
+    // Such a kernel is not persistent (`cluster::check` refuses that): it keeps its clusters.
+    if crate::cluster::synchronizes_cluster(&k.body) {
         return Ok(k);
     }
     let cluster = k

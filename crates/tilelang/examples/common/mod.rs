@@ -339,8 +339,6 @@ pub struct RowOp {
     pub reference: fn(&[f64], usize, usize) -> Vec<f64>,
 }
 
-/// Run a row-wise example: pick the kernel, check it against the reference, time it, and
-/// print the summary line with the achieved bandwidth (one read and one write per element).
 /// The one-kernel form of a row-wise operation for `target`: a row up to 16384 wide fits on
 /// chip (registers on a GPU: one read and one write per element), wider ones are streamed in
 /// chunks.
@@ -361,6 +359,8 @@ fn row_kernel(op: &RowOp, args: &RowArgs, target: Target) -> anyhow::Result<Kern
     })
 }
 
+/// Run a row-wise example: pick the kernel, check it against the reference, time it, and
+/// print the summary line with the achieved bandwidth (one read and one write per element).
 pub fn run_row_example(op: &RowOp, args: &RowArgs) -> anyhow::Result<ExitCode> {
     let dt = parse_dtype(&args.dtype)?;
     let dev = args.common.device()?;
@@ -514,7 +514,7 @@ pub fn run_split_example(
     split: &SplitOp,
     args: &SplitArgs,
 ) -> anyhow::Result<ExitCode> {
-    use tilelang::kernels::softmax::{ClusterConfig, SplitConfig};
+    use tilelang::kernels::softmax::SplitConfig;
     let a = &args.row;
     if args.cluster && a.common.isa.is_some() {
         anyhow::bail!(
@@ -528,12 +528,7 @@ pub fn run_split_example(
         let dt = parse_dtype(&a.dtype)?;
         let cols = a.cols as i64;
         let Some(cfg) = cluster_config(args)? else {
-            anyhow::bail!(
-                "--cluster: a row of {cols} columns is wider than one cluster holds ({} \
-                 blocks of 512 threads, {} columns a thread); drop --cluster",
-                ClusterConfig::MAX_BLOCKS,
-                ClusterConfig::MAX_PER_THREAD_UNCAPPED
-            );
+            return Err(too_wide_for_a_cluster(a.cols));
         };
         let kernels = |t: Target| {
             if t.has_clusters() {
@@ -563,13 +558,7 @@ pub fn run_split_example(
             return run_cluster_example(op, split, a, &dev, cfg);
         }
         if args.cluster {
-            anyhow::bail!(
-                "--cluster: a row of {} columns is wider than one cluster holds ({} blocks of \
-                 512 threads, {} columns a thread); drop --cluster to split it in two kernels",
-                a.cols,
-                ClusterConfig::MAX_BLOCKS,
-                ClusterConfig::MAX_PER_THREAD_UNCAPPED
-            );
+            return Err(too_wide_for_a_cluster(a.cols));
         }
     }
     let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8));
@@ -655,6 +644,17 @@ fn run_cluster_example(
             compile_note(&exe)
         ),
     ))
+}
+
+/// `--cluster` for a row wider than one cluster holds.
+fn too_wide_for_a_cluster(cols: usize) -> anyhow::Error {
+    use tilelang::kernels::softmax::ClusterConfig;
+    anyhow::anyhow!(
+        "--cluster: a row of {cols} columns is wider than one cluster holds ({} blocks of 512 \
+         threads, {} columns a thread); drop --cluster to split it in two kernels",
+        ClusterConfig::MAX_BLOCKS,
+        ClusterConfig::MAX_PER_THREAD_UNCAPPED
+    )
 }
 
 /// The cluster kernel's configuration for these options: [`ClusterConfig::for_shape`] with the

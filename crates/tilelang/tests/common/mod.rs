@@ -1,8 +1,32 @@
-//! Kernels shared by the GPU test files: every example at GPU-sized tiles.
+//! What the GPU test files share: every example at GPU-sized tiles, and the edits of lowered IR
+//! that plant bugs for the simulator to catch.
 #![allow(dead_code)]
 
+use tilelang::ir::{ExprKind, Intrinsic, Stmt, StmtKind};
 use tilelang::kernels::{elementwise, flash_attention, gemm, rmsnorm, softmax};
 use tilelang::prelude::*;
+
+/// `s` without the evaluated calls that `pick` selects by intrinsic and arguments (a wait, a
+/// fence, a barrier removed).
+pub fn remove_calls_where(s: &Stmt, pick: &dyn Fn(&Intrinsic, &[Expr]) -> bool) -> Stmt {
+    s.map_post(&mut |st| match st.kind {
+        StmtKind::Seq(v) => Stmt::seq(
+            v.into_iter()
+                .filter(|x| {
+                    !matches!(&x.kind, StmtKind::Eval(e)
+                        if matches!(e.kind(), ExprKind::Call(op, a) if pick(op, a)))
+                })
+                .collect(),
+            st.span,
+        ),
+        k => Stmt::new(k, st.span),
+    })
+}
+
+/// [`remove_calls_where`] by intrinsic alone.
+pub fn remove_calls(s: &Stmt, pick: &dyn Fn(&Intrinsic) -> bool) -> Stmt {
+    remove_calls_where(s, &|op, _| pick(op))
+}
 
 pub fn example_kernels() -> Vec<Kernel> {
     let row = softmax::RowConfig {
