@@ -83,6 +83,16 @@ impl Interp<'_, '_> {
                 "a box extent of {bad} (box {box_dims:?}; 1 to 256 per dim)"
             )));
         }
+        // The hardware starts a box only on a 16-byte boundary of the tensor's rows (its
+        // base is 16-byte aligned): any other innermost coordinate is an illegal instruction
+        // (H200, gpu-notes run 25a), whatever the swizzle.
+        let start = at[rank - 1] * esize as i64;
+        if start.rem_euclid(16) != 0 {
+            return Err(invalid(format!(
+                "a box starting at column {} of `{}` ({start} bytes into its rows): TMA starts a box only at a multiple of 16 bytes (on the GPU: an illegal instruction)",
+                at[rank - 1], ti.name
+            )));
+        }
         let inner = box_dims[rank - 1] as usize;
         let row_bytes = inner * esize;
         if !row_bytes.is_multiple_of(16) {

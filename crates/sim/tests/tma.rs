@@ -226,7 +226,7 @@ fn waits_block_until_another_warp_completes_the_phase() {
     // completes the phase.
     let shot = Shot {
         issuer: 63,
-        ..Shot::new(128, 8, 32, (5, 1))
+        ..Shot::new(128, 8, 32, (5, 4))
     };
     let (got, r) = run_shot(shot).expect("runs");
     assert_eq!(got, shot.expected());
@@ -236,13 +236,26 @@ fn waits_block_until_another_warp_completes_the_phase() {
 #[test]
 fn elements_outside_the_tensor_land_as_zeros() {
     // Past the end in both dims (A is 20 × 40), and before the start (negative coordinates).
-    for coords in [(16, 20), (-3, -5), (-7, 30), (19, 39), (40, 100)] {
+    for coords in [(16, 20), (-3, -8), (-7, 28), (19, 36), (40, 100)] {
         for swizzle in [128, 0] {
             let shot = Shot::new(swizzle, 8, 32, coords);
             let (got, _) = run_shot(shot).unwrap_or_else(|e| panic!("{shot:?}: {e}"));
             let want = shot.expected();
             assert_eq!(got, want, "{shot:?}");
             assert!(want.contains(&0.0), "{shot:?}");
+        }
+    }
+}
+
+/// A box whose first column is not 16 bytes into the tensor's rows (f32 column 1, or -5):
+/// the GPU stops with an illegal instruction, the simulator with the reason.
+#[test]
+fn a_box_off_16_bytes_is_caught() {
+    for coords in [(3, 1), (-3, -5), (0, 6)] {
+        let shot = Shot::new(128, 8, 32, coords);
+        match run_shot(shot) {
+            Err(SimError::InvalidIr(m)) => assert!(m.contains("multiple of 16 bytes"), "{m}"),
+            other => panic!("{coords:?}: {:?}", other.map(|r| r.0.len())),
         }
     }
 }
@@ -387,14 +400,14 @@ fn a_wait_orders_the_landing_for_its_thread_and_after_a_barrier_for_all() {
     let shot = Shot {
         waiters: 32,
         sync_after_wait: true,
-        ..Shot::new(128, 8, 32, (2, 3))
+        ..Shot::new(128, 8, 32, (2, 4))
     };
     let (got, _) = run_shot(shot).expect("warp 1 reads after the barrier");
     assert_eq!(got, shot.expected());
     // Without the barrier, warp 1 reads what, for all it knows, has not landed.
     let shot = Shot {
         waiters: 32,
-        ..Shot::new(128, 8, 32, (2, 3))
+        ..Shot::new(128, 8, 32, (2, 4))
     };
     match run_shot(shot) {
         Err(SimError::StaleAsyncRead {
@@ -409,7 +422,7 @@ fn a_wait_orders_the_landing_for_its_thread_and_after_a_barrier_for_all() {
     let shot = Shot {
         waiters: 0,
         sync_after_wait: true,
-        ..Shot::new(128, 8, 32, (2, 3))
+        ..Shot::new(128, 8, 32, (2, 4))
     };
     assert!(matches!(
         run_shot(shot),
