@@ -158,7 +158,7 @@ impl Ctx<'_> {
             (Scope::Fragment, Scope::Global) if self.tma_store_epilogue(src, dst).is_some() => {
                 self.copy_frag_tma_store(src, dst, span)
             }
-            (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst) => {
+            (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst).is_some() => {
                 self.copy_frag_staged(src, dst, span)
             }
             (Scope::Fragment, _) => self.copy_frag(dst, src, false, None, span),
@@ -512,33 +512,64 @@ impl Ctx<'_> {
         Ok(if_then(replica_guard, stmt, span))
     }
 
-    /// Should a fragment → global copy go through shared memory? When each thread's
-    /// contiguous run along a row is under 16 bytes (tensor-core accumulators hold pairs), a
-    /// staging tile turns many narrow scattered stores into 16-byte coalesced ones — if the
-    /// tile fits next to the kernel's other shared buffers.
-    fn stage_epilogue(&self, frag: &Region, dst: &Region) -> bool {
-        let Some(f) = self.frag(&frag.buffer) else {
-            return false;
-        };
-        let Some(shape) = frag.buffer.const_shape() else {
-            return false;
-        };
+    /// Should a fragment → global copy go through shared memory, and through what? When each
+    /// thread's contiguous run along a row is under 16 bytes (tensor-core accumulators hold
+    /// pairs), a staging tile turns many narrow scattered stores into coalesced ones — if the
+    /// tile fits next to the kernel's other shared buffers. Where the whole tile does not, a
+    /// tile of a half or a quarter of its columns, reused chunk by chunk, may (as for the TMA
+    /// store: the Hopper GEMM's four stages leave 32 KB): rows that are not whole 16-byte
+    /// units (an odd N) otherwise go out element by element straight from the registers,
+    /// 2-byte stores scattered over 8 rows per warp instruction.
+    fn stage_epilogue(&self, frag: &Region, dst: &Region) -> Option<StagePlan> {
+        let f = self.frag(&frag.buffer)?;
+        let shape = frag.buffer.const_shape()?;
         if shape.len() != 2
             || !frag.is_full()
             || nonunit_dims(dst).last() != Some(&(dst.rank() - 1))
         {
-            return false;
+            return None;
         }
         let bytes = dst.buffer.dtype().bytes() as i64;
         let run = match f.value_modes.first() {
             Some(m) if m.target == Some((1, 1)) => m.extent * bytes,
             _ => bytes,
         };
-        let tile = shape[0] * shape[1] * bytes;
-        run < 16
-            && shape[1] * bytes >= 64
-            && tile >= 4096
-            && self.smem_bytes + tile as usize <= self.target.max_shared_bytes()
+        let (rows, cols) = (shape[0], shape[1]);
+        if run >= 16 || cols * bytes < 64 || rows * cols * bytes < 4096 {
+            return None;
+        }
+        // Chunks only where they were measured (Hopper, gpu-notes run 25b); elsewhere a tile
+        // that does not fit whole keeps the direct stores.
+        let parts: &[i64] = if self.target.has_tma() {
+            &[1, 2, 4]
+        } else {
+            &[1]
+        };
+        for &parts in parts {
+            if cols % parts != 0 {
+                return None;
+            }
+            let width = cols / parts;
+            if width * bytes < 64
+                || self.smem_bytes + (rows * width * bytes) as usize
+                    > self.target.max_shared_bytes()
+            {
+                continue;
+            }
+            let windows = match parts {
+                1 => vec![None],
+                _ => match column_chunks(f, width) {
+                    Some(w) => w.into_iter().map(Some).collect(),
+                    None => continue,
+                },
+            };
+            return Some(StagePlan {
+                rows,
+                width,
+                windows,
+            });
+        }
+        None
     }
 
     /// The TMA plan of a fragment → global copy through a swizzled staging tile, where the
@@ -681,44 +712,34 @@ impl Ctx<'_> {
         full
     }
 
-    /// An epilogue's staging tile for `frag` ([`Ctx::staging_tile`] of its shape) and the
-    /// copy of the fragment into it.
-    fn stage_fragment(
-        &mut self,
-        frag: &Region,
-        dst: &Region,
-        span: Span,
-    ) -> Result<(Region, Stmt), Diagnostic> {
-        let shape = frag.buffer.const_shape().unwrap_or_default();
-        let [rows, cols] = shape[..] else {
-            return Err(Diagnostic::internal(
-                "an epilogue staging tile for a fragment that is not 2-d",
-            ));
-        };
-        let full = self.staging_tile(rows, cols, dst, span);
-        let to_shared = self.copy_frag(&full, frag, false, None, span)?;
-        Ok((full, to_shared))
-    }
-
-    /// Fragment → swizzled shared tile → barrier → 16-byte coalesced global stores.
+    /// Fragment → swizzled shared tile → barrier → coalesced global stores (16 bytes wide
+    /// where the rows allow), chunk by chunk of columns where the plan takes a part of the
+    /// tile at a time.
     fn copy_frag_staged(
         &mut self,
         frag: &Region,
         dst: &Region,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
-        let (full, to_shared) = self.stage_fragment(frag, dst, span)?;
-        let to_global = self.copy_blocked(&full, dst, span, false)?;
-        Ok(Stmt::seq(
-            vec![
-                self.sync(span),
-                to_shared,
-                self.sync(span),
-                to_global,
-                self.sync(span),
-            ],
-            span,
-        ))
+        let Some(plan) = self.stage_epilogue(frag, dst) else {
+            return Err(Diagnostic::internal(
+                "a staged epilogue that cannot be planned",
+            ));
+        };
+        let full = self.staging_tile(plan.rows, plan.width, dst, span);
+        let mut steps = vec![];
+        for (h, window) in plan.windows.into_iter().enumerate() {
+            let to_shared = self.copy_frag(&full, frag, false, window, span)?;
+            let mut part = dst.clone();
+            if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
+                *o = o.clone() + h as i64 * plan.width;
+                *e = Expr::int(plan.width);
+            }
+            let to_global = self.copy_blocked(&full, &part, span, false)?;
+            steps.extend([self.sync(span), to_shared, self.sync(span), to_global]);
+        }
+        steps.push(self.sync(span));
+        Ok(Stmt::seq(steps, span))
     }
 
     fn copy_frag_frag(
@@ -761,6 +782,14 @@ impl Ctx<'_> {
         };
         Ok(for_loop(&v, fs.local_size(), ForKind::Unrolled, body, span))
     }
+}
+
+/// How a fragment goes out through shared memory ([`Ctx::stage_epilogue`]): a staging tile
+/// of `rows × width`, one chunk of columns per window (`None`: the whole fragment).
+struct StagePlan {
+    rows: i64,
+    width: i64,
+    windows: Vec<Option<FragWindow>>,
 }
 
 /// How a fragment goes out by TMA store ([`Ctx::tma_store_epilogue`]): through a staging
