@@ -545,14 +545,33 @@ impl Ctx<'_> {
         } else {
             &[1]
         };
+        let (width, windows) = self.fitting_chunks(f, (rows, cols), bytes, parts, 64)?;
+        Some(StagePlan {
+            rows,
+            width,
+            windows,
+        })
+    }
+
+    /// The first of `parts` (1: the whole tile, 2: halves, 4: quarters of its columns) whose
+    /// `rows × cols / parts` staging tile of `eb`-byte elements has rows of at least
+    /// `min_row_bytes` and fits beside the kernel's other shared buffers: its width, and the
+    /// fragment's windows of columns, one per chunk (`None`: the whole fragment at once).
+    fn fitting_chunks(
+        &self,
+        f: &Fragment,
+        (rows, cols): (i64, i64),
+        eb: i64,
+        parts: &[i64],
+        min_row_bytes: i64,
+    ) -> Option<(i64, Vec<Option<FragWindow>>)> {
         for &parts in parts {
             if cols % parts != 0 {
                 return None;
             }
             let width = cols / parts;
-            if width * bytes < 64
-                || self.smem_bytes + (rows * width * bytes) as usize
-                    > self.target.max_shared_bytes()
+            if width * eb < min_row_bytes
+                || self.smem_bytes + (rows * width * eb) as usize > self.target.max_shared_bytes()
             {
                 continue;
             }
@@ -563,11 +582,7 @@ impl Ctx<'_> {
                     None => continue,
                 },
             };
-            return Some(StagePlan {
-                rows,
-                width,
-                windows,
-            });
+            return Some((width, windows));
         }
         None
     }
@@ -595,43 +610,27 @@ impl Ctx<'_> {
         let f = self.frag(&frag.buffer)?;
         let (rows, cols) = (shape[0], shape[1]);
         // Halves and quarters only: a chunk stays a whole number of swizzle panels.
-        for parts in [1, 2, 4] {
-            if cols % parts != 0 {
-                return None;
-            }
-            let width = cols / parts;
-            if self.smem_bytes + (rows * width * eb) as usize > self.target.max_shared_bytes() {
-                continue;
-            }
-            let windows = match parts {
-                1 => vec![None],
-                _ => match column_chunks(f, width) {
-                    Some(w) => w.into_iter().map(Some).collect(),
-                    None => continue,
-                },
-            };
-            let probe = Buffer::new(
-                "probe",
-                vec![Expr::int(rows), Expr::int(width)],
-                dst.buffer.dtype(),
-                Scope::Shared,
-                Span::UNKNOWN,
-            );
-            let full = Region::full(&probe);
-            let layout = super::mma::operand_smem_layout(&full)?;
-            let mut part = dst.clone();
-            if let Some(e) = part.extents.last_mut() {
-                *e = Expr::int(width);
-            }
-            let tma = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
-            return Some(StorePlan {
-                tma,
-                rows,
-                width,
-                windows,
-            });
+        let (width, windows) = self.fitting_chunks(f, (rows, cols), eb, &[1, 2, 4], 0)?;
+        let probe = Buffer::new(
+            "probe",
+            vec![Expr::int(rows), Expr::int(width)],
+            dst.buffer.dtype(),
+            Scope::Shared,
+            Span::UNKNOWN,
+        );
+        let full = Region::full(&probe);
+        let layout = super::mma::operand_smem_layout(&full)?;
+        let mut part = dst.clone();
+        if let Some(e) = part.extents.last_mut() {
+            *e = Expr::int(width);
         }
-        None
+        let tma = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
+        Some(StorePlan {
+            tma,
+            rows,
+            width,
+            windows,
+        })
     }
 
     /// Fragment → swizzled shared tile → one thread's TMA store per swizzle panel, left in
