@@ -84,8 +84,9 @@ impl Interp<'_, '_> {
             )));
         }
         // The hardware starts a box only on a 16-byte boundary of the tensor's rows (its
-        // base is 16-byte aligned): any other innermost coordinate is an illegal instruction
-        // (H200, gpu-notes run 25a), whatever the swizzle.
+        // base is 16-byte aligned): boxes starting 2 bytes off stopped every kernel with an
+        // illegal instruction on an H200 (gpu-notes run 25a), as Triton's TMA checks also say.
+        // Applied to out-of-range (negative) coordinates too, which that run did not try.
         let start = at[rank - 1] * esize as i64;
         if start.rem_euclid(16) != 0 {
             return Err(invalid(format!(

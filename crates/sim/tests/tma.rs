@@ -247,8 +247,8 @@ fn elements_outside_the_tensor_land_as_zeros() {
     }
 }
 
-/// A box whose first column is not 16 bytes into the tensor's rows (f32 column 1, or -5):
-/// the GPU stops with an illegal instruction, the simulator with the reason.
+/// A box whose first column is not 16 bytes into the tensor's rows (f32 columns 1, -5 and
+/// 6): the GPU stops with an illegal instruction, the simulator with the reason.
 #[test]
 fn a_box_off_16_bytes_is_caught() {
     for coords in [(3, 1), (-3, -5), (0, 6)] {

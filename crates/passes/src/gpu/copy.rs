@@ -515,11 +515,12 @@ impl Ctx<'_> {
     /// Should a fragment → global copy go through shared memory, and through what? When each
     /// thread's contiguous run along a row is under 16 bytes (tensor-core accumulators hold
     /// pairs), a staging tile turns many narrow scattered stores into coalesced ones — if the
-    /// tile fits next to the kernel's other shared buffers. Where the whole tile does not, a
-    /// tile of a half or a quarter of its columns, reused chunk by chunk, may (as for the TMA
-    /// store: the Hopper GEMM's four stages leave 32 KB): rows that are not whole 16-byte
-    /// units (an odd N) otherwise go out element by element straight from the registers,
-    /// 2-byte stores scattered over 8 rows per warp instruction.
+    /// tile fits next to the kernel's other shared buffers. Where the whole tile does not and
+    /// the rows are not whole 16-byte units (an odd N: no TMA store, and no vector stores
+    /// either), a tile of a half or a quarter of its columns, reused chunk by chunk, may (as
+    /// for the TMA store: the Hopper GEMM's four stages leave 32 KB), on targets with TMA;
+    /// otherwise such rows go out element by element straight from the registers, 2-byte
+    /// stores scattered over 8 rows per warp instruction.
     fn stage_epilogue(&self, frag: &Region, dst: &Region) -> Option<StagePlan> {
         let f = self.frag(&frag.buffer)?;
         let shape = frag.buffer.const_shape()?;
@@ -538,14 +539,16 @@ impl Ctx<'_> {
         if run >= 16 || cols * bytes < 64 || rows * cols * bytes < 4096 {
             return None;
         }
-        // Chunks only where they were measured (Hopper, gpu-notes run 25b); elsewhere a tile
+        // Chunks only where they were measured: rows that are not whole 16-byte units (odd
+        // N, no TMA store) on a target with TMA (an H200, gpu-notes run 25b). Elsewhere a tile
         // that does not fit whole keeps the direct stores.
-        let parts: &[i64] = if self.target.has_tma() {
+        let odd_rows = !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer);
+        let splits: &[i64] = if self.target.has_tma() && odd_rows {
             &[1, 2, 4]
         } else {
             &[1]
         };
-        let (width, windows) = self.fitting_chunks(f, (rows, cols), bytes, parts, 64)?;
+        let (width, windows) = self.fitting_chunks(f, (rows, cols), bytes, splits, 64)?;
         Some(StagePlan {
             rows,
             width,
@@ -565,17 +568,17 @@ impl Ctx<'_> {
         parts: &[i64],
         min_row_bytes: i64,
     ) -> Option<(i64, Vec<Option<FragWindow>>)> {
-        for &parts in parts {
-            if cols % parts != 0 {
+        for &split in parts {
+            if cols % split != 0 {
                 return None;
             }
-            let width = cols / parts;
+            let width = cols / split;
             if width * eb < min_row_bytes
                 || self.smem_bytes + (rows * width * eb) as usize > self.target.max_shared_bytes()
             {
                 continue;
             }
-            let windows = match parts {
+            let windows = match split {
                 1 => vec![None],
                 _ => match column_chunks(f, width) {
                     Some(w) => w.into_iter().map(Some).collect(),
@@ -713,7 +716,14 @@ impl Ctx<'_> {
 
     /// Fragment → swizzled shared tile → barrier → coalesced global stores (16 bytes wide
     /// where the rows allow), chunk by chunk of columns where the plan takes a part of the
-    /// tile at a time.
+    /// tile at a time:
+    ///
+    /// ```text
+    /// per chunk: barrier (every thread is done reading the tile: the previous chunk's, or
+    ///            whatever the block used it for); fragment's chunk → tile; barrier;
+    ///            tile → global
+    /// then:      barrier (the tile's last reads are done before anything reuses it)
+    /// ```
     fn copy_frag_staged(
         &mut self,
         frag: &Region,
@@ -730,9 +740,11 @@ impl Ctx<'_> {
         for (h, window) in plan.windows.into_iter().enumerate() {
             let to_shared = self.copy_frag(&full, frag, false, window, span)?;
             let mut part = dst.clone();
-            if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
-                *o = o.clone() + h as i64 * plan.width;
-                *e = Expr::int(plan.width);
+            if window.is_some() {
+                if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
+                    *o = o.clone() + h as i64 * plan.width;
+                    *e = Expr::int(plan.width);
+                }
             }
             let to_global = self.copy_blocked(&full, &part, span, false)?;
             steps.extend([self.sync(span), to_shared, self.sync(span), to_global]);
