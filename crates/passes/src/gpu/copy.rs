@@ -606,7 +606,10 @@ impl Ctx<'_> {
             return None;
         }
         let shape = frag.buffer.const_shape()?;
-        if shape.len() != 2 || !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer) {
+        if shape.len() != 2
+            || !super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer)
+            || !super::tma::starts_on_16_bytes(dst, &self.analyzer)
+        {
             return None;
         }
         let eb = dst.buffer.dtype().bytes() as i64;

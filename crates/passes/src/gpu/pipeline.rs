@@ -706,6 +706,9 @@ impl Pipeliner {
             let StmtKind::Op(TileOp::Copy(c)) = &body[i].kind else {
                 return None;
             };
+            if !super::tma::starts_on_16_bytes(&c.src, &self.analyzer) {
+                return None;
+            }
             let aligned = self.pitchable.contains(&c.src.buffer.id())
                 || super::tma::row_bytes_aligned(&c.src.buffer, &self.analyzer);
             let t = super::tma::TmaTile::of(

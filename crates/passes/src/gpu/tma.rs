@@ -213,6 +213,21 @@ impl Ctx<'_> {
     }
 }
 
+/// Does the global tile `src` start 16 bytes into its tensor's rows (its column offset a
+/// provable multiple of 16 bytes)? TMA starts a box nowhere else: a box 2 bytes off stopped
+/// the kernel with an illegal instruction on an H200 (gpu-notes run 25a), and the simulator
+/// reports it. Other tiles load by cp.async.
+pub fn starts_on_16_bytes(src: &Region, an: &tl_ir::Analyzer) -> bool {
+    let eb = src.buffer.dtype().bytes() as i64;
+    let Some(col) = src.offsets.last() else {
+        return false;
+    };
+    if eb == 0 || 16 % eb != 0 {
+        return false;
+    }
+    an.simplify(&col.floormod(16 / eb)).as_int() == Some(0)
+}
+
 /// Is every row of `tensor` (its contiguous dim) a multiple of 16 bytes long, so that all its
 /// strides are (TMA's requirement)?
 pub fn row_bytes_aligned(tensor: &Buffer, an: &tl_ir::Analyzer) -> bool {
