@@ -155,12 +155,7 @@ impl Ctx<'_> {
         }
         match (src.buffer.scope(), dst.buffer.scope()) {
             (Scope::Fragment, Scope::Fragment) => self.copy_frag_frag(src, dst, span),
-            (Scope::Fragment, Scope::Global) if self.tma_store_epilogue(src, dst).is_some() => {
-                self.copy_frag_tma_store(src, dst, span)
-            }
-            (Scope::Fragment, Scope::Global) if self.stage_epilogue(src, dst).is_some() => {
-                self.copy_frag_staged(src, dst, span)
-            }
+            (Scope::Fragment, Scope::Global) => self.copy_frag_to_global(src, dst, span),
             (Scope::Fragment, _) => self.copy_frag(dst, src, false, None, span),
             (_, Scope::Fragment) => self.copy_frag(src, dst, true, None, span),
             (Scope::Local | Scope::Var, _) | (_, Scope::Local | Scope::Var) => Err(self
@@ -512,6 +507,23 @@ impl Ctx<'_> {
         Ok(if_then(replica_guard, stmt, span))
     }
 
+    /// A fragment → global copy: by TMA store, through a staging tile, or straight from the
+    /// registers, the first that applies (each plan made once, then carried out).
+    fn copy_frag_to_global(
+        &mut self,
+        frag: &Region,
+        dst: &Region,
+        span: Span,
+    ) -> Result<Stmt, Diagnostic> {
+        if let Some(plan) = self.tma_store_epilogue(frag, dst) {
+            return self.copy_frag_tma_store(frag, dst, plan, span);
+        }
+        if let Some(plan) = self.stage_epilogue(frag, dst) {
+            return self.copy_frag_staged(frag, dst, plan, span);
+        }
+        self.copy_frag(dst, frag, false, None, span)
+    }
+
     /// Should a fragment → global copy go through shared memory, and through what? When each
     /// thread's contiguous run along a row is under 16 bytes (tensor-core accumulators hold
     /// pairs), a staging tile turns many narrow scattered stores into coalesced ones — if the
@@ -626,10 +638,7 @@ impl Ctx<'_> {
         );
         let full = Region::full(&probe);
         let layout = super::mma::operand_smem_layout(&full)?;
-        let mut part = dst.clone();
-        if let Some(e) = part.extents.last_mut() {
-            *e = Expr::int(width);
-        }
+        let part = column_part(dst, 0, width);
         let tma = super::tma::TmaTile::of(&part, &full, Some(&layout), &self.target, true)?;
         Some(StorePlan {
             tma,
@@ -654,13 +663,9 @@ impl Ctx<'_> {
         &mut self,
         frag: &Region,
         dst: &Region,
+        plan: StorePlan,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
-        let Some(plan) = self.tma_store_epilogue(frag, dst) else {
-            return Err(Diagnostic::internal(
-                "a TMA store epilogue that cannot be planned",
-            ));
-        };
         let width = plan.width;
         let full = self.staging_tile(plan.rows, width, dst, span);
         let tid0 = self.tid.eq_(0);
@@ -669,11 +674,7 @@ impl Ctx<'_> {
         let mut steps = vec![];
         for (h, window) in plan.windows.into_iter().enumerate() {
             let to_shared = self.copy_frag(&full, frag, false, window, span)?;
-            let mut part = dst.clone();
-            if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
-                *o = o.clone() + h as i64 * width;
-                *e = Expr::int(width);
-            }
+            let part = column_part(dst, h as i64 * width, width);
             let (box_dims, panels) = plan.tma.boxes(&part, &full);
             let mut stores = vec![];
             for (shared, coords) in panels {
@@ -731,24 +732,17 @@ impl Ctx<'_> {
         &mut self,
         frag: &Region,
         dst: &Region,
+        plan: StagePlan,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
-        let Some(plan) = self.stage_epilogue(frag, dst) else {
-            return Err(Diagnostic::internal(
-                "a staged epilogue that cannot be planned",
-            ));
-        };
         let full = self.staging_tile(plan.rows, plan.width, dst, span);
         let mut steps = vec![];
         for (h, window) in plan.windows.into_iter().enumerate() {
             let to_shared = self.copy_frag(&full, frag, false, window, span)?;
-            let mut part = dst.clone();
-            if window.is_some() {
-                if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
-                    *o = o.clone() + h as i64 * plan.width;
-                    *e = Expr::int(plan.width);
-                }
-            }
+            let part = match window {
+                Some(_) => column_part(dst, h as i64 * plan.width, plan.width),
+                None => dst.clone(),
+            };
             let to_global = self.copy_blocked(&full, &part, span, false)?;
             steps.extend([self.sync(span), to_shared, self.sync(span), to_global]);
         }
@@ -796,6 +790,19 @@ impl Ctx<'_> {
         };
         Ok(for_loop(&v, fs.local_size(), ForKind::Unrolled, body, span))
     }
+}
+
+/// `dst` narrowed to `width` of its columns from `first` on: the chunk of an epilogue that
+/// stores a part of the columns at a time.
+fn column_part(dst: &Region, first: i64, width: i64) -> Region {
+    let mut part = dst.clone();
+    if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
+        if first != 0 {
+            *o = o.clone() + first;
+        }
+        *e = Expr::int(width);
+    }
+    part
 }
 
 /// How a fragment goes out through shared memory ([`Ctx::stage_epilogue`]): a staging tile
