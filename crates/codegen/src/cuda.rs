@@ -39,10 +39,6 @@ pub struct CudaSource {
     pub arch: String,
     /// What `code` is: CUDA C++ for NVRTC, or PTX for ptxas (nvJitLink).
     pub language: Language,
-    /// PTX under a register bound its per-thread arrays nearly fill (over three quarters of
-    /// it): such code is likely to spill in ptxas where NVRTC's build of the same kernel does
-    /// not (d64 attention), so a driver may compile the CUDA C++ beside it.
-    pub tight_registers: bool,
 }
 
 /// The language of generated NVIDIA device code.
@@ -308,7 +304,6 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         threads: k.threads,
         arch: target.arch(),
         language: Language::CudaCpp,
-        tight_registers: false,
     })
 }
 

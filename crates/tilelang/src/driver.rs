@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tl_ir::{DiagKind, Diagnostic, Diagnostics, Span};
 use tl_runtime::{Cache, CompileStats, Device, Executable, ResourceUsage, RuntimeError, Signature};
@@ -418,66 +418,27 @@ impl Kernel {
                     )?;
                     Ok((key, exe))
                 };
-                // PTX likely to spill (see below): compile the CUDA C++ into the cache on
-                // another thread meanwhile, so a fallback finds it built. The thread is
-                // joined before this returns, spilled, not spilled or failed (`JoinOnDrop`).
                 let backend = Backend::requested()?;
-                let speculative = (src.tight_registers
-                    && src.language == tl_codegen::Language::Ptx
-                    && backend.is_none())
-                .then(|| tl_codegen::cuda::generate(&low, target).ok())
-                .flatten();
-                // What the thread reports: whether the CUDA C++ was cached already, and how
-                // long its compile took (the fallback's build then finds it cached).
-                let mut spec_rx = None;
-                let mut spec_thread = None;
-                if let Some(alt) = &speculative {
-                    if let Ok(alt_key) = cuda_key(alt) {
-                        let (spec_tx, rx) = std::sync::mpsc::channel::<(bool, Duration)>();
-                        spec_rx = Some(rx);
-                        let (cache, name) = (cache.clone(), sig.name.clone());
-                        let (code, arch) = (alt.code.clone(), alt.arch.clone());
-                        let spawned = std::thread::Builder::new()
-                            .name("tl-speculative-nvrtc".into())
-                            .spawn(move || {
-                                let t = Instant::now();
-                                if let Ok(hit) = tl_runtime::precompile_cuda(
-                                    &cache, &alt_key, &name, &code, &arch,
-                                ) {
-                                    let _ = spec_tx.send((hit, t.elapsed()));
-                                }
-                            });
-                        spec_thread = spawned.ok().map(|h| JoinOnDrop(Some(h)));
-                    }
-                }
                 let (mut key, mut exe) = build(&src, sig.clone())?;
                 let mut chosen = src;
                 let mut fallback = fallback;
                 // PTX that spills under its register bound where NVRTC's code from the CUDA
-                // C++ does not (NVVM's scheduling keeps fewer values live than our printer's
-                // order: d64 attention, 126 registers and 36 bytes of spills against 127 and
-                // none, ran 428 against 482 TFLOP/s): take the CUDA C++ build. Only when no
-                // backend was asked for by name.
+                // C++ does not: take the CUDA C++ build. Only when no backend was asked for by
+                // name. (Until the printer deferred its writes to register-held elements, d64
+                // attention's PTX spilled 36 bytes here and ran 428 against 482 TFLOP/s; a
+                // second compile, after the first, is the price where that still happens.)
                 let spilled = spill_bytes(&exe).filter(|&n| n > 0);
                 if let (Some(spilled), tl_codegen::Language::Ptx, None) =
                     (spilled, chosen.language, backend)
                 {
-                    let spill_free = speculative
-                        .or_else(|| tl_codegen::cuda::generate(&low, target).ok())
-                        .and_then(|alt| {
-                            let (k, e) = build(&alt, sig.clone()).ok()?;
-                            (spill_bytes(&e) == Some(0)).then_some((alt, k, e))
-                        });
-                    if let Some((alt, k, mut e)) = spill_free {
-                        // Compiled in this call, on the speculative thread: not a hit.
-                        // (It reports just after the cubin it wrote, which the build found.)
-                        let report = spec_rx
-                            .as_ref()
-                            .and_then(|rx| rx.recv_timeout(Duration::from_secs(5)).ok());
-                        if let Some((false, took)) = report {
-                            e.stats_mut().cache_hit = false;
-                            e.stats_mut().compile = took;
-                        }
+                    let spill_free =
+                        tl_codegen::cuda::generate(&low, target)
+                            .ok()
+                            .and_then(|alt| {
+                                let (k, e) = build(&alt, sig.clone()).ok()?;
+                                (spill_bytes(&e) == Some(0)).then_some((alt, k, e))
+                            });
+                    if let Some((alt, k, e)) = spill_free {
                         dump_source(&alt);
                         fallback = Some(format!(
                             "the PTX spilled {spilled} bytes per thread under its register bound; NVRTC's build of the CUDA C++ spills none"
@@ -485,7 +446,6 @@ impl Kernel {
                         (chosen, key, exe) = (alt, k, e);
                     }
                 }
-                drop(spec_thread);
                 if let Some(pre) = &pre {
                     let link = Link {
                         key,
@@ -1074,20 +1034,4 @@ fn stages_an_input(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> bool {
             .is_some_and(|v| odd.contains(&v)),
         _ => false,
     })
-}
-
-/// A thread joined when this goes out of scope, on every path out of the scope (errors
-/// included). For the speculative NVRTC compile: a compile still inside NVRTC when the process
-/// exits meets NVRTC's static destructors and corrupts the heap (the softmax example aborted
-/// with `free(): invalid size` or a segmentation fault after its last line, gpu-notes run 24e).
-struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
-
-impl Drop for JoinOnDrop {
-    fn drop(&mut self) {
-        if let Some(h) = self.0.take() {
-            // The thread's own failure (a panic) changes nothing here: its work is a cache
-            // entry at most.
-            let _ = h.join();
-        }
-    }
 }

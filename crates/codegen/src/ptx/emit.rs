@@ -92,6 +92,18 @@ pub(super) struct Emitter {
     pub nonneg: HashSet<String>,
     /// The open serial loops' preheaders, innermost last (see [`Emitter::in_preheader`]).
     preheaders: Vec<Preheader>,
+    /// Writes to register-held elements (array elements, `var` scalars) not yet emitted: the
+    /// element's register → (when it was written, its class, the value it holds now: a
+    /// constant or a register no statement reassigns). Reads take the value itself, so
+    /// straight-line code is in SSA form for ptxas: an element rewritten in place (`s[i] =
+    /// exp2(s[i] − m)` over a wgmma accumulator) otherwise ties each new value to the
+    /// accumulator's register, and under a register bound ptxas then spilled and serialized
+    /// the wgmmas (d64 attention, 36 bytes). The writes are emitted where control flow joins
+    /// ([`Emitter::flush_writes`]) and before an instruction names the registers
+    /// ([`Emitter::flush_registers`]).
+    pending: HashMap<String, (u64, Class, Val)>,
+    /// The order of `pending`'s writes, for a deterministic listing.
+    writes: u64,
     /// Hoist loop-invariant address arithmetic out of serial loops. Off under a register
     /// bound (`.minnctapersm`): the hoisted sums stay live across the loop, and there they
     /// cost spills or serialized wgmmas more than the instructions they save.
@@ -210,6 +222,53 @@ impl Emitter {
             hoist_invariants: false,
             dist: None,
             externs: Default::default(),
+            pending: HashMap::new(),
+            writes: 0,
+        }
+    }
+
+    /// Emit every deferred write (see `pending`): before a branch, and at the end of a
+    /// branch arm or a loop body, so each path into a join holds the values in the elements'
+    /// own registers.
+    pub(super) fn flush_writes(&mut self) {
+        let mut w: Vec<_> = self.pending.drain().collect();
+        w.sort_by_key(|(_, (at, ..))| *at);
+        for (dst, (_, c, v)) in w {
+            self.ins(&format!("mov.{} {dst}, {v}", mov_type(c)));
+        }
+    }
+
+    /// Emit the deferred writes of `regs`: an instruction is about to name them.
+    pub(super) fn flush_registers(&mut self, regs: &[String]) {
+        for r in regs {
+            if let Some((_, c, v)) = self.pending.remove(r) {
+                self.ins(&format!("mov.{} {r}, {v}", mov_type(c)));
+            }
+        }
+    }
+
+    /// The value a register-held element holds now: a deferred write's, or its register.
+    pub(super) fn element_value(&self, reg: &str, class: Class) -> Val {
+        match self.pending.get(reg) {
+            Some((_, _, v)) => v.clone(),
+            None => Val::Reg(reg.to_string(), class),
+        }
+    }
+
+    /// Write `v` to the register-held element `reg`: deferred where `v` is a constant or a
+    /// register of `class` that no statement reassigns, else at once.
+    pub(super) fn write_element(&mut self, reg: &str, class: Class, v: Val) {
+        let deferrable = match &v {
+            Val::Reg(r, c) => *c == class && !self.mutable.contains(r),
+            Val::Int(_) | Val::F32(_) => class != Class::Pred,
+        };
+        if deferrable {
+            self.writes += 1;
+            self.pending
+                .insert(reg.to_string(), (self.writes, class, v));
+        } else {
+            self.pending.remove(reg);
+            self.ins(&format!("mov.{} {reg}, {v}", mov_type(class)));
         }
     }
 
@@ -424,6 +483,7 @@ impl Emitter {
         let p = self.reg(cv, Class::Pred);
         let r = self.fresh_mutable(class);
         let (other, end) = (self.label(), self.label());
+        self.flush_writes();
         self.ins(&format!("@!{p} bra {other}"));
         self.arm_into(&r, a, class)?;
         self.ins(&format!("bra.uni {end}"));
@@ -961,18 +1021,22 @@ impl Emitter {
                 }
                 let p = self.reg(&c, Class::Pred);
                 let end = self.label();
+                self.flush_writes();
                 match else_ {
                     None => {
                         self.ins(&format!("@!{p} bra {end}"));
                         self.scoped(then_)?;
+                        self.flush_writes();
                     }
                     Some(e) => {
                         let other = self.label();
                         self.ins(&format!("@!{p} bra {other}"));
                         self.scoped(then_)?;
+                        self.flush_writes();
                         self.ins(&format!("bra.uni {end}"));
                         self.place(&other);
                         self.scoped(e)?;
+                        self.flush_writes();
                     }
                 }
                 self.place(&end);
@@ -1091,6 +1155,7 @@ impl Emitter {
                 self.expr(&e)?
             }
         };
+        self.flush_writes();
         let counter = self.fresh(Class::B32);
         self.ins(&format!("mov.b32 {counter}, {lo}"));
         if self.non_negative(&lo) {
@@ -1123,6 +1188,7 @@ impl Emitter {
         self.loop_vars.remove(&l.var.id());
         self.preheaders.pop();
         r?;
+        self.flush_writes();
         self.ins(&format!("add.{t} {counter}, {counter}, 1"));
         let p = self.fresh(Class::Pred);
         self.ins(&format!("setp.lt.{t} {p}, {counter}, {end}"));
@@ -1155,6 +1221,7 @@ pub(crate) fn magic_u31(d: u32) -> (u32, u32) {
 mod tests {
     use super::magic_u31;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     /// A local array (a warp-specialized pipeline's iteration count, which each round of a
     /// persistent kernel advances) is never taken for loop-invariant, whatever the variables.
@@ -1178,6 +1245,204 @@ mod tests {
         );
         assert!(em.invariant_in_loop(&(n.expr() * 4)));
         assert!(!em.invariant_in_loop(&(Expr::load(&count, vec![Expr::int(0)]) + n.expr())));
+    }
+
+    /// Runs the few PTX instructions `deferred_writes_*` emit (moves, f32 add and multiply,
+    /// the loop counter's compares, branches) over `regs`: a check of what the code computes,
+    /// not of its text.
+    fn run_ptx(code: &str, regs: &mut HashMap<String, f64>) {
+        let lines: Vec<&str> = code.lines().map(str::trim).collect();
+        let at = |label: &str| {
+            lines
+                .iter()
+                .position(|l| l.strip_suffix(':') == Some(label))
+                .unwrap_or_else(|| panic!("no label {label} in\n{code}"))
+        };
+        let (mut pc, mut steps) = (0, 0);
+        while pc < lines.len() {
+            steps += 1;
+            assert!(steps < 10_000, "runaway:\n{code}");
+            let line = lines[pc].trim_end_matches(';');
+            pc += 1;
+            if line.is_empty() || line.ends_with(':') {
+                continue;
+            }
+            let (guard, ins) = match line.strip_prefix('@') {
+                Some(rest) => {
+                    let (g, i) = rest.split_once(' ').expect("guarded instruction");
+                    (Some(g), i)
+                }
+                None => (None, line),
+            };
+            if let Some(g) = guard {
+                let (neg, p) = g.strip_prefix('!').map_or((false, g), |p| (true, p));
+                if (regs[p] != 0.0) == neg {
+                    continue;
+                }
+            }
+            let (op, rest) = ins.split_once(' ').expect("operands");
+            let args: Vec<&str> = rest.split(", ").map(str::trim).collect();
+            let val = |a: &str, regs: &HashMap<String, f64>| -> f64 {
+                if let Some(hex) = a.strip_prefix("0f") {
+                    f32::from_bits(u32::from_str_radix(hex, 16).expect("hex")) as f64
+                } else if a.starts_with('%') {
+                    *regs
+                        .get(a)
+                        .unwrap_or_else(|| panic!("{a} read unset in\n{code}"))
+                } else {
+                    a.parse().expect("an integer")
+                }
+            };
+            let v = |i: usize| val(args[i], regs);
+            let r = match op.split('.').next().unwrap_or("") {
+                "bra" => {
+                    pc = at(args[0]);
+                    continue;
+                }
+                "mov" => v(1),
+                "add" => v(1) + v(2),
+                "mul" => v(1) * v(2),
+                "setp" if op.starts_with("setp.lt") => f64::from(v(1) < v(2)),
+                "setp" if op.starts_with("setp.ge") => f64::from(v(1) >= v(2)),
+                other => panic!("{other} not run by this test:\n{code}"),
+            };
+            regs.insert(args[0].to_string(), r);
+        }
+    }
+
+    /// Writes to register-held elements are deferred (the next read takes the value itself)
+    /// and emitted where control flow needs them: a value written before a branch, in one arm
+    /// of it, or in a loop's body reaches what follows, on every path.
+    #[test]
+    fn deferred_writes_reach_every_path() {
+        use tl_ir::{Buffer, DType, Expr, For, ForKind, Scope, Span, Stmt, StmtKind, Var};
+        let sp = Span::UNKNOWN;
+        let a = Buffer::new("a", vec![Expr::int(2)], DType::F32, Scope::Local, sp);
+        let (x, p, n) = (
+            Var::new("x", DType::F32),
+            Var::new("p", DType::Bool),
+            Var::new("n", DType::I32),
+        );
+        let at = |i: i64| Expr::load(&a, vec![Expr::int(i)]);
+        let store = |i: i64, value: Expr| {
+            Stmt::new(
+                StmtKind::Store {
+                    buffer: a.clone(),
+                    indices: vec![Expr::int(i)],
+                    value,
+                },
+                sp,
+            )
+        };
+        // a[0] = x + 1; a[1] = a[0] * 3; if p { a[0] = a[0] * 2; a[1] = a[1] + 1 }
+        // for i in 0..n { a[0] = a[0] + x }   (then a[0], a[1] read from their registers)
+        let body = Stmt::seq(
+            vec![
+                Stmt::new(StmtKind::Alloc(a.clone()), sp),
+                store(0, x.expr() + Expr::float(1.0)),
+                store(1, at(0) * Expr::float(3.0)),
+                Stmt::new(
+                    StmtKind::If {
+                        cond: p.expr(),
+                        then_: Box::new(Stmt::seq(
+                            vec![
+                                store(0, at(0) * Expr::float(2.0)),
+                                store(1, at(1) + Expr::float(1.0)),
+                            ],
+                            sp,
+                        )),
+                        else_: None,
+                    },
+                    sp,
+                ),
+                Stmt::new(
+                    StmtKind::For(Box::new(For {
+                        var: Var::new("i", DType::I32),
+                        min: Expr::int(0),
+                        extent: n.expr(),
+                        kind: ForKind::Serial,
+                        body: store(0, at(0) + x.expr()),
+                    })),
+                    sp,
+                ),
+            ],
+            sp,
+        );
+        for (taken, trips) in [(false, 0), (true, 0), (false, 3), (true, 2)] {
+            let mut em = super::Emitter::new(90);
+            em.env
+                .insert(x.id(), super::Val::Reg("%fx".into(), super::Class::F32));
+            em.env
+                .insert(p.id(), super::Val::Reg("%pp".into(), super::Class::Pred));
+            em.env
+                .insert(n.id(), super::Val::Reg("%rn".into(), super::Class::B32));
+            em.stmt(&body).expect("emits");
+            em.flush_writes();
+            let regs_of_a = em.locals[&a.id()].regs.clone();
+            let mut regs: HashMap<String, f64> = [
+                ("%fx".to_string(), 0.5),
+                ("%pp".to_string(), f64::from(taken)),
+                ("%rn".to_string(), trips as f64),
+            ]
+            .into_iter()
+            .collect();
+            run_ptx(&em.out, &mut regs);
+            let (mut a0, mut a1) = (0.5 + 1.0, 1.5 * 3.0);
+            if taken {
+                (a0, a1) = (a0 * 2.0, a1 + 1.0);
+            }
+            a0 += 0.5 * trips as f64;
+            let got = (regs[&regs_of_a[0]], regs[&regs_of_a[1]]);
+            assert_eq!(got, (a0, a1), "p = {taken}, n = {trips}:\n{}", em.out);
+        }
+    }
+
+    /// In straight-line code a rewritten element is a new value each time, not a move into
+    /// the element's register: the register is written once, where the code leaves the
+    /// straight line.
+    #[test]
+    fn straight_line_writes_are_values() {
+        use tl_ir::{Buffer, DType, Expr, Scope, Span, Stmt, StmtKind, Var};
+        let sp = Span::UNKNOWN;
+        let a = Buffer::new("a", vec![Expr::int(1)], DType::F32, Scope::Local, sp);
+        let x = Var::new("x", DType::F32);
+        let at = Expr::load(&a, vec![Expr::int(0)]);
+        let store = |value: Expr| {
+            Stmt::new(
+                StmtKind::Store {
+                    buffer: a.clone(),
+                    indices: vec![Expr::int(0)],
+                    value,
+                },
+                sp,
+            )
+        };
+        let body = Stmt::seq(
+            vec![
+                Stmt::new(StmtKind::Alloc(a.clone()), sp),
+                store(x.expr()),
+                store(at.clone() * x.expr()),
+                store(at.clone() + Expr::float(1.0)),
+                store(at * Expr::float(4.0)),
+            ],
+            sp,
+        );
+        let mut em = super::Emitter::new(90);
+        em.env
+            .insert(x.id(), super::Val::Reg("%fx".into(), super::Class::F32));
+        em.stmt(&body).expect("emits");
+        let reg = em.locals[&a.id()].regs[0].clone();
+        assert!(!em.out.contains(&reg), "{reg} written in line:\n{}", em.out);
+        em.flush_writes();
+        assert_eq!(
+            em.out.matches(&format!("mov.f32 {reg}")).count(),
+            1,
+            "{}",
+            em.out
+        );
+        let mut regs: HashMap<String, f64> = [("%fx".to_string(), 3.0)].into_iter().collect();
+        run_ptx(&em.out, &mut regs);
+        assert_eq!(regs[&reg], (3.0 * 3.0 + 1.0) * 4.0);
     }
 
     fn quotient(x: u32, d: u32) -> u32 {

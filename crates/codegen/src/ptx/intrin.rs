@@ -81,7 +81,10 @@ impl Emitter {
                 b.name()
             ));
         }
-        Ok((l.regs[start..start + words].to_vec(), l.dtype))
+        let (regs, dtype) = (l.regs[start..start + words].to_vec(), l.dtype);
+        // The instruction names the registers: they must hold their elements' values.
+        self.flush_registers(&regs);
+        Ok((regs, dtype))
     }
 
     fn side(&mut self, arg: Option<&Expr>, bytes: usize) -> R<Side> {

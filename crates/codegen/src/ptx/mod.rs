@@ -242,7 +242,6 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         threads: k.threads,
         arch: target.arch(),
         language: Language::Ptx,
-        tight_registers: blocks_bound.is_some() && !em.hoist_invariants,
     })
 }
 

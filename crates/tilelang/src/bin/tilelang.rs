@@ -39,6 +39,10 @@ enum Cmd {
         /// Report register spills instead of failing on them
         #[arg(long)]
         allow_spills: bool,
+        /// Write the PTX NVRTC made of a CUDA C++ file to this path (to set it beside the PTX
+        /// backend's for the same kernel)
+        #[arg(long, value_name = "PATH")]
+        write_ptx: Option<std::path::PathBuf>,
     },
     /// Static report of an AMDGPU assembly file (clang's `-S` output, or `--emit`'s `.s`):
     /// registers, spills, LDS, occupancy, and the main loop's instruction mix (MFMAs, LDS reads,
@@ -166,6 +170,7 @@ fn main() -> ExitCode {
             sass,
             listing,
             allow_spills,
+            write_ptx,
         } => {
             let src = match std::fs::read_to_string(&file) {
                 Ok(s) => s,
@@ -174,6 +179,26 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            if let Some(path) = write_ptx {
+                if tl_nvrtc::is_ptx(&src) {
+                    eprintln!(
+                        "error: --write-ptx needs a CUDA C++ file; {} is PTX",
+                        file.display()
+                    );
+                    return ExitCode::from(2);
+                }
+                let written = tl_nvrtc::compile(&src, &arch, &Default::default())
+                    .map_err(|e| e.to_string())
+                    .and_then(|c| std::fs::write(&path, c.ptx()).map_err(|e| e.to_string()));
+                if let Err(e) = written {
+                    eprintln!(
+                        "error: cannot write the PTX of {} to {}: {e}",
+                        file.display(),
+                        path.display()
+                    );
+                    return ExitCode::from(2);
+                }
+            }
             let opts = tl_nvrtc::CheckOptions {
                 allow_spills,
                 ..Default::default()

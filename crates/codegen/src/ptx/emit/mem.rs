@@ -5,7 +5,7 @@ use tl_ir::{BinOp, Buffer, DType, Expr, ExprKind, Scope};
 
 use super::super::linear::linearize;
 use super::super::regs::{Class, Val};
-use super::{bits_type, class_of, mov_type, Addr, Emitter, Local, R};
+use super::{bits_type, class_of, Addr, Emitter, Local, R};
 
 /// Where a per-thread element lives: a whole register of its class, or one half of a packed
 /// 32-bit register.
@@ -320,7 +320,7 @@ impl Emitter {
     /// Element `i` of a register-held buffer, as its compute value.
     pub fn local_read(&mut self, buf: &Buffer, i: usize) -> R<Val> {
         let (reg, high, dt) = match self.slot(buf, i)? {
-            Slot::Whole(reg, c) => return Ok(Val::Reg(reg, c)),
+            Slot::Whole(reg, c) => return Ok(self.element_value(&reg, c)),
             Slot::Half { reg, high, dtype } => (reg, high, dtype),
         };
         if dt == DType::BF16 {
@@ -350,13 +350,14 @@ impl Emitter {
                         } else {
                             "setp.ne.s32"
                         };
+                        self.pending.remove(&dst);
                         self.ins(&format!("{t} {dst}, 0, 0"));
                         return Ok(());
                     }
-                    (Class::F32, Val::Int(k)) => Val::F32(*k as f32).to_string(),
-                    _ => v.to_string(),
+                    (Class::F32, Val::Int(k)) => Val::F32(*k as f32),
+                    _ => v.clone(),
                 };
-                self.ins(&format!("mov.{} {dst}, {src}", mov_type(c)));
+                self.write_element(&dst, c, src);
                 return Ok(());
             }
             Slot::Half { reg, high, dtype } => (reg, high, dtype),
