@@ -60,9 +60,9 @@ fn rounded(x: &[f64], dtype: DType) -> Vec<f64> {
 #[test]
 fn cluster_softmax_and_rmsnorm_in_sim() {
     // Rows that end inside the last block's part, inside an earlier block's, and exactly on a
-    // block boundary; f32 and bf16 in registers.
+    // block boundary; f32, bf16 and f16 in registers.
     for (rows, cols) in [(3usize, 3001usize), (2, 1000), (1, 8192)] {
-        for dtype in [F32, BF16] {
+        for dtype in [F32, BF16, F16] {
             let cfg = ClusterConfig::for_shape(cols as i64, dtype).expect("fits");
             let blocks = cfg.blocks as usize;
             let x = rounded(&input(rows, cols), dtype);
@@ -82,6 +82,57 @@ fn cluster_softmax_and_rmsnorm_in_sim() {
             let e = rel_err(&y, &want).expect("size");
             assert!(e < tol, "rmsnorm_cluster {rows}x{cols} {dtype}: {e}");
         }
+    }
+}
+
+/// Probabilities far below the row's max keep their own precision: the cluster softmax holds
+/// exp(x − block max) in f16 scaled by 2¹⁵ (normal numbers down to 2⁻²⁹ of the block's max,
+/// about e⁻²⁰), not in f16's subnormals, and with three blocks an SM at 512 threads it
+/// computes the exponentials again instead (`cluster_exp_once`). Each element against the f64
+/// reference, relative to itself: a bf16 output rounds by up to 2⁻⁸, the f16 storage by 2⁻¹¹
+/// more. (With the values unscaled, e⁻²⁰ would be an f16 subnormal with 4 significant bits:
+/// errors up to 2⁻⁵.)
+#[test]
+fn cluster_softmax_keeps_small_probabilities() {
+    use tilelang::kernels::softmax::cluster_exp_once;
+    let cols = 32768usize;
+    // One spike of 16, the rest spread over [−4, 4]: down to e⁻²⁰ ≈ 2e-9 of the max.
+    let x: Vec<f64> = (0..cols)
+        .map(|c| {
+            if c == 5000 {
+                16.0
+            } else {
+                ((c * 37 % 97) as f64 / 97.0 - 0.5) * 8.0
+            }
+        })
+        .collect();
+    let x = rounded(&x, BF16);
+    let want = reference::softmax(&x, 1, cols);
+    let once = ClusterConfig::for_shape(cols as i64, BF16).expect("fits");
+    let again = ClusterConfig {
+        threads: 512,
+        blocks_per_sm: 3,
+        ..once
+    };
+    assert!(cluster_exp_once(&once) && !cluster_exp_once(&again));
+    for cfg in [once, again] {
+        let k = softmax::softmax_cluster(BF16, cols as i64, cfg);
+        let lowered = k.lower(Target::SM90).expect("lowers for sm_90a");
+        let y = run_sim(&lowered, BF16, &x, (1, cols), (2, cfg.blocks as usize))
+            .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        let worst = y
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| ((a - b) / b).abs())
+            .fold(0.0f64, f64::max);
+        assert!(
+            want.iter().any(|&p| p < 1e-8),
+            "the test needs probabilities below 1e-8"
+        );
+        assert!(
+            worst < 2f64.powi(-8) + 2f64.powi(-11),
+            "{cfg:?}: {worst:.3e}"
+        );
     }
 }
 

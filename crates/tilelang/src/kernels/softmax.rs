@@ -448,11 +448,41 @@ impl ClusterConfig {
     }
 }
 
+/// How a cluster softmax holds exp(x − block max) between its two passes: in place of the row
+/// (one exponential an element; the second pass only scales), f32 for f32 rows and f16 for
+/// 16-bit rows — the row's own size, where f32 would double it (and spilled, 25f in
+/// docs/gpu-notes.md). The f16 values are scaled by 2¹⁵ first, so that down to 2⁻²⁹ of the
+/// block's max they are normal numbers (full precision) rather than f16's subnormals: the
+/// output then rounds twice, to f16 (2⁻¹¹) and to its own type.
+fn cluster_storage(dtype: DType) -> (DType, f64) {
+    match dtype {
+        DType::F32 => (F32, 1.0),
+        _ => (DType::F16, 32768.0),
+    }
+}
+
+/// Whether the cluster softmax keeps exp(x − block max) ([`cluster_storage`]) rather than
+/// computing the exponentials again: everywhere but at 512 threads capped to three blocks an
+/// SM (40 registers: rows of 65537–131072 16-bit columns), where the second copy of the row
+/// spilled (8 bytes at 128256 columns) and two blocks an SM ran 5% slower at 64 rows (gpu-notes
+/// run 26g).
+pub fn cluster_exp_once(cfg: &ClusterConfig) -> bool {
+    !(cfg.threads >= 512 && cfg.blocks_per_sm >= 3)
+}
+
 /// Softmax of few long rows in one kernel ([`ClusterConfig`]): X `[M, cols]` in; each block's
 /// max and sum of exp(x − max) out to `PMAX`, `PSUM` (`[M, blocks]`, f32: the exchange), then
 /// Y `[M, cols]`. Grid: blocks × rows, the blocks of a row one cluster.
+///
+/// One exponential an element where the registers allow ([`cluster_exp_once`]): few long
+/// rows spread over few multiprocessors, whose special-function units then take a share of
+/// the time (64 exponentials a thread at 262144 columns); keeping them ran 4–6% faster there
+/// (gpu-notes run 26g). Each block keeps exp(x − its max) and scales it by exp(its max − row
+/// max) / row sum once the blocks have exchanged their statistics.
 pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
     let (c, width) = (i64::from(cfg.blocks), cfg.width(cols));
+    let (stored, pre) = cluster_storage(dtype);
+    let once = cluster_exp_once(&cfg);
     Kernel::build("softmax_cluster", |k| {
         let m = k.dim("M");
         let x = k.input("X", (&m, cols), dtype);
@@ -477,11 +507,26 @@ pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
                 t.store(&e, [&i, &j], xs.at([&i, &j]).cast(F32));
             });
             t.reduce_max(&e, &part_max, 1);
-            // From X again, not from `e`: `e` need not stay live across the reduction.
-            t.parallel([1, width], |t, [i, j]| {
-                let v = exp_below(xs.at([&i, &j]).cast(F32), part_max.at([&i]));
-                t.store(&e, [&i, &j], v);
+            let es = once.then(|| {
+                let es = t.alloc_fragment_named("exp", [1, width], stored);
+                t.parallel([1, width], |t, [i, j]| {
+                    let v = exp_below(xs.at([&i, &j]).cast(F32), part_max.at([&i])) * pre;
+                    t.store(&es, [&i, &j], v.cast(stored));
+                });
+                // The sum of what is stored, as stored: the output is normalized over the
+                // very values it scales.
+                t.parallel([1, width], |t, [i, j]| {
+                    t.store(&e, [&i, &j], es.at([&i, &j]).cast(F32) * (1.0 / pre));
+                });
+                es
             });
+            if !once {
+                // From X again, not from `e`: `e` need not stay live across the reduction.
+                t.parallel([1, width], |t, [i, j]| {
+                    let v = exp_below(xs.at([&i, &j]).cast(F32), part_max.at([&i]));
+                    t.store(&e, [&i, &j], v);
+                });
+            }
             t.reduce_sum(&e, &part_sum, 1);
             t.copy(&part_max, pmax.tile([&by, &bx]));
             t.copy(&part_sum, psum.tile([&by, &bx]));
@@ -498,13 +543,29 @@ pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
                 t.store(&ps, [&i, &b], ps.at([&i, &b]) * w);
             });
             t.reduce_sum(&ps, &row_sum, 1);
-            t.parallel([1], |t, [i]| {
-                t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));
-            });
-            t.parallel([1, width], |t, [i, j]| {
-                let v = exp(xs.at([&i, &j]).cast(F32) - row_max.at([&i])) * row_sum.at([&i]);
-                t.store(&xs, [&i, &j], v.cast(dtype));
-            });
+            match &es {
+                // This block's factor: exp(its max − the row's) / the row's sum, over `pre`.
+                Some(es) => {
+                    t.parallel([1], |t, [i]| {
+                        let w = exp_below(part_max.at([&i]), row_max.at([&i])) / row_sum.at([&i]);
+                        t.store(&row_sum, [&i], w * (1.0 / pre));
+                    });
+                    t.parallel([1, width], |t, [i, j]| {
+                        let v = es.at([&i, &j]).cast(F32) * row_sum.at([&i]);
+                        t.store(&xs, [&i, &j], v.cast(dtype));
+                    });
+                }
+                None => {
+                    t.parallel([1], |t, [i]| {
+                        t.store(&row_sum, [&i], 1.0 / row_sum.at([&i]));
+                    });
+                    t.parallel([1, width], |t, [i, j]| {
+                        let v =
+                            exp(xs.at([&i, &j]).cast(F32) - row_max.at([&i])) * row_sum.at([&i]);
+                        t.store(&xs, [&i, &j], v.cast(dtype));
+                    });
+                }
+            }
             t.copy(&xs, y.tile((&by, &c0)));
         });
     })
