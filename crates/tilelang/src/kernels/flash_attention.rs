@@ -232,15 +232,22 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 let l_i = t.alloc_fragment_named("l_i", [bm], F32);
                 let m_scaled = t.alloc_fragment_named("m_scaled", [bm], F32);
 
-                t.copy(q.tile((&bz, &by, &bx * bm, 0)), &q_s);
-                t.clear(&acc_o);
-                t.clear(&l_i);
-                t.fill(&m_i, f64::NEG_INFINITY);
                 let kv_tiles = if causal {
                     min(ceildiv(&s, bn), ceildiv((&bx + 1) * bm, bn))
                 } else {
                     ceildiv(&s, bn)
                 };
+                t.copy(q.tile((&bz, &by, &bx * bm, 0)), &q_s);
+                // With P·V overlapped, V's last tile goes in its own shared tile, loaded here
+                // beside Q: after the loop its load stalled every block for a memory latency.
+                let v_last = overlap_pv.then(|| {
+                    let v_last = t.alloc_shared_named("V_last", [bn, d], dtype);
+                    t.copy(v.tile((&bz, &by, (kv_tiles.clone() - 1) * bn, 0)), &v_last);
+                    v_last
+                });
+                t.clear(&acc_o);
+                t.clear(&l_i);
+                t.fill(&m_i, f64::NEG_INFINITY);
                 // Start the scores of key tile `kt` (in `K_s`) at 0 where a key is visible and
                 // -inf where it is masked (past the sequence, or after the query when causal),
                 // then add Q·Kᵀ; `pending` leaves the gemm running (`wg_wait(-1)`).
@@ -329,8 +336,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     // Step j: Q·Kⱼᵀ, and P·V of step j − 1 — at j = 0 a product of zeros (P
                     // starts cleared, with V tile 0), so every step is the same body (peeling
                     // step 0 instead doubled the code, and the compile time). V's last tile
-                    // goes in its own shared tile after the loop.
-                    let v_last = t.alloc_shared_named("V_last", [bn, d], dtype);
+                    // is in `v_last`.
                     t.clear(&probs);
                     t.pipelined(kv_tiles.clone(), stages, |t, j| {
                         t.copy(kk.tile((&bz, &by, &j * bn, 0)), &k_s);
@@ -345,8 +351,9 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         rescale_o(t);
                         t.copy(&scores, &probs);
                     });
-                    t.copy(v.tile((&bz, &by, (kv_tiles.clone() - 1) * bn, 0)), &v_last);
-                    pv(t, &v_last, false);
+                    if let Some(v_last) = &v_last {
+                        pv(t, v_last, false);
+                    }
                 } else {
                     t.pipelined(kv_tiles, stages, |t, kt| {
                         t.copy(kk.tile((&bz, &by, &kt * bn, 0)), &k_s);
