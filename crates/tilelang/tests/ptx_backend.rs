@@ -358,3 +358,58 @@ fn clustered_gemm_assembles_in_both_code_paths() {
         tl_nvrtc::check(&cuda, &arch).unwrap_or_else(|e| panic!("{layout:?} CUDA: {e}"));
     }
 }
+
+/// No register a wgmma names is written between its `wgmma.fence` and the wgmma (the PTX ISA
+/// asks for the fence between the two): the printer defers writes to register-held elements,
+/// and the d64 attention's rescaled accumulator was at first written after the fence.
+#[test]
+fn wgmma_registers_are_written_before_the_fence() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::{BF16, F16};
+    let kernels = [
+        flash_attention(BF16, 64, false, AttnConfig::hopper_for(64, false)),
+        flash_attention(F16, 64, true, AttnConfig::hopper_for(64, true)),
+        flash_attention(BF16, 128, false, AttnConfig::hopper_for(128, false)),
+        gemm(Layout::NT, BF16, BF16, GemmConfig::hopper()),
+    ];
+    for k in kernels {
+        let ptx = k.emit_ptx(Target::SM90).expect("prints PTX");
+        let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+        let mut fences = 0;
+        for (i, l) in lines.iter().enumerate() {
+            if !l.starts_with("wgmma.fence") {
+                continue;
+            }
+            fences += 1;
+            let Some(end) = lines[i..]
+                .iter()
+                .position(|l| l.starts_with("wgmma.mma_async"))
+            else {
+                continue;
+            };
+            let mma = lines[i + end];
+            // The accumulator and register-operand lists: the `{...}` groups.
+            let named: Vec<&str> = mma
+                .split('{')
+                .skip(1)
+                .filter_map(|g| g.split('}').next())
+                .flat_map(|g| g.split(',').map(str::trim))
+                .collect();
+            for between in &lines[i + 1..i + end] {
+                let written = between
+                    .split_whitespace()
+                    .nth(1)
+                    .map(|d| d.trim_end_matches(','));
+                if let Some(d) = written.filter(|d| named.contains(d)) {
+                    panic!(
+                        "{}: {d} written between the fence and `{}`: `{between}`",
+                        k.name(),
+                        &mma[..mma.len().min(60)]
+                    );
+                }
+            }
+        }
+        assert!(fences > 0, "{}: no wgmma.fence", k.name());
+    }
+}

@@ -85,22 +85,21 @@ fn cluster_softmax_and_rmsnorm_in_sim() {
     }
 }
 
-/// Probabilities far below the row's max keep their own precision: the cluster softmax holds
-/// exp(x − block max) in f16 scaled by 2¹⁵ (normal numbers down to 2⁻²⁹ of the block's max,
-/// about e⁻²⁰), not in f16's subnormals, and with three blocks an SM at 512 threads it
-/// computes the exponentials again instead (`cluster_exp_once`). Each element against the f64
-/// reference, relative to itself: a bf16 output rounds by up to 2⁻⁸, the f16 storage by 2⁻¹¹
-/// more. (With the values unscaled, e⁻²⁰ would be an f16 subnormal with 4 significant bits:
-/// errors up to 2⁻⁵.)
+/// Probabilities far below the row's max are kept, each within two roundings of its own
+/// value: the cluster softmax holds exp(x − block max) in the row's type (bf16 for bf16 rows:
+/// f32's range), and with three blocks an SM at 512 threads it computes the exponentials again
+/// instead (`cluster_exp_once`; one rounding). A spread of 34 in the logits: probabilities down
+/// to e⁻³⁴ of the max, which f16 storage (even scaled by 2¹⁵) would flush to zero. Each
+/// element against the f64 reference, relative to itself: two bf16 roundings, 2⁻⁸ each.
 #[test]
 fn cluster_softmax_keeps_small_probabilities() {
     use tilelang::kernels::softmax::cluster_exp_once;
     let cols = 32768usize;
-    // One spike of 16, the rest spread over [−4, 4]: down to e⁻²⁰ ≈ 2e-9 of the max.
+    // One spike of 30, the rest spread over [−4, 4].
     let x: Vec<f64> = (0..cols)
         .map(|c| {
             if c == 5000 {
-                16.0
+                30.0
             } else {
                 ((c * 37 % 97) as f64 / 97.0 - 0.5) * 8.0
             }
@@ -108,6 +107,10 @@ fn cluster_softmax_keeps_small_probabilities() {
         .collect();
     let x = rounded(&x, BF16);
     let want = reference::softmax(&x, 1, cols);
+    assert!(
+        want.iter().any(|&p| p < 1e-14),
+        "the test needs probabilities below 1e-14"
+    );
     let once = ClusterConfig::for_shape(cols as i64, BF16).expect("fits");
     let again = ClusterConfig {
         threads: 512,
@@ -125,14 +128,7 @@ fn cluster_softmax_keeps_small_probabilities() {
             .zip(&want)
             .map(|(a, b)| ((a - b) / b).abs())
             .fold(0.0f64, f64::max);
-        assert!(
-            want.iter().any(|&p| p < 1e-8),
-            "the test needs probabilities below 1e-8"
-        );
-        assert!(
-            worst < 2f64.powi(-8) + 2f64.powi(-11),
-            "{cfg:?}: {worst:.3e}"
-        );
+        assert!(worst < 2.0 * 2f64.powi(-8), "{cfg:?}: {worst:.3e}");
     }
 }
 

@@ -99,8 +99,8 @@ pub(super) struct Emitter {
     /// exp2(s[i] − m)` over a wgmma accumulator) otherwise ties each new value to the
     /// accumulator's register, and under a register bound ptxas then spilled and serialized
     /// the wgmmas (d64 attention, 36 bytes). The writes are emitted where control flow joins
-    /// ([`Emitter::flush_writes`]) and before an instruction names the registers
-    /// ([`Emitter::flush_registers`]).
+    /// and before a `wgmma.fence` ([`Emitter::flush_writes`]), and before an instruction names
+    /// the registers ([`Emitter::flush_registers`]).
     pending: HashMap<String, (u64, Class, Val)>,
     /// The order of `pending`'s writes, for a deterministic listing.
     writes: u64,

@@ -286,7 +286,13 @@ impl Emitter {
             Intrinsic::WgmmaCommit => self.ins("wgmma.commit_group.sync.aligned"),
             // The register arrays named by the fence and the wait are for NVVM's benefit:
             // ptxas tracks wgmma's registers itself.
-            Intrinsic::WgmmaFence => self.ins("wgmma.fence.sync.aligned"),
+            Intrinsic::WgmmaFence => {
+                // The fence orders earlier register accesses before the wgmmas after it:
+                // deferred writes (an accumulator rescaled in place) must be emitted before
+                // it, not where the wgmma names its registers.
+                self.flush_writes();
+                self.ins("wgmma.fence.sync.aligned")
+            }
             Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
             Intrinsic::FenceProxyAsyncGlobal => self.ins("fence.proxy.async.global"),

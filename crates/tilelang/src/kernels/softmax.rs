@@ -449,15 +449,21 @@ impl ClusterConfig {
 }
 
 /// How a cluster softmax holds exp(x − block max) between its two passes: in place of the row
-/// (one exponential an element; the second pass only scales), f32 for f32 rows and f16 for
-/// 16-bit rows — the row's own size, where f32 would double it (and spilled, 25f in
-/// docs/gpu-notes.md). The f16 values are scaled by 2¹⁵ first, so that down to 2⁻²⁹ of the
-/// block's max they are normal numbers (full precision) rather than f16's subnormals: the
-/// output then rounds twice, to f16 (2⁻¹¹) and to its own type.
+/// (one exponential an element; the second pass only scales), in the row's own size (f32
+/// would double a 16-bit row's registers, and spilled: 25f in docs/gpu-notes.md), with the
+/// factor it is scaled by first.
+/// - f32 rows: f32, exact.
+/// - bf16 rows: bf16, which has f32's range: every probability stays nonzero where its bf16
+///   output is, and the output rounds twice (within 2⁻⁷ of itself, not 2⁻⁸). f16 storage
+///   would round more finely but from 2⁻²⁹ of the block's max down lose bits, and below 2⁻⁴⁰
+///   (e⁻²⁷·⁷, a spread of logits common over a vocabulary) give exact zeros that bf16 keeps.
+/// - f16 rows: f16 scaled by 2¹⁵, normal numbers down to 2⁻²⁹ of the block's max: finer than
+///   the f16 output itself, whose own subnormals start at 2⁻¹⁴.
 fn cluster_storage(dtype: DType) -> (DType, f64) {
     match dtype {
-        DType::F32 => (F32, 1.0),
-        _ => (DType::F16, 32768.0),
+        DType::F16 => (DType::F16, 32768.0),
+        DType::BF16 => (DType::BF16, 1.0),
+        _ => (F32, 1.0),
     }
 }
 
