@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         apply: rmsnorm_split_apply,
         outputs: 1,
         cluster: rmsnorm_cluster,
+        cluster_config: tilelang::kernels::softmax::ClusterConfig::for_shape,
     };
     common::exit_code(common::run_split_example(&op, &split, &Args::parse().args))
 }

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use tilelang::kernels::reference;
 use tilelang::kernels::softmax::{
-    softmax, softmax_cluster, softmax_row, softmax_split_apply, softmax_split_stats,
+    softmax, softmax_cluster, softmax_row, softmax_split_apply, softmax_split_stats, ClusterConfig,
 };
 
 #[derive(Parser, Debug)]
@@ -47,6 +47,7 @@ fn main() -> ExitCode {
         apply: softmax_split_apply,
         outputs: 2,
         cluster: softmax_cluster,
+        cluster_config: ClusterConfig::for_softmax,
     };
     common::exit_code(common::run_split_example(&op, &split, &Args::parse().args))
 }

@@ -329,19 +329,27 @@ fn fp8_gemm_compiles_to_qgmma() {
 fn cluster_row_kernels_do_not_spill() {
     use tilelang::kernels::softmax::ClusterConfig;
     use tilelang::kernels::{rmsnorm, softmax};
-    use tilelang::prelude::{BF16, F32};
+    use tilelang::prelude::{BF16, F16, F32};
     if tl_nvrtc::testing::nvrtc_or_skip("cluster_row_kernels_do_not_spill").is_none() {
         return;
     }
     let mut failures = vec![];
     for cols in [
-        1000i64, 32000, 65536, 100_001, 128_256, 151_936, 200_000, 262_144,
+        1000i64, 32000, 65536, 100_000, 100_001, 128_256, 131_072, 151_936, 200_000, 262_144,
     ] {
-        for dtype in [BF16, F32] {
-            let cfg = ClusterConfig::for_shape(cols, dtype).expect("fits a cluster");
-            for k in [
-                softmax::softmax_cluster(dtype, cols, cfg),
-                rmsnorm::rmsnorm_cluster(dtype, cols, cfg),
+        for dtype in [BF16, F16, F32] {
+            let fits = "fits a cluster";
+            let for_softmax = ClusterConfig::for_softmax(cols, dtype).expect(fits);
+            let for_rmsnorm = ClusterConfig::for_shape(cols, dtype).expect(fits);
+            for (k, cfg) in [
+                (
+                    softmax::softmax_cluster(dtype, cols, for_softmax),
+                    for_softmax,
+                ),
+                (
+                    rmsnorm::rmsnorm_cluster(dtype, cols, for_rmsnorm),
+                    for_rmsnorm,
+                ),
             ] {
                 let what = format!("{} {cols} {dtype} {cfg:?}", k.name());
                 let ptx = match k.emit_ptx(Target::SM90) {

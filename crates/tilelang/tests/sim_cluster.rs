@@ -257,4 +257,11 @@ fn cluster_configs_cover_the_row() {
     let caps = |cols| ClusterConfig::for_shape(cols, BF16).map(|c| c.blocks_per_sm);
     assert_eq!(caps(262_144), Some(2));
     assert_eq!(caps(200_000), Some(1));
+    // The softmax's statistics need more: two blocks for f16 rows and for rows that fill
+    // the cluster at 32 a thread, where three spilled; bf16 128256 keeps three.
+    let softmax_caps = |cols, dt| ClusterConfig::for_softmax(cols, dt).map(|c| c.blocks_per_sm);
+    assert_eq!(softmax_caps(128_256, BF16), Some(3));
+    assert_eq!(softmax_caps(128_256, F16), Some(2));
+    assert_eq!(softmax_caps(131_072, BF16), Some(2));
+    assert_eq!(caps(131_072), Some(3));
 }

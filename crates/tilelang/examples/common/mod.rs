@@ -466,6 +466,9 @@ pub struct SplitOp {
     /// The one-kernel form on GPUs with thread-block clusters: `(dtype, cols, config)`, with
     /// the same `outputs` statistics tensors, `[rows, blocks]`.
     pub cluster: fn(DType, i64, tilelang::kernels::softmax::ClusterConfig) -> Kernel,
+    /// The cluster kernel's default configuration for `(cols, dtype)`; `None` where the row is
+    /// too wide for one cluster.
+    pub cluster_config: fn(i64, DType) -> Option<tilelang::kernels::softmax::ClusterConfig>,
 }
 
 /// The options of a row-wise example that can split rows over blocks.
@@ -507,7 +510,7 @@ pub struct SplitArgs {
 /// Run a row-wise example, splitting rows over blocks where a GPU would otherwise be mostly
 /// idle (fewer rows than multiprocessors, each wider than 16384) or where `--split` or
 /// `--cluster` asks: in one kernel over a thread-block cluster where the device has clusters
-/// and the row fits one (`ClusterConfig::for_shape`), else in two kernels, whose time is their
+/// and the row fits one (`SplitOp::cluster_config`), else in two kernels, whose time is their
 /// sum, each timed alone with L2 flushed.
 pub fn run_split_example(
     op: &RowOp,
@@ -527,7 +530,7 @@ pub fn run_split_example(
         // --cluster would emit.
         let dt = parse_dtype(&a.dtype)?;
         let cols = a.cols as i64;
-        let Some(cfg) = cluster_config(args)? else {
+        let Some(cfg) = cluster_config(split, args)? else {
             return Err(too_wide_for_a_cluster(a.cols));
         };
         let kernels = |t: Target| {
@@ -554,7 +557,7 @@ pub fn run_split_example(
     let dt = parse_dtype(&a.dtype)?;
     let clusters = dev.target().is_ok_and(|t| t.has_clusters());
     if args.cluster || (clusters && !args.no_cluster && args.span.is_none()) {
-        if let Some(cfg) = cluster_config(args)? {
+        if let Some(cfg) = cluster_config(split, args)? {
             return run_cluster_example(op, split, a, &dev, cfg);
         }
         if args.cluster {
@@ -657,15 +660,17 @@ fn too_wide_for_a_cluster(cols: usize) -> anyhow::Error {
     )
 }
 
-/// The cluster kernel's configuration for these options: [`ClusterConfig::for_shape`] with the
-/// command line's overrides; `None` where the row is too wide for one cluster.
+/// The cluster kernel's configuration for these options: the op's default
+/// ([`SplitOp::cluster_config`]) with the command line's overrides; `None` where the row is too
+/// wide for one cluster.
 fn cluster_config(
+    split: &SplitOp,
     args: &SplitArgs,
 ) -> anyhow::Result<Option<tilelang::kernels::softmax::ClusterConfig>> {
     use tilelang::kernels::softmax::ClusterConfig;
     let cols = args.row.cols as i64;
     let overridden = args.cluster_blocks.is_some() || args.cluster_threads.is_some();
-    let mut cfg = match ClusterConfig::for_shape(cols, parse_dtype(&args.row.dtype)?) {
+    let mut cfg = match (split.cluster_config)(cols, parse_dtype(&args.row.dtype)?) {
         Some(c) => c,
         None if !overridden => return Ok(None),
         None => ClusterConfig {

@@ -431,6 +431,25 @@ impl ClusterConfig {
         })
     }
 
+    /// [`Self::for_shape`] for the cluster softmax, whose statistics take more registers than
+    /// the RMS norm's: at 512 threads, three blocks an SM (40 registers) spilled it for f16
+    /// rows (100 bytes: their conversions to f32) and for rows that fill the cluster at 32 a
+    /// thread (8 bytes at 131072 columns); those take two (`cuda_compile::
+    /// cluster_row_kernels_do_not_spill` checks every width it picks).
+    pub fn for_softmax(cols: i64, dtype: DType) -> Option<ClusterConfig> {
+        let cfg = Self::for_shape(cols, dtype)?;
+        let exact = cols == cfg.width(cols) * i64::from(cfg.blocks);
+        let tight = cfg.threads >= 512 && cfg.blocks_per_sm >= 3;
+        Some(if tight && (dtype == DType::F16 || exact) {
+            ClusterConfig {
+                blocks_per_sm: 2,
+                ..cfg
+            }
+        } else {
+            cfg
+        })
+    }
+
     /// The block-level choices in a cluster kernel's launch: the cluster along the grid's
     /// first dim, and the register cap.
     pub fn schedule_blocks(&self, t: &mut TileScope) {
