@@ -234,15 +234,21 @@ impl Emitter {
         let mut w: Vec<_> = self.pending.drain().collect();
         w.sort_by_key(|(_, (at, ..))| *at);
         for (dst, (_, c, v)) in w {
-            self.ins(&format!("mov.{} {dst}, {v}", mov_type(c)));
+            self.move_into(&dst, c, &v);
         }
+    }
+
+    /// `mov` of `v` into the element register `reg`: a deferred write come due, or one that
+    /// cannot wait.
+    fn move_into(&mut self, reg: &str, class: Class, v: &Val) {
+        self.ins(&format!("mov.{} {reg}, {v}", mov_type(class)));
     }
 
     /// Emit the deferred writes of `regs`: an instruction is about to name them.
     pub(super) fn flush_registers(&mut self, regs: &[String]) {
         for r in regs {
             if let Some((_, c, v)) = self.pending.remove(r) {
-                self.ins(&format!("mov.{} {r}, {v}", mov_type(c)));
+                self.move_into(r, c, &v);
             }
         }
     }
@@ -268,7 +274,7 @@ impl Emitter {
                 .insert(reg.to_string(), (self.writes, class, v));
         } else {
             self.pending.remove(reg);
-            self.ins(&format!("mov.{} {reg}, {v}", mov_type(class)));
+            self.move_into(reg, class, &v);
         }
     }
 
@@ -1247,6 +1253,16 @@ mod tests {
         assert!(!em.invariant_in_loop(&(Expr::load(&count, vec![Expr::int(0)]) + n.expr())));
     }
 
+    /// `buf[i] = value`, a statement of the `deferred_writes_*` tests.
+    fn store_element(buf: &tl_ir::Buffer, i: i64, value: tl_ir::Expr) -> tl_ir::Stmt {
+        let kind = tl_ir::StmtKind::Store {
+            buffer: buf.clone(),
+            indices: vec![tl_ir::Expr::int(i)],
+            value,
+        };
+        tl_ir::Stmt::new(kind, tl_ir::Span::UNKNOWN)
+    }
+
     /// Runs the few PTX instructions `deferred_writes_*` emit (moves, f32 add and multiply,
     /// the loop counter's compares, branches) over `regs`: a check of what the code computes,
     /// not of its text.
@@ -1324,16 +1340,7 @@ mod tests {
             Var::new("n", DType::I32),
         );
         let at = |i: i64| Expr::load(&a, vec![Expr::int(i)]);
-        let store = |i: i64, value: Expr| {
-            Stmt::new(
-                StmtKind::Store {
-                    buffer: a.clone(),
-                    indices: vec![Expr::int(i)],
-                    value,
-                },
-                sp,
-            )
-        };
+        let store = |i: i64, value: Expr| store_element(&a, i, value);
         // a[0] = x + 1; a[1] = a[0] * 3; if p { a[0] = a[0] * 2; a[1] = a[1] + 1 }
         // for i in 0..n { a[0] = a[0] + x }   (then a[0], a[1] read from their registers)
         let body = Stmt::seq(
@@ -1407,16 +1414,7 @@ mod tests {
         let a = Buffer::new("a", vec![Expr::int(1)], DType::F32, Scope::Local, sp);
         let x = Var::new("x", DType::F32);
         let at = Expr::load(&a, vec![Expr::int(0)]);
-        let store = |value: Expr| {
-            Stmt::new(
-                StmtKind::Store {
-                    buffer: a.clone(),
-                    indices: vec![Expr::int(0)],
-                    value,
-                },
-                sp,
-            )
-        };
+        let store = |value: Expr| store_element(&a, 0, value);
         let body = Stmt::seq(
             vec![
                 Stmt::new(StmtKind::Alloc(a.clone()), sp),
