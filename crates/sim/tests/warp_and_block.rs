@@ -459,3 +459,53 @@ fn reading_shared_memory_nothing_wrote_is_reported() {
     run(&k, &mut args, &o).expect("runs without the check");
     assert!(args[0].to_f64(DType::F32)[20].is_nan());
 }
+
+/// A `setmaxnreg` split is checked against the registers the launch allocated: 384 threads
+/// hold 168 each (64,512), so a producer warpgroup at 96 beside consumers at 208 (65,536)
+/// would leave `setmaxnreg.inc` waiting forever on a GPU (it hung there: gpu-notes run 27b);
+/// the same producer beside consumers at 200 fits.
+#[test]
+fn register_splits_must_fit_the_launch() {
+    let split = |dec: u32, inc: u32| {
+        let out = global("out", vec![Expr::int(384)], DType::F32);
+        kernel(
+            "split",
+            vec![],
+            vec![output(&out)],
+            vec![Expr::int(1)],
+            384,
+            |b, _| {
+                b.if_else(
+                    tid().ge(256),
+                    |b| {
+                        b.call(
+                            tl_ir::Intrinsic::SetMaxNReg {
+                                inc: false,
+                                regs: dec,
+                            },
+                            vec![],
+                        )
+                    },
+                    |b| {
+                        b.call(
+                            tl_ir::Intrinsic::SetMaxNReg {
+                                inc: true,
+                                regs: inc,
+                            },
+                            vec![],
+                        )
+                    },
+                );
+                b.store(&out, tid(), 1.0f32);
+            },
+        )
+    };
+    let run = |k: &Kernel| {
+        let mut args = vec![SimArg::tensor(DType::F32, &[384], &[0.0; 384])];
+        tl_sim::run(k, &mut args, &SimOptions::default())
+    };
+    let err = run(&split(96, 208)).expect_err("65,536 registers from a pool of 64,512");
+    assert!(err.to_string().contains("would wait forever"), "{err}");
+    run(&split(96, 200)).expect("64,000 registers fit");
+    run(&split(56, 224)).expect("64,512 registers fit");
+}

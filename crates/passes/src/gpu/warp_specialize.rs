@@ -165,10 +165,19 @@ pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
 }
 
 /// Registers per consumer thread once the producer warpgroup keeps `producer` each: the rest
-/// of the file, in `setmaxnreg`'s steps of 8, at most 240. `None` when the producer alone
-/// would take more than the file.
+/// of the block's pool, in `setmaxnreg`'s steps of 8, at most 240. `None` when the producer
+/// alone would take more than the pool.
+///
+/// The pool is what the launch allocated — every thread's registers at the kernel's bound
+/// (168 for 384 threads: 64,512, not the 65,536 of the file) — and `setmaxnreg.inc` waits
+/// until registers are free in it: a split whose total exceeds it hangs every block. With
+/// the file's count, `TILELANG_WS_PRODUCER_REGS=96` gave two consumer warpgroups 208 each
+/// and a GEMM hung on the H200 (gpu-notes run 27b); the defaults (56 → 224, 40 → 232) fit
+/// either way.
 fn consumers_share(consumers: u32, producer: u32) -> Option<u32> {
-    let rest = REGISTER_FILE.checked_sub(PRODUCER_THREADS * producer)?;
+    let threads = consumers + PRODUCER_THREADS;
+    let pool = (REGISTER_FILE / threads).min(255) / 8 * 8 * threads;
+    let rest = pool.checked_sub(PRODUCER_THREADS * producer)?;
     Some((rest / consumers / 8 * 8).min(240))
 }
 
@@ -609,5 +618,27 @@ mod tests {
             }
         }
         assert_eq!(register_split(256), Some((40, 232)));
+    }
+
+    /// Every split a kernel may ask for fits the registers its launch allocated (each
+    /// thread's at the kernel's bound), where `setmaxnreg.inc` takes them from: 96 for the
+    /// producer beside two consumer warpgroups gives those 200, not the 208 the whole file
+    /// would (that split hung on the GPU).
+    #[test]
+    fn asked_splits_fit_the_launch_pool() {
+        for wgs in 1..=3u32 {
+            let c = wgs * 128;
+            let threads = c + PRODUCER_THREADS;
+            let pool = (REGISTER_FILE / threads).min(255) / 8 * 8 * threads;
+            for p in (24..=256).step_by(8) {
+                if let Some((dec, inc)) = register_split_asked(c, Some(p)) {
+                    assert!(128 * dec + c * inc <= pool, "{c} consumers: {dec} + {inc}");
+                }
+            }
+        }
+        if std::env::var_os("TILELANG_WS_PRODUCER_REGS").is_none() {
+            assert_eq!(register_split_asked(256, Some(96)), Some((96, 200)));
+            assert_eq!(register_split_asked(256, Some(56)), Some((56, 224)));
+        }
     }
 }
