@@ -155,6 +155,14 @@ pub struct WarpSpecialized {
     pub counter: Option<Buffer>,
 }
 
+/// The registers per thread a block of `threads` threads may each hold: the 64K register
+/// file shared out in the allocation unit of 8, at most 255. What the launch allocates to a
+/// block (times `threads`), and so the pool a warp-specialized kernel's `setmaxnreg.inc`
+/// draws from: 168 each for 384 threads, 64,512 in all.
+pub fn launch_registers(threads: u32) -> u32 {
+    (65536 / threads.max(1)).min(255) / 8 * 8
+}
+
 /// What a multi-rank kernel's code needs to address peers: every rank's symmetric heap is
 /// mapped into one range at `base + r·heap_stride`, so rank `p`'s copy of an element is the
 /// element's address plus `(p − rank)·heap_stride` bytes.

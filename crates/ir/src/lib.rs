@@ -28,7 +28,9 @@ pub use dtype::DType;
 pub use expr::{BinOp, CmpOp, Expr, ExprKind, UnOp, Var};
 pub use fragment::{Fragment, Mode};
 pub use intrinsic::{Intrinsic, MemScope, MemSem, MfmaOp, TmaOperands, WgmmaOp};
-pub use kernel::{ClusterAttr, DistAttrs, Kernel, KernelAttrs, Param, Role, WarpSpecialized};
+pub use kernel::{
+    launch_registers, ClusterAttr, DistAttrs, Kernel, KernelAttrs, Param, Role, WarpSpecialized,
+};
 pub use simplify::{simplify, Analyzer};
 pub use span::Span;
 pub use stmt::{

@@ -706,8 +706,8 @@ impl Compiler<'_> {
                     }
                 }
             }
-            // Register allocation only: nothing the simulator computes changes (the
-            // `warp_specialize` stage checks the warpgroups' totals fit the register file).
+            // Register allocation only: nothing the simulator computes changes (the split's
+            // total is checked against the launch's registers: `check_register_split`).
             Intrinsic::SetMaxNReg { .. } => return Ok(()),
             Intrinsic::CpAsyncCommit => Instr::CpCommit,
             Intrinsic::CpAsyncWait { n } => Instr::CpWait(*n),
@@ -1274,7 +1274,7 @@ fn check_register_split(k: &Kernel) -> Result<(), SimError> {
         }
     }
     let threads = k.threads;
-    let pool = (65536 / threads.max(1)).min(255) / 8 * 8 * threads;
+    let pool = u64::from(tl_ir::launch_registers(threads)) * u64::from(threads);
     let mut bad = None;
     k.body.walk(&mut |s| {
         let StmtKind::If {
@@ -1296,7 +1296,7 @@ fn check_register_split(k: &Kernel) -> Result<(), SimError> {
             (first_setmaxnreg(then_), first_setmaxnreg(else_))
         {
             let split = split.clamp(0, threads as i64) as u32;
-            let need = (threads - split) * dec + split * inc;
+            let need = u64::from(threads - split) * u64::from(dec) + u64::from(split) * u64::from(inc);
             if need > pool {
                 bad = Some(format!(
                     "kernel `{}`: setmaxnreg gives threads {split}.. {dec} registers and the {split} below {inc}, {need} in all, but its launch of {threads} threads holds {pool}: setmaxnreg.inc would wait forever",

@@ -257,8 +257,8 @@ fn min_blocks(k: &Kernel, smem: u64, target: Target, wgmma: bool) -> Option<u32>
     if let Some(b) = k.attrs.min_blocks_per_sm {
         return (b > 1).then_some(b);
     }
-    // A warp-specialized kernel's register split (`setmaxnreg`) shares out the whole
-    // register file, and one with a single consumer warpgroup keeps the registers of the
+    // A warp-specialized kernel's register split (`setmaxnreg`) shares out the registers
+    // its launch holds, and one with a single consumer warpgroup keeps the registers of the
     // kernel it came from: one block per multiprocessor either way.
     if k.attrs.warp_specialized.is_some() {
         return None;
@@ -382,11 +382,7 @@ pub fn nvshmem_shim_probe(arch: &str) -> String {
     code
 }
 
-/// The registers per thread a block of `threads` threads may each hold: the 64K register
-/// file shared out, in the allocation unit of 8, at most 255.
-pub fn launch_registers(threads: u32) -> u32 {
-    (65536 / threads.max(1)).min(255) / 8 * 8
-}
+pub use tl_ir::launch_registers;
 
 #[cfg(test)]
 mod tests {

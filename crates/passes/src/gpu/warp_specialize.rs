@@ -32,6 +32,7 @@ use crate::tile_util::{address_of, eval, if_then, is_call, sync};
 const CONSUMER_BARRIER: u32 = 1;
 const PRODUCER_THREADS: u32 = 128;
 /// Registers per SM a block may use.
+#[cfg(test)]
 const REGISTER_FILE: u32 = 65536;
 
 pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
@@ -154,7 +155,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
 /// consumers share the rest, at most 240 each. `None` when the launch already gives the
 /// consumers as many (two warpgroups in all get 255 each).
 pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
-    let at_launch = (REGISTER_FILE / (consumers + PRODUCER_THREADS)).min(255) / 8 * 8;
+    let at_launch = tl_ir::launch_registers(consumers + PRODUCER_THREADS);
     let producer = if consumers >= 3 * PRODUCER_THREADS {
         24
     } else {
@@ -176,7 +177,7 @@ pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
 /// either way.
 fn consumers_share(consumers: u32, producer: u32) -> Option<u32> {
     let threads = consumers + PRODUCER_THREADS;
-    let pool = (REGISTER_FILE / threads).min(255) / 8 * 8 * threads;
+    let pool = tl_ir::launch_registers(threads) * threads;
     let rest = pool.checked_sub(PRODUCER_THREADS * producer)?;
     Some((rest / consumers / 8 * 8).min(240))
 }
@@ -194,8 +195,10 @@ fn register_split_asked(consumers: u32, attr: Option<u32>) -> Option<(u32, u32)>
         .or(attr.filter(valid));
     match asked {
         Some(producer) => {
+            // `setmaxnreg.dec` may only lower the launch's count and `.inc` only raise it.
+            let at_launch = tl_ir::launch_registers(consumers + PRODUCER_THREADS);
             let consumer = consumers_share(consumers, producer)?;
-            (consumer >= 24).then_some((producer, consumer))
+            (producer <= at_launch && consumer >= at_launch).then_some((producer, consumer))
         }
         None => register_split(consumers),
     }
@@ -626,13 +629,16 @@ mod tests {
     /// would (that split hung on the GPU).
     #[test]
     fn asked_splits_fit_the_launch_pool() {
+        // Two consumer warpgroups and the producer: 168 registers each at launch.
+        assert_eq!(tl_ir::launch_registers(384) * 384, 64_512);
         for wgs in 1..=3u32 {
             let c = wgs * 128;
-            let threads = c + PRODUCER_THREADS;
-            let pool = (REGISTER_FILE / threads).min(255) / 8 * 8 * threads;
+            let at_launch = tl_ir::launch_registers(c + PRODUCER_THREADS);
+            let pool = at_launch * (c + PRODUCER_THREADS);
             for p in (24..=256).step_by(8) {
                 if let Some((dec, inc)) = register_split_asked(c, Some(p)) {
                     assert!(128 * dec + c * inc <= pool, "{c} consumers: {dec} + {inc}");
+                    assert!(dec <= at_launch && inc >= at_launch, "{c}: {dec} / {inc}");
                 }
             }
         }

@@ -769,7 +769,7 @@ impl TileScope {
 
     /// With warp specialization: the registers per thread the producer warpgroup keeps
     /// (`setmaxnreg`: a multiple of 8 from 24; the consumer warpgroups share the rest of the
-    /// register file). The compiler's default is 40 beside two consumer warpgroups; a
+    /// registers the launch holds). The compiler's default is 40 beside two consumer warpgroups; a
     /// producer that computes more (a persistent kernel's tile coordinates, many tensor
     /// maps) may spill there.
     pub fn producer_registers(&mut self, regs: u32) {
