@@ -31,9 +31,6 @@ use crate::tile_util::{address_of, eval, if_then, is_call, sync};
 /// The named barrier the consumer warps sync with (0 is `__syncthreads`').
 const CONSUMER_BARRIER: u32 = 1;
 const PRODUCER_THREADS: u32 = 128;
-/// Registers per SM a block may use.
-#[cfg(test)]
-const REGISTER_FILE: u32 = 65536;
 
 pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     let Some(ws) = k.attrs.warp_specialized.clone() else {
@@ -173,7 +170,7 @@ pub fn register_split(consumers: u32) -> Option<(u32, u32)> {
 /// (168 for 384 threads: 64,512, not the 65,536 of the file) — and `setmaxnreg.inc` waits
 /// until registers are free in it: a split whose total exceeds it hangs every block. With
 /// the file's count, `TILELANG_WS_PRODUCER_REGS=96` gave two consumer warpgroups 208 each
-/// and a GEMM hung on the H200 (gpu-notes run 27b); the defaults (56 → 224, 40 → 232) fit
+/// and a GEMM hung on the H200 (gpu-notes run 27b); the shipped splits (56 → 224, 40 → 232) fit
 /// either way.
 fn consumers_share(consumers: u32, producer: u32) -> Option<u32> {
     let threads = consumers + PRODUCER_THREADS;
@@ -606,6 +603,9 @@ fn reads_thread_idx(e: &Expr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Registers per SM: the file every block's registers come from.
+    const REGISTER_FILE: u32 = 65536;
 
     #[test]
     fn registers_fit_the_file() {
