@@ -316,6 +316,12 @@ pub enum Instr {
     },
     /// Every thread of every block of the cluster arrives before any goes on.
     ClusterSync,
+    /// `setmaxnreg.{inc,dec}`: the thread's registers become `regs`; `.inc` waits until the
+    /// block's pool (what its launch allocated) has them free.
+    SetMaxNReg {
+        inc: bool,
+        regs: u32,
+    },
     /// `cp.async.bulk.tensor` store (TMA): a box of shared memory at `src` (swizzled) into
     /// `tensor` at `coords`, elements outside the tensor not written; `src` stays read until
     /// the thread's bulk group is waited for.

@@ -219,6 +219,32 @@ pub enum SimError {
         span: Span,
     },
 
+    /// `setmaxnreg.inc` waits for registers the block's pool (what its launch allocated) can
+    /// never free: every other thread is blocked or has exited. On a GPU every block hangs (a
+    /// producer of 96 beside 208-register consumers did: gpu-notes run 27b).
+    #[error("deadlock in block {}: thread {thread} (and {} other thread(s)) waits at {span} for setmaxnreg.inc to {regs} registers; the launch of {threads} threads holds {pool}, its threads hold {held} and those waiting ask {asked} more, which nothing can free: lower the counts so that the threads' sum to at most {pool}", fmt_block(.block), .waiting.saturating_sub(1))]
+    RegisterDeadlock {
+        block: [i64; 3],
+        thread: u32,
+        waiting: u32,
+        span: Span,
+        regs: u32,
+        threads: u32,
+        pool: u64,
+        held: u64,
+        asked: u64,
+    },
+
+    /// A `setmaxnreg` the PTX ISA does not allow: a count outside 24–256 or not a multiple of
+    /// 8, an `.inc` below the thread's current count or a `.dec` above it.
+    #[error("setmaxnreg at {span} (thread {thread} of block {}): {detail}", fmt_block(.block))]
+    SetMaxNReg {
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+        detail: String,
+    },
+
     /// Not every thread of the block reached the same barrier: some wait at one while others
     /// finished or wait at a different one (a deadlock or undefined behaviour on a GPU).
     #[error("barrier divergence in block {}: thread {waiting} waits at the barrier at {barrier}, but thread {other} {other_state}", fmt_block(.block))]

@@ -36,6 +36,8 @@ pub enum State {
     FlagWait,
     /// Waits at the cluster barrier (`ClusterSync`) at its pc.
     ClusterWait,
+    /// Waits (`setmaxnreg.inc` at its pc) for the block's pool to have its registers free.
+    RegWait,
     Done,
 }
 
@@ -119,6 +121,9 @@ pub struct Thread {
     pub wg: AsyncGroups<PendingWrite>,
     /// TMA stores in flight: the absolute shared bytes each still reads.
     pub bulk: AsyncGroups<Vec<usize>>,
+    /// Registers the thread holds: the launch's count (`tl_ir::launch_registers`) until a
+    /// `setmaxnreg` changes it.
+    pub reg_count: u32,
 }
 
 /// Counters for the report.
@@ -749,6 +754,38 @@ impl Interp<'_, '_> {
                     th.pc = pc;
                     th.state = State::ClusterWait;
                     return Ok(());
+                }
+                Instr::SetMaxNReg { inc, regs } => {
+                    let bad = |detail: String| SimError::SetMaxNReg {
+                        block: self.mem.block,
+                        thread: th.tid,
+                        span: prog.span(pc as usize),
+                        detail,
+                    };
+                    if !(24..=256).contains(regs) || regs % 8 != 0 {
+                        return Err(bad(format!(
+                            "{regs} registers: the count must be a multiple of 8 from 24 to 256"
+                        )));
+                    }
+                    if *inc && *regs < th.reg_count {
+                        return Err(bad(format!(
+                            ".inc to {regs} registers below the {} the thread holds (use .dec)",
+                            th.reg_count
+                        )));
+                    }
+                    if !*inc && *regs > th.reg_count {
+                        return Err(bad(format!(
+                            ".dec to {regs} registers above the {} the thread holds (use .inc)",
+                            th.reg_count
+                        )));
+                    }
+                    if *inc {
+                        // The scheduler grants it once the block's pool has the registers.
+                        th.pc = pc;
+                        th.state = State::RegWait;
+                        return Ok(());
+                    }
+                    th.reg_count = *regs;
                 }
                 Instr::Exit => {
                     // Code generation waits for the thread's TMA stores to have read shared

@@ -21,6 +21,11 @@
 //!   count, TMA copies delivering more bytes than `expect_tx` announced) and waits nothing can
 //!   satisfy ([`SimError::MbarrierDeadlock`]: missing arrivals, fewer bytes than announced, a
 //!   wrong parity),
+//! * register splits that cannot be met: each thread holds its launch's registers until a
+//!   `setmaxnreg` changes them, and `.inc` waits (a warp at a time) for the block's pool, so a
+//!   split over what the launch allocated deadlocks as on a GPU
+//!   ([`SimError::RegisterDeadlock`]); counts the PTX ISA does not allow
+//!   ([`SimError::SetMaxNReg`]),
 //! * wave-uniform operands (a buffer load's LDS base, its `soffset`) that differ between lanes
 //!   ([`SimError::NonUniformOperand`]),
 //! * out-of-bounds and misaligned accesses, barriers or warp collectives not reached by every

@@ -66,6 +66,7 @@ fn new_threads(prog: &Program, threads: u32, vars: [i64; 3]) -> Vec<Thread> {
                 cp: Default::default(),
                 wg: Default::default(),
                 bulk: Default::default(),
+                reg_count: tl_ir::launch_registers(threads),
             }
         })
         .collect()
@@ -530,6 +531,7 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
             }
         }
         progressed |= release_named_barriers(it, ths)?;
+        progressed |= grant_registers(it, ths);
         if progressed {
             continue;
         }
@@ -552,6 +554,10 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
                 .any(|t| matches!(t.state, State::MbarWait | State::ClusterWait))
         {
             return Ok(Sched::Blocked);
+        }
+        // Registers only this block's threads can free, and none of them can go on.
+        if let Some(e) = register_deadlock(it, ths) {
+            return Err(e);
         }
         // A named barrier counting more threads than are still running can never complete,
         // whatever else waits.
@@ -597,6 +603,88 @@ fn schedule(it: &mut Interp, ths: &mut [Thread]) -> Result<Sched, SimError> {
         }
         return Err(stuck(it, ths));
     }
+}
+
+/// The block's register pool: what its launch allocated, every thread's share at the launch's
+/// bound (`setmaxnreg` moves registers between threads within it).
+fn register_pool(ths: &[Thread]) -> u64 {
+    u64::from(tl_ir::launch_registers(ths.len() as u32)) * ths.len() as u64
+}
+
+/// Registers the block's threads hold, those that have exited included (an exited thread's
+/// registers return to the pool only when the whole block does).
+fn registers_held(ths: &[Thread]) -> u64 {
+    ths.iter().map(|t| u64::from(t.reg_count)).sum()
+}
+
+/// The count a thread waiting at `setmaxnreg.inc` asks for.
+fn asked_registers(it: &Interp, t: &Thread) -> Option<u32> {
+    match it.prog.code.get(t.pc as usize) {
+        Some(Instr::SetMaxNReg { inc: true, regs }) => Some(*regs),
+        _ => None,
+    }
+}
+
+/// Lets through, warp by warp in order, each `setmaxnreg.inc` the pool now has room for: the
+/// instruction is `.sync.aligned`, so a warp takes its registers once all its lanes wait at it.
+fn grant_registers(it: &Interp, ths: &mut [Thread]) -> bool {
+    let pool = register_pool(ths);
+    let mut held = registers_held(ths);
+    let mut progressed = false;
+    for lanes in ths.chunks_mut(it.prog.warp_size as usize) {
+        let pc = lanes[0].pc;
+        if !lanes
+            .iter()
+            .all(|t| t.state == State::RegWait && t.pc == pc)
+        {
+            continue;
+        }
+        let Some(regs) = asked_registers(it, &lanes[0]) else {
+            continue;
+        };
+        let more: u64 = lanes
+            .iter()
+            .map(|t| u64::from(regs.saturating_sub(t.reg_count)))
+            .sum();
+        if held + more <= pool {
+            held += more;
+            for t in lanes.iter_mut() {
+                t.reg_count = regs;
+                t.pc += 1;
+                t.state = State::Ready;
+            }
+            progressed = true;
+        }
+    }
+    progressed
+}
+
+/// The deadlock of threads waiting at `setmaxnreg.inc` for registers nothing can free (called
+/// when no thread of the block can go on).
+fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
+    let t = ths.iter().find(|t| t.state == State::RegWait)?;
+    let asked = ths
+        .iter()
+        .filter(|u| u.state == State::RegWait)
+        .map(|u| {
+            u64::from(
+                asked_registers(it, u)
+                    .unwrap_or(0)
+                    .saturating_sub(u.reg_count),
+            )
+        })
+        .sum();
+    Some(SimError::RegisterDeadlock {
+        block: it.mem.block,
+        thread: t.tid,
+        waiting: ths.iter().filter(|u| u.state == State::RegWait).count() as u32,
+        span: it.prog.span(t.pc as usize),
+        regs: asked_registers(it, t).unwrap_or(0),
+        threads: ths.len() as u32,
+        pool: register_pool(ths),
+        held: registers_held(ths),
+        asked,
+    })
 }
 
 /// The named barrier (`bar.sync id, threads`) a thread waiting at `pc` waits at, if any.
@@ -724,6 +812,7 @@ fn describe(it: &Interp, t: &Thread) -> String {
         State::MbarWait => format!("waits on an mbarrier at {span}"),
         State::FlagWait => format!("waits for a flag at {span}"),
         State::ClusterWait => format!("waits at the cluster barrier at {span}"),
+        State::RegWait => format!("waits for registers (setmaxnreg.inc) at {span}"),
         State::Ready => "is still running".into(),
     }
 }

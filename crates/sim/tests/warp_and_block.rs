@@ -507,7 +507,58 @@ fn register_splits_must_fit_the_launch() {
             .map_err(|e| e.to_string())
     };
     let err = run(&split(96, 208)).expect_err("65,536 registers from a pool of 64,512");
-    assert!(err.contains("would wait forever"), "{err}");
+    assert!(
+        err.contains("deadlock") && err.contains("setmaxnreg.inc to 208") && err.contains("64512"),
+        "{err}"
+    );
     run(&split(96, 200)).expect("64,000 registers fit");
     run(&split(56, 224)).expect("64,512 registers fit");
+}
+
+/// The simulator keeps each thread's register count and makes `setmaxnreg.inc` wait for the
+/// block's pool, so a split of any shape that cannot be met deadlocks, as on a GPU: here the
+/// consumers (`inc`) are the `then` branch and the producer warpgroup is picked by a warpgroup
+/// index, a shape no pattern of the code generator's split matches.
+#[test]
+fn any_register_split_that_cannot_be_met_deadlocks() {
+    let split = |dec: u32, inc: u32| {
+        let out = global("out", vec![Expr::int(384)], DType::F32);
+        kernel(
+            "split",
+            vec![],
+            vec![output(&out)],
+            vec![Expr::int(1)],
+            384,
+            |b, _| {
+                let set = |b: &mut B, inc: bool, regs: u32| {
+                    b.call(tl_ir::Intrinsic::SetMaxNReg { inc, regs }, vec![])
+                };
+                b.if_else(
+                    (tid() / 128).lt(2),
+                    |b| set(b, true, inc),
+                    |b| set(b, false, dec),
+                );
+                b.store(&out, tid(), 1.0f32);
+            },
+        )
+    };
+    let run = |k: &Kernel| {
+        let mut args = vec![SimArg::tensor(DType::F32, &[384], &[0.0; 384])];
+        tl_sim::run(k, &mut args, &SimOptions::default())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let err = run(&split(40, 240)).expect_err("40·128 + 240·256 = 66,560 > 64,512");
+    assert!(
+        err.contains("deadlock") && err.contains("setmaxnreg.inc to 240"),
+        "{err}"
+    );
+    run(&split(40, 232)).expect("64,512 registers fit");
+    // What the PTX ISA does not allow at all.
+    let err = run(&split(40, 100)).expect_err("100 is not a multiple of 8");
+    assert!(err.contains("multiple of 8"), "{err}");
+    let err = run(&split(200, 232)).expect_err("a .dec above the launch's 168");
+    assert!(err.contains(".dec to 200"), "{err}");
+    let err = run(&split(40, 160)).expect_err("an .inc below the launch's 168");
+    assert!(err.contains(".inc to 160"), "{err}");
 }
