@@ -271,7 +271,7 @@ pub enum SimError {
     },
 
     /// Not every lane of a warp reached a warp-collective operation (shuffle, ldmatrix, mma,
-    /// mfma, buffer load, sync_warp) together.
+    /// mfma, buffer load, sync_warp, setmaxnreg) together.
     #[error("warp divergence in block {}, warp {warp}: lane {waiting} is at {op} ({span}), but lane {other} {other_state}", fmt_block(.block))]
     WarpDivergence {
         block: [i64; 3],

@@ -660,7 +660,8 @@ fn grant_registers(it: &Interp, ths: &mut [Thread]) -> bool {
 }
 
 /// The deadlock of threads waiting at `setmaxnreg.inc` for registers nothing can free (called
-/// when no thread of the block can go on).
+/// when no thread of the block can go on). `None` when the pool could grant them: then some
+/// lanes of their warp never reached the instruction, which the general report describes.
 fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
     let t = ths.iter().find(|t| t.state == State::RegWait)?;
     let asked = ths
@@ -674,6 +675,10 @@ fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
             )
         })
         .sum();
+    let (pool, held) = (register_pool(ths), registers_held(ths));
+    if held + asked <= pool {
+        return None;
+    }
     Some(SimError::RegisterDeadlock {
         block: it.mem.block,
         thread: t.tid,
@@ -681,8 +686,8 @@ fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
         span: it.prog.span(t.pc as usize),
         regs: asked_registers(it, t).unwrap_or(0),
         threads: ths.len() as u32,
-        pool: register_pool(ths),
-        held: registers_held(ths),
+        pool,
+        held,
         asked,
     })
 }
@@ -820,11 +825,12 @@ fn describe(it: &Interp, t: &Thread) -> String {
 /// Explain why no thread can go on.
 fn stuck(it: &Interp, ths: &[Thread]) -> SimError {
     for (w, lanes) in ths.chunks(it.prog.warp_size as usize).enumerate() {
-        if let Some(a) = lanes.iter().find(|t| t.state == State::Warp) {
-            if let Some(b) = lanes
-                .iter()
-                .find(|t| t.state != State::Warp || t.pc != a.pc)
-            {
+        // Warp collectives and `setmaxnreg` (`.sync.aligned`) need every lane of the warp.
+        if let Some(a) = lanes
+            .iter()
+            .find(|t| matches!(t.state, State::Warp | State::RegWait))
+        {
+            if let Some(b) = lanes.iter().find(|t| t.state != a.state || t.pc != a.pc) {
                 return SimError::WarpDivergence {
                     block: it.mem.block,
                     warp: w as u32,

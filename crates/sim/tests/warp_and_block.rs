@@ -523,3 +523,15 @@ fn any_register_split_that_cannot_be_met_deadlocks() {
     let err = split(40, 160).expect_err("an .inc below the launch's 168");
     assert!(err.contains(".inc to 160"), "{err}");
 }
+
+/// `setmaxnreg` is `.sync.aligned`: a warp takes its registers only once all its lanes wait at
+/// the instruction. Half a warp there, with registers to spare, is reported as the warp's
+/// divergence, not as a shortage of registers.
+#[test]
+fn half_a_warp_at_setmaxnreg_is_stuck_not_short() {
+    let err = run_register_split(tid().lt(16), 160, 176).expect_err("lanes 16.. never arrive");
+    assert!(
+        err.contains("warp divergence") && err.contains("setmaxnreg_inc<176>"),
+        "{err}"
+    );
+}
