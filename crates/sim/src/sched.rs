@@ -628,6 +628,10 @@ fn asked_registers(it: &Interp, t: &Thread) -> Option<u32> {
 /// Lets through, warp by warp in order, each `setmaxnreg.inc` the pool now has room for: the
 /// instruction is `.sync.aligned`, so a warp takes its registers once all its lanes wait at it.
 fn grant_registers(it: &Interp, ths: &mut [Thread]) -> bool {
+    // Every pass of the scheduler comes here; most kernels never wait for registers.
+    if !ths.iter().any(|t| t.state == State::RegWait) {
+        return false;
+    }
     let pool = register_pool(ths);
     let mut held = registers_held(ths);
     let mut progressed = false;
@@ -663,10 +667,10 @@ fn grant_registers(it: &Interp, ths: &mut [Thread]) -> bool {
 /// when no thread of the block can go on). `None` when the pool could grant them: then some
 /// lanes of their warp never reached the instruction, which the general report describes.
 fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
-    let t = ths.iter().find(|t| t.state == State::RegWait)?;
-    let asked = ths
+    let waiting: Vec<&Thread> = ths.iter().filter(|t| t.state == State::RegWait).collect();
+    let t = *waiting.first()?;
+    let asked = waiting
         .iter()
-        .filter(|u| u.state == State::RegWait)
         .map(|u| {
             u64::from(
                 asked_registers(it, u)
@@ -682,7 +686,7 @@ fn register_deadlock(it: &Interp, ths: &[Thread]) -> Option<SimError> {
     Some(SimError::RegisterDeadlock {
         block: it.mem.block,
         thread: t.tid,
-        waiting: ths.iter().filter(|u| u.state == State::RegWait).count() as u32,
+        waiting: waiting.len() as u32,
         span: it.prog.span(t.pc as usize),
         regs: asked_registers(it, t).unwrap_or(0),
         threads: ths.len() as u32,
