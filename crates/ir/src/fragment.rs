@@ -322,6 +322,17 @@ impl Fragment {
         }
     }
 
+    /// [`reduce`](Self::reduce) into a destination of `dst_rank` dims: a 1-d fragment reduced
+    /// whole leaves no dims, and its `[1]` destination keeps one of extent 1 (no digit targets
+    /// it).
+    pub fn reduce_into(&self, dim: usize, dst_rank: usize) -> Fragment {
+        let mut r = self.reduce(dim);
+        if r.shape.is_empty() && dst_rank == 1 {
+            r.shape = vec![1];
+        }
+        r
+    }
+
     /// The layout a fragment indexed by `dims` of this layout's coordinates (in that order)
     /// must have to be read by the same threads: thread digits on other dims become replicas,
     /// value digits on other dims vanish.

@@ -503,3 +503,43 @@ fn thread_level_stores_and_warp_shuffles_in_the_simulator() {
     }
     assert_eq!(got[3], vec![1.0, 37.0]);
 }
+
+/// A 1-d fragment reduced whole lands in a `[1]` fragment that a parallel loop then reads:
+/// the reduction's layout (no dims left) and the loop's (one of extent 1) are the same layout,
+/// which inference took for a conflict ("(64,1):(0,0) … but … (64,1):(0,0)").
+#[test]
+fn a_1d_fragment_reduces_into_a_unit_fragment() {
+    let k = Kernel::build("reduce_1d", |k| {
+        let x = k.input("X", [2, 64], F32);
+        let y = k.output("Y", [2, 64], F32);
+        k.launch([2], 64, |t, [bx]| {
+            let f = t.alloc_fragment_named("f", [64], F32);
+            t.copy(x.tile([bx.clone(), Expr::int(0)]), &f);
+            let m = t.alloc_fragment_named("m", [1], F32);
+            t.reduce_max(&f, &m, 0);
+            let shifted = t.alloc_fragment_named("shifted", [1], F32);
+            t.parallel([1], |t, [i]| t.store(&shifted, [&i], m.at([&i]) + 1.0));
+            t.parallel([64], |t, [j]| {
+                t.store(&f, [&j], f.at([&j]) - shifted.at([Expr::int(0)]))
+            });
+            t.copy(&f, y.tile([bx, Expr::int(0)]));
+        });
+    });
+    let xs: Vec<f64> = (0..128).map(|i| ((i * 37) % 101) as f64 - 50.0).collect();
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[2, 64], F32, &xs, &dev).expect("x");
+        let y = Tensor::from_f64(&[2, 64], F32, &[f64::NAN; 128], &dev).expect("y");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("compiles for {dev}: {e}"))
+            .run(&[&x, &y])
+            .expect("runs");
+        let got = y.to_f64_vec().expect("y");
+        for r in 0..2 {
+            let row = &xs[r * 64..(r + 1) * 64];
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            for j in 0..64 {
+                assert_eq!(got[r * 64 + j], row[j] - max - 1.0, "{dev} Y[{r}, {j}]");
+            }
+        }
+    }
+}

@@ -767,7 +767,7 @@ impl Infer {
                     if let Some(f) = self.get(src) {
                         if self.assign(
                             dst,
-                            f.reduce(*dim),
+                            f.reduce_into(*dim, dst.rank()),
                             *span,
                             format!("a reduction of `{}`", src.name()),
                         ) {

@@ -57,7 +57,7 @@ impl Ctx<'_> {
         let f = self.fragment_of(&r.src.buffer, span)?;
         let src = self.local_of(&r.src.buffer, span)?;
         let dim = r.dim;
-        let red = f.reduce(dim);
+        let red = f.reduce_into(dim, r.dst.buffer.rank());
         let acc_t = accum_dtype(r.dst.buffer.dtype());
         let n_kept = red.local_size();
         let n_red: i64 = f
