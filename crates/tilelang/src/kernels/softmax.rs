@@ -2,6 +2,8 @@
 //! exponentials chunk by chunk (rescaling the running sum when the max grows), a second pass
 //! writes exp(x - max) / sum. Rows of any length; tails masked.
 
+use std::f64::consts::LOG2_E;
+
 use crate::prelude::*;
 
 #[derive(Clone, Copy, Debug)]
@@ -34,6 +36,12 @@ fn rescale(old: Expr, new: Expr) -> Expr {
 /// run of columns adds nothing instead of NaN.
 fn exp_below(x: Expr, max: Expr) -> Expr {
     select(max.clone().eq_(f64::NEG_INFINITY), 0.0, exp(x - max))
+}
+
+/// The shift that makes exp(x − max) = 2^(x·log₂e − shift): max·log₂e, or 0 where max is
+/// −inf (every x is then −inf too, and 2^−inf = 0 where exp(−inf + inf) would be NaN).
+fn exp2_shift(max: Expr) -> Expr {
+    select(max.clone().eq_(f64::NEG_INFINITY), 0.0, max * LOG2_E)
 }
 
 /// Each row's running max and sum of exp(x − max) (fragments of the block's rows), with a
@@ -534,9 +542,17 @@ pub fn softmax_cluster(dtype: DType, cols: i64, cfg: ClusterConfig) -> Kernel {
             t.reduce_max(&e, &part_max, 1);
             let es = once.then(|| {
                 let es = t.alloc_fragment_named("exp", [1, width], stored);
+                // exp(x − max) as 2^(x·log₂e − shift): one fused multiply-add and the
+                // exponential an element, the −inf guard decided once for the block
+                // (`exp2_shift`) rather than selected element by element. A block whose
+                // columns are all past the row has max −inf and shift 0: its exp2(−inf) is 0.
+                let shift = t.alloc_fragment_named("shift", [1], F32);
+                t.parallel([1], |t, [i]| {
+                    t.store(&shift, [&i], exp2_shift(part_max.at([&i])));
+                });
                 t.parallel([1, width], |t, [i, j]| {
-                    let v = exp_below(xs.at([&i, &j]).cast(F32), part_max.at([&i])) * pre;
-                    t.store(&es, [&i, &j], v.cast(stored));
+                    let v = (xs.at([&i, &j]).cast(F32) * LOG2_E - shift.at([&i])).exp2();
+                    t.store(&es, [&i, &j], (v * pre).cast(stored));
                 });
                 // The sum of what is stored, as stored: the output is normalized over the
                 // very values it scales.
