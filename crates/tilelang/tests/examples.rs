@@ -222,6 +222,58 @@ fn emit_writes_sources_without_running() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--emit` of a row-wise example writes what each target's defaults would launch: few long
+/// rows take the cluster kernel on sm_90a and the two-kernel split on sm_80 (an A100's 108
+/// multiprocessors, an H100's 132); many short rows one block a row everywhere.
+#[test]
+fn row_examples_emit_each_targets_default_kernels() {
+    for name in ["softmax", "rmsnorm"] {
+        let dir = std::env::temp_dir().join(format!("tl-emit-{name}-{}", std::process::id()));
+        let emit = |rows: &str, cols: &str| {
+            let _ = std::fs::remove_dir_all(&dir);
+            let out = Command::new(example(name))
+                .args(["--rows", rows, "--cols", cols, "--dtype", "bf16"])
+                .args(["--emit", dir.to_str().unwrap_or("/tmp/tl-emit-rows")])
+                .output()
+                .expect("runs");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut files: Vec<String> = std::fs::read_dir(&dir)
+                .expect("emitted")
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            files.sort();
+            files
+        };
+        let few_long = emit("32", "262144");
+        for want in [
+            format!("{name}_cluster.sm_90a.ptx"),
+            format!("{name}_split_stats.sm_80.ptx"),
+            format!("{name}_split_apply.sm_80.ptx"),
+            format!("{name}.cpu.c"),
+        ] {
+            assert!(few_long.contains(&want), "{want} not in {few_long:?}");
+        }
+        assert!(
+            !few_long
+                .iter()
+                .any(|f| f.starts_with(&format!("{name}.sm_"))),
+            "{few_long:?}"
+        );
+        let many_short = emit("1000", "3000");
+        assert!(
+            many_short
+                .iter()
+                .all(|f| !f.contains("cluster") && !f.contains("split")),
+            "{many_short:?}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn bad_arguments_fail_cleanly() {
     let out = Command::new(example("gemm"))

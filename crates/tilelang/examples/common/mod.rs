@@ -545,6 +545,9 @@ pub fn run_split_example(
         a.common.emit_only(&|t| kernels(t).unwrap_or_default())?;
         return Ok(ExitCode::SUCCESS);
     }
+    if a.common.emit.is_some() && a.common.isa.is_none() && !args.no_split {
+        return emit_split_defaults(op, split, args);
+    }
     if a.common.emit.is_some() || a.common.isa.is_some() || args.no_split {
         return run_row_example(op, a);
     }
@@ -606,6 +609,57 @@ pub fn run_split_example(
             compile_note(&apply)
         ),
     ))
+}
+
+/// The multiprocessors of the GPU a target's emitted kernels are chosen for: an H100 (132) for
+/// sm_90a, an A100 (108) for sm_80; `None` where a run never splits rows by the device's size
+/// (the CPU, and AMD, whose devices report no CUDA properties).
+fn nominal_multiprocessors(target: Target) -> Option<usize> {
+    match target {
+        Target::Cuda { sm } if sm >= 90 => Some(132),
+        Target::Cuda { .. } => Some(108),
+        _ => None,
+    }
+}
+
+/// `--emit DIR` of a row-wise example: for each target, the kernels a run there would launch
+/// with this command line (on the GPU [`nominal_multiprocessors`] names): the cluster kernel
+/// for few long rows on sm_90a, the statistics and output kernels of the two-kernel split on
+/// sm_80, one block a row otherwise.
+fn emit_split_defaults(op: &RowOp, split: &SplitOp, args: &SplitArgs) -> anyhow::Result<ExitCode> {
+    use tilelang::kernels::softmax::SplitConfig;
+    let a = &args.row;
+    let dt = parse_dtype(&a.dtype)?;
+    let cols = a.cols as i64;
+    let kernels = |t: Target| -> anyhow::Result<Vec<Kernel>> {
+        let sms = nominal_multiprocessors(t);
+        let few_long = sms.is_some_and(|s| a.rows < s && a.cols > 16384);
+        if !(args.split || args.cluster || few_long) {
+            return row_kernel(op, a, t).map(|k| vec![k]);
+        }
+        if t.has_clusters() && !args.no_cluster && args.span.is_none() {
+            if let Some(cfg) = cluster_config(split, args)? {
+                return Ok(vec![(split.cluster)(dt, cols, cfg)]);
+            }
+        }
+        let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8) as u32);
+        if let Some(span) = args.span {
+            if span <= 0 || span % cfg.chunk != 0 {
+                anyhow::bail!(
+                    "--span must be a positive multiple of {} (got {span})",
+                    cfg.chunk
+                );
+            }
+            cfg.span = span;
+        }
+        Ok(vec![(split.stats)(dt, cfg), (split.apply)(dt, cfg)])
+    };
+    // A bad option is reported once, not per target.
+    for (t, _) in EMIT_TARGETS {
+        kernels(*t)?;
+    }
+    a.common.emit_only(&|t| kernels(t).unwrap_or_default())?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The one-kernel split ([`SplitOp::cluster`]): check against the reference, time the one
