@@ -3,7 +3,8 @@
 # bench/tilelang-tarball.sh): the bf16 NT GEMM under sustained load — about 1.6 s of launches
 # back to back, L2 flushed before each — with the SM clock, the power and the clock-event
 # reasons sampled every 20 ms (nvidia-smi), for ours (the default and the variants in
-# VARIANTS) and TileLang's kernel; then ncu's traffic counters of each at base clocks. Under
+# VARIANTS), cuBLAS (bench/cublas_gemm_loop.py) and TileLang's kernel; then ncu's traffic
+# counters of each at base clocks. Under
 # such load the GPU runs at its power cap, so what a kernel spends in energy per GEMM decides
 # its clock (docs/gpu-notes.md run 28).
 #   bash bench/sustained-gemm.sh [N] [REPS]
@@ -38,6 +39,8 @@ for round in 1 2; do
     # shellcheck disable=SC2086
     sampled sh -c "timeout 120 $G/gemm --device cuda --m $N --n $N --k $N --layout nt --dtype bf16 --reps $REPS $v 2>&1 | tail -n 1 | grep -oE 'tflops=[^ ]+'"
   done
+  echo "-- cuBLAS"
+  sampled sh -c "timeout 200 python3 bench/cublas_gemm_loop.py $N $REPS 2>&1 | grep tflops"
   if [ $tl = 1 ]; then
     echo "-- TileLang"
     sampled sh -c "timeout 200 python3 bench/tilelang_gemm_loop.py $N $REPS 2>&1 | grep tflops"
@@ -50,6 +53,8 @@ for v in "${vs[@]}"; do
   # shellcheck disable=SC2086
   timeout 120 "$ncu" --clock-control base -k regex:tl_kernel -s 2 -c 1 --metrics $M $G/gemm --device cuda --m $N --n $N --k $N --layout nt --dtype bf16 --reps 3 $v 2>&1 | grep -E '^\s+(gpu__|dram__|lts__|smsp__|l1tex__)' | sed 's/  */ /g'
 done
+echo "== ncu (base clocks): cuBLAS"
+timeout 200 "$ncu" --clock-control base -k regex:'nvjet|gemm|xmma' -s 2 -c 1 --metrics $M python3 bench/cublas_gemm_loop.py $N 3 2>&1 | grep -E '^\s+(gpu__|dram__|lts__|smsp__|l1tex__)' | sed 's/  */ /g'
 if [ $tl = 1 ]; then
   echo "== ncu (base clocks): TileLang"
   timeout 200 "$ncu" --clock-control base -k regex:main_kernel -s 2 -c 1 --metrics $M python3 bench/tilelang_gemm_once.py $N $N $N 2>&1 | grep -E '^\s+(gpu__|dram__|lts__|smsp__|l1tex__)' | sed 's/  */ /g'
