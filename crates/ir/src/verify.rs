@@ -610,7 +610,14 @@ impl Verifier {
                     self.region(&c.dst, span, "copy"),
                 );
                 if let (Some(s), Some(d)) = (s, d) {
-                    if squeeze(&s) != squeeze(&d) {
+                    // Between registers and global memory a copy may reshape: the elements pair
+                    // up in row-major order.
+                    let scopes = [c.src.buffer.scope(), c.dst.buffer.scope()];
+                    let reshape_ok = scopes.contains(&Scope::Fragment)
+                        && scopes.contains(&Scope::Global)
+                        && squeeze(&s) != squeeze(&d)
+                        && s.iter().product::<i64>() == d.iter().product::<i64>();
+                    if squeeze(&s) != squeeze(&d) && !reshape_ok {
                         self.err(
                             Diagnostic::new(
                                 DiagKind::ShapeMismatch,

@@ -250,7 +250,13 @@ pub fn elementwise(src: &Region, dst: &Region, span: Span, f: impl Fn(Expr) -> E
     let ext = squeezed_const_extents(dst).unwrap_or_default();
     let vars = loop_vars(ext.len(), "e");
     let ve: Vec<Expr> = vars.iter().map(|v| v.expr()).collect();
-    let sidx = region_index(src, &ve);
+    let reshapes = copy_reshapes(src, dst);
+    let sidx = if reshapes {
+        let from = squeezed_const_extents(src).unwrap_or_default();
+        region_index(src, &reshaped_vars(&ext, &ve, &from))
+    } else {
+        region_index(src, &ve)
+    };
     let didx = region_index(dst, &ve);
     let build = |checked: bool| {
         let load = Expr::load(&src.buffer, sidx.clone());
@@ -267,7 +273,12 @@ pub fn elementwise(src: &Region, dst: &Region, span: Span, f: impl Fn(Expr) -> E
         };
         loop_nest(&vars, &ext, ForKind::Vectorized, st, span)
     };
-    let fast = stream_rows(src, dst, span).unwrap_or_else(|| build(false));
+    let streamed = if reshapes {
+        None
+    } else {
+        stream_rows(src, dst, span)
+    };
+    let fast = streamed.unwrap_or_else(|| build(false));
     match and_opt(region_in_bounds(src), region_in_bounds(dst)) {
         None => fast,
         Some(all_in) => if_else(all_in, fast, build(true), span),

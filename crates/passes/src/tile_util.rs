@@ -11,6 +11,39 @@ pub fn nonunit_dims(r: &Region) -> Vec<usize> {
         .collect()
 }
 
+/// Whether a copy between `a` and `b` reshapes: their non-unit extents differ (both constant,
+/// with the same product; the verifier admits such a copy only between a fragment and global
+/// memory). Elements then pair up in row-major order ([`reshaped_vars`]).
+pub fn copy_reshapes(a: &Region, b: &Region) -> bool {
+    match (squeezed_const_extents(a), squeezed_const_extents(b)) {
+        (Some(x), Some(y)) => x != y,
+        _ => false,
+    }
+}
+
+/// The coordinates in a tile of extents `to` of the element at `vars` in a tile of extents
+/// `from`, the two matched in row-major order (a reshape): linearize, then split.
+pub fn reshaped_vars(from: &[i64], vars: &[Expr], to: &[i64]) -> Vec<Expr> {
+    let mut linear = Expr::int(0);
+    for (k, v) in vars.iter().enumerate() {
+        let inner: i64 = from[k + 1..].iter().product();
+        linear = linear + v.clone() * inner;
+    }
+    let linear = tl_ir::simplify::simplify(&linear);
+    to.iter()
+        .enumerate()
+        .map(|(k, &e)| {
+            let inner: i64 = to[k + 1..].iter().product();
+            let q = if inner == 1 {
+                linear.clone()
+            } else {
+                linear.clone().floordiv(inner)
+            };
+            tl_ir::simplify::simplify(&if k == 0 { q } else { q.floormod(e) })
+        })
+        .collect()
+}
+
 /// Constant extents of the non-unit dims.
 pub fn squeezed_const_extents(r: &Region) -> Option<Vec<i64>> {
     nonunit_dims(r)

@@ -60,6 +60,24 @@ fn annotated_fragment_layouts_are_used() {
     assert_eq!(y.to_f64_vec().expect("y"), want);
 }
 
+/// A mode of size 1 in an annotation names no digit: `(64,(4,1)):(4,(1,7))` is `(64,4):(4,1)`
+/// (it was taken for a replicated value mode and refused).
+#[test]
+fn size_one_modes_in_annotations_name_no_digit() {
+    let k = scaled("(64,(4,1)):(4,(1,7))");
+    let low = k.lower(Target::SM80).expect("lowers");
+    assert!(low.to_string().contains("layout f = (64,4):(4,1)"), "{low}");
+    let dev = Device::SIM;
+    let x = Tensor::randn(&[4, 64], F32, 1, &dev).expect("x");
+    let y = Tensor::zeros(&[4, 64], F32, &dev).expect("y");
+    k.compile(&dev)
+        .expect("compiles")
+        .run(&[&x, &y])
+        .expect("runs in the simulator");
+    let want: Vec<f64> = x.to_f64_vec().expect("x").iter().map(|v| v * 2.0).collect();
+    assert_eq!(y.to_f64_vec().expect("y"), want);
+}
+
 #[test]
 fn bad_annotations_are_diagnosed() {
     let e = scaled("(64,4:(4,1)")
@@ -542,4 +560,62 @@ fn a_1d_fragment_reduces_into_a_unit_fragment() {
             }
         }
     }
+}
+
+/// A copy between global memory and a fragment of another shape pairs the elements in
+/// row-major order: here a row of 512 loads into `[V, T, 8]` (each of 32 threads holding 8
+/// consecutive columns of every 256-column stretch) and goes back out doubled, in 16-byte
+/// vectors on the GPU, with a row length that is not whole stretches (the tail masked).
+#[test]
+fn copies_between_global_and_a_fragment_may_reshape() {
+    let k = Kernel::build("reshaped", |k| {
+        let x = k.input("X", [3, 504], BF16);
+        let y = k.output("Y", [3, 504], BF16);
+        k.launch([3], 32, |t, [bx]| {
+            let f = t.alloc_fragment_named("f", [2, 32, 8], BF16);
+            // Thread t holds (v, t, e) for every v and e: colex strides (1, 2, 64).
+            t.annotate_layout(&f, "(32,(8,2)):(2,(64,1))");
+            t.copy(x.region([bx.clone(), Expr::int(0)], [1, 512]), &f);
+            t.parallel([2, 32, 8], |t, [v, th, e]| {
+                t.store(
+                    &f,
+                    [&v, &th, &e],
+                    (f.at([&v, &th, &e]).cast(F32) * 2.0).cast(BF16),
+                )
+            });
+            t.copy(&f, y.region([bx, Expr::int(0)], [1, 512]));
+        });
+    });
+    let ptx = k.emit_ptx(Target::SM90).expect("emits PTX");
+    assert!(
+        ptx.contains("ld.global.nc.v4") && ptx.contains("st.global.v4"),
+        "{ptx}"
+    );
+    let xs: Vec<f64> = (0..1512).map(|i| ((i * 37) % 101) as f64 - 50.0).collect();
+    for dev in [Device::Cpu, Device::SIM] {
+        let x = Tensor::from_f64(&[3, 504], BF16, &xs, &dev).expect("x");
+        let y = Tensor::from_f64(&[3, 504], BF16, &[f64::NAN; 1512], &dev).expect("y");
+        k.compile(&dev)
+            .unwrap_or_else(|e| panic!("compiles for {dev}: {e}"))
+            .run(&[&x, &y])
+            .expect("runs");
+        let got = y.to_f64_vec().expect("y");
+        for i in 0..1512 {
+            assert_eq!(got[i], 2.0 * xs[i], "{dev} Y[{}, {}]", i / 504, i % 504);
+        }
+    }
+}
+
+/// Only a copy between registers and global memory reshapes; elsewhere the shapes must agree.
+#[test]
+fn copies_reshape_only_between_registers_and_global_memory() {
+    let k = Kernel::build("reshaped_shared", |k| {
+        let x = k.input("X", [1, 512], BF16);
+        k.launch([1], 32, |t, [_bx]| {
+            let s = t.alloc_shared([2, 256], BF16);
+            t.copy(x.region([0, 0], [1, 512]), &s);
+        });
+    });
+    let err = k.compile(&Device::Cpu).err().expect("refused").to_string();
+    assert!(err.contains("the shapes differ"), "{err}");
 }

@@ -339,11 +339,20 @@ impl Ctx<'_> {
                 .unsupported(span, &format!("a copy of part of fragment `{}`", fb.name()))
                 .help("copy whole fragments; slice the other side instead"));
         }
-        // Fragment dims (non-unit) line up with the other side's non-unit dims.
+        // Fragment dims (non-unit) line up with the other side's non-unit dims, or, where the
+        // copy reshapes, with its elements in row-major order.
         let fdims = nonunit_dims(frag);
         let fshape: Vec<i64> = fb.const_shape().unwrap_or_default();
+        let reshape = crate::tile_util::copy_reshapes(frag, other).then(|| {
+            (
+                crate::tile_util::squeezed_const_extents(frag).unwrap_or_default(),
+                crate::tile_util::squeezed_const_extents(other).unwrap_or_default(),
+            )
+        });
         let vec_mode = f.value_modes.first().copied();
         let last_dim = fshape.len().saturating_sub(1);
+        // A vector stays within one row of the other side where that row is whole vectors.
+        let other_row = reshape.as_ref().and_then(|(_, o)| o.last().copied());
         let contiguous = match vec_mode {
             Some(m) => m.target == Some((last_dim, 1)) && fdims.last() == Some(&last_dim),
             None => false,
@@ -358,7 +367,7 @@ impl Ctx<'_> {
             let mut checked: Option<(i64, Option<Expr>)> = None;
             let mut cand = max_v.min(e);
             while cand > 1 {
-                if e % cand == 0 {
+                if e % cand == 0 && other_row.is_none_or(|r| r % cand == 0) {
                     match self.vector_ok(other, cand) {
                         Ok(None) => {
                             checked = Some((cand, None));
@@ -399,6 +408,9 @@ impl Ctx<'_> {
                 if let Some(c) = fcoords.last_mut() {
                     *c = c.clone() - col_lo;
                 }
+            }
+            if let Some((from, to)) = &reshape {
+                fcoords = crate::tile_util::reshaped_vars(from, &fcoords, to);
             }
             let oidx = region_index(other, &fcoords);
             let o_in = in_bounds(ob, &oidx);
@@ -515,6 +527,10 @@ impl Ctx<'_> {
         dst: &Region,
         span: Span,
     ) -> Result<Stmt, Diagnostic> {
+        // The epilogue plans line the fragment's dims up with the tile's.
+        if crate::tile_util::copy_reshapes(frag, dst) {
+            return self.copy_frag(dst, frag, false, None, span);
+        }
         if let Some(plan) = self.tma_store_epilogue(frag, dst) {
             return self.copy_frag_tma_store(frag, dst, plan, span);
         }

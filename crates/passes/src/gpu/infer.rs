@@ -351,8 +351,8 @@ pub fn fragment_from_cute(l: &tl_layout::Layout, shape: &[i64]) -> Result<Fragme
         colex[d] = colex[d - 1] * shape[d - 1];
     }
     let digit = |size: i64, stride: i64, thread: bool| -> Result<tl_ir::Mode, String> {
-        if stride == 0 || size == 1 {
-            return if thread || size == 1 {
+        if stride == 0 {
+            return if thread {
                 Ok(tl_ir::Mode::replica(size))
             } else {
                 Err("a value mode has stride 0".into())
@@ -364,11 +364,13 @@ pub fn fragment_from_cute(l: &tl_layout::Layout, shape: &[i64]) -> Result<Fragme
             .ok_or_else(|| format!("stride {stride} does not step along any dimension"))?;
         Ok(tl_ir::Mode::along(size, d, stride / colex[d]))
     };
+    // A mode of size 1 names no digit (`(T,(8,1))` is `(T,8)`): dropped, not a replica.
     let leaves = |m: &tl_layout::Layout, thread: bool| -> Result<Vec<tl_ir::Mode>, String> {
         m.shape()
             .leaves()
             .into_iter()
             .zip(m.stride().leaves())
+            .filter(|&(sz, _)| sz != 1)
             .map(|(sz, st)| digit(sz, st, thread))
             .collect()
     };

@@ -289,7 +289,10 @@ impl TileScope {
     }
 
     /// Copy a tile between any two scopes; element types are converted; the parts of a global
-    /// tile past the tensor's edge are skipped (stores) or read as zero (loads).
+    /// tile past the tensor's edge are skipped (stores) or read as zero (loads). The two tiles
+    /// have the same shape (unit dims aside), except between a fragment and global memory,
+    /// where the shapes may differ with the same number of elements: they pair up in row-major
+    /// order (a row of `V·T·8` into a `[V, T, 8]` fragment, say).
     #[track_caller]
     pub fn copy(&mut self, src: impl Into<Tile>, dst: impl Into<Tile>) {
         let span = self.here();
