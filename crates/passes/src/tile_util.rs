@@ -11,10 +11,16 @@ pub fn nonunit_dims(r: &Region) -> Vec<usize> {
         .collect()
 }
 
-/// Whether a copy between `a` and `b` reshapes: their non-unit extents differ (both constant,
-/// with the same product; the verifier admits such a copy only between a fragment and global
-/// memory). Elements then pair up in row-major order ([`reshaped_vars`]).
+/// Whether a copy between `a` and `b` reshapes: one is a fragment, the other global memory,
+/// and their non-unit extents differ (both constant, with the same product, as the verifier
+/// checks). Elements then pair up in row-major order ([`reshaped_vars`]). Copies the lowering
+/// makes between other memories line tiles up by dims even where their shapes differ (an
+/// epilogue staging part of a fragment's columns), and are not reshapes.
 pub fn copy_reshapes(a: &Region, b: &Region) -> bool {
+    let scopes = [a.buffer.scope(), b.buffer.scope()];
+    if !(scopes.contains(&Scope::Fragment) && scopes.contains(&Scope::Global)) {
+        return false;
+    }
     match (squeezed_const_extents(a), squeezed_const_extents(b)) {
         (Some(x), Some(y)) => x != y,
         _ => false,

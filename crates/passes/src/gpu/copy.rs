@@ -343,7 +343,10 @@ impl Ctx<'_> {
         // copy reshapes, with its elements in row-major order.
         let fdims = nonunit_dims(frag);
         let fshape: Vec<i64> = fb.const_shape().unwrap_or_default();
-        let reshape = crate::tile_util::copy_reshapes(frag, other).then(|| {
+        // (A window stages part of the fragment's columns into a narrower shared tile: lined
+        // up by dims, not a reshape.)
+        let reshaping = window.is_none() && crate::tile_util::copy_reshapes(frag, other);
+        let reshape = reshaping.then(|| {
             (
                 crate::tile_util::squeezed_const_extents(frag).unwrap_or_default(),
                 crate::tile_util::squeezed_const_extents(other).unwrap_or_default(),
