@@ -405,6 +405,17 @@ impl Fragment {
                 == Fragment::canonical_modes(&o.value_modes)
     }
 
+    /// [`to_cute`](Self::to_cute), with the tile's shape where `other` would print the same
+    /// (layouts of tiles of different ranks can): for messages that set the two side by side.
+    pub fn to_cute_beside(&self, other: &Fragment) -> String {
+        let text = self.to_cute();
+        if text == other.to_cute() && self.shape != other.shape {
+            format!("{text} over a {:?} tile", self.shape)
+        } else {
+            text
+        }
+    }
+
     /// CuTe notation of the TV layout `(threads, values) -> colex index of the tile`.
     pub fn to_cute(&self) -> String {
         let colex: Vec<i64> = {
@@ -613,6 +624,27 @@ mod tests {
 #[cfg(test)]
 mod canon_tests {
     use super::*;
+
+    #[test]
+    fn a_1d_fragment_reduced_whole_keeps_a_unit_dim_for_its_destination() {
+        let f = Fragment {
+            shape: vec![64],
+            thread_modes: vec![Mode::along(64, 0, 1)],
+            value_modes: vec![],
+        };
+        let bare = f.reduce(0);
+        let unit = f.reduce_into(0, 1);
+        assert!(bare.shape.is_empty());
+        assert_eq!(unit.shape, vec![1]);
+        unit.validate().expect("well-formed");
+        // Both print `(64,1):(0,0)`; set side by side, the tiles tell them apart.
+        assert_eq!(bare.to_cute(), unit.to_cute());
+        assert_eq!(
+            unit.to_cute_beside(&bare),
+            format!("{} over a [1] tile", unit.to_cute())
+        );
+        assert_eq!(unit.to_cute_beside(&unit), unit.to_cute());
+    }
 
     #[test]
     fn equivalent_up_to_merged_modes() {

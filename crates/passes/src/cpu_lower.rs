@@ -250,7 +250,7 @@ pub fn elementwise(src: &Region, dst: &Region, span: Span, f: impl Fn(Expr) -> E
     let ext = squeezed_const_extents(dst).unwrap_or_default();
     let vars = loop_vars(ext.len(), "e");
     let ve: Vec<Expr> = vars.iter().map(|v| v.expr()).collect();
-    let reshapes = copy_reshapes(src, dst);
+    let reshapes = shapes_differ(src, dst);
     let sidx = if reshapes {
         let from = squeezed_const_extents(src).unwrap_or_default();
         region_index(src, &reshaped_vars(&ext, &ve, &from))

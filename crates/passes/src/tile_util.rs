@@ -18,9 +18,13 @@ pub fn nonunit_dims(r: &Region) -> Vec<usize> {
 /// epilogue staging part of a fragment's columns), and are not reshapes.
 pub fn copy_reshapes(a: &Region, b: &Region) -> bool {
     let scopes = [a.buffer.scope(), b.buffer.scope()];
-    if !(scopes.contains(&Scope::Fragment) && scopes.contains(&Scope::Global)) {
-        return false;
-    }
+    scopes.contains(&Scope::Fragment) && scopes.contains(&Scope::Global) && shapes_differ(a, b)
+}
+
+/// Whether two regions' non-unit extents differ (both constant). The CPU lowering asks this of
+/// the user's copies only, which the verifier has checked, and by then its fragments are
+/// per-thread arrays: a difference there is a reshape ([`copy_reshapes`]).
+pub fn shapes_differ(a: &Region, b: &Region) -> bool {
     match (squeezed_const_extents(a), squeezed_const_extents(b)) {
         (Some(x), Some(y)) => x != y,
         _ => false,

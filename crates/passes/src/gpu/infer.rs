@@ -686,11 +686,11 @@ impl Infer {
                         format!(
                             "fragment `{}` needs two different layouts: {} (from {why}) and {} (from {old_why})",
                             b.name(),
-                            f.to_cute(),
-                            old.to_cute()
+                            f.to_cute_beside(old),
+                            old.to_cute_beside(&f)
                         ),
                     )
-                    .note(*old_span, format!("the layout {} comes from {old_why}", old.to_cute()))
+                    .note(*old_span, format!("the layout {} comes from {old_why}", old.to_cute_beside(&f)))
                     .note(b.span(), format!("`{}` declared here", b.name()))
                     .help("copy the fragment into a new fragment (or through shared memory) where the other layout is needed, or annotate the layout you want with `t.annotate_layout`");
                     if !self.errors.iter().any(|e| e.message == d.message) {

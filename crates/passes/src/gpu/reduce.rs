@@ -206,9 +206,9 @@ impl Ctx<'_> {
                         format!(
                             "reduction result `{}` has layout {} but the reduction of `{}` gives {}",
                             r.dst.buffer.name(),
-                            fd.to_cute(),
+                            fd.to_cute_beside(&red),
                             r.src.buffer.name(),
-                            red.to_cute()
+                            red.to_cute_beside(&fd)
                         ),
                     ));
                 }
