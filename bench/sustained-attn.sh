@@ -9,18 +9,8 @@ B=${1:-4}; H=${2:-16}; S=${3:-4096}; D=${4:-128}; C=${5:-0}; REPS=${6:-1800}
 G=.gpu
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 causal=""; [ "$C" = 1 ] && causal="--causal"
-sampled() {
-  nvidia-smi --query-gpu=power.draw,clocks.sm,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,noheader,nounits -lms 20 > /tmp/sustained-smi.txt &
-  local smi=$!
-  "$@"
-  kill $smi; sleep 2
-  awk -F', ' '$1+0 > 250 {p+=$1; c+=$2; t=$3; r[$4]++; n++}
-    END {if (!n) {print "  no busy samples"; exit}
-         printf "  %d busy samples: %.0f W, SM clock %.0f MHz, %d C, clock-event reasons:", n, p/n, c/n, t
-         for (k in r) printf " %s x%d", k, r[k]; print ""}' /tmp/sustained-smi.txt
-  sleep 5
-}
+# shellcheck source=bench/sampled.sh
+source "$(dirname "$0")/sampled.sh"
 echo "== attention B$B H$H S$S D$D causal=$C, $REPS launches"
 for round in 1 2; do
   echo "-- ours"

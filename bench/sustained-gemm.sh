@@ -19,19 +19,8 @@ if [ -f .tl/tl-site.tar.xz ]; then
   export PYTHONPATH=/tmp/tl-site${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader
-# Run "$@" while sampling; print the mean over samples above 250 W (the GEMM, not the pauses).
-sampled() {
-  nvidia-smi --query-gpu=power.draw,clocks.sm,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,noheader,nounits -lms 20 > /tmp/sustained-smi.txt &
-  local smi=$!
-  "$@"
-  kill $smi; sleep 2
-  awk -F', ' '$1+0 > 250 {p+=$1; c+=$2; t=$3; r[$4]++; n++}
-    END {if (!n) {print "  no busy samples"; exit}
-         printf "  %d busy samples: %.0f W, SM clock %.0f MHz, %d C, clock-event reasons:", n, p/n, c/n, t
-         for (k in r) printf " %s x%d", k, r[k]; print ""}' /tmp/sustained-smi.txt
-  sleep 5
-}
+# shellcheck source=bench/sampled.sh
+source "$(dirname "$0")/sampled.sh"
 IFS='|' read -ra vs <<< "$VARIANTS"
 for round in 1 2; do
   for v in "${vs[@]}"; do

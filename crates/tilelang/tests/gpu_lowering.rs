@@ -46,9 +46,18 @@ fn scaled(layout: &str) -> Kernel {
 #[test]
 fn annotated_fragment_layouts_are_used() {
     // 64 threads; each holds 4 elements of one column (rows vary in the value index).
-    let k = scaled("(64,4):(4,1)");
+    scaled_runs_with_layout("(64,4):(4,1)", "(64,4):(4,1)");
+}
+
+/// `scaled(annotation)` lowers with fragment layout `want` and doubles its input in the
+/// simulator.
+fn scaled_runs_with_layout(annotation: &str, want: &str) {
+    let k = scaled(annotation);
     let low = k.lower(Target::SM80).expect("lowers");
-    assert!(low.to_string().contains("layout f = (64,4):(4,1)"), "{low}");
+    assert!(
+        low.to_string().contains(&format!("layout f = {want}")),
+        "{low}"
+    );
     let dev = Device::SIM;
     let x = Tensor::randn(&[4, 64], F32, 1, &dev).expect("x");
     let y = Tensor::zeros(&[4, 64], F32, &dev).expect("y");
@@ -56,26 +65,15 @@ fn annotated_fragment_layouts_are_used() {
         .expect("compiles")
         .run(&[&x, &y])
         .expect("runs in the simulator");
-    let want: Vec<f64> = x.to_f64_vec().expect("x").iter().map(|v| v * 2.0).collect();
-    assert_eq!(y.to_f64_vec().expect("y"), want);
+    let doubled: Vec<f64> = x.to_f64_vec().expect("x").iter().map(|v| v * 2.0).collect();
+    assert_eq!(y.to_f64_vec().expect("y"), doubled);
 }
 
 /// A mode of size 1 in an annotation names no digit: `(64,(4,1)):(4,(1,7))` is `(64,4):(4,1)`
 /// (it was taken for a replicated value mode and refused).
 #[test]
 fn size_one_modes_in_annotations_name_no_digit() {
-    let k = scaled("(64,(4,1)):(4,(1,7))");
-    let low = k.lower(Target::SM80).expect("lowers");
-    assert!(low.to_string().contains("layout f = (64,4):(4,1)"), "{low}");
-    let dev = Device::SIM;
-    let x = Tensor::randn(&[4, 64], F32, 1, &dev).expect("x");
-    let y = Tensor::zeros(&[4, 64], F32, &dev).expect("y");
-    k.compile(&dev)
-        .expect("compiles")
-        .run(&[&x, &y])
-        .expect("runs in the simulator");
-    let want: Vec<f64> = x.to_f64_vec().expect("x").iter().map(|v| v * 2.0).collect();
-    assert_eq!(y.to_f64_vec().expect("y"), want);
+    scaled_runs_with_layout("(64,(4,1)):(4,(1,7))", "(64,4):(4,1)");
 }
 
 #[test]

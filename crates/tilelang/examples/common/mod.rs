@@ -517,7 +517,6 @@ pub fn run_split_example(
     split: &SplitOp,
     args: &SplitArgs,
 ) -> anyhow::Result<ExitCode> {
-    use tilelang::kernels::softmax::SplitConfig;
     let a = &args.row;
     if args.cluster && a.common.isa.is_some() {
         anyhow::bail!(
@@ -567,16 +566,7 @@ pub fn run_split_example(
             return Err(too_wide_for_a_cluster(a.cols));
         }
     }
-    let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8));
-    if let Some(span) = args.span {
-        if span <= 0 || span % cfg.chunk != 0 {
-            anyhow::bail!(
-                "--span must be a positive multiple of {} (got {span})",
-                cfg.chunk
-            );
-        }
-        cfg.span = span;
-    }
+    let cfg = split_config(args, sms.unwrap_or(8))?;
     let (r, c) = (a.rows, a.cols);
     let spans = cfg.spans(c);
     let stats = compile(&(split.stats)(dt, cfg), &dev)?;
@@ -611,6 +601,27 @@ pub fn run_split_example(
     ))
 }
 
+/// The two-kernel split for `multiprocessors`, with `--span` where given (a positive multiple
+/// of the chunk).
+fn split_config(
+    args: &SplitArgs,
+    multiprocessors: u32,
+) -> anyhow::Result<tilelang::kernels::softmax::SplitConfig> {
+    let a = &args.row;
+    let mut cfg =
+        tilelang::kernels::softmax::SplitConfig::for_shape(a.rows, a.cols, multiprocessors);
+    if let Some(span) = args.span {
+        if span <= 0 || span % cfg.chunk != 0 {
+            anyhow::bail!(
+                "--span must be a positive multiple of {} (got {span})",
+                cfg.chunk
+            );
+        }
+        cfg.span = span;
+    }
+    Ok(cfg)
+}
+
 /// The multiprocessors of the GPU a target's emitted kernels are chosen for: an H100 (132) for
 /// sm_90a, an A100 (108) for sm_80; `None` where a run never splits rows by the device's size
 /// (the CPU, and AMD, whose devices report no CUDA properties).
@@ -627,7 +638,6 @@ fn nominal_multiprocessors(target: Target) -> Option<usize> {
 /// for few long rows on sm_90a, the statistics and output kernels of the two-kernel split on
 /// sm_80, one block a row otherwise.
 fn emit_split_defaults(op: &RowOp, split: &SplitOp, args: &SplitArgs) -> anyhow::Result<ExitCode> {
-    use tilelang::kernels::softmax::SplitConfig;
     let a = &args.row;
     let dt = parse_dtype(&a.dtype)?;
     let cols = a.cols as i64;
@@ -642,16 +652,7 @@ fn emit_split_defaults(op: &RowOp, split: &SplitOp, args: &SplitArgs) -> anyhow:
                 return Ok(vec![(split.cluster)(dt, cols, cfg)]);
             }
         }
-        let mut cfg = SplitConfig::for_shape(a.rows, a.cols, sms.unwrap_or(8) as u32);
-        if let Some(span) = args.span {
-            if span <= 0 || span % cfg.chunk != 0 {
-                anyhow::bail!(
-                    "--span must be a positive multiple of {} (got {span})",
-                    cfg.chunk
-                );
-            }
-            cfg.span = span;
-        }
+        let cfg = split_config(args, sms.unwrap_or(8) as u32)?;
         Ok(vec![(split.stats)(dt, cfg), (split.apply)(dt, cfg)])
     };
     // A bad option is reported once, not per target.
