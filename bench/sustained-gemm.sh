@@ -11,7 +11,8 @@
 set -uo pipefail
 N=${1:-6144}; REPS=${2:-2000}
 G=.gpu
-VARIANTS=${VARIANTS:-"|--stages 3"}
+# VARIANTS: our variants besides the default, "|"-separated (set but empty: the default alone).
+VARIANTS=${VARIANTS-"|--stages 3"}
 export TILELANG_CACHE_DIR=${TILELANG_CACHE_DIR:-/tmp/tlc}
 tl=0
 if [ -f .tl/tl-site.tar.xz ]; then
