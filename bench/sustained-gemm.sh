@@ -23,6 +23,7 @@ nvidia-smi --query-gpu=name,power.limit,clocks.max.sm --format=csv,noheader
 # shellcheck source=bench/sampled.sh
 source "$(dirname "$0")/sampled.sh"
 IFS='|' read -ra vs <<< "$VARIANTS"
+[ ${#vs[@]} -eq 0 ] && vs=("")
 for round in 1 2; do
   for v in "${vs[@]}"; do
     echo "-- ours ${v:-(default)}"
