@@ -615,7 +615,6 @@ impl Verifier {
                     let scopes = [c.src.buffer.scope(), c.dst.buffer.scope()];
                     let reshape_ok = scopes.contains(&Scope::Fragment)
                         && scopes.contains(&Scope::Global)
-                        && squeeze(&s) != squeeze(&d)
                         && s.iter().product::<i64>() == d.iter().product::<i64>();
                     if squeeze(&s) != squeeze(&d) && !reshape_ok {
                         self.err(

@@ -552,21 +552,13 @@ pub fn run_split_example(
     }
     let dev = a.common.device()?;
     let sms = dev.cuda_props().map(|p| p.multiprocessors).ok();
-    let few_long = sms.is_some_and(|s| a.rows < s as usize && a.cols > 16384);
-    if !(args.split || args.cluster || few_long) {
-        return run_row_example(op, a);
-    }
-    let dt = parse_dtype(&a.dtype)?;
     let clusters = dev.target().is_ok_and(|t| t.has_clusters());
-    if args.cluster || (clusters && !args.no_cluster && args.span.is_none()) {
-        if let Some(cfg) = cluster_config(split, args)? {
-            return run_cluster_example(op, split, a, &dev, cfg);
-        }
-        if args.cluster {
-            return Err(too_wide_for_a_cluster(a.cols));
-        }
-    }
-    let cfg = split_config(args, sms.unwrap_or(8))?;
+    let cfg = match plan_rows(split, args, clusters, sms)? {
+        RowPlan::OneBlockARow => return run_row_example(op, a),
+        RowPlan::Cluster(cfg) => return run_cluster_example(op, split, a, &dev, cfg),
+        RowPlan::Split(cfg) => cfg,
+    };
+    let dt = parse_dtype(&a.dtype)?;
     let (r, c) = (a.rows, a.cols);
     let spans = cfg.spans(c);
     let stats = compile(&(split.stats)(dt, cfg), &dev)?;
@@ -601,6 +593,45 @@ pub fn run_split_example(
     ))
 }
 
+/// Which kernels a row-wise example launches for its shape and options.
+enum RowPlan {
+    OneBlockARow,
+    /// One kernel over a thread-block cluster a row.
+    Cluster(tilelang::kernels::softmax::ClusterConfig),
+    /// Two kernels: statistics per span, then the output.
+    Split(tilelang::kernels::softmax::SplitConfig),
+}
+
+/// The choice a run makes and `--emit` reports, on a GPU of `multiprocessors` (`None`: not a
+/// CUDA device) that has thread-block clusters or not: rows are split over blocks where they
+/// are fewer than the multiprocessors and wider than 16384 columns (or `--split` / `--cluster`
+/// asks), over a cluster where the device has clusters and the row fits one (or `--cluster`
+/// asks: then a row too wide is an error), else in two kernels.
+fn plan_rows(
+    split: &SplitOp,
+    args: &SplitArgs,
+    has_clusters: bool,
+    multiprocessors: Option<u32>,
+) -> anyhow::Result<RowPlan> {
+    let a = &args.row;
+    let few_long = multiprocessors.is_some_and(|s| a.rows < s as usize && a.cols > 16384);
+    if !(args.split || args.cluster || few_long) {
+        return Ok(RowPlan::OneBlockARow);
+    }
+    if args.cluster || (has_clusters && !args.no_cluster && args.span.is_none()) {
+        if let Some(cfg) = cluster_config(split, args)? {
+            return Ok(RowPlan::Cluster(cfg));
+        }
+        if args.cluster {
+            return Err(too_wide_for_a_cluster(a.cols));
+        }
+    }
+    Ok(RowPlan::Split(split_config(
+        args,
+        multiprocessors.unwrap_or(8),
+    )?))
+}
+
 /// The two-kernel split for `multiprocessors`, with `--span` where given (a positive multiple
 /// of the chunk).
 fn split_config(
@@ -625,7 +656,7 @@ fn split_config(
 /// The multiprocessors of the GPU a target's emitted kernels are chosen for: an H100 (132) for
 /// sm_90a, an A100 (108) for sm_80; `None` where a run never splits rows by the device's size
 /// (the CPU, and AMD, whose devices report no CUDA properties).
-fn nominal_multiprocessors(target: Target) -> Option<usize> {
+fn nominal_multiprocessors(target: Target) -> Option<u32> {
     match target {
         Target::Cuda { sm } if sm >= 90 => Some(132),
         Target::Cuda { .. } => Some(108),
@@ -642,18 +673,13 @@ fn emit_split_defaults(op: &RowOp, split: &SplitOp, args: &SplitArgs) -> anyhow:
     let dt = parse_dtype(&a.dtype)?;
     let cols = a.cols as i64;
     let kernels = |t: Target| -> anyhow::Result<Vec<Kernel>> {
-        let sms = nominal_multiprocessors(t);
-        let few_long = sms.is_some_and(|s| a.rows < s && a.cols > 16384);
-        if !(args.split || args.cluster || few_long) {
-            return row_kernel(op, a, t).map(|k| vec![k]);
-        }
-        if t.has_clusters() && !args.no_cluster && args.span.is_none() {
-            if let Some(cfg) = cluster_config(split, args)? {
-                return Ok(vec![(split.cluster)(dt, cols, cfg)]);
-            }
-        }
-        let cfg = split_config(args, sms.unwrap_or(8) as u32)?;
-        Ok(vec![(split.stats)(dt, cfg), (split.apply)(dt, cfg)])
+        Ok(
+            match plan_rows(split, args, t.has_clusters(), nominal_multiprocessors(t))? {
+                RowPlan::OneBlockARow => vec![row_kernel(op, a, t)?],
+                RowPlan::Cluster(cfg) => vec![(split.cluster)(dt, cols, cfg)],
+                RowPlan::Split(cfg) => vec![(split.stats)(dt, cfg), (split.apply)(dt, cfg)],
+            },
+        )
     };
     // A bad option is reported once, not per target.
     for (t, _) in EMIT_TARGETS {
