@@ -153,6 +153,12 @@ pub struct WarpSpecialized {
     /// side keeps, starting at 0), so stage and phase keep counting; `None` when the pipeline
     /// runs once per block.
     pub counter: Option<Buffer>,
+    /// Tiles the producer loads beside the stages, once a round (attention's Q): each one's
+    /// `full` barrier (one arrival: the producer's `expect_tx`) and `empty` barrier (one
+    /// arrival per consumer warp; waited on only in a persistent kernel).
+    pub preloads: Vec<(Buffer, Buffer)>,
+    /// A persistent kernel's round count, the preloads' phase (kept like `counter`).
+    pub rounds: Option<Buffer>,
 }
 
 /// The registers per thread a block of `threads` threads may each hold: the 64K register

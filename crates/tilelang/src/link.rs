@@ -146,6 +146,7 @@ const KNOBS: &[&str] = &[
     "TILELANG_TMA",
     "TILELANG_WS",
     "TILELANG_WS_PRODUCER_REGS",
+    "TILELANG_WS_PRELOAD",
     "TILELANG_PINGPONG",
 ];
 

@@ -813,17 +813,44 @@ fn wgmma_flash_attention_in_sim() {
 
 /// The d128 Hopper attention (a producer warpgroup, 128-key tiles, FlashAttention-3's
 /// overlap) on a persistent grid (`AttnConfig::persistent`): three blocks over the query tiles
-/// of two heads, each taking several rounds; a sequence tail, causal and not.
+/// of two heads, each taking several rounds; a sequence tail, causal and not. Q and the last
+/// V tile are the producer's TMA loads (`pipeline::preload`): the consumers copy neither, wait
+/// on each tile's barrier, and release both every round for the next round's loads (whose
+/// phases the simulator checks); one block a tile likewise, without the releases.
 #[test]
 fn persistent_hopper_attention_in_sim() {
-    for causal in [false, true] {
+    for (causal, persistent) in [
+        (false, Some(3)),
+        (true, Some(3)),
+        (false, None),
+        (true, None),
+    ] {
         let cfg = flash_attention::AttnConfig {
-            persistent: Some(3),
+            persistent,
             ..flash_attention::AttnConfig::hopper_for(128, causal)
         };
         let k = flash_attention::flash_attention(BF16, 128, causal, cfg);
         let low = k.lower(Target::SM90).expect("lowers");
-        assert_eq!(low.attrs.persistent_blocks, Some(3), "{low}");
+        assert_eq!(low.attrs.persistent_blocks, persistent, "{low}");
+        let text = low.to_string();
+        let lines = |a: &str, b: &str| {
+            text.lines()
+                .filter(|l| l.contains(a) && l.contains(b))
+                .count()
+        };
+        for tile in ["Q_s[", "V_last["] {
+            assert!(
+                lines("tma_load", tile) >= 1,
+                "{tile} is not loaded by TMA:\n{text}"
+            );
+            assert_eq!(
+                lines("cp_async", tile),
+                0,
+                "{tile} is still a cp.async copy:\n{text}"
+            );
+        }
+        let releases = lines("mbarrier_arrive(", "_pre");
+        assert_eq!(releases, if persistent.is_some() { 2 } else { 0 }, "{text}");
         let s = vec![1, 2, 300, 128];
         let e = sim_vs_cpu(
             &k,
@@ -831,7 +858,10 @@ fn persistent_hopper_attention_in_sim() {
             &[s.clone(), s.clone(), s.clone(), s, vec![1, 2, 300]],
             17,
         );
-        assert!(e < 1e-2, "persistent attention causal={causal}: {e}");
+        assert!(
+            e < 1e-2,
+            "attention causal={causal} persistent={persistent:?}: {e}"
+        );
     }
 }
 

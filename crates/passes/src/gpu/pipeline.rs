@@ -36,6 +36,7 @@ use crate::tile_util::{address_of, eval, for_loop, if_then, sync};
 
 mod amd;
 mod nvidia;
+mod preload;
 mod ws;
 
 pub(crate) use ws::replicable_wait;
@@ -340,6 +341,9 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .map(|d| d.symmetric.iter().copied().collect())
             .unwrap_or_default(),
         read_only: read_only_inputs(&k),
+        writers: preload::writers(&k.body),
+        pending_preloads: vec![],
+        placed_preloads: None,
     };
     let body = px.rewrite(&k.body);
     if !px.errors.is_empty() {
@@ -395,6 +399,13 @@ struct Pipeliner {
     symmetric: std::collections::HashSet<u64>,
     /// Input tensors nothing in the kernel writes: TMA may read them without a proxy fence.
     read_only: std::collections::HashSet<u64>,
+    /// How many statements write each buffer (a preloaded tile has one writer: its copy).
+    writers: HashMap<u64, usize>,
+    /// Copies the specialized loop's producer takes over (`preload`), found by the sequence
+    /// that holds the loop and taken by `expand_ws`.
+    pending_preloads: Vec<preload::Preload>,
+    /// What `expand_ws` placed of them, for that sequence to finish.
+    placed_preloads: Option<preload::Placement>,
 }
 
 /// The tensor parameters the kernel reads and never writes.
@@ -431,21 +442,33 @@ impl Pipeliner {
         let span = s.span;
         match &s.kind {
             StmtKind::Seq(v) => {
-                let mut out = Vec::with_capacity(v.len());
+                let preloads = self.preload_candidates(v);
+                let holds_loop = !preloads.is_empty();
+                if holds_loop {
+                    self.pending_preloads = preloads;
+                }
+                let mut parts: Vec<Vec<Stmt>> = Vec::with_capacity(v.len());
                 for x in v {
-                    match &x.kind {
+                    parts.push(match &x.kind {
                         // A buffer per stage: all allocated in the scope the buffer was.
                         StmtKind::Alloc(b) => match self.versioned.get(&b.id()) {
-                            Some(Staged::Split(bufs)) => out.extend(
-                                bufs.iter()
-                                    .map(|b| Stmt::new(StmtKind::Alloc(b.clone()), x.span)),
-                            ),
-                            _ => out.push(self.rewrite(x)),
+                            Some(Staged::Split(bufs)) => bufs
+                                .iter()
+                                .map(|b| Stmt::new(StmtKind::Alloc(b.clone()), x.span))
+                                .collect(),
+                            _ => vec![self.rewrite(x)],
                         },
-                        _ => out.push(self.rewrite(x)),
+                        _ => vec![self.rewrite(x)],
+                    });
+                }
+                if holds_loop {
+                    // Not taken when the loop did not specialize: the copies stay.
+                    self.pending_preloads.clear();
+                    if let Some(placement) = self.placed_preloads.take() {
+                        preload::place(&mut parts, &placement, span);
                     }
                 }
-                Stmt::seq(out, span)
+                Stmt::seq(parts.concat(), span)
             }
             StmtKind::If { cond, then_, else_ } => Stmt::new(
                 StmtKind::If {

@@ -43,11 +43,13 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     let mut ws = ws;
     let mut hoisted = vec![];
     let mut body = strip_allocs(&k.body, &ws, &mut hoisted);
-    if let Some(c) = &ws.counter {
-        if let Some(b) = count_by_rounds(&body, c) {
-            body = b;
-            hoisted.retain(|h| !matches!(&h.kind, StmtKind::Alloc(x) if x.id() == c.id()));
-            ws.counter = None;
+    for slot in [&mut ws.counter, &mut ws.rounds] {
+        if let Some(c) = slot.clone() {
+            if let Some(b) = count_by_rounds(&body, &c) {
+                body = b;
+                hoisted.retain(|h| !matches!(&h.kind, StmtKind::Alloc(x) if x.id() == c.id()));
+                *slot = None;
+            }
         }
     }
     let producer = producer_half(&body, &mut HashSet::new()).ok_or_else(|| {
@@ -63,7 +65,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     // Each half counts iterations in a register of its own: one both halves assigned would
     // not be warp-uniform to ptxas, which then computes every stage address per thread.
     let mut counters = vec![];
-    if let Some(c) = &ws.counter {
+    for c in ws.counter.iter().chain(&ws.rounds) {
         let own = c.derive(
             format!("{}_producer", c.name()),
             c.shape().to_vec(),
@@ -97,6 +99,22 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
                 count: consumers / 32 * cluster,
             },
             vec![address_of(&ws.empty, vec![Expr::int(st)])],
+            span,
+        ));
+    }
+    // A preloaded tile: the producer's `expect_tx`; each consumer warp of this block releases
+    // it (it is not multicast).
+    for (full, empty) in &ws.preloads {
+        init.push(eval(
+            Intrinsic::MbarrierInit { count: 1 },
+            vec![address_of(full, vec![Expr::int(0)])],
+            span,
+        ));
+        init.push(eval(
+            Intrinsic::MbarrierInit {
+                count: consumers / 32,
+            },
+            vec![address_of(empty, vec![Expr::int(0)])],
             span,
         ));
     }
@@ -201,13 +219,18 @@ fn register_split_asked(consumers: u32, attr: Option<u32>) -> Option<(u32, u32)>
     }
 }
 
-/// The body without the allocations of shared buffers and of the pipeline's counter, which
+/// The body without the allocations of shared buffers and of the pipeline's counters, which
 /// go into `hoisted` (each once).
 fn strip_allocs(s: &Stmt, ws: &WarpSpecialized, hoisted: &mut Vec<Stmt>) -> Stmt {
-    let counter = ws.counter.as_ref().map(|c| c.id());
+    let counters: Vec<u64> = ws
+        .counter
+        .iter()
+        .chain(&ws.rounds)
+        .map(|c| c.id())
+        .collect();
     let mut seen = HashSet::new();
     s.map_post(&mut |x| match x.kind {
-        StmtKind::Alloc(b) if b.scope() == Scope::Shared || Some(b.id()) == counter => {
+        StmtKind::Alloc(b) if b.scope() == Scope::Shared || counters.contains(&b.id()) => {
             if seen.insert(b.id()) {
                 hoisted.push(Stmt::new(StmtKind::Alloc(b), x.span));
             }

@@ -22,7 +22,7 @@
 //! `Intrinsic::ProducerWarps`; the `warp_specialize` stage, after lowering, adds the producer
 //! warpgroup and initializes the barriers once per block.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use tl_ir::{
     Buffer, DType, Expr, ExprKind, For, ForKind, GemmInstruction, Intrinsic, Kernel, Scope, Span,
@@ -30,7 +30,8 @@ use tl_ir::{
 };
 use tl_target::Target;
 
-use super::{schedule_wgmma, tma_copies, version_stmt, PipelinePlan, Pipeliner, Ver};
+use super::preload::{self, Placed};
+use super::{schedule_wgmma, tma_copies, version_stmt, PipelinePlan, Pipeliner, Staged, Ver};
 use crate::tile_util::{address_of, eval, if_then, sync};
 
 /// Threads in a warpgroup (the producer's size, and the unit consumers come in).
@@ -285,6 +286,61 @@ impl Pipeliner {
                 None => Stmt::empty(),
             }
         };
+        // Tiles the producer loads beside the stages (`preload`), each on its own barriers,
+        // their phases counted by rounds in a persistent kernel.
+        let preloads = std::mem::take(&mut self.pending_preloads);
+        let rounds = (self.persistent && !preloads.is_empty()).then(|| {
+            Buffer::new(
+                format!("{name}_round"),
+                vec![Expr::int(1)],
+                DType::I32,
+                Scope::Local,
+                span,
+            )
+        });
+        let placed: Vec<Placed> = preloads
+            .into_iter()
+            .enumerate()
+            .map(|(p, preload)| {
+                let bar = |what: &str| {
+                    Buffer::new(
+                        format!("{name}_pre{p}_{what}"),
+                        vec![Expr::int(1)],
+                        DType::U64,
+                        Scope::Shared,
+                        span,
+                    )
+                };
+                Placed {
+                    full: bar("full"),
+                    empty: bar("empty"),
+                    preload,
+                }
+            })
+            .collect();
+        let preload_phase = preload::phase(&rounds);
+        let load_preload = |p: &Placed| -> Stmt {
+            let mut v = vec![];
+            if rounds.is_some() {
+                // The consumers released the tile's previous round.
+                v.push(eval(
+                    Intrinsic::MbarrierWait,
+                    vec![
+                        address_of(&p.empty, vec![Expr::int(0)]),
+                        (preload_phase.clone() + 1).floormod(2),
+                    ],
+                    span,
+                ));
+            }
+            let bar = address_of(&p.full, vec![Expr::int(0)]);
+            v.push(eval(
+                Intrinsic::MbarrierArriveExpectTx,
+                vec![bar.clone(), Expr::int(p.preload.bytes)],
+                span,
+            ));
+            v.push(tma_copies(&p.preload.copy, &bar));
+            Stmt::seq(v, span)
+        };
         let versioned = self.versioned.clone();
         let k = Var::new(name, DType::I32);
         let mut map = HashMap::new();
@@ -322,8 +378,23 @@ impl Pipeliner {
         if self.loads_written_source(plan, &body) {
             producer.push(eval(Intrinsic::FenceProxyAsyncGlobal, vec![], span));
         }
+        producer.extend(
+            placed
+                .iter()
+                .filter(|p| p.preload.in_loop)
+                .map(load_preload),
+        );
         producer.push(serial(&k, n.clone(), Stmt::seq(load, span), span));
+        producer.extend(
+            placed
+                .iter()
+                .filter(|p| !p.preload.in_loop)
+                .map(load_preload),
+        );
         producer.push(advance(&counter));
+        if let Some(r) = &rounds {
+            producer.push(preload::advance(r, span));
+        }
         let producer = Stmt::seq(producer, span);
 
         // The consumers.
@@ -336,6 +407,7 @@ impl Pipeliner {
         let mut drain = vec![];
         let (consume, reads_async) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
         let consume = self.rewrite(&consume);
+        let async_read = wgmma_shared_operands(&consume);
         // A warp is done with a stage once the wgmma groups that read it have retired: lane
         // 0 arrives for the warp (its lanes passed the wgmma wait together).
         // In a cluster, every block's producer may multicast into this block's stage: the
@@ -386,9 +458,32 @@ impl Pipeliner {
         let mut compute = vec![];
         // Operand tiles written before the loop by ordinary stores (attention's Q) are read
         // by wgmma through the async proxy: fence, and hand them over.
-        if reads_async {
+        // Stages and preloaded tiles came by TMA, through the async proxy already. (Only where
+        // something was preloaded: the GEMMs keep their fence and barrier, which measured
+        // level or faster with them, gpu-notes run 30c.)
+        let by_tma: HashSet<u64> = self
+            .versioned
+            .values()
+            .flat_map(|v| match v {
+                Staged::Indexed(b) => vec![b.id()],
+                Staged::Split(bs) => bs.iter().map(|b| b.id()).collect(),
+            })
+            .chain(placed.iter().map(|p| dst_of(&p.preload.copy)))
+            .collect();
+        if reads_async && (placed.is_empty() || !async_read.is_subset(&by_tma)) {
             compute.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
             compute.push(sync(span));
+        }
+        // The preloaded tiles the loop reads have landed.
+        for p in placed.iter().filter(|p| p.preload.in_loop) {
+            compute.push(eval(
+                Intrinsic::MbarrierWait,
+                vec![
+                    address_of(&p.full, vec![Expr::int(0)]),
+                    preload_phase.clone(),
+                ],
+                span,
+            ));
         }
         compute.push(serial(&k, n.clone(), Stmt::seq(steady, span), span));
         if !drain.is_empty() {
@@ -408,13 +503,28 @@ impl Pipeliner {
             empty: empty.clone(),
             stages: s as u32,
             counter: counter.clone(),
+            preloads: placed
+                .iter()
+                .map(|p| (p.full.clone(), p.empty.clone()))
+                .collect(),
+            rounds: rounds.clone(),
         });
         let mut out = vec![
             Stmt::new(StmtKind::Alloc(full), span),
             Stmt::new(StmtKind::Alloc(empty), span),
         ];
+        for p in &placed {
+            out.push(Stmt::new(StmtKind::Alloc(p.full.clone()), span));
+            out.push(Stmt::new(StmtKind::Alloc(p.empty.clone()), span));
+        }
         if let Some(c) = counter {
             out.push(Stmt::new(StmtKind::Alloc(c), span));
+        }
+        if let Some(r) = &rounds {
+            out.push(Stmt::new(StmtKind::Alloc(r.clone()), span));
+        }
+        if !placed.is_empty() {
+            self.placed_preloads = Some(preload::Placement { placed, rounds });
         }
         out.push(Stmt::new(
             StmtKind::If {
@@ -426,6 +536,31 @@ impl Pipeliner {
         ));
         Stmt::seq(out, span)
     }
+}
+
+/// The shared tile a preloaded copy fills.
+fn dst_of(copy: &Stmt) -> u64 {
+    match &copy.kind {
+        StmtKind::Op(TileOp::Copy(c)) => c.dst.buffer.id(),
+        _ => u64::MAX,
+    }
+}
+
+/// The shared buffers wgmma gemms in `s` read.
+fn wgmma_shared_operands(s: &Stmt) -> HashSet<u64> {
+    let mut out = HashSet::new();
+    s.walk(&mut |x| {
+        if let StmtKind::Op(TileOp::Gemm(g)) = &x.kind {
+            if g.instruction == Some(GemmInstruction::Wgmma) {
+                for r in [&g.a, &g.b] {
+                    if r.buffer.scope() == Scope::Shared {
+                        out.insert(r.buffer.id());
+                    }
+                }
+            }
+        }
+    });
+    out
 }
 
 fn serial(var: &Var, extent: Expr, body: Stmt, span: Span) -> Stmt {
