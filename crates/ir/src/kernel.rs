@@ -154,9 +154,9 @@ pub struct WarpSpecialized {
     /// runs once per block.
     pub counter: Option<Buffer>,
     /// Tiles the producer loads beside the stages, once a round (attention's Q): each one's
-    /// `full` barrier (one arrival: the producer's `expect_tx`) and `empty` barrier (one
-    /// arrival per consumer warp; waited on only in a persistent kernel).
-    pub preloads: Vec<(Buffer, Buffer)>,
+    /// `full` barrier (one arrival: the producer's `expect_tx`) and, in a persistent kernel,
+    /// its `empty` barrier (one arrival per consumer warp).
+    pub preloads: Vec<(Buffer, Option<Buffer>)>,
     /// A persistent kernel's round count, the preloads' phase (kept like `counter`).
     pub rounds: Option<Buffer>,
 }

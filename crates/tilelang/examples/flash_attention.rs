@@ -46,10 +46,11 @@ struct Args {
     /// the tensor cores while the softmax of this one is computed (`AttnConfig::overlap_pv`)
     #[arg(long)]
     overlap_pv: bool,
-    /// Persistent kernel: one block per multiprocessor (or N blocks), each looping over query
-    /// tiles (`AttnConfig::persistent`)
-    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "0", value_parser = common::size::<u32>)]
-    persistent: Option<u32>,
+    /// `--persistent [N]`: one block per multiprocessor (or N blocks), each looping over
+    /// query tiles (`AttnConfig::persistent`; the default for non-causal d128 on Hopper);
+    /// `--no-persistent`: one block per query tile
+    #[command(flatten)]
+    persistence: common::PersistentArgs,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -77,7 +78,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.overlap_pv |= args.overlap_pv;
-        cfg.persistent = args.persistent.or(cfg.persistent);
+        cfg.persistent = args.persistence.apply(cfg.persistent);
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)
         } else if args.no_wgmma {

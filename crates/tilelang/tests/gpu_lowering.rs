@@ -341,17 +341,28 @@ fn wgmma_where_it_cannot_run_is_diagnosed() {
 /// The generated CUDA says what the range analysis knows and keeps tile copies branch-free:
 /// thread-index division by powers of two is a shift or mask, and a copy whose rows may run
 /// past the tensor zero-fills through a predicated vector copy instead of a branch with one
-/// scalar store per element (NVVM shares the copies' addresses only without the branch).
+/// scalar store per element (NVVM shares the copies' addresses only without the branch) —
+/// Q's copy in the attention without a producer warpgroup; the default's producer loads Q by
+/// TMA, which zero-fills the tail itself (`pipeline::preload`).
 #[test]
 fn thread_arithmetic_and_row_tails_stay_compact() {
     use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    let unspecialized = flash_attention(BF16, 128, true, AttnConfig::hopper())
+        .emit(Target::SM90)
+        .expect("emits");
+    assert!(
+        unspecialized.contains("tl_vec_copy_16_zfill((&Q_s["),
+        "Q's row tail: {unspecialized}"
+    );
     let k = flash_attention(BF16, 128, true, AttnConfig::hopper_for(128, true));
     let src = k.emit(Target::SM90).expect("emits");
     let body = &src[src.find("__global__").expect("a kernel")..];
     assert!(
-        body.contains("tl_vec_copy_16_zfill("),
-        "Q's row tail: {body}"
+        body.lines()
+            .any(|l| l.contains("tl_tma_load_4d((&Q_s[") && l.contains("pre0_full")),
+        "Q by the producer's TMA: {body}"
     );
+    assert!(!body.contains("tl_vec_copy_16_zfill((&Q_s["), "{body}");
     // P, a register fragment, is cleared once before the loop (the overlapped kernel's step 0
     // multiplies it): its stores are the only zero stores, and the only single conversions,
     // allowed.
@@ -363,12 +374,18 @@ fn thread_arithmetic_and_row_tails_stay_compact() {
         "no element-wise zero stores for tails: {body}"
     );
     for op in ["/ 16)", "% 16)", "/ 4)", "% 8)"] {
-        assert!(
-            !body.contains(&format!("threadIdx.x) {op}")),
-            "`threadIdx.x {op}` should be a shift or mask"
-        );
+        for text in [body, unspecialized.as_str()] {
+            assert!(
+                !text.contains(&format!("threadIdx.x) {op}")),
+                "`threadIdx.x {op}` should be a shift or mask"
+            );
+        }
     }
-    assert!(body.contains("threadIdx.x) >> 4)"), "{body}");
+    // Q's copy: 16 threads a row.
+    assert!(
+        unspecialized.contains("threadIdx.x) >> 4)"),
+        "{unspecialized}"
+    );
     // P (f32 scores → bf16 A fragment) and the epilogue's staging pairs convert two at a time.
     assert!(body.contains("tl_store_bf16x2(&probs["), "{body}");
     assert!(body.contains("tl_store_bf16x2(&stage["), "{body}");

@@ -110,13 +110,15 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             vec![address_of(full, vec![Expr::int(0)])],
             span,
         ));
-        init.push(eval(
-            Intrinsic::MbarrierInit {
-                count: consumers / 32,
-            },
-            vec![address_of(empty, vec![Expr::int(0)])],
-            span,
-        ));
+        if let Some(empty) = empty {
+            init.push(eval(
+                Intrinsic::MbarrierInit {
+                    count: consumers / 32,
+                },
+                vec![address_of(empty, vec![Expr::int(0)])],
+                span,
+            ));
+        }
     }
     init.push(eval(Intrinsic::FenceMbarrierInit, vec![], span));
     out.push(if_then(Some(tid.eq_(0)), Stmt::seq(init, span), span));

@@ -29,10 +29,12 @@ pub struct AttnConfig {
     /// nothing gained.
     pub overlap_pv: bool,
     /// A persistent grid on GPUs (`TileScope::persistent`): that many blocks (0: one per
-    /// multiprocessor) each loop over query tiles; `None`, one block per query tile. Off by
-    /// default: on an H100 it gained 1.4% at d128 4·16·4096 and lost elsewhere — the fixed
-    /// round-robin unbalances causal grids, and one block per SM halves d64's two resident
-    /// blocks (gpu-notes run 19j).
+    /// multiprocessor) each loop over query tiles; `None`, one block per query tile. The
+    /// default for non-causal d128 on Hopper, whose producer loads the next tile's Q while the
+    /// consumers finish this one (`pipeline::preload`): 1.8% faster at 4·16·4096 at base
+    /// clocks, level at 2·32·8192 (gpu-notes run 30f, 30g). Off elsewhere: the fixed
+    /// round-robin unbalances causal grids (22% slower at 4·16·4096), and one block per SM
+    /// halves d64's two resident blocks (gpu-notes run 19j).
     pub persistent: Option<u32>,
 }
 
@@ -66,7 +68,8 @@ impl AttnConfig {
     /// The Hopper tiles for this head dim and masking, measured on an H100 (docs/gpu-notes.md
     /// runs 6c, 6g, 9a, 9c and 18): for d128, FlashAttention-3's arrangement — a producer
     /// warpgroup, 128-key tiles, P·V left running under the next softmax
-    /// ([`AttnConfig::overlap_pv`]) — which needs the consumers' 232 registers (`setmaxnreg`);
+    /// ([`AttnConfig::overlap_pv`]), persistent when not causal ([`AttnConfig::persistent`])
+    /// — which needs the consumers' 232 registers (`setmaxnreg`);
     /// with `TILELANG_WS=0` (no producer warpgroup, so no registers to move) the earlier
     /// choice, 64-key tiles (128-key from CUDA C++ when causal). For d64 no producer
     /// warpgroup (it lost 6–20% there, run 20i): [`AttnConfig::hopper`], and when causal its
@@ -78,6 +81,7 @@ impl AttnConfig {
             (128, _) if !no_ws => AttnConfig {
                 warp_specialize: Some(true),
                 overlap_pv: true,
+                persistent: (!causal).then_some(0),
                 ..AttnConfig::hopper()
             },
             (128, true) if cuda_cpp => AttnConfig::hopper(),

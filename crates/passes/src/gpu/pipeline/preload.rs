@@ -45,7 +45,8 @@ pub struct Preload {
 pub struct Placed {
     pub preload: Preload,
     pub full: Buffer,
-    pub empty: Buffer,
+    /// Only in a persistent kernel (a tile loaded once a block is never released).
+    pub empty: Option<Buffer>,
 }
 
 /// What the sequence around the loop adds for the consumers: the placed preloads, and the
@@ -234,7 +235,6 @@ pub fn warp_arrive(bar: &Buffer, span: Span) -> Stmt {
 /// loop of a tile the loop does not read (the loop's own wait covers the others); in a
 /// persistent kernel, a release after the last read and the round counted at the end.
 pub fn place(parts: &mut [Vec<Stmt>], placement: &Placement, span: Span) {
-    let persistent = placement.rounds.is_some();
     for p in &placement.placed {
         let pre = &p.preload;
         parts[pre.at].clear();
@@ -251,8 +251,8 @@ pub fn place(parts: &mut [Vec<Stmt>], placement: &Placement, span: Span) {
                 ),
             );
         }
-        if persistent {
-            parts[pre.last_use].push(warp_arrive(&p.empty, span));
+        if let Some(empty) = &p.empty {
+            parts[pre.last_use].push(warp_arrive(empty, span));
         }
     }
     if let (Some(r), Some(last)) = (&placement.rounds, parts.last_mut()) {

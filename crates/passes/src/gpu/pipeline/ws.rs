@@ -313,7 +313,8 @@ impl Pipeliner {
                 };
                 Placed {
                     full: bar("full"),
-                    empty: bar("empty"),
+                    // Released and waited for only across a persistent kernel's rounds.
+                    empty: rounds.as_ref().map(|_| bar("empty")),
                     preload,
                 }
             })
@@ -321,12 +322,12 @@ impl Pipeliner {
         let preload_phase = preload::phase(&rounds);
         let load_preload = |p: &Placed| -> Stmt {
             let mut v = vec![];
-            if rounds.is_some() {
+            if let Some(empty) = &p.empty {
                 // The consumers released the tile's previous round.
                 v.push(eval(
                     Intrinsic::MbarrierWait,
                     vec![
-                        address_of(&p.empty, vec![Expr::int(0)]),
+                        address_of(empty, vec![Expr::int(0)]),
                         (preload_phase.clone() + 1).floormod(2),
                     ],
                     span,
@@ -515,7 +516,9 @@ impl Pipeliner {
         ];
         for p in &placed {
             out.push(Stmt::new(StmtKind::Alloc(p.full.clone()), span));
-            out.push(Stmt::new(StmtKind::Alloc(p.empty.clone()), span));
+            if let Some(e) = &p.empty {
+                out.push(Stmt::new(StmtKind::Alloc(e.clone()), span));
+            }
         }
         if let Some(c) = counter {
             out.push(Stmt::new(StmtKind::Alloc(c), span));
