@@ -519,7 +519,8 @@ impl Kernel {
 
 /// The link key of a kernel about to be compiled for `dev` (see [`crate::link`]), or `None`
 /// where there is no link: the CPU and the simulator (their builds are cheap or in memory),
-/// persistent kernels (lowering rewrites their grid), and IR dumps (which want the lowering).
+/// persistent kernels whose launched grid the tile IR does not settle (clustered ones:
+/// `persistent::launch_grid`), and IR dumps (which want the lowering).
 fn link_key_for(
     ir: &tl_ir::Kernel,
     dev: &Device,
@@ -538,7 +539,9 @@ fn link_key_for_target(
     target: Target,
     dumping: bool,
 ) -> Result<Option<String>, Error> {
-    if dumping || ir.attrs.persistent_blocks.is_some() || !crate::link::names_are_unique(ir) {
+    let unlinkable_persistent = ir.attrs.persistent_blocks.is_some()
+        && tl_passes::gpu::persistent::launch_grid(ir).is_none();
+    if dumping || unlinkable_persistent || !crate::link::names_are_unique(ir) {
         return Ok(None);
     }
     let arch = target.arch();
@@ -563,6 +566,10 @@ fn link_key_for_target(
 fn from_link(cache: &Cache, pre: &str, ir: &tl_ir::Kernel, dev: &Device) -> Option<Executable> {
     let link = Link::read(cache, pre)?;
     let mut sig = Signature::of(ir);
+    // A persistent kernel launches the blocks its rounds need, not its logical grid.
+    if let Some(grid) = tl_passes::gpu::persistent::launch_grid(ir) {
+        sig.grid = grid;
+    }
     sig.abi.tmaps = link.tmaps.clone();
     sig.threads = link.threads;
     match (dev, link.language.as_str()) {

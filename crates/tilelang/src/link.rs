@@ -11,10 +11,11 @@
 //! entry point, arch, dynamic shared memory, and the source itself, so that a binary evicted
 //! from the cache is rebuilt from the stored source without lowering.
 //!
-//! Only kernels whose launch signature the lowering leaves as it is are linked: persistent
-//! kernels (whose grid lowering rewrites) always go the full way. Since the Hopper GEMM
-//! defaults became persistent (session 21) their cache hits lower and generate code again,
-//! about 2–4 ms; recording the lowered grid in the link would bring them back.
+//! Only kernels whose launch signature the lowering leaves as it is, or rewrites in a way the
+//! tile IR settles, are linked: a persistent kernel launches the grid its rounds need, which
+//! a link hit works out from the tile IR (`tl_passes::gpu::persistent::launch_grid`, the same
+//! rule the lowering applies); a clustered persistent kernel, whose clusters stay only where
+//! the pipeline specializes it, always goes the full way.
 
 use tl_runtime::Cache;
 

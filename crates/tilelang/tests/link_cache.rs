@@ -4,8 +4,8 @@
 //! the lowered kernel's; that is sound only if lowering keeps the signature — the same name,
 //! parameters, dims and threads (but for a warp-specialized kernel's producer warpgroup,
 //! whose threads the link records), and a grid of the same value for every size — checked
-//! here for every example kernel (persistent ones are never linked) on every GPU target, in
-//! both variants.
+//! here for every example kernel on every GPU target, in both variants (persistent ones, whose
+//! grid a link hit works out from the tile IR, separately).
 
 use std::collections::HashMap;
 
@@ -103,6 +103,71 @@ fn lowering_keeps_the_launch_signature_of_linked_kernels() {
     }
 }
 
+/// A persistent kernel is linked too: a link hit launches it with the grid its rounds need,
+/// worked out from the tile IR (`persistent::launch_grid`), which must be the lowered
+/// kernel's grid at every size — the Hopper GEMM and non-causal d128 attention defaults (one
+/// block per multiprocessor, or a few), causal attention asked to be persistent, both size
+/// variants. A clustered persistent kernel, whose clusters only the pipeline settles, is not.
+#[test]
+fn persistent_kernels_link_with_the_grid_their_rounds_need() {
+    use tl_passes::gpu::persistent::launch_grid;
+    let t = Target::Cuda { sm: 90 };
+    let sizes = [1i64, 7, 64, 1000, 4099, 20000];
+    let mut kernels = vec![];
+    for blocks in [132, 5] {
+        for layout in [gemm::Layout::NT, gemm::Layout::NN] {
+            let cfg = gemm::GemmConfig {
+                persistent: Some(blocks),
+                ..gemm::GemmConfig::for_target(&t, BF16)
+            };
+            kernels.push(gemm::gemm(layout, BF16, BF16, cfg));
+        }
+        for causal in [false, true] {
+            let cfg = flash_attention::AttnConfig {
+                persistent: Some(blocks),
+                ..flash_attention::AttnConfig::for_target(&t, 128, causal, BF16)
+            };
+            kernels.push(flash_attention::flash_attention(BF16, 128, causal, cfg));
+        }
+    }
+    for k in kernels {
+        let ir = k.ir();
+        let grid = launch_grid(ir).unwrap_or_else(|| panic!("{}: no launch grid", ir.name));
+        for aligned in [false, true] {
+            let low = if aligned {
+                k.lower_aligned(t)
+            } else {
+                k.lower(t)
+            }
+            .unwrap_or_else(|e| panic!("{}: {e}", ir.name));
+            let what = format!("{} (aligned {aligned})", ir.name);
+            assert_eq!(low.params, ir.params, "{what}: params");
+            assert_eq!(low.dims, ir.dims, "{what}: dims");
+            assert_eq!(low.grid.len(), grid.len(), "{what}: grid rank");
+            for s in sizes {
+                let env: HashMap<u64, Value> =
+                    ir.dims.iter().map(|d| (d.id(), Value::Int(s))).collect();
+                for (a, b) in grid.iter().zip(&low.grid) {
+                    let va = eval_int(a, &env).unwrap_or_else(|e| panic!("{what}: {a}: {e}"));
+                    let vb = eval_int(b, &env).unwrap_or_else(|e| panic!("{what}: {b}: {e}"));
+                    assert_eq!(va, vb, "{what}: grid {a} vs {b} at {s}");
+                }
+            }
+        }
+    }
+    let clustered = gemm::gemm(
+        gemm::Layout::NT,
+        BF16,
+        BF16,
+        gemm::GemmConfig {
+            persistent: Some(132),
+            cluster: 2,
+            ..gemm::GemmConfig::for_target(&t, BF16)
+        },
+    );
+    assert!(launch_grid(clustered.ir()).is_none());
+}
+
 /// `precompile_for` by target: the first run lowers and compiles (or finds the binary) and
 /// writes a link; the second follows it without lowering and finds the same binary; a
 /// different tile IR or target is a different link.
@@ -145,6 +210,20 @@ fn a_second_precompile_follows_the_link_without_lowering() {
         );
         let o = other.precompile_for(t, &opts).expect("other");
         assert!(!o.stats.lower.is_zero() && o.key != first.key, "{t}");
+        // The target's default, persistent on sm_90a: linked as well.
+        let default = gemm::gemm(
+            gemm::Layout::NT,
+            BF16,
+            BF16,
+            gemm::GemmConfig::for_target(&t, BF16),
+        );
+        let d1 = default.precompile_for(t, &opts).expect("default");
+        let d2 = default.precompile_for(t, &opts).expect("default again");
+        assert!(
+            d2.cache_hit && d2.stats.lower.is_zero() && d2.key == d1.key,
+            "{t}: {:?}",
+            d2.stats
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

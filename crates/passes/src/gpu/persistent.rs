@@ -12,6 +12,35 @@ use tl_ir::{
 };
 use tl_target::Target;
 
+/// The grid a persistent kernel launches with, from its tile IR alone (its persistent block
+/// count resolved): what [`run`] makes of the logical grid, for a launch that skips lowering
+/// (`tilelang::link`). `None` where the kernel is not persistent, or where lowering decides
+/// more than the tile IR says (clusters: whether they stay depends on the pipeline's warp
+/// specialization).
+pub fn launch_grid(k: &Kernel) -> Option<Vec<Expr>> {
+    let blocks = k.attrs.persistent_blocks.filter(|&b| b > 0)?;
+    if k.attrs.cluster.is_some_and(|c| c.size > 1) || crate::cluster::synchronizes_cluster(&k.body)
+    {
+        return None;
+    }
+    let dt = DType::I32;
+    let g: Vec<Expr> = k.grid.iter().map(|e| e.cast(dt)).collect();
+    let first = g.first()?.clone();
+    let total = g.iter().skip(1).fold(first, |acc, e| acc * e.clone());
+    let one = Expr::int_of(1, dt);
+    Some(vec![rounds_grid(
+        total,
+        Expr::int_of(blocks as i64, dt),
+        one,
+    )])
+}
+
+/// The launched blocks: one per cluster unit (`p` of them, each of `size` blocks), no more
+/// units than the logical grid has tiles.
+fn rounds_grid(total: Expr, p: Expr, size: Expr) -> Expr {
+    min(total, p) * size
+}
+
 pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     // Clusters serve the specialized pipeline's multicast (`lower::cluster_varying`), which
     // only a persistent, warp-specialized kernel has, and kernels whose blocks synchronize
@@ -152,7 +181,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         span,
     );
     let mut out = k.with_body(rounds);
-    out.grid = vec![min(total, p) * sz];
+    out.grid = vec![rounds_grid(total, p, sz)];
     out.block_vars = vec![pb];
     out.attrs.swizzle_panel = None;
     // The launch's clusters run along its (one) grid dim.
