@@ -53,6 +53,36 @@ fn kernels(t: Target) -> Vec<Kernel> {
     v
 }
 
+/// `k` lowered for `t`: the variant for aligned sizes, or the general one.
+fn lowered(k: &Kernel, t: Target, aligned: bool) -> tl_ir::Kernel {
+    if aligned {
+        k.lower_aligned(t)
+    } else {
+        k.lower(t)
+    }
+    .unwrap_or_else(|e| panic!("{} on {t}: {e}", k.name()))
+}
+
+/// Grids `a` and `b` of one rank and the same value at every size in `sizes` (each dim set to
+/// it).
+fn assert_grids_agree(
+    what: &str,
+    dims: &[tl_ir::Var],
+    a: &[tl_ir::Expr],
+    b: &[tl_ir::Expr],
+    sizes: &[i64],
+) {
+    assert_eq!(a.len(), b.len(), "{what}: grid rank");
+    for &s in sizes {
+        let env: HashMap<u64, Value> = dims.iter().map(|d| (d.id(), Value::Int(s))).collect();
+        for (x, y) in a.iter().zip(b) {
+            let vx = eval_int(x, &env).unwrap_or_else(|e| panic!("{what}: {x}: {e}"));
+            let vy = eval_int(y, &env).unwrap_or_else(|e| panic!("{what}: {y}: {e}"));
+            assert_eq!(vx, vy, "{what}: grid {x} vs {y} at {s}");
+        }
+    }
+}
+
 #[test]
 fn lowering_keeps_the_launch_signature_of_linked_kernels() {
     let sizes = [1i64, 7, 64, 1000, 4099];
@@ -70,12 +100,7 @@ fn lowering_keeps_the_launch_signature_of_linked_kernels() {
                 ir.name
             );
             for aligned in [false, true] {
-                let low = if aligned {
-                    k.lower_aligned(t)
-                } else {
-                    k.lower(t)
-                }
-                .unwrap_or_else(|e| panic!("{} on {t}: {e}", ir.name));
+                let low = lowered(&k, t, aligned);
                 let what = format!("{} on {t} (aligned {aligned})", ir.name);
                 assert_eq!(low.name, ir.name, "{what}");
                 assert_eq!(low.params, ir.params, "{what}: params");
@@ -88,16 +113,7 @@ fn lowering_keeps_the_launch_signature_of_linked_kernels() {
                     0
                 };
                 assert_eq!(low.threads, ir.threads + producer, "{what}: threads");
-                assert_eq!(low.grid.len(), ir.grid.len(), "{what}: grid rank");
-                for s in sizes {
-                    let env: HashMap<u64, Value> =
-                        ir.dims.iter().map(|d| (d.id(), Value::Int(s))).collect();
-                    for (a, b) in ir.grid.iter().zip(&low.grid) {
-                        let va = eval_int(a, &env).unwrap_or_else(|e| panic!("{what}: {a}: {e}"));
-                        let vb = eval_int(b, &env).unwrap_or_else(|e| panic!("{what}: {b}: {e}"));
-                        assert_eq!(va, vb, "{what}: grid {a} vs {b} at {s}");
-                    }
-                }
+                assert_grids_agree(&what, &ir.dims, &ir.grid, &low.grid, &sizes);
             }
         }
     }
@@ -134,25 +150,11 @@ fn persistent_kernels_link_with_the_grid_their_rounds_need() {
         let ir = k.ir();
         let grid = launch_grid(ir).unwrap_or_else(|| panic!("{}: no launch grid", ir.name));
         for aligned in [false, true] {
-            let low = if aligned {
-                k.lower_aligned(t)
-            } else {
-                k.lower(t)
-            }
-            .unwrap_or_else(|e| panic!("{}: {e}", ir.name));
+            let low = lowered(&k, t, aligned);
             let what = format!("{} (aligned {aligned})", ir.name);
             assert_eq!(low.params, ir.params, "{what}: params");
             assert_eq!(low.dims, ir.dims, "{what}: dims");
-            assert_eq!(low.grid.len(), grid.len(), "{what}: grid rank");
-            for s in sizes {
-                let env: HashMap<u64, Value> =
-                    ir.dims.iter().map(|d| (d.id(), Value::Int(s))).collect();
-                for (a, b) in grid.iter().zip(&low.grid) {
-                    let va = eval_int(a, &env).unwrap_or_else(|e| panic!("{what}: {a}: {e}"));
-                    let vb = eval_int(b, &env).unwrap_or_else(|e| panic!("{what}: {b}: {e}"));
-                    assert_eq!(va, vb, "{what}: grid {a} vs {b} at {s}");
-                }
-            }
+            assert_grids_agree(&what, &ir.dims, &grid, &low.grid, &sizes);
         }
     }
     let clustered = gemm::gemm(
