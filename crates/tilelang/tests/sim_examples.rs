@@ -1578,15 +1578,23 @@ fn float_atomic_extrema_order_signed_zeros_as_gpus_do() {
 /// summed over key tiles, Q copied once before the loop. Q's copy becomes the producer's TMA
 /// load (and agrees with the CPU in the simulator, with a key tail); it stays the consumers'
 /// vector copy where the producer could not take it over: Q's tile written by another
-/// statement, or Q a tensor the kernel writes (TMA would read it without the proxy fence the
-/// kernel's own writes need).
+/// statement; Q a tensor the kernel writes (TMA would read it without the proxy fence the
+/// kernel's own writes need); a wgmma after the loop left reading Q past the point the tile
+/// would be released; Q's tile read outside the sequence that holds the loop (where no release
+/// would cover the read); and a persistent kernel in clusters (whose producers multicast into
+/// each other's tiles, which one block's release does not cover). Persistent, it is released
+/// every round.
 #[test]
 fn preloads_take_over_only_copies_they_can() {
-    #[derive(Clone, Copy, Debug)]
+    #[derive(Clone, Copy, Debug, PartialEq)]
     enum Variant {
         Plain,
+        Persistent,
         TileWrittenTwice,
         SourceWritten,
+        PendingAfterLoop,
+        ReadOutsideItsSequence,
+        Clustered,
     }
     let build = |v: Variant| {
         Kernel::build("preload_probe", move |k| {
@@ -1597,30 +1605,63 @@ fn preloads_take_over_only_copies_they_can() {
             };
             let kk = k.input("K", (&n, 64), BF16);
             let o = k.output("O", [64, 64], F32);
-            k.launch([1], 128, |t, [_bx]| {
+            let q2 = (v == Variant::ReadOutsideItsSequence).then(|| k.output("Q2", [64, 64], BF16));
+            // The persistent kernel's one block takes three rounds (each writes O alike).
+            let blocks = match v {
+                Variant::Persistent => 3,
+                Variant::Clustered => 2,
+                _ => 1,
+            };
+            k.launch([blocks], 128, |t, [_bx]| {
                 t.warp_specialize(true);
+                match v {
+                    Variant::Persistent => t.persistent(1),
+                    Variant::Clustered => {
+                        t.persistent(2);
+                        t.cluster(0, 2);
+                    }
+                    _ => {}
+                }
                 let q_s = t.alloc_shared_named("Q_s", [64, 64], BF16);
                 let k_s = t.alloc_shared_named("K_s", [64, 64], BF16);
+                let w_s = t.alloc_shared_named("W_s", [64, 64], BF16);
                 let acc = t.alloc_fragment_named("acc", [64, 64], F32);
-                t.copy(q.tile((0, 0)), &q_s);
-                t.clear(&acc);
-                t.pipelined(ceildiv(&n, 64), 2, |t, j| {
-                    t.copy(kk.tile((&j * 64, 0)), &k_s);
-                    t.gemm(&q_s, &k_s, &acc).transpose_b();
-                });
-                t.copy(&acc, o.tile((0, 0)));
+                let body = |t: &mut TileScope| {
+                    t.copy(q.tile((0, 0)), &q_s);
+                    t.clear(&acc);
+                    t.pipelined(ceildiv(&n, 64), 2, |t, j| {
+                        t.copy(kk.tile((&j * 64, 0)), &k_s);
+                        t.gemm(&q_s, &k_s, &acc).transpose_b();
+                    });
+                    if v == Variant::PendingAfterLoop {
+                        t.copy(kk.tile((0, 0)), &w_s);
+                        t.gemm(&q_s, &w_s, &acc).transpose_b().wg_wait(-1);
+                        t.wait_wgmma(0);
+                    }
+                    t.copy(&acc, o.tile((0, 0)));
+                };
+                if let Some(q2) = &q2 {
+                    t.if_(n.gt(0), body);
+                    t.copy(&q_s, q2.tile((0, 0)));
+                } else {
+                    body(t);
+                }
                 match v {
                     Variant::TileWrittenTwice => t.clear(&q_s),
                     Variant::SourceWritten => t.copy(&q_s, q.tile((0, 0))),
-                    Variant::Plain => {}
+                    _ => {}
                 }
             });
         })
     };
     for v in [
         Variant::Plain,
+        Variant::Persistent,
         Variant::TileWrittenTwice,
         Variant::SourceWritten,
+        Variant::PendingAfterLoop,
+        Variant::ReadOutsideItsSequence,
+        Variant::Clustered,
     ] {
         let k = build(v);
         let low = k.lower(Target::SM90).expect("lowers");
@@ -1631,16 +1672,16 @@ fn preloads_take_over_only_copies_they_can() {
                 .filter(|l| l.contains(a) && l.contains("Q_s["))
                 .count()
         };
-        let preloaded = matches!(v, Variant::Plain);
+        let preloaded = matches!(v, Variant::Plain | Variant::Persistent);
         assert_eq!(lines("tma_load") > 0, preloaded, "{v:?}:\n{text}");
         assert_eq!(lines("vec_copy") > 0, !preloaded, "{v:?}:\n{text}");
+        let released = text
+            .lines()
+            .any(|l| l.contains("mbarrier_arrive(") && l.contains("_pre0_empty"));
+        assert_eq!(released, v == Variant::Persistent, "{v:?}:\n{text}");
         if preloaded {
-            let e = sim_vs_cpu(
-                &k,
-                Target::SM90,
-                &[vec![64, 64], vec![150, 64], vec![64, 64]],
-                5,
-            );
+            let shapes = [vec![64, 64], vec![150, 64], vec![64, 64]];
+            let e = sim_vs_cpu(&k, Target::SM90, &shapes, 5);
             assert!(e < 1e-2, "{v:?}: {e}");
         }
     }

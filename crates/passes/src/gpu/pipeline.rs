@@ -342,6 +342,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .unwrap_or_default(),
         read_only: read_only_inputs(&k),
         writers: preload::writers(&k.body),
+        accessors: preload::accessors(&k.body),
         pending_preloads: vec![],
         placed_preloads: None,
     };
@@ -401,6 +402,9 @@ struct Pipeliner {
     read_only: std::collections::HashSet<u64>,
     /// How many statements write each buffer (a preloaded tile has one writer: its copy).
     writers: HashMap<u64, usize>,
+    /// How many statements read or write each buffer (a preloaded tile's all lie in the
+    /// sequence that holds the loop).
+    accessors: HashMap<u64, usize>,
     /// Copies the specialized loop's producer takes over (`preload`), found by the sequence
     /// that holds the loop and taken by `expand_ws`.
     pending_preloads: Vec<preload::Preload>,

@@ -400,7 +400,10 @@ fn count_by_rounds(body: &Stmt, counter: &tl_ir::Buffer) -> Option<Stmt> {
             e.as_var().is_some_and(|v| bound.contains(&v.id()))
                 || matches!(e.kind(), ExprKind::Load(..))
         });
-        if !invariant || steps.iter().any(|s| s.as_ref() != Some(&step)) {
+        if !invariant
+            || steps.iter().any(|s| s.as_ref() != Some(&step))
+            || !stored_every_round(&l.body, counter)
+        {
             return x;
         }
         done = true;
@@ -426,6 +429,30 @@ fn count_by_rounds(body: &Stmt, counter: &tl_ir::Buffer) -> Option<Stmt> {
         }
     });
     (done && !left).then_some(out)
+}
+
+/// Whether every store of `counter` in a round's body `s` runs exactly once a round: reached
+/// through sequences and the producer / consumer split only. A store under another `if` (a
+/// round that skips the pipeline) or in a loop does not count rounds, and the counter must
+/// stay a counter.
+fn stored_every_round(s: &Stmt, counter: &tl_ir::Buffer) -> bool {
+    match &s.kind {
+        StmtKind::Seq(v) => v.iter().all(|x| stored_every_round(x, counter)),
+        StmtKind::If { cond, then_, else_ } if is_marker(cond) => {
+            stored_every_round(then_, counter)
+                && else_
+                    .as_ref()
+                    .is_none_or(|e| stored_every_round(e, counter))
+        }
+        StmtKind::Store { .. } => true,
+        _ => {
+            let mut stores = false;
+            s.walk(&mut |y| {
+                stores |= matches!(&y.kind, StmtKind::Store { buffer, .. } if buffer.id() == counter.id());
+            });
+            !stores
+        }
+    }
 }
 
 fn replace_counter(e: &Expr, counter: &tl_ir::Buffer, with: &Expr) -> Expr {
@@ -628,6 +655,54 @@ fn reads_thread_idx(e: &Expr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A counter stored in every round (through the producer / consumer split) counts rounds;
+    /// one stored under another `if` — a round that may skip the pipeline — must stay a
+    /// counter: its phase would otherwise run ahead of the barriers' in the skipped rounds.
+    #[test]
+    fn counters_stored_in_some_rounds_only_stay_counters() {
+        use tl_ir::{Buffer, For, ForKind, Span, Var};
+        let span = Span::UNKNOWN;
+        let c = Buffer::new("c", vec![Expr::int(1)], DType::I32, Scope::Local, span);
+        let inc = Stmt::new(
+            StmtKind::Store {
+                buffer: c.clone(),
+                indices: vec![Expr::int(0)],
+                value: Expr::load(&c, vec![Expr::int(0)]) + Expr::int(1),
+            },
+            span,
+        );
+        let split = Stmt::new(
+            StmtKind::If {
+                cond: Expr::call(Intrinsic::ProducerWarps, vec![], DType::Bool),
+                then_: Box::new(inc.clone()),
+                else_: Some(Box::new(inc)),
+            },
+            span,
+        );
+        let rounds = |body: Stmt| {
+            Stmt::new(
+                StmtKind::For(Box::new(For {
+                    var: Var::new("round", DType::I32),
+                    min: Expr::int(0),
+                    extent: Expr::int(4),
+                    kind: ForKind::Serial,
+                    body,
+                })),
+                span,
+            )
+        };
+        assert!(count_by_rounds(&rounds(split.clone()), &c).is_some());
+        let guarded = Stmt::new(
+            StmtKind::If {
+                cond: Var::new("x", DType::I32).expr().lt(3),
+                then_: Box::new(split),
+                else_: None,
+            },
+            span,
+        );
+        assert!(count_by_rounds(&rounds(guarded), &c).is_none());
+    }
 
     /// Registers per SM: the file every block's registers come from.
     const REGISTER_FILE: u32 = 65536;

@@ -13,9 +13,10 @@
 //!
 //! A copy qualifies when it is a statement of the sequence that holds the specialized loop,
 //! before the loop; reads a tensor nothing in the kernel writes; fills a shared tile that no
-//! other statement writes and nothing touches between the copy and the loop; and can be one
-//! TMA box load. Its last reader must leave no wgmma group in flight (the release would free
-//! the tile under it).
+//! other statement writes, nothing touches between the copy and the loop, and nothing outside
+//! that sequence touches; and can be one TMA box load. No reader after the loop may leave a
+//! wgmma group in flight (the release would free the tile under it). Not in clusters: their
+//! producers multicast into each other's tiles, which a block's own release does not cover.
 
 use std::collections::HashMap;
 
@@ -84,6 +85,41 @@ fn touches(s: &Stmt, id: u64) -> bool {
     s.read_buffers().contains(&id) || s.written_buffers().contains(&id)
 }
 
+/// The buffers statement `s` itself reads or writes (its own expressions, stores and tile-op
+/// regions, not its sub-statements').
+fn own_accesses(s: &Stmt) -> std::collections::HashSet<u64> {
+    let mut out = std::collections::HashSet::new();
+    match &s.kind {
+        StmtKind::Store { buffer, .. } => {
+            out.insert(buffer.id());
+        }
+        StmtKind::Op(op) => {
+            let (r, w) = op.regions();
+            out.extend(r.into_iter().chain(w).map(|x| x.buffer.id()));
+        }
+        _ => {}
+    }
+    for e in s.exprs() {
+        e.visit(&mut |x| {
+            if let ExprKind::Load(b, _) = x.kind() {
+                out.insert(b.id());
+            }
+        });
+    }
+    out
+}
+
+/// How many statements of `root` read or write each buffer.
+pub fn accessors(root: &Stmt) -> HashMap<u64, usize> {
+    let mut out = HashMap::new();
+    root.walk(&mut |s| {
+        for id in own_accesses(s) {
+            *out.entry(id).or_insert(0) += 1;
+        }
+    });
+    out
+}
+
 /// Whether `e` reads memory other than global tensors (which the producer cannot see).
 fn reads_private(e: &Expr) -> bool {
     e.any(&mut |x| matches!(x.kind(), ExprKind::Load(b, _) if b.scope() != Scope::Global))
@@ -110,6 +146,11 @@ impl Pipeliner {
         let Some(cand) = &self.ws else {
             return vec![];
         };
+        // A cluster's producers multicast their loads into every block of the cluster; a
+        // preloaded tile's release is this block's alone.
+        if self.cluster > 1 {
+            return vec![];
+        }
         let Some(loop_at) = v
             .iter()
             .position(|s| matches!(&s.kind, StmtKind::For(l) if l.var.id() == cand.loop_var))
@@ -166,6 +207,15 @@ impl Pipeliner {
             if others {
                 continue;
             }
+            // Every access of the tile is in this sequence (where the consumers' waits and
+            // releases go), none under an enclosing statement's other branches.
+            let here: usize = v
+                .iter()
+                .map(|x| accessors(x).get(&id).copied().unwrap_or(0))
+                .sum();
+            if self.accessors.get(&id) != Some(&here) {
+                continue;
+            }
             let in_loop = touches(&v[loop_at], id);
             let after: Vec<usize> = (loop_at + 1..v.len())
                 .filter(|&j| touches(&v[j], id))
@@ -173,8 +223,10 @@ impl Pipeliner {
             if !in_loop && after.is_empty() {
                 continue;
             }
+            // The release follows the last reader: no reader may leave a wgmma on the tile
+            // in flight past it.
             let last_use = after.last().copied().unwrap_or(loop_at);
-            if last_use > loop_at && leaves_wgmma_pending(&v[last_use]) {
+            if after.iter().any(|&j| leaves_wgmma_pending(&v[j])) {
                 continue;
             }
             out.push(Preload {
