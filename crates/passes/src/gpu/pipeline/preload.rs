@@ -165,6 +165,7 @@ impl Pipeliner {
             let (src, dst) = (&c.src.buffer, &c.dst.buffer);
             let id = dst.id();
             if c.asynchronous
+                || c.guard.is_some()
                 || src.scope() != Scope::Global
                 || dst.scope() != Scope::Shared
                 || self.versioned.contains_key(&id)
@@ -181,7 +182,7 @@ impl Pipeliner {
                 .chain(&c.src.extents)
                 .chain(&c.dst.offsets)
                 .chain(&c.dst.extents);
-            if region_exprs.clone().any(reads_private) {
+            if region_exprs.into_iter().any(reads_private) {
                 continue;
             }
             if !crate::gpu::tma::starts_on_16_bytes(&c.src, &self.analyzer) {
