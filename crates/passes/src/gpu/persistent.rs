@@ -25,14 +25,17 @@ pub fn launch_grid(k: &Kernel) -> Option<Vec<Expr>> {
     }
     let dt = DType::I32;
     let g: Vec<Expr> = k.grid.iter().map(|e| e.cast(dt)).collect();
-    let first = g.first()?.clone();
-    let total = g.iter().skip(1).fold(first, |acc, e| acc * e.clone());
-    let one = Expr::int_of(1, dt);
     Some(vec![rounds_grid(
-        total,
+        tiles(&g)?,
         Expr::int_of(blocks as i64, dt),
-        one,
+        Expr::int_of(1, dt),
     )])
+}
+
+/// The tiles of a grid: the product of its dims (`None` for no dims).
+fn tiles(grid: &[Expr]) -> Option<Expr> {
+    let (first, rest) = grid.split_first()?;
+    Some(rest.iter().fold(first.clone(), |acc, e| acc * e.clone()))
 }
 
 /// The launched blocks: one per cluster unit (`p` of them, each of `size` blocks), no more
@@ -82,10 +85,9 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
         }
         _ => g_full.clone(),
     };
-    let total = g
-        .iter()
-        .skip(1)
-        .fold(g[0].clone(), |acc, e| acc * e.clone());
+    let Some(total) = tiles(&g) else {
+        return Err(Diagnostic::internal("a persistent kernel with no grid dims").into());
+    };
     let p = Expr::int_of((blocks / size) as i64, dt);
     let pb = Var::new("pblock", dt);
     let round = Var::new("round", dt);

@@ -309,6 +309,12 @@ fn versioned_region(r: &Region, nb: &Buffer, lead: Option<Expr>) -> Region {
 pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
     let (plans, versioned) = plan(&k.body, target, issuer(target).split_stages());
     let ws = ws::candidate(&k, &plans, target);
+    // Only a kernel with a loop to specialize can preload.
+    let access_counts = if ws.is_some() {
+        preload::AccessCounts::of([&k.body])
+    } else {
+        Default::default()
+    };
     let mut px = Pipeliner {
         ws,
         ws_out: None,
@@ -341,8 +347,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .map(|d| d.symmetric.iter().copied().collect())
             .unwrap_or_default(),
         read_only: read_only_inputs(&k),
-        writers: preload::writers(&k.body),
-        accessors: preload::accessors(&k.body),
+        access_counts,
         pending_preloads: vec![],
         placed_preloads: None,
     };
@@ -400,11 +405,9 @@ struct Pipeliner {
     symmetric: std::collections::HashSet<u64>,
     /// Input tensors nothing in the kernel writes: TMA may read them without a proxy fence.
     read_only: std::collections::HashSet<u64>,
-    /// How many statements write each buffer (a preloaded tile has one writer: its copy).
-    writers: HashMap<u64, usize>,
-    /// How many statements read or write each buffer (a preloaded tile's all lie in the
-    /// sequence that holds the loop).
-    accessors: HashMap<u64, usize>,
+    /// How many statements of the kernel write, and access, each buffer (for `preload`;
+    /// empty where no loop may be specialized).
+    access_counts: preload::AccessCounts,
     /// Copies the specialized loop's producer takes over (`preload`), found by the sequence
     /// that holds the loop and taken by `expand_ws`.
     pending_preloads: Vec<preload::Preload>,

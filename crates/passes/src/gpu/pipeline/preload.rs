@@ -31,6 +31,8 @@ pub struct Preload {
     /// Its index in the sequence that holds the loop.
     pub at: usize,
     pub copy: Stmt,
+    /// The shared tile it fills (its id).
+    pub tile: u64,
     /// What one load brings (the barrier's `expect_tx`).
     pub bytes: i64,
     /// Whether the loop reads the tile (the producer loads it before its loop, else after).
@@ -64,21 +66,37 @@ pub fn enabled() -> bool {
     !std::env::var("TILELANG_WS_PRELOAD").is_ok_and(|x| x == "0")
 }
 
-/// How many statements of `root` write each buffer.
-pub fn writers(root: &Stmt) -> HashMap<u64, usize> {
-    let mut out = HashMap::new();
-    root.walk(&mut |s| {
-        if matches!(
-            s.kind,
-            StmtKind::Seq(_) | StmtKind::If { .. } | StmtKind::For(_)
-        ) {
-            return;
+/// How many statements of a tree write, and read or write, each buffer.
+#[derive(Clone, Debug, Default)]
+pub struct AccessCounts {
+    /// Writers (a preloaded tile has one: its copy).
+    pub writes: HashMap<u64, usize>,
+    /// Statements that read or write it (a preloaded tile's all lie in the sequence that holds
+    /// the loop).
+    pub accesses: HashMap<u64, usize>,
+}
+
+impl AccessCounts {
+    /// The counts over `roots`, in one walk.
+    pub fn of<'a>(roots: impl IntoIterator<Item = &'a Stmt>) -> AccessCounts {
+        let mut out = AccessCounts::default();
+        for root in roots {
+            root.walk(&mut |s| {
+                for id in own_accesses(s) {
+                    *out.accesses.entry(id).or_insert(0) += 1;
+                }
+                if !matches!(
+                    s.kind,
+                    StmtKind::Seq(_) | StmtKind::If { .. } | StmtKind::For(_)
+                ) {
+                    for id in s.written_buffers() {
+                        *out.writes.entry(id).or_insert(0) += 1;
+                    }
+                }
+            });
         }
-        for id in s.written_buffers() {
-            *out.entry(id).or_insert(0) += 1;
-        }
-    });
-    out
+        out
+    }
 }
 
 fn touches(s: &Stmt, id: u64) -> bool {
@@ -106,17 +124,6 @@ fn own_accesses(s: &Stmt) -> std::collections::HashSet<u64> {
             }
         });
     }
-    out
-}
-
-/// How many statements of `root` read or write each buffer.
-pub fn accessors(root: &Stmt) -> HashMap<u64, usize> {
-    let mut out = HashMap::new();
-    root.walk(&mut |s| {
-        for id in own_accesses(s) {
-            *out.entry(id).or_insert(0) += 1;
-        }
-    });
     out
 }
 
@@ -157,6 +164,8 @@ impl Pipeliner {
         else {
             return vec![];
         };
+        // Accesses within this sequence, against the kernel's.
+        let here = AccessCounts::of(v);
         let mut out = vec![];
         for (i, st) in v[..loop_at].iter().enumerate() {
             let StmtKind::Op(TileOp::Copy(c)) = &st.kind else {
@@ -169,7 +178,7 @@ impl Pipeliner {
                 || src.scope() != Scope::Global
                 || dst.scope() != Scope::Shared
                 || self.versioned.contains_key(&id)
-                || self.writers.get(&id) != Some(&1)
+                || self.access_counts.writes.get(&id) != Some(&1)
                 || !self.read_only.contains(&src.id())
                 || self.symmetric.contains(&src.id())
             {
@@ -210,11 +219,7 @@ impl Pipeliner {
             }
             // Every access of the tile is in this sequence (where the consumers' waits and
             // releases go), none under an enclosing statement's other branches.
-            let here: usize = v
-                .iter()
-                .map(|x| accessors(x).get(&id).copied().unwrap_or(0))
-                .sum();
-            if self.accessors.get(&id) != Some(&here) {
+            if self.access_counts.accesses.get(&id) != here.accesses.get(&id) {
                 continue;
             }
             let in_loop = touches(&v[loop_at], id);
@@ -233,6 +238,7 @@ impl Pipeliner {
             out.push(Preload {
                 at: i,
                 copy: st.clone(),
+                tile: id,
                 bytes: tile.bytes,
                 in_loop,
                 first_after: after.first().copied(),

@@ -408,7 +408,21 @@ impl Pipeliner {
         let mut drain = vec![];
         let (consume, reads_async) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
         let consume = self.rewrite(&consume);
-        let async_read = wgmma_shared_operands(&consume);
+        // Stages and preloaded tiles came by TMA, through the async proxy already. (Only where
+        // something was preloaded: the GEMMs keep their fence and barrier, which measured
+        // level or faster with them, gpu-notes run 30c.)
+        let all_by_tma = !placed.is_empty() && {
+            let by_tma: HashSet<u64> = self
+                .versioned
+                .values()
+                .flat_map(|v| match v {
+                    Staged::Indexed(b) => vec![b.id()],
+                    Staged::Split(bs) => bs.iter().map(|b| b.id()).collect(),
+                })
+                .chain(placed.iter().map(|p| p.preload.tile))
+                .collect();
+            wgmma_shared_operands(&consume).is_subset(&by_tma)
+        };
         // A warp is done with a stage once the wgmma groups that read it have retired: lane
         // 0 arrives for the warp (its lanes passed the wgmma wait together).
         // In a cluster, every block's producer may multicast into this block's stage: the
@@ -459,19 +473,7 @@ impl Pipeliner {
         let mut compute = vec![];
         // Operand tiles written before the loop by ordinary stores (attention's Q) are read
         // by wgmma through the async proxy: fence, and hand them over.
-        // Stages and preloaded tiles came by TMA, through the async proxy already. (Only where
-        // something was preloaded: the GEMMs keep their fence and barrier, which measured
-        // level or faster with them, gpu-notes run 30c.)
-        let by_tma: HashSet<u64> = self
-            .versioned
-            .values()
-            .flat_map(|v| match v {
-                Staged::Indexed(b) => vec![b.id()],
-                Staged::Split(bs) => bs.iter().map(|b| b.id()).collect(),
-            })
-            .chain(placed.iter().map(|p| dst_of(&p.preload.copy)))
-            .collect();
-        if reads_async && (placed.is_empty() || !async_read.is_subset(&by_tma)) {
+        if reads_async && !all_by_tma {
             compute.push(eval(Intrinsic::FenceProxyAsync, vec![], span));
             compute.push(sync(span));
         }
@@ -538,14 +540,6 @@ impl Pipeliner {
             span,
         ));
         Stmt::seq(out, span)
-    }
-}
-
-/// The shared tile a preloaded copy fills.
-fn dst_of(copy: &Stmt) -> u64 {
-    match &copy.kind {
-        StmtKind::Op(TileOp::Copy(c)) => c.dst.buffer.id(),
-        _ => u64::MAX,
     }
 }
 
