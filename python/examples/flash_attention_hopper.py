@@ -65,8 +65,13 @@ def flash_attention(dim, is_causal, block_M=128, block_N=128, num_stages=2, thre
                 T.copy(K[bz, by, j * block_N, 0], K_s)
                 # V tile j - 1 (tile 0 at j = 0, where P is still zero).
                 T.copy(V[bz, by, T.max(j - 1, 0) * block_N, 0], V_s)
-                # Scores start at 0 where a key is visible and -inf where it is masked; only
-                # tiles crossing the sequence end or the diagonal need the mask.
+                # Q·Kⱼᵀ into cleared scores (the first wgmma does not add: no zeroing).
+                T.gemm(Q_s, K_s, scores, transpose_B=True, clear_accum=True, wg_wait=-1)
+                T.gemm(probs, V_s, acc_o, wg_wait=-1)
+                # Q·Kⱼᵀ is in once at most one group (P·V) is pending.
+                T.wait_wgmma(1)
+                # -inf where a key is masked; only tiles crossing the sequence end or the
+                # diagonal need the mask.
                 tile_end = j * block_N + block_N
                 if is_causal:
                     needs_mask = (tile_end > S) | (tile_end > bx * block_M + 1)
@@ -75,14 +80,8 @@ def flash_attention(dim, is_causal, block_M=128, block_N=128, num_stages=2, thre
                 if needs_mask:
                     for i, jj in T.Parallel(block_M, block_N):
                         end = T.min(S, bx * block_M + i + 1) if is_causal else S
-                        scores[i, jj] = T.if_then_else(j * block_N + jj < end, 0,
+                        scores[i, jj] = T.if_then_else(j * block_N + jj < end, scores[i, jj],
                                                        -T.infinity(accum))
-                else:
-                    T.clear(scores)
-                T.gemm(Q_s, K_s, scores, transpose_B=True, wg_wait=-1)
-                T.gemm(probs, V_s, acc_o, wg_wait=-1)
-                # Q·Kⱼᵀ is in once at most one group (P·V) is pending.
-                T.wait_wgmma(1)
                 T.copy(m_i, m_prev)
                 T.reduce_max(scores, m_i, dim=1, clear=False)
                 for i in T.Parallel(block_M):
@@ -93,7 +92,9 @@ def flash_attention(dim, is_causal, block_M=128, block_N=128, num_stages=2, thre
                 T.reduce_sum(scores, row_sum, dim=1)
                 for i in T.Parallel(block_M):
                     l_i[i] = l_i[i] * rescale[i] + row_sum[i]
-                T.wait_wgmma(0)
+                # Pinned below the softmax, which then runs beside P·V (not causal: measured
+                # faster there only; docs/performance.md, session 33).
+                T.wait_wgmma(0, pinned=not is_causal)
                 for i, jj in T.Parallel(block_M, dim):
                     acc_o[i, jj] = acc_o[i, jj] * rescale[i]
                 T.copy(scores, probs)

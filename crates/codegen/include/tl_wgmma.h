@@ -28,4 +28,13 @@ TL_DEVICE void tl_wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned
 template <int Pending> TL_DEVICE void tl_wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 }
+// A wait that stays below the code before it: a branch ptxas cannot prove never taken (the
+// dynamic shared memory is never 4 GiB) ends the basic block, and ptxas does not raise a wait
+// out of its block. See the PTX printer's `wgmma_wait`.
+template <int Pending> TL_DEVICE void tl_wgmma_wait_pinned() {
+    unsigned size;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(size));
+    if (size == 0xffffffffu) __nanosleep(0);
+    tl_wgmma_wait<Pending>();
+}
 TL_DEVICE void tl_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }

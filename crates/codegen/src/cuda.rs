@@ -1334,7 +1334,10 @@ impl Printer<'_> {
                     });
                 }
                 let sync = match op {
-                    Intrinsic::WgmmaWait { n } => format!("tl_wgmma_wait<{n}>()"),
+                    Intrinsic::WgmmaWait { n, pinned: false } => format!("tl_wgmma_wait<{n}>()"),
+                    Intrinsic::WgmmaWait { n, pinned: true } => {
+                        format!("tl_wgmma_wait_pinned<{n}>()")
+                    }
                     _ => "tl_wgmma_fence()".into(),
                 };
                 if matches!(op, Intrinsic::WgmmaWait { .. }) {

@@ -100,8 +100,10 @@ pub enum Intrinsic {
     WgmmaCommit,
     /// `wgmma.wait_group.sync.aligned n`: all but the newest `n` groups are complete. args: the
     /// addresses of the register arrays the wgmmas used (as for `WgmmaFence`): the accumulator
-    /// is readable after the wait, and A's registers stay live until it.
-    WgmmaWait { n: u32 },
+    /// is readable after the wait, and A's registers stay live until it. `pinned`: the work
+    /// the program put before the wait is meant to run beside the pending groups, so code
+    /// generation keeps the assembler from raising the wait above it (see the PTX printer).
+    WgmmaWait { n: u32, pinned: bool },
     /// `fence.proxy.async.shared::cta`: this thread's shared-memory writes become visible to
     /// the async proxy (which wgmma reads through).
     FenceProxyAsync,
@@ -521,7 +523,8 @@ impl Intrinsic {
             Intrinsic::Wgmma(w) => w.name(),
             Intrinsic::WgmmaFence => "wgmma_fence".into(),
             Intrinsic::WgmmaCommit => "wgmma_commit".into(),
-            Intrinsic::WgmmaWait { n } => format!("wgmma_wait<{n}>"),
+            Intrinsic::WgmmaWait { n, pinned: false } => format!("wgmma_wait<{n}>"),
+            Intrinsic::WgmmaWait { n, pinned: true } => format!("wgmma_wait_pinned<{n}>"),
             Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
             Intrinsic::FenceProxyAsyncGlobal => "fence_proxy_async_global".into(),
             Intrinsic::MbarrierInit { count } => format!("mbarrier_init<{count}>"),

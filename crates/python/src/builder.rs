@@ -285,8 +285,13 @@ impl Builder {
         Ok(())
     }
 
-    fn wait_wgmma(&mut self, n: u32) -> PyResult<()> {
-        self.scope()?.wait_wgmma(n);
+    #[pyo3(signature = (n, pinned=false))]
+    fn wait_wgmma(&mut self, n: u32, pinned: bool) -> PyResult<()> {
+        if pinned {
+            self.scope()?.wait_wgmma_pinned(n);
+        } else {
+            self.scope()?.wait_wgmma(n);
+        }
         Ok(())
     }
 

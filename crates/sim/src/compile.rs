@@ -1023,7 +1023,7 @@ impl Compiler<'_> {
             // the issuing thread's full wait (`Mem::tma_writes`).
             Intrinsic::BulkWait { n, read } => Instr::BulkWait { n: *n, read: *read },
             Intrinsic::WgmmaCommit => Instr::WgmmaCommit,
-            Intrinsic::WgmmaWait { n } => Instr::WgmmaWait(*n),
+            Intrinsic::WgmmaWait { n, .. } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,
             Intrinsic::FenceProxyAsyncGlobal => Instr::FenceProxyAsyncGlobal,
             Intrinsic::Print { msg } => {

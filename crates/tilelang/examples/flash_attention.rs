@@ -46,6 +46,13 @@ struct Args {
     /// the tensor cores while the softmax of this one is computed (`AttnConfig::overlap_pv`)
     #[arg(long)]
     overlap_pv: bool,
+    /// With --overlap-pv, keep the wait for the previous P·V below this step's softmax
+    /// (`AttnConfig::pin_pv_wait`; the default for non-causal d128 on Hopper)
+    #[arg(long, conflicts_with = "no_pin_pv_wait")]
+    pin_pv_wait: bool,
+    /// Leave the wait for the previous P·V where ptxas puts it
+    #[arg(long)]
+    no_pin_pv_wait: bool,
     /// `--persistent [N]`: one block per multiprocessor (or N blocks), each looping over
     /// query tiles (`AttnConfig::persistent`; the default for non-causal d128 on Hopper);
     /// `--no-persistent`: one block per query tile
@@ -78,6 +85,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
         cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
         cfg.overlap_pv |= args.overlap_pv;
+        cfg.pin_pv_wait = (cfg.pin_pv_wait || args.pin_pv_wait) && !args.no_pin_pv_wait;
         cfg.persistent = args.persistence.apply(cfg.persistent);
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)

@@ -413,3 +413,82 @@ fn wgmma_registers_are_written_before_the_fence() {
         assert!(fences > 0, "{}: no wgmma.fence", k.name());
     }
 }
+
+/// The d128 attention's main loop, as ptxas schedules it (SASS): Q·Kᵀ starts from a zero
+/// accumulator inside the wgmma (`RZ, !UPT`: scale-d 0) rather than after zeroing
+/// instructions (32 `CS2R` a step and thread), and in the non-causal default every
+/// exponential of step j is issued before the wait for P·V of step j − 1 (the wait pinned
+/// below the softmax; left to ptxas it rose above all but a row's max). Causal keeps the
+/// unpinned wait (measured faster there, gpu-notes run 31b), so there the wait still comes
+/// first: the check sees the difference the pin makes.
+#[test]
+fn attention_softmax_runs_beside_the_previous_pv() {
+    use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("attention_softmax_runs_beside_the_previous_pv").is_none() {
+        return;
+    }
+    let opts = tl_nvrtc::CheckOptions {
+        sass: if tl_nvrtc::testing::cuobjdump_required() {
+            tl_nvrtc::SassMode::Required
+        } else {
+            tl_nvrtc::SassMode::IfAvailable
+        },
+        ..Default::default()
+    };
+    for (causal, printer) in [(false, "PTX"), (true, "PTX"), (false, "CUDA C++")] {
+        let k = flash_attention(BF16, 128, causal, AttnConfig::hopper_for(128, causal));
+        let source = match printer {
+            "PTX" => k.emit_ptx(Target::SM90),
+            _ => k.emit(Target::SM90),
+        }
+        .expect("source");
+        let report = tl_nvrtc::check_with(&source, "sm_90a", &opts).expect("compiles");
+        let Some(sass) = report.sass else {
+            eprintln!("SKIPPED attention_softmax_runs_beside_the_previous_pv: no cuobjdump");
+            return;
+        };
+        let lines: Vec<&str> = sass.lines().collect();
+        let at = |pat: &str| lines.iter().position(|l| l.contains(pat));
+        // The loop's Q·Kᵀ group comes first and starts from zero.
+        let first_hgmma = lines
+            .iter()
+            .find(|l| l.contains("HGMMA"))
+            .expect("wgmma in SASS");
+        assert!(
+            first_hgmma.contains("RZ, !UPT"),
+            "{printer} causal={causal}: Q·Kᵀ does not start from a zero accumulator: {first_hgmma}"
+        );
+        let loop_top = at("WARPGROUP.DEPBAR.LE gsb0, 0x1").expect("the wait for Q·Kᵀ");
+        let pv_wait = loop_top
+            + lines[loop_top..]
+                .iter()
+                .position(|l| l.contains("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+                .expect("P·V's wait");
+        let exps_after_wait = lines[pv_wait..]
+            .iter()
+            .take_while(|l| !l.contains("HGMMA"))
+            .filter(|l| l.contains("MUFU.EX2"))
+            .count();
+        let exps_before_wait = lines[loop_top..pv_wait]
+            .iter()
+            .filter(|l| l.contains("MUFU.EX2"))
+            .count();
+        println!(
+            "{printer} causal={causal}: exponentials before P·V's wait {exps_before_wait}, \
+             after {exps_after_wait}"
+        );
+        if causal {
+            assert!(
+                exps_after_wait > exps_before_wait,
+                "causal: the wait was left to ptxas, which raises it above the exponentials"
+            );
+        } else {
+            assert!(
+                exps_before_wait >= 64 && exps_after_wait == 0,
+                "{printer}: the softmax's exponentials ({exps_before_wait} before, \
+                 {exps_after_wait} after) do not all run before the wait for the previous P·V"
+            );
+        }
+    }
+}

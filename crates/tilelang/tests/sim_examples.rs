@@ -936,9 +936,12 @@ fn planted_wgmma_bugs_are_caught() {
     // stage it still reads.
     let loose_wait = low.with_body(low.body.map_post(&mut |st| match &st.kind {
         StmtKind::Eval(e) => match e.kind() {
-            ExprKind::Call(Intrinsic::WgmmaWait { n: 0 }, args) => Stmt::new(
+            ExprKind::Call(Intrinsic::WgmmaWait { n: 0, pinned }, args) => Stmt::new(
                 StmtKind::Eval(Expr::call(
-                    Intrinsic::WgmmaWait { n: 1 },
+                    Intrinsic::WgmmaWait {
+                        n: 1,
+                        pinned: *pinned,
+                    },
                     args.clone(),
                     e.dtype(),
                 )),

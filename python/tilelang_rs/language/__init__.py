@@ -331,13 +331,19 @@ def gemm(A: TileArg, B: TileArg, C: TileArg, transpose_A: bool = False,
                             _b.bool(overlap))
 
 
-def wait_wgmma(n: int = 0) -> None:
+def wait_wgmma(n: int = 0, pinned: bool = False) -> None:
     """Wait until at most ``n`` asynchronous wgmma groups are pending (``wgmma.wait_group``):
     the accumulators of gemms issued with ``wg_wait`` before the newest ``n`` are readable
-    after it. Does nothing where gemms are synchronous."""
+    after it. Does nothing where gemms are synchronous.
+
+    ``pinned=True`` (not in TileLang) keeps the wait where it is written, below work meant to
+    run while the groups are on the tensor cores (attention's softmax of step j beside P·V of
+    step j − 1); otherwise ptxas may raise the wait above that work."""
     if not isinstance(n, int) or isinstance(n, _b.bool) or n < 0:
         raise TypeError(f"wait_wgmma takes a count ≥ 0, got {n!r}")
-    _trace.current().b.wait_wgmma(n)
+    if not isinstance(pinned, _b.bool):
+        raise TypeError(f"wait_wgmma's pinned is True or False, got {pinned!r}")
+    _trace.current().b.wait_wgmma(n, pinned)
 
 
 def clear(buffer: TileArg) -> None:

@@ -26,6 +26,29 @@ enum Side {
 }
 
 impl Emitter {
+    /// `wgmma.wait_group n`. ptxas's scheduler raises a wait as early as its basic block
+    /// allows (nothing it can see ties the wait to the code before it), so a wait the program
+    /// placed after work meant to run beside the wgmmas — attention's exponentials and row
+    /// sums of step j while P·V of step j − 1 is on the tensor cores — ended up before most of
+    /// that work, and the warps sat at the wait with the work still to do (ncu, d128
+    /// attention: every `MUFU.EX2` after the `WARPGROUP.DEPBAR`). A `pinned` wait starts a
+    /// basic block of its own, which ptxas does not move it out of: a branch that is never
+    /// taken (a launch's dynamic shared memory is never 4 GiB; ptxas cannot know that) over a
+    /// `nanosleep`. A label alone, or a fence, does not hold it (tried).
+    fn wgmma_wait(&mut self, n: u32, pinned: bool) {
+        if pinned {
+            let size = self.fresh(Class::B32);
+            let taken = self.fresh(Class::Pred);
+            let join = self.label();
+            self.ins(&format!("mov.u32 {size}, %dynamic_smem_size"));
+            self.ins(&format!("setp.ne.u32 {taken}, {size}, -1"));
+            self.ins(&format!("@{taken} bra.uni {join}"));
+            self.ins("nanosleep.u32 0");
+            self.place(&join);
+        }
+        self.ins(&format!("wgmma.wait_group.sync.aligned {n}"));
+    }
+
     fn nargs(op: &Intrinsic, args: &[Expr], n: usize) -> R<()> {
         if args.len() == n {
             Ok(())
@@ -293,7 +316,7 @@ impl Emitter {
                 self.flush_writes();
                 self.ins("wgmma.fence.sync.aligned")
             }
-            Intrinsic::WgmmaWait { n } => self.ins(&format!("wgmma.wait_group.sync.aligned {n}")),
+            Intrinsic::WgmmaWait { n, pinned } => self.wgmma_wait(*n, *pinned),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
             Intrinsic::FenceProxyAsyncGlobal => self.ins("fence.proxy.async.global"),
             Intrinsic::Fence { scope, sc } => {

@@ -718,7 +718,14 @@ impl Pipeliner {
             ));
         }
         if !drain.is_empty() {
-            out.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+            out.push(eval(
+                Intrinsic::WgmmaWait {
+                    n: 0,
+                    pinned: false,
+                },
+                drain,
+                span,
+            ));
         }
         out.push(eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
         out.push(sync(span));
@@ -890,7 +897,14 @@ impl Pipeliner {
             span,
         ));
         if !drain.is_empty() {
-            out.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+            out.push(eval(
+                Intrinsic::WgmmaWait {
+                    n: 0,
+                    pinned: false,
+                },
+                drain,
+                span,
+            ));
         }
         out.push(sync(span));
         Stmt::seq(out, span)
@@ -1005,7 +1019,7 @@ fn loop_depth(
             match &body[i].kind {
                 StmtKind::Op(TileOp::Gemm(g)) if wgmma(g) => pending = after(pending + 1, g),
                 StmtKind::Eval(e) => {
-                    if let ExprKind::Call(Intrinsic::WgmmaWait { n }, _) = e.kind() {
+                    if let ExprKind::Call(Intrinsic::WgmmaWait { n, .. }, _) = e.kind() {
                         pending = pending.min(*n);
                     }
                 }

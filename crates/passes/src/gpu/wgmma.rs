@@ -289,7 +289,7 @@ impl Ctx<'_> {
             Some(n) => u32::try_from(n).ok(),
         };
         if let Some(n) = wait {
-            out.push(self.eval(Intrinsic::WgmmaWait { n }, regs, span));
+            out.push(self.eval(Intrinsic::WgmmaWait { n, pinned: false }, regs, span));
         }
         Ok(Stmt::seq(out, span))
     }

@@ -89,7 +89,7 @@ fn bind_wgmma_waits(k: &mut Kernel) {
                     Stmt::new(StmtKind::Op(TileOp::Gemm(g)), st.span),
                     Stmt::new(
                         StmtKind::Eval(tl_ir::Expr::call(
-                            tl_ir::Intrinsic::WgmmaWait { n },
+                            tl_ir::Intrinsic::WgmmaWait { n, pinned: false },
                             regs.clone(),
                             tl_ir::DType::Bool,
                         )),

@@ -490,7 +490,14 @@ impl Pipeliner {
         }
         compute.push(serial(&k, n.clone(), Stmt::seq(steady, span), span));
         if !drain.is_empty() {
-            compute.push(eval(Intrinsic::WgmmaWait { n: 0 }, drain, span));
+            compute.push(eval(
+                Intrinsic::WgmmaWait {
+                    n: 0,
+                    pinned: false,
+                },
+                drain,
+                span,
+            ));
         }
         // The last `depth` iterations' stages, released once their groups retired.
         for j in 0..depth {
