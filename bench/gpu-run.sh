@@ -478,7 +478,8 @@ if [ "$what" = overlap-regs ]; then
 fi
 
 if [ "$what" = jit ]; then
-  # PTX with `setmaxnreg` compiled whole by the CUDA driver (code=ptx-jit; nvJitLink drops
+  # PTX with `setmaxnreg` assembled whole by ptxas (code=ptx-ptxas) or the CUDA driver
+  # (code=ptx-jit, where no ptxas is found; nvJitLink drops
   # the instruction): the new d128 attention default (producer warpgroup, 128-key tiles, P.V
   # under the next softmax) and every warp-specialized GEMM. Correctness in both code paths
   # at odd sizes, then speed beside cuDNN / cuBLAS / cuBLASLt, then compute-sanitizer.

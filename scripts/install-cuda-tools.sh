@@ -4,6 +4,8 @@
 #   - nvidia-cuda-cuobjdump  cuobjdump (lists the SASS of a cubin), and
 #   - nvidia-cuda-nvdisasm   nvdisasm (which cuobjdump runs to disassemble),
 #   - nvidia-nvjitlink       libnvJitLink (PTX -> cubin with ptxas inside: the PTX backend),
+#   - nvidia-cuda-nvcc       only its ptxas: whole-program PTX (kernels that move registers
+#                            with `setmaxnreg`, which nvJitLink drops) assembles to a cubin,
 #   - nvidia-nvshmem-cu13    NVSHMEM's headers and device archive (and host library): the
 #                            NVSHMEM route links kernels with them (its bitcode is skipped),
 #   - nvidia-cuda-runtime, nvidia-cuda-cccl   cuda_runtime.h and libcu++, which NVSHMEM's
@@ -25,6 +27,7 @@ NVRTC_VERSION="${TILELANG_NVRTC_VERSION:-13.0.88}"
 CUOBJDUMP_VERSION="${TILELANG_CUOBJDUMP_VERSION:-13.2.86}"
 NVDISASM_VERSION="${TILELANG_NVDISASM_VERSION:-$CUOBJDUMP_VERSION}"
 NVJITLINK_VERSION="${TILELANG_NVJITLINK_VERSION:-$NVRTC_VERSION}"
+NVCC_VERSION="${TILELANG_NVCC_VERSION:-$NVRTC_VERSION}"
 # torch 2.11 (cu130) pins NVSHMEM 3.4.5: kernels linked here load in its processes.
 NVSHMEM_VERSION="${TILELANG_NVSHMEM_VERSION:-3.4.5}"
 CUDART_VERSION="${TILELANG_CUDART_VERSION:-13.0.96}"
@@ -33,7 +36,7 @@ CCCL_VERSION="${TILELANG_CCCL_VERSION:-13.0.85}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dest="${TILELANG_CUDA_TOOLS:-$root/target/cuda-tools}"
 stamp="$dest/.installed"
-want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION nvidia-nvjitlink==$NVJITLINK_VERSION nvidia-nvshmem-cu13==$NVSHMEM_VERSION nvidia-cuda-runtime==$CUDART_VERSION nvidia-cuda-cccl==$CCCL_VERSION"
+want="nvidia-cuda-nvrtc==$NVRTC_VERSION nvidia-cuda-cuobjdump==$CUOBJDUMP_VERSION nvidia-cuda-nvdisasm==$NVDISASM_VERSION nvidia-nvjitlink==$NVJITLINK_VERSION nvidia-cuda-nvcc==$NVCC_VERSION nvidia-nvshmem-cu13==$NVSHMEM_VERSION nvidia-cuda-runtime==$CUDART_VERSION nvidia-cuda-cccl==$CCCL_VERSION"
 
 log() { echo "install-cuda-tools: $*" >&2; }
 
@@ -52,7 +55,8 @@ find_one() { # find_one DIR NAME-GLOB: the first matching file, or nothing
 
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] \
    || [ -z "$(find_one "$dest" 'libnvrtc.so.*')" ] \
-   || [ -z "$(find_one "$dest" 'libnvJitLink.so.*')" ]; then
+   || [ -z "$(find_one "$dest" 'libnvJitLink.so.*')" ] \
+   || [ -z "$(find_one "$dest" ptxas)" ]; then
   python="$(command -v python3 || command -v python || true)"
   if [ -z "$python" ]; then
     log "error: python3 with pip is needed to download the NVRTC wheels"
@@ -76,8 +80,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] \
 import pathlib, sys, zipfile
 dest = pathlib.Path(sys.argv[1])
 for whl in sorted((dest / "wheels").glob("*.whl")):
+    # Of nvcc's wheel only ptxas (its nvcc, nvlink and front end are another 80 MB).
+    only_ptxas = whl.name.startswith("nvidia_cuda_nvcc")
     with zipfile.ZipFile(whl) as z:
         for name in z.namelist():
+            if only_ptxas and not name.endswith("/bin/ptxas"):
+                continue
             # Skip the ".alt" library variants (another 114 MB, unused) and package stubs.
             # NVSHMEM's LLVM bitcode (31 MB) is for other compilers' routes, not ours.
             if (name.startswith("nvidia/") and not name.endswith("/")
@@ -103,10 +111,14 @@ log "NVRTC: $nvrtc"
 log "cuobjdump: ${cuobjdump:-<none>}"
 jitlink="$(find_one "$dest" 'libnvJitLink.so.*')"
 log "nvJitLink: ${jitlink:-<none>}"
+ptxas="$(find_one "$dest" ptxas)"
+log "ptxas: ${ptxas:-<none>}"
 echo "export TILELANG_CUDA_TOOLS='$dest'"
 echo "export TILELANG_NVRTC='$nvrtc'"
 [ -n "$cuobjdump" ] && echo "export TILELANG_CUOBJDUMP='$cuobjdump'"
 [ -n "$jitlink" ] && echo "export TILELANG_NVJITLINK='$jitlink'"
+# ptxas is found under TILELANG_CUDA_TOOLS; TILELANG_PTXAS is not set, since setting it would
+# make the runtime prefer ptxas to the driver's JIT (crates/runtime/src/whole_program.rs).
 # With the toolchain installed, the compile tests must run: a missing library now fails them.
 echo "export TILELANG_REQUIRE_NVRTC=1"
 if [ -f "$dest/nvidia/nvshmem/lib/libnvshmem_device.a" ]; then

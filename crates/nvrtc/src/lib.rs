@@ -19,6 +19,7 @@ mod error;
 mod jitlink;
 mod library;
 pub mod nvshmem;
+mod ptxas;
 mod sass;
 pub mod testing;
 mod usage;
@@ -31,6 +32,7 @@ use std::time::{Duration, Instant};
 pub use error::{NvrtcError, INSTALL_HINT};
 pub use jitlink::{discover_jitlink, is_ptx, needs_whole_program, JitLink, LinkInput};
 pub use library::{discover, find_tool, tools_dirs, Library as Nvrtc};
+pub use ptxas::{Assembled, Ptxas};
 pub use sass::{cuobjdump, has_instruction, sass, sass_opcodes};
 pub use usage::{parse_ptxas_log, FunctionUsage, ResourceUsage};
 

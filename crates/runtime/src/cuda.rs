@@ -679,11 +679,15 @@ impl CudaKernel {
             let (module, log, took) = jit_load(&art.cubin, kernel, dev.ordinal)?;
             (module, log, Some(took))
         } else {
-            (
-                Self::load_cubin(dev, &art.cubin, kernel)?,
-                art.log.clone(),
-                None,
-            )
+            match (Self::load_cubin(dev, &art.cubin, kernel), &art.ptx) {
+                (Ok(module), _) => (module, art.log.clone(), None),
+                // ptxas's cubin, which this driver cannot load: its JIT compiles the PTX.
+                (Err(_), Some(ptx)) => {
+                    let (module, log, took) = jit_load(ptx, kernel, dev.ordinal)?;
+                    (module, log, Some(took))
+                }
+                (Err(e), None) => return Err(e),
+            }
         };
         init_nvshmem_module(module, &art.cubin, kernel)?;
         let mut k = Self::with_module(dev, module, entry, kernel, dynamic_smem, log)?;
@@ -1095,6 +1099,10 @@ pub(crate) struct Artifact {
     pub compile_time: Duration,
     /// PTX the driver compiles at load ([`tl_nvrtc::needs_whole_program`]).
     pub jit: bool,
+    /// For a cubin ptxas made of whole-program PTX: that PTX (NUL-terminated), which the
+    /// driver's JIT compiles instead if the driver cannot load the cubin (a ptxas newer than
+    /// the driver).
+    pub ptx: Option<Vec<u8>>,
 }
 
 /// Take `<key>.cubin` (and its `<key>.log`) from the cache, or compile `source` with NVRTC for
@@ -1107,7 +1115,32 @@ pub(crate) fn compile_cached(
     source: &str,
     arch: &str,
 ) -> Result<Artifact> {
+    compile_cached_with(
+        cache,
+        key,
+        kernel,
+        source,
+        arch,
+        crate::whole_program::ptxas(),
+    )
+}
+
+/// [`compile_cached`] with whole-program PTX assembled by `ptxas` (or, with `None`, left to
+/// the driver's JIT).
+fn compile_cached_with(
+    cache: &Cache,
+    key: &str,
+    kernel: &str,
+    source: &str,
+    arch: &str,
+    ptxas: Option<&tl_nvrtc::Ptxas>,
+) -> Result<Artifact> {
     if tl_nvrtc::needs_whole_program(source) {
+        if let Some(a) =
+            ptxas.and_then(|ptxas| assemble_whole_program(cache, key, source, arch, ptxas))
+        {
+            return Ok(a);
+        }
         // Compiled by the driver when loaded (`jit_load`), which keeps its own cache of JIT
         // results. Ours keeps the PTX (`<key>.ptx`: a later build or precompile of the same
         // key is a hit) and the ptxas report of the first load (`<key>.jitlog`).
@@ -1125,6 +1158,7 @@ pub(crate) fn compile_cached(
             log: cache.read_string(key, "jitlog").unwrap_or_default(),
             compile_time: Duration::ZERO,
             jit: true,
+            ptx: None,
         });
     }
     let cached = || {
@@ -1135,6 +1169,7 @@ pub(crate) fn compile_cached(
             cache_hit: true,
             compile_time: Duration::ZERO,
             jit: false,
+            ptx: None,
         })
     };
     if let Some(a) = cached() {
@@ -1180,6 +1215,51 @@ pub(crate) fn compile_cached(
         cache_hit: false,
         compile_time,
         jit: false,
+        ptx: None,
+    })
+}
+
+/// Whole-program PTX assembled by ptxas (`<key>.<ptxas tag>.cubin` and `.log` in the cache),
+/// or `None` when ptxas fails, and the driver's JIT is to compile it instead (a ptxas older
+/// than the PTX, say: the driver then reports any error in the PTX itself).
+fn assemble_whole_program(
+    cache: &Cache,
+    key: &str,
+    source: &str,
+    arch: &str,
+    ptxas: &tl_nvrtc::Ptxas,
+) -> Option<Artifact> {
+    let (cubin_ext, log_ext) = (format!("{}.cubin", ptxas.tag), format!("{}.log", ptxas.tag));
+    let mut ptx = source.as_bytes().to_vec();
+    ptx.push(0);
+    let cached = |ptx: &[u8]| {
+        let cubin = cache.read(key, &cubin_ext).filter(|c| !c.is_empty())?;
+        Some(Artifact {
+            cubin,
+            log: cache.read_string(key, &log_ext).unwrap_or_default(),
+            cache_hit: true,
+            compile_time: Duration::ZERO,
+            jit: false,
+            ptx: Some(ptx.to_vec()),
+        })
+    };
+    if let Some(a) = cached(&ptx) {
+        return Some(a);
+    }
+    let _lock = cache.lock(key, &cubin_ext);
+    if let Some(a) = cached(&ptx) {
+        return Some(a);
+    }
+    let made = ptxas.assemble(source, arch).ok()?;
+    cache.put_bytes(key, &log_ext, made.log.as_bytes()).ok()?;
+    cache.put_bytes(key, &cubin_ext, &made.cubin).ok()?;
+    Some(Artifact {
+        cubin: made.cubin,
+        log: made.log,
+        cache_hit: false,
+        compile_time: made.time,
+        jit: false,
+        ptx: Some(ptx),
     })
 }
 
@@ -1241,21 +1321,68 @@ fn jit_load(ptx: &[u8], kernel: &str, ordinal: usize) -> Result<(sys::CUmodule, 
 mod tests {
     use super::*;
 
-    /// PTX that moves registers between warpgroups is left to the driver's JIT: no assembler
-    /// runs (none is needed here), the artifact is the NUL-terminated PTX, and the cache keeps
+    const SETMAXNREG_PTX: &str = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n.maxntid 384, 1, 1\n.maxnreg 168\n{\n  setmaxnreg.inc.sync.aligned.u32 232;\n  ret;\n}\n";
+
+    /// Without ptxas, PTX that moves registers between warpgroups is left to the driver's
+    /// JIT: no assembler runs, the artifact is the NUL-terminated PTX, and the cache keeps
     /// the PTX so that the next build of the key is a hit.
     #[test]
-    fn whole_program_ptx_is_left_to_the_driver_and_cached() {
+    fn whole_program_ptx_without_ptxas_is_left_to_the_driver_and_cached() {
         let dir = std::env::temp_dir().join(format!("tl-jit-cache-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let cache = Cache::at(&dir);
-        let ptx = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n.maxntid 384, 1, 1\n.maxnreg 168\n{\n  setmaxnreg.inc.sync.aligned.u32 232;\n  ret;\n}\n";
-        let first = compile_cached(&cache, "k1", "k", ptx, "sm_90a").expect("no assembler needed");
+        let ptx = SETMAXNREG_PTX;
+        let first = compile_cached_with(&cache, "k1", "k", ptx, "sm_90a", None)
+            .expect("no assembler needed");
         assert!(first.jit && !first.cache_hit);
         assert_eq!(first.cubin.last(), Some(&0));
         assert_eq!(&first.cubin[..first.cubin.len() - 1], ptx.as_bytes());
-        let again = compile_cached(&cache, "k1", "k", ptx, "sm_90a").expect("cached");
+        let again = compile_cached_with(&cache, "k1", "k", ptx, "sm_90a", None).expect("cached");
         assert!(again.jit && again.cache_hit);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// With ptxas (the installer provides it; required where the toolchain is), such PTX is
+    /// assembled ahead of time into a cubin that keeps the register moves (`USETMAXREG`),
+    /// cached under ptxas's tag, with the PTX kept for the driver should it not load the
+    /// cubin; the next build is a hit of the cubin. A failing assembly leaves it to the
+    /// driver.
+    #[test]
+    fn whole_program_ptx_is_assembled_by_ptxas_and_cached() {
+        let Some(ptxas) = tl_nvrtc::Ptxas::global() else {
+            assert!(
+                !tl_nvrtc::testing::nvrtc_required(),
+                "TILELANG_REQUIRE_NVRTC is set but no ptxas was found (scripts/install-cuda-tools.sh \
+                 installs it; or set TILELANG_PTXAS)"
+            );
+            eprintln!("SKIPPED whole_program_ptx_is_assembled_by_ptxas_and_cached: no ptxas");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("tl-ptxas-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cache = Cache::at(&dir);
+        let first = compile_cached_with(&cache, "k1", "k", SETMAXNREG_PTX, "sm_90a", Some(ptxas))
+            .expect("assembles");
+        assert!(!first.jit && !first.cache_hit);
+        assert_eq!(&first.cubin[..4], b"\x7fELF", "a cubin");
+        assert!(first.log.contains("Used"), "ptxas's report: {}", first.log);
+        assert_eq!(
+            first.ptx.as_deref().map(|p| &p[..p.len() - 1]),
+            Some(SETMAXNREG_PTX.as_bytes())
+        );
+        if let Ok(sass) = tl_nvrtc::sass(&first.cubin) {
+            assert!(sass.contains("USETMAXREG"), "setmaxnreg dropped:\n{sass}");
+        } else {
+            assert!(!tl_nvrtc::testing::cuobjdump_required(), "no cuobjdump");
+        }
+        let again = compile_cached_with(&cache, "k1", "k", SETMAXNREG_PTX, "sm_90a", Some(ptxas))
+            .expect("cached");
+        assert!(!again.jit && again.cache_hit && again.cubin == first.cubin);
+        // PTX ptxas refuses goes to the driver (which reports the error when it loads it).
+        let bad = SETMAXNREG_PTX.replace("ret;", "bogus.instruction;");
+        let left = compile_cached_with(&cache, "k2", "k", &bad, "sm_90a", Some(ptxas))
+            .expect("left to the driver");
+        assert!(left.jit && left.ptx.is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 

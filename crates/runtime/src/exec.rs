@@ -234,6 +234,10 @@ pub struct CompileStats {
     /// Why a CUDA kernel was built from CUDA C++ where PTX was asked for (by default or by
     /// `TILELANG_BACKEND=ptx`): nvJitLink missing, or a construct the PTX printer lacks.
     pub fallback: Option<String>,
+    /// The CUDA driver assembled the kernel's PTX when it loaded it (whole-program PTX, which
+    /// only ptxas assembles ahead of time, where no ptxas was found or its cubin would not
+    /// load): its result lives in the driver's cache, not ours.
+    pub driver_jit: bool,
 }
 
 pub(crate) enum Module {

@@ -18,6 +18,7 @@ pub mod rng;
 pub mod selftest;
 pub mod tensor;
 pub mod tensor_map;
+mod whole_program;
 
 pub use cache::Cache;
 pub use cuda::{DeviceProps, ResourceUsage};
@@ -169,6 +170,7 @@ pub fn build_cuda(
             .elapsed()
             .saturating_sub(kernel.jit_time.unwrap_or_default()),
         total: t0.elapsed(),
+        driver_jit: kernel.jit_time.is_some(),
         ..Default::default()
     };
     Ok(Executable::new(

@@ -268,16 +268,23 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
-/// `compile_ms=<total> cached=<hit> code=<ptx|ptx-jit|cuda|c|hip|thread-ir>`: what building
-/// the executable cost, and what the device code was generated as (`ptx-jit` for PTX the CUDA
-/// driver compiles as a whole program, `cuda` for CUDA C++, `hip` for HIP C++ compiled by
+/// `compile_ms=<total> cached=<hit> code=<ptx|ptx-ptxas|ptx-jit|cuda|c|hip|thread-ir>`: what
+/// building the executable cost, and what the device code was generated as (`ptx-ptxas` for
+/// PTX assembled as a whole program by ptxas, `ptx-jit` for such PTX the CUDA driver
+/// compiled when loading it — no ptxas found —, `cuda` for CUDA C++, `hip` for HIP C++ compiled by
 /// clang to an AMD code object, `thread-ir` for the simulator); on NVIDIA GPUs also the
 /// registers per thread at launch and the local memory (spills) per thread.
 pub fn compile_note(exe: &Executable) -> String {
     let st = exe.compile_stats();
     let code = match (exe.device(), exe.source()) {
-        // PTX that moves registers between warpgroups: the driver compiles it whole.
-        (Device::Cuda(_), Some(src)) if tl_nvrtc::needs_whole_program(src) => "ptx-jit",
+        // PTX that moves registers between warpgroups: ptxas or the driver assembles it whole.
+        (Device::Cuda(_), Some(src)) if tl_nvrtc::needs_whole_program(src) => {
+            if st.driver_jit {
+                "ptx-jit"
+            } else {
+                "ptx-ptxas"
+            }
+        }
         (Device::Cuda(_), Some(src)) if tl_nvrtc::is_ptx(src) => "ptx",
         (Device::Cuda(_), _) => "cuda",
         (Device::Cpu, _) => "c",
