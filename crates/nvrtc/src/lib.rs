@@ -477,19 +477,33 @@ pub fn check(source: &str, arch: &str) -> Result<Report, NvrtcError> {
 /// [`check`] with options.
 ///
 /// PTX that must be compiled as a whole program ([`needs_whole_program`]: it moves registers
-/// between warpgroups with `setmaxnreg`) is assembled here under the budget of its largest
-/// `setmaxnreg.inc` ([`consumer_budget_model`]): nvJitLink, the only PTX assembler here,
-/// drops `setmaxnreg`, and the kernel's even share would report spills the driver's
-/// whole-program compile does not make. The report is then that of the consumers' code.
+/// between warpgroups with `setmaxnreg`) is assembled by ptxas where one is found ([`Ptxas`]:
+/// the cubin, registers and SASS a GPU runs); without ptxas, by nvJitLink under the budget of
+/// its largest `setmaxnreg.inc` ([`consumer_budget_model`]): nvJitLink drops `setmaxnreg`,
+/// and the kernel's even share would report spills the whole-program compile does not make.
+/// That report is then the consumers' code's.
 pub fn check_with(source: &str, arch: &str, opts: &CheckOptions) -> Result<Report, NvrtcError> {
     let modeled;
-    let source = if needs_whole_program(source) {
-        modeled = consumer_budget_model(source);
-        modeled.as_str()
-    } else {
-        source
+    let c = match (needs_whole_program(source), Ptxas::global()) {
+        (true, Some(ptxas)) => {
+            let made = ptxas.assemble(source, arch)?;
+            Compiled {
+                arch: arch.into(),
+                functions: parse_ptxas_log(&made.log),
+                cubin: made.cubin,
+                ptx: source.into(),
+                log: made.log,
+                compile_time: made.time,
+                nvrtc_version: JitLink::global().map(|j| j.version()).unwrap_or_default(),
+                flags: vec![format!("ptxas -arch={arch}")],
+            }
+        }
+        (true, None) => {
+            modeled = consumer_budget_model(source);
+            compile(&modeled, arch, &opts.compile)?
+        }
+        (false, _) => compile(source, arch, &opts.compile)?,
     };
-    let c = compile(source, arch, &opts.compile)?;
     if !opts.allow_spills {
         if let Some(f) = c.functions.iter().find(|f| f.usage.spills()) {
             return Err(NvrtcError::Spills {
