@@ -306,6 +306,12 @@ pub struct TmaOperands<'a> {
 }
 
 impl Intrinsic {
+    /// `wgmma.wait_group 0`, unpinned: the wait that drains every group (after a pipeline).
+    pub const WGMMA_WAIT_ALL: Intrinsic = Intrinsic::WgmmaWait {
+        n: 0,
+        pinned: false,
+    };
+
     /// How many arguments a TMA copy takes (`None` for other intrinsics).
     pub fn tma_arg_count(&self) -> Option<usize> {
         match self {

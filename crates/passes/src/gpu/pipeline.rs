@@ -718,14 +718,7 @@ impl Pipeliner {
             ));
         }
         if !drain.is_empty() {
-            out.push(eval(
-                Intrinsic::WgmmaWait {
-                    n: 0,
-                    pinned: false,
-                },
-                drain,
-                span,
-            ));
+            out.push(eval(Intrinsic::WGMMA_WAIT_ALL, drain, span));
         }
         out.push(eval(Intrinsic::CpAsyncWait { n: 0 }, vec![], span));
         out.push(sync(span));
@@ -897,14 +890,7 @@ impl Pipeliner {
             span,
         ));
         if !drain.is_empty() {
-            out.push(eval(
-                Intrinsic::WgmmaWait {
-                    n: 0,
-                    pinned: false,
-                },
-                drain,
-                span,
-            ));
+            out.push(eval(Intrinsic::WGMMA_WAIT_ALL, drain, span));
         }
         out.push(sync(span));
         Stmt::seq(out, span)

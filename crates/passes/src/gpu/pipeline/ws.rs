@@ -490,14 +490,7 @@ impl Pipeliner {
         }
         compute.push(serial(&k, n.clone(), Stmt::seq(steady, span), span));
         if !drain.is_empty() {
-            compute.push(eval(
-                Intrinsic::WgmmaWait {
-                    n: 0,
-                    pinned: false,
-                },
-                drain,
-                span,
-            ));
+            compute.push(eval(Intrinsic::WGMMA_WAIT_ALL, drain, span));
         }
         // The last `depth` iterations' stages, released once their groups retired.
         for j in 0..depth {
