@@ -498,6 +498,8 @@ def test_wg_wait_and_wait_wgmma(rng):
     assert "wgmma.wait_group.sync.aligned 0" in src or "tl_wgmma_wait<0>" in src
     with pytest.raises(TypeError, match="wait_wgmma"):
         T.wait_wgmma(-1)
+    with pytest.raises(TypeError, match="pinned"):
+        T.wait_wgmma(0, pinned=1)
 
 
 def test_warp_shuffles_in_the_simulator(rng):
