@@ -281,6 +281,7 @@ impl JitLink {
             functions,
             compile_time,
             nvrtc_version: self.version,
+            assembler: "nvJitLink",
             flags,
         })
     }

@@ -153,6 +153,7 @@ impl Nvrtc {
             functions,
             compile_time,
             nvrtc_version: self.version(),
+            assembler: "NVRTC",
             flags,
         })
     }
@@ -318,8 +319,11 @@ pub struct Compiled {
     /// Per-function resource usage parsed from the log (empty without `resource_usage`).
     pub functions: Vec<FunctionUsage>,
     pub compile_time: Duration,
-    /// (major, minor) of the NVRTC that compiled it; part of any cache key.
+    /// (major, minor) of the NVRTC (or nvJitLink, or ptxas: [`Compiled::assembler`]) that
+    /// compiled it; part of any cache key.
     pub nvrtc_version: (i32, i32),
+    /// What made the cubin: NVRTC, nvJitLink (PTX) or ptxas (whole-program PTX).
+    pub assembler: &'static str,
     /// The options NVRTC was given.
     pub flags: Vec<String>,
 }
@@ -411,6 +415,8 @@ pub struct Report {
     pub cubin_bytes: usize,
     pub compile_time: Duration,
     pub nvrtc_version: (i32, i32),
+    /// What made the cubin ([`Compiled::assembler`]).
+    pub assembler: &'static str,
 }
 
 impl Report {
@@ -424,10 +430,11 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} {}: {} (NVRTC {}.{}, {:.0} ms, {} byte cubin{})",
+            "{} {}: {} ({} {}.{}, {:.0} ms, {} byte cubin{})",
             self.arch,
             self.entry,
             self.usage,
+            self.assembler,
             self.nvrtc_version.0,
             self.nvrtc_version.1,
             self.compile_time.as_secs_f64() * 1e3,
@@ -494,7 +501,8 @@ pub fn check_with(source: &str, arch: &str, opts: &CheckOptions) -> Result<Repor
                 ptx: source.into(),
                 log: made.log,
                 compile_time: made.time,
-                nvrtc_version: JitLink::global().map(|j| j.version()).unwrap_or_default(),
+                nvrtc_version: ptxas.version(),
+                assembler: "ptxas",
                 flags: vec![format!("ptxas -arch={arch}")],
             }
         }
@@ -560,6 +568,7 @@ pub fn check_with(source: &str, arch: &str, opts: &CheckOptions) -> Result<Repor
         cubin_bytes: c.cubin.len(),
         compile_time: c.compile_time,
         nvrtc_version: c.nvrtc_version,
+        assembler: c.assembler,
     })
 }
 

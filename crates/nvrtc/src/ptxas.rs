@@ -19,6 +19,7 @@ use crate::{find_tool, NvrtcError};
 pub struct Ptxas {
     pub path: PathBuf,
     pub tag: String,
+    version: OnceLock<(i32, i32)>,
 }
 
 /// What ptxas made of a program: the cubin and its verbose report.
@@ -62,7 +63,20 @@ impl Ptxas {
         Ptxas {
             tag: format!("ptxas-{:016x}", h.finish()),
             path,
+            version: OnceLock::new(),
         }
+    }
+
+    /// (major, minor) from `ptxas --version` ("… release 13.0, V13.0.88"); (0, 0) where it
+    /// cannot be read. Asked once, and only for reports (cache entries use the tag).
+    pub fn version(&self) -> (i32, i32) {
+        *self.version.get_or_init(|| {
+            let out = Command::new(&self.path).arg("--version").output();
+            let text = out
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            parse_release(&text).unwrap_or((0, 0))
+        })
     }
 
     /// Assemble `ptx` for `arch` (`sm_90a`) as a whole program, with the verbose report.
@@ -104,5 +118,25 @@ impl Ptxas {
         let _ = std::fs::remove_file(&output);
         let cubin = cubin.map_err(|e| fail(format!("{}: {e}", output.display())))?;
         Ok(Assembled { cubin, log, time })
+    }
+}
+
+/// "release 13.0," in ptxas's banner → (13, 0).
+fn parse_release(banner: &str) -> Option<(i32, i32)> {
+    let rest = &banner[banner.find("release ")? + "release ".len()..];
+    let number = rest.split([',', ' ', '\n']).next()?;
+    let (major, minor) = number.split_once('.')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_is_read_from_the_banner() {
+        let banner = "ptxas: NVIDIA (R) Ptx optimizing assembler\nCuda compilation tools, release 13.0, V13.0.88\nBuild cuda_13.0.r13.0/compiler.36424714_0\n";
+        assert_eq!(parse_release(banner), Some((13, 0)));
+        assert_eq!(parse_release("no banner"), None);
     }
 }
