@@ -1144,8 +1144,7 @@ fn compile_cached_with(
         // Compiled by the driver when loaded (`jit_load`), which keeps its own cache of JIT
         // results. Ours keeps the PTX (`<key>.ptx`: a later build or precompile of the same
         // key is a hit) and the ptxas report of the first load (`<key>.jitlog`).
-        let mut image = source.as_bytes().to_vec();
-        image.push(0);
+        let image = nul_terminated(source);
         let hit = cache
             .read(key, "ptx")
             .is_some_and(|p| p == source.as_bytes());
@@ -1161,17 +1160,7 @@ fn compile_cached_with(
             ptx: None,
         });
     }
-    let cached = || {
-        let cubin = cache.read(key, "cubin").filter(|c| !c.is_empty())?;
-        Some(Artifact {
-            cubin,
-            log: cache.read_string(key, "log").unwrap_or_default(),
-            cache_hit: true,
-            compile_time: Duration::ZERO,
-            jit: false,
-            ptx: None,
-        })
-    };
+    let cached = || cached_cubin(cache, key, "cubin", "log");
     if let Some(a) = cached() {
         return Ok(a);
     }
@@ -1230,28 +1219,23 @@ fn assemble_whole_program(
     ptxas: &tl_nvrtc::Ptxas,
 ) -> Option<Artifact> {
     let (cubin_ext, log_ext) = (format!("{}.cubin", ptxas.tag), format!("{}.log", ptxas.tag));
-    let mut ptx = source.as_bytes().to_vec();
-    ptx.push(0);
-    let cached = |ptx: &[u8]| {
-        let cubin = cache.read(key, &cubin_ext).filter(|c| !c.is_empty())?;
-        Some(Artifact {
-            cubin,
-            log: cache.read_string(key, &log_ext).unwrap_or_default(),
-            cache_hit: true,
-            compile_time: Duration::ZERO,
-            jit: false,
-            ptx: Some(ptx.to_vec()),
+    let ptx = nul_terminated(source);
+    let cached = || {
+        cached_cubin(cache, key, &cubin_ext, &log_ext).map(|a| Artifact {
+            ptx: Some(ptx.clone()),
+            ..a
         })
     };
-    if let Some(a) = cached(&ptx) {
+    if let Some(a) = cached() {
         return Some(a);
     }
     let _lock = cache.lock(key, &cubin_ext);
-    if let Some(a) = cached(&ptx) {
+    if let Some(a) = cached() {
         return Some(a);
     }
     let made = ptxas.assemble(source, arch).ok()?;
-    // A cache that cannot take the entry (see `Cache::put`) still leaves the cubin to load.
+    // `Cache::put` already falls back to a scratch directory; should even that fail, the
+    // cubin is loaded uncached rather than assembled again by the driver.
     let _ = cache.put_bytes(key, &log_ext, made.log.as_bytes());
     let _ = cache.put_bytes(key, &cubin_ext, &made.cubin);
     Some(Artifact {
@@ -1262,6 +1246,27 @@ fn assemble_whole_program(
         jit: false,
         ptx: Some(ptx),
     })
+}
+
+/// A cubin and its log kept in the cache as `<key>.<cubin_ext>` and `<key>.<log_ext>`: a hit.
+fn cached_cubin(cache: &Cache, key: &str, cubin_ext: &str, log_ext: &str) -> Option<Artifact> {
+    let cubin = cache.read(key, cubin_ext).filter(|c| !c.is_empty())?;
+    Some(Artifact {
+        cubin,
+        log: cache.read_string(key, log_ext).unwrap_or_default(),
+        cache_hit: true,
+        compile_time: Duration::ZERO,
+        jit: false,
+        ptx: None,
+    })
+}
+
+/// PTX as the driver's JIT takes it: NUL-terminated.
+fn nul_terminated(source: &str) -> Vec<u8> {
+    let mut image = Vec::with_capacity(source.len() + 1);
+    image.extend_from_slice(source.as_bytes());
+    image.push(0);
+    image
 }
 
 /// Load PTX through the driver's JIT (`cuModuleLoadDataEx`, verbose, so the info log holds

@@ -356,7 +356,7 @@ impl TileScope {
     /// that work, and does (every exponential of the d128 attention ran after it). It costs
     /// a never-taken branch, and the code after the wait is scheduled apart from the code
     /// before it — which can lose where the wait should rather be early (a causal d128
-    /// attention ran 1% slower pinned, gpu-notes run 31b).
+    /// attention ran 0–1% slower pinned, gpu-notes runs 31b and 31c).
     #[track_caller]
     pub fn wait_wgmma_pinned(&mut self, n: u32) {
         self.push_wgmma_wait(n, true);

@@ -32,8 +32,9 @@ pub struct AttnConfig {
     /// softmax of step `j` (`TileScope::wait_wgmma_pinned`); left alone, ptxas raises it above
     /// the exponentials and they run after the product instead of beside it. On for
     /// non-causal d128 on Hopper: 1.5% faster at 4·16·4096 and 2·32·8192 (ncu at base clocks,
-    /// gpu-notes run 31b). Off for causal, where it ran 1% slower (the wait is also where the
-    /// consumers release V's stage to the producer, and pinned that release comes later).
+    /// gpu-notes run 31b). Off for causal, where it ran 0–1% slower (31b, 31c). Why is not
+    /// established; one candidate: the wait is also where the consumers release V's stage to
+    /// the producer, and pinned that release comes later.
     pub pin_pv_wait: bool,
     /// A persistent grid on GPUs (`TileScope::persistent`): that many blocks (0: one per
     /// multiprocessor) each loop over query tiles; `None`, one block per query tile. The
