@@ -37,9 +37,21 @@ def flash_attention(dim, is_causal, block_M=128, block_N=128, num_stages=2, thre
         O: T.Tensor((B, H, S, dim), dtype),
         LSE: T.Tensor((B, H, S), accum),
     ):
-        with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx_launch, by, bz):
-            # Causal: the query blocks near the end see the most keys, so they launch first.
-            bx = T.ceildiv(S, block_M) - 1 - bx_launch if is_causal else bx_launch
+        with T.Kernel(T.ceildiv(S, block_M), H, B, threads=threads) as (bx_launch, hy, bz_launch):
+            q_tiles = T.ceildiv(S, block_M)
+            if is_causal:
+                # The query blocks near the end see the most keys, so they launch first, dealt
+                # over a group of heads at a time (about 128 tiles): the grid then ends on the
+                # lightest tiles, not on the last head's heaviest.
+                linear = bx_launch + q_tiles * (hy + H * bz_launch)
+                group = T.max(128 // q_tiles, 1)
+                first = linear // (q_tiles * group) * group
+                in_group = T.min(H * B - first, group)
+                w = linear % (q_tiles * group)
+                head = first + w % in_group
+                bx, by, bz = q_tiles - 1 - w // in_group, head % H, head // H
+            else:
+                bx, by, bz = bx_launch, hy, bz_launch
             Q_s = T.alloc_shared((block_M, dim), dtype)
             K_s = T.alloc_shared((block_N, dim), dtype)
             V_s = T.alloc_shared((block_N, dim), dtype)

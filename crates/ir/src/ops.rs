@@ -81,7 +81,6 @@ impl Not for &Expr {
     }
 }
 
-/// ⌈a / b⌉ for non-negative integers (the number of tiles of size b covering a).
 /// The logical (x, y) block indices of block number `tile` (x fastest) under the panel
 /// rasterization of `use_swizzle(panel)`: the grid is walked in panels of `panel` rows of
 /// blocks, column by column inside a panel, so consecutive blocks share operand tiles in L2.
@@ -100,6 +99,28 @@ pub fn panel_block_indices(tile: Expr, gx: Expr, gy: Expr, panel: u32) -> [Expr;
     ]
 }
 
+/// Block number `linear` of a grid of `items × tiles` blocks, dealt so that consecutive
+/// blocks take the tiles of a group of `group` items in rank order: ranks 0 of the group's
+/// items, then ranks 1, and so on; the last group may have fewer items. Returns `[rank, item]`.
+///
+/// For grids whose tiles cost unequal amounts (causal attention: a query tile's rank is how
+/// few keys it sees), the hardware's in-order dispatch then starts every group's costly tiles
+/// first and ends the grid on cheap ones, while the blocks running at once still share the
+/// few items of one group (their operands stay in L2). Dealt item by item instead, the grid
+/// ends on the last item's costliest tile. Pure integer arithmetic; all values non-negative.
+pub fn ranks_in_item_groups(linear: Expr, tiles: Expr, items: Expr, group: Expr) -> [Expr; 2] {
+    let per_group = tiles * group.clone();
+    let which = Expr::binary(BinOp::Div, linear.clone(), per_group.clone());
+    let w = Expr::binary(BinOp::Mod, linear, per_group);
+    let first = which * group.clone();
+    let in_group = min(items - first.clone(), group);
+    [
+        Expr::binary(BinOp::Div, w.clone(), in_group.clone()),
+        first + Expr::binary(BinOp::Mod, w, in_group),
+    ]
+}
+
+/// ⌈a / b⌉ for non-negative integers (the number of tiles of size b covering a).
 pub fn ceildiv(a: impl Into<Expr>, b: impl Into<Expr>) -> Expr {
     let (a, b) = (a.into(), b.into());
     match b.as_int() {
@@ -156,5 +177,50 @@ mod tests {
         assert_eq!(c.to_string(), "(n + 127) // 128");
         assert_eq!((-Expr::from(3)).dtype(), I32);
         assert_eq!((!i.expr().lt(3)).dtype(), Bool);
+    }
+
+    /// Every block gets a distinct (rank, item); inside each group of items the blocks walk
+    /// the ranks in order, each rank over the group's items; a short last group too.
+    #[test]
+    fn ranks_in_item_groups_deal_every_tile_once_rank_by_rank() {
+        use crate::eval::{eval_int, Value};
+        use std::collections::HashMap;
+        let (l, t, n, g) = (
+            Var::new("l", I32),
+            Var::new("t", I32),
+            Var::new("n", I32),
+            Var::new("g", I32),
+        );
+        let [rank, item] = ranks_in_item_groups(l.expr(), t.expr(), n.expr(), g.expr());
+        for (tiles, items, group) in [(32, 64, 4), (5, 7, 3), (1, 3, 8), (6, 1, 1), (4, 10, 10)] {
+            let mut env = HashMap::new();
+            env.insert(t.id(), Value::Int(tiles));
+            env.insert(n.id(), Value::Int(items));
+            env.insert(g.id(), Value::Int(group));
+            let mut seen = std::collections::HashSet::new();
+            for linear in 0..tiles * items {
+                env.insert(l.id(), Value::Int(linear));
+                let (r, i) = (
+                    eval_int(&rank, &env).unwrap(),
+                    eval_int(&item, &env).unwrap(),
+                );
+                assert!(
+                    (0..tiles).contains(&r) && (0..items).contains(&i),
+                    "{r} {i}"
+                );
+                assert!(
+                    seen.insert((r, i)),
+                    "({r}, {i}) twice at {tiles}x{items}/{group}"
+                );
+                let first = linear / (tiles * group) * group;
+                let in_group = (items - first).min(group);
+                let w = linear % (tiles * group);
+                assert_eq!(
+                    (r, i),
+                    (w / in_group, first + w % in_group),
+                    "block {linear}"
+                );
+            }
+        }
     }
 }

@@ -58,6 +58,10 @@ struct Args {
     /// `--no-persistent`: one block per query tile
     #[command(flatten)]
     persistence: common::PersistentArgs,
+    /// Causal: deal the grid head by head (each head's query tiles heaviest first) instead of
+    /// heaviest first over groups of heads (`AttnConfig::group_heads`)
+    #[arg(long)]
+    per_head_order: bool,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -87,6 +91,7 @@ fn run() -> anyhow::Result<ExitCode> {
         cfg.overlap_pv |= args.overlap_pv;
         cfg.pin_pv_wait = (cfg.pin_pv_wait || args.pin_pv_wait) && !args.no_pin_pv_wait;
         cfg.persistent = args.persistence.apply(cfg.persistent);
+        cfg.group_heads &= !args.per_head_order;
         cfg.instruction = if args.wgmma {
             Some(GemmInstruction::Wgmma)
         } else if args.no_wgmma {

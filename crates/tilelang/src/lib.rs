@@ -55,7 +55,7 @@ pub mod prelude {
     };
     pub use tl_ir::ops::{
         abs, ceil, ceildiv, cos, erf, exp, exp2, floor, floordiv, floormod, if_then_else, log,
-        log2, max, min, pow, rsqrt, select, sigmoid, sin, sqrt, tanh,
+        log2, max, min, pow, ranks_in_item_groups, rsqrt, select, sigmoid, sin, sqrt, tanh,
     };
     pub use tl_ir::{Buffer, DType, Expr, GemmInstruction, MfmaShape, Var, WarpPolicy};
     pub use tl_runtime::{Arg, Device, Executable, Tensor};
