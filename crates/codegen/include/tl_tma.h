@@ -97,6 +97,10 @@ TL_DEVICE void tl_tma_store_5d(const tl_tmap* map, const void* src, int32_t c0, 
     asm volatile("cp.async.bulk.tensor.5d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4, %5}], [%6];\n"
                  ::"l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(tl_smem_addr(src)) : "memory");
 }
+TL_DEVICE void tl_bulk_store(void* dst, const void* src, int32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n"
+                 ::"l"(dst), "r"(tl_smem_addr(src)), "r"(bytes) : "memory");
+}
 TL_DEVICE void tl_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 #define tl_bulk_wait(n) asm volatile("cp.async.bulk.wait_group " #n ";\n" ::: "memory")
 #define tl_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read " #n ";\n" ::: "memory")

@@ -516,7 +516,9 @@ pub(crate) fn planned_scope(k: &Kernel) -> &Stmt {
 pub(crate) fn uses_tma_store(body: &Stmt) -> bool {
     let mut found = false;
     body.walk(&mut |s| {
-        found |= is_call(s, |op| matches!(op, Intrinsic::TmaStore { .. }));
+        found |= is_call(s, |op| {
+            matches!(op, Intrinsic::TmaStore { .. } | Intrinsic::BulkStore)
+        });
     });
     found
 }
@@ -1398,6 +1400,20 @@ impl Printer<'_> {
                 };
                 let r = self.expr(&args[1]);
                 format!("tl_mbar_arrive_cluster({b}, {r})")
+            }
+            Intrinsic::BulkStore => {
+                if !self.cuda_nargs(op, args, 3) {
+                    return "0".into();
+                }
+                let Some((d, _)) = self.cuda_addr(op, args.first(), "destination", GLOBAL, None)
+                else {
+                    return "0".into();
+                };
+                let Some((s, _)) = self.cuda_addr(op, args.get(1), "source", SHARED, None) else {
+                    return "0".into();
+                };
+                let n = self.expr(&args[2]);
+                format!("tl_bulk_store({d}, {s}, {n})")
             }
             Intrinsic::BulkCommit => "tl_bulk_commit()".into(),
             Intrinsic::BulkWait { n, read } => {

@@ -174,6 +174,15 @@ pub enum Intrinsic {
     /// address, the address of the tensor's first element, then one coordinate per tensor
     /// dim (i32, outermost first).
     TmaStore { box_dims: Vec<u32>, swizzle: u32 },
+    /// `cp.async.bulk.global.shared::cta.bulk_group`: the bulk-copy engine copies `bytes`
+    /// contiguous bytes of shared memory to global memory, asynchronously; both addresses
+    /// 16-byte aligned, `bytes` a multiple of 16. Joins the calling thread's bulk group and
+    /// is waited for as a `TmaStore` is (the shared bytes stay read until a `BulkWait` with
+    /// `read`; shared writes it reads fenced for the async proxy). For rows that no tensor map
+    /// can address (not whole 16-byte units): one copy a row, from the row's first aligned
+    /// element. args: the global destination's address, the shared source's address, the
+    /// byte count (i32).
+    BulkStore,
     /// `cp.async.bulk.commit_group`: closes the calling thread's bulk group.
     BulkCommit,
     /// `cp.async.bulk.wait_group{.read} n`: waits until at most `n` of the calling thread's
@@ -554,6 +563,7 @@ impl Intrinsic {
                 let b: Vec<String> = box_dims.iter().map(|d| d.to_string()).collect();
                 format!("tma_store<[{}], sw{swizzle}>", b.join(", "))
             }
+            Intrinsic::BulkStore => "bulk_store".into(),
             Intrinsic::BulkCommit => "bulk_commit".into(),
             Intrinsic::BulkWait { n, read } => {
                 format!("bulk_wait{}<{n}>", if *read { "_read" } else { "" })

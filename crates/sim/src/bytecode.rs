@@ -332,6 +332,14 @@ pub enum Instr {
         tensor: MemRef,
         coords: Vec<E>,
     },
+    /// `cp.async.bulk` shared → global of `bytes` contiguous bytes (both ends 16-byte
+    /// aligned, a multiple of 16): written at issue, `src` read until the thread's bulk group
+    /// is waited for, the global bytes in flight until its full wait (as `TmaStore`).
+    BulkStore {
+        dst: MemRef,
+        src: MemRef,
+        bytes: E,
+    },
     /// `cp.async.bulk.commit_group`.
     BulkCommit,
     /// `cp.async.bulk.wait_group{.read} n`.

@@ -1018,6 +1018,13 @@ impl Compiler<'_> {
                     coords,
                 }
             }
+            Intrinsic::BulkStore => {
+                need(3)?;
+                let dst = self.address(args.first(), &name)?;
+                let src = self.address(args.get(1), &name)?;
+                let bytes = self.expr(&args[2])?;
+                Instr::BulkStore { dst, src, bytes }
+            }
             Intrinsic::BulkCommit => Instr::BulkCommit,
             // The model writes global memory at issue, but keeps the bytes "in flight" until
             // the issuing thread's full wait (`Mem::tma_writes`).

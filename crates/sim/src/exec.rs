@@ -583,6 +583,9 @@ impl Interp<'_, '_> {
                     tensor,
                     coords,
                 } => self.tma_store(th, box_dims, *swizzle, (src, tensor), coords, pc)?,
+                Instr::BulkStore { dst, src, bytes } => {
+                    self.bulk_store(th, (dst, src), bytes, pc)?
+                }
                 Instr::CpCommit => th.cp.commit(),
                 Instr::NamedArrive { id, threads } => {
                     self.named_arrive(*id, *threads, th.tid, pc)?

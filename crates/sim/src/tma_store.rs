@@ -6,6 +6,7 @@
 //! proxy (each writer fenced, then a barrier), as for wgmma. The global bytes count as in
 //! flight until the issuing thread's full bulk wait (not `.read`): a generic read of them
 //! before then is reported (`TmaStoreInFlight`), since a GPU may not have written them yet.
+//! Plain bulk stores (`cp.async.bulk` of contiguous bytes, `BulkStore`) are kept the same way.
 
 use crate::bytecode::{MemRef, E};
 use crate::error::SimError;
@@ -66,6 +67,64 @@ impl Interp<'_, '_> {
             self.mem
                 .tma_write(t.buf, (row.global, row.global + row.len), th.tid, pc);
         }
+        self.mem.bulk_reads_begin(&reading, th.tid, pc);
+        th.bulk.issue(reading);
+        Ok(())
+    }
+
+    /// A plain bulk store: `bytes` contiguous bytes of shared memory at `src` to global
+    /// memory at `dst`, both 16-byte aligned, `bytes` a positive multiple of 16 (the PTX ISA's
+    /// rules for `cp.async.bulk`); kept in flight as a TMA store is.
+    pub fn bulk_store(
+        &mut self,
+        th: &mut Thread,
+        (dst, src): (&MemRef, &MemRef),
+        bytes: &E,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let n = self.eval(th, bytes, pc)?.as_i64();
+        if n <= 0 || n % 16 != 0 {
+            return Err(SimError::InvalidIr(format!(
+                "{name} of {n} bytes at {}: a bulk copy moves a positive multiple of 16 bytes",
+                self.prog.span(pc as usize)
+            )));
+        }
+        let n = n as usize;
+        let d = self.addr(th, dst, pc)?;
+        let s = self.addr(th, src, pc)?;
+        let (di, si) = (self.mem.info(d.buf), self.mem.info(s.buf));
+        if di.scope != tl_ir::Scope::Global || si.scope != tl_ir::Scope::Shared {
+            return Err(SimError::InvalidIr(format!(
+                "{name} at {}: from shared to global memory, not {} to {}",
+                self.prog.span(pc as usize),
+                si.scope,
+                di.scope
+            )));
+        }
+        let base = si.base;
+        let doff = self.mem.range(d.buf, d.elem, n, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
+        let soff = self.mem.range(s.buf, s.elem, n, th.tid, pc)?;
+        self.mem.aligned(s.buf, soff, 16, name, th.tid, pc)?;
+        let who = rec(th.tid, Kind::IntrinsicRead, pc);
+        let mut data = Vec::with_capacity(n);
+        let mut reading = Vec::with_capacity(n);
+        for j in 0..n / 16 {
+            let off = soff + 16 * j;
+            let chunk = self.mem.read(&th.local, s.buf, off, 16, who)?;
+            self.mem.check_proxy_read(s.buf, off, 16, who)?;
+            data.extend_from_slice(&chunk[..16]);
+            reading.extend((0..16).map(|i| base + off + i));
+        }
+        self.mem.write(
+            &mut th.local,
+            d.buf,
+            doff,
+            &data,
+            rec(th.tid, Kind::Write, pc),
+        )?;
+        self.mem.tma_write(d.buf, (doff, doff + n), th.tid, pc);
         self.mem.bulk_reads_begin(&reading, th.tid, pc);
         th.bulk.issue(reading);
         Ok(())

@@ -384,3 +384,49 @@ fn cluster_row_kernels_do_not_spill() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The Hopper GEMM's variant for an odd N (M and K whole 16-byte units: warp-specialized, TMA
+/// loads, no TMA store for C) sends C's rows out by bulk copies (`cp.async.bulk` shared →
+/// global, one a row) from both printers, without spills. Its results: the simulator
+/// (`sim_tma::odd_n_rows_leave_by_bulk_copies_in_sim`, with planted bugs) and the GPU.
+#[test]
+fn odd_n_epilogue_compiles_to_bulk_copies() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("odd_n_epilogue_compiles_to_bulk_copies").is_none() {
+        return;
+    }
+    let k = gemm(Layout::NT, BF16, BF16, GemmConfig::hopper());
+    let mut ir = k.ir().clone();
+    ir.attrs.dim_multiples = ir
+        .dims
+        .iter()
+        .filter(|d| matches!(d.name(), "M" | "K"))
+        .map(|d| (d.clone(), 8))
+        .collect();
+    let odd_n = tilelang::Kernel::from_ir(ir);
+    let cuda = odd_n.emit_general(Target::SM90).expect("CUDA C++");
+    let low = odd_n.lower(Target::SM90).expect("lowered");
+    let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
+        .expect("PTX")
+        .code;
+    assert!(ptx.contains("cp.async.bulk.global.shared::cta.bulk_group"));
+    let opts = tl_nvrtc::CheckOptions {
+        sass: tl_nvrtc::SassMode::Required,
+        ..Default::default()
+    };
+    for (printer, src) in [("CUDA C++", cuda), ("PTX", ptx)] {
+        let r = tl_nvrtc::check_with(&src, "sm_90a", &opts).expect("compiles");
+        let ops = r.opcodes();
+        println!("{printer}: {r}\n{ops:?}");
+        assert_eq!(
+            (r.usage.spill_stores, r.usage.stack_frame),
+            (0, 0),
+            "{printer} spills: {r}"
+        );
+        assert!(
+            ops.keys().any(|op| op.starts_with("UBLKCP")),
+            "{printer}: no bulk copy in the SASS: {ops:?}"
+        );
+    }
+}

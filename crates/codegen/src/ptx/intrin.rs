@@ -627,6 +627,18 @@ impl Emitter {
                     src.operand()
                 ));
             }
+            Intrinsic::BulkStore => {
+                Self::nargs(op, args, 3)?;
+                let (d, _) = self.mem_arg(args.first(), GLOBAL)?;
+                let (src, _) = self.mem_arg(args.get(1), SHARED)?;
+                let n = self.expr(&args[2])?;
+                let n = self.reg(&n, Class::B32);
+                self.ins(&format!(
+                    "cp.async.bulk.global.shared::cta.bulk_group {}, {}, {n}",
+                    d.operand(),
+                    src.operand()
+                ));
+            }
             Intrinsic::BulkCommit => self.ins("cp.async.bulk.commit_group"),
             Intrinsic::BulkWait { n, read } => self.ins(&format!(
                 "cp.async.bulk.wait_group{} {n}",

@@ -52,6 +52,10 @@ pub struct Ctx<'a> {
     /// Inside branches whose conditions differ between threads (`if thread_idx() == 0`): the
     /// stores there are made by the threads that take the branch.
     pub per_thread_branches: u32,
+    /// While a fragment is copied into a staging tile whose rows are shifted (the bulk-row
+    /// epilogue, `copy_frag_bulk_rows`): the shift of a row's columns, an expression in the
+    /// variable (the row index) it names.
+    pub frag_col_shift: Option<(tl_ir::Var, Expr)>,
 }
 
 /// The `lower_tile_ops` stage.
@@ -77,6 +81,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
         run_cache: Default::default(),
         per_thread_lets: Default::default(),
         per_thread_branches: 0,
+        frag_col_shift: None,
         cluster: cluster_varying(&k),
     };
     // What the kernel's own shared buffers take (pipelined ones with their stages).
