@@ -397,14 +397,7 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
         return;
     }
     let k = gemm(Layout::NT, BF16, BF16, GemmConfig::hopper());
-    let mut ir = k.ir().clone();
-    ir.attrs.dim_multiples = ir
-        .dims
-        .iter()
-        .filter(|d| matches!(d.name(), "M" | "K"))
-        .map(|d| (d.clone(), 8))
-        .collect();
-    let odd_n = tilelang::Kernel::from_ir(ir);
+    let odd_n = common::class_variant(&k, &["M", "K"], 8);
     let cuda = odd_n.emit_general(Target::SM90).expect("CUDA C++");
     let low = odd_n.lower(Target::SM90).expect("lowered");
     let ptx = tl_codegen::ptx::generate(&low, Target::SM90)

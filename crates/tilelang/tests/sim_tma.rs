@@ -883,17 +883,9 @@ fn tiles_off_16_bytes_are_not_loaded_by_tma() {
 }
 
 /// The variant the runtime compiles for a launch whose N is odd and whose K and M are whole
-/// 16-byte units (`class(K%8,N%1)`): warp-specialized, TMA loads, and C's rows not whole
-/// 16-byte units, so no TMA store.
+/// 16-byte units (`class(K%8,N%1)`), lowered for sm_90a.
 fn odd_n_variant(k: &Kernel) -> tilelang::ir::Kernel {
-    let mut ir = k.ir().clone();
-    ir.attrs.dim_multiples = ir
-        .dims
-        .iter()
-        .filter(|d| matches!(d.name(), "M" | "K"))
-        .map(|d| (d.clone(), 8))
-        .collect();
-    Kernel::from_ir(ir)
+    common::class_variant(k, &["M", "K"], 8)
         .lower(Target::SM90)
         .unwrap_or_else(|d| panic!("{}: {d}", k.name()))
 }

@@ -5,7 +5,6 @@
 //! vector path needs a dynamic size to be a multiple of the vector, the choice is made at run
 //! time (one uniform branch).
 
-use tl_ir::ops::{max, min};
 use tl_ir::{
     Buffer, DType, Diagnostic, Expr, ForKind, Fragment, Intrinsic, Region, Scope, Span, Stmt,
     StmtKind, Var,
@@ -324,7 +323,7 @@ impl Ctx<'_> {
     }
 
     /// A fragment on one side: each thread moves the elements its layout gives it.
-    fn copy_frag(
+    pub(super) fn copy_frag(
         &mut self,
         other: &Region,
         frag: &Region,
@@ -591,7 +590,7 @@ impl Ctx<'_> {
         } else {
             &[1]
         };
-        let (width, windows) = self.fitting_chunks(f, (rows, cols), bytes, splits, 64)?;
+        let (width, windows) = self.fitting_chunks(f, (rows, cols), bytes, splits, (64, 0))?;
         Some(StagePlan {
             rows,
             width,
@@ -600,16 +599,17 @@ impl Ctx<'_> {
     }
 
     /// The first of `parts` (1: the whole tile, 2: halves, 4: quarters of its columns) whose
-    /// `rows × cols / parts` staging tile of `eb`-byte elements has rows of at least
-    /// `min_row_bytes` and fits beside the kernel's other shared buffers: its width, and the
-    /// fragment's windows of columns, one per chunk (`None`: the whole fragment at once).
-    fn fitting_chunks(
+    /// `rows × (cols / parts + pad)` staging tile of `eb`-byte elements has rows of at least
+    /// `min_row_bytes` and fits beside the kernel's other shared buffers: its width (without
+    /// the pad), and the fragment's windows of columns, one per chunk (`None`: the whole
+    /// fragment at once).
+    pub(super) fn fitting_chunks(
         &self,
         f: &Fragment,
         (rows, cols): (i64, i64),
         eb: i64,
         parts: &[i64],
-        min_row_bytes: i64,
+        (min_row_bytes, pad): (i64, i64),
     ) -> Option<(i64, Vec<Option<FragWindow>>)> {
         for &split in parts {
             if cols % split != 0 {
@@ -617,7 +617,8 @@ impl Ctx<'_> {
             }
             let width = cols / split;
             if width * eb < min_row_bytes
-                || self.smem_bytes + (rows * width * eb) as usize > self.target.max_shared_bytes()
+                || self.smem_bytes + (rows * (width + pad) * eb) as usize
+                    > self.target.max_shared_bytes()
             {
                 continue;
             }
@@ -659,7 +660,7 @@ impl Ctx<'_> {
         let f = self.frag(&frag.buffer)?;
         let (rows, cols) = (shape[0], shape[1]);
         // Halves and quarters only: a chunk stays a whole number of swizzle panels.
-        let (width, windows) = self.fitting_chunks(f, (rows, cols), eb, &[1, 2, 4], 0)?;
+        let (width, windows) = self.fitting_chunks(f, (rows, cols), eb, &[1, 2, 4], (0, 0))?;
         let probe = Buffer::new(
             "probe",
             vec![Expr::int(rows), Expr::int(width)],
@@ -732,237 +733,6 @@ impl Ctx<'_> {
                 self.eval(Intrinsic::FenceProxyAsync, vec![], span),
                 self.sync(span),
                 if_then(Some(tid0.clone()), Stmt::seq(stores, span), span),
-            ]);
-        }
-        Ok(Stmt::seq(steps, span))
-    }
-
-    /// The bulk-row plan of a fragment → global copy whose rows no TMA store can take (not
-    /// whole 16-byte units: an odd N), where TMA stores would otherwise be used (a
-    /// warp-specialized kernel on a target with TMA, the tensor not read back): a staging
-    /// tile of `rows × (width + v)` (v: the elements of 16 bytes), whole or in chunks of
-    /// columns as the TMA store's.
-    fn bulk_rows_epilogue(&self, frag: &Region, dst: &Region) -> Option<StagePlan> {
-        if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
-            return None;
-        }
-        if self.read_back.contains(&dst.buffer.id())
-            || super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer)
-            || nonunit_dims(dst).last() != Some(&(dst.rank() - 1))
-        {
-            return None;
-        }
-        let eb = dst.buffer.dtype().bytes() as i64;
-        if !matches!(eb, 1 | 2 | 4) {
-            return None;
-        }
-        let v = 16 / eb;
-        let shape = frag.buffer.const_shape()?;
-        let f = self.frag(&frag.buffer)?;
-        let (rows, cols) = (*shape.first()?, *shape.get(1)?);
-        if shape.len() != 2 || cols % v != 0 || rows > self.threads {
-            return None;
-        }
-        for split in [1, 2, 4] {
-            if cols % split != 0 {
-                return None;
-            }
-            let width = cols / split;
-            if width % v != 0
-                || self.smem_bytes + (rows * (width + v) * eb) as usize
-                    > self.target.max_shared_bytes()
-            {
-                continue;
-            }
-            let windows = match split {
-                1 => vec![None],
-                _ => match column_chunks(f, width) {
-                    Some(w) => w.into_iter().map(Some).collect(),
-                    None => continue,
-                },
-            };
-            return Some(StagePlan {
-                rows,
-                width,
-                windows,
-            });
-        }
-        None
-    }
-
-    /// Fragment → a staging tile whose row r is shifted by s(r), the element offset of the
-    /// row's first global element modulo 16 bytes → one bulk copy a row (`BulkStore`) of the
-    /// row's whole aligned 16-byte units, from its first aligned element on, left in flight
-    /// as a TMA store is; the few columns before and after them go element by element. The
-    /// shift puts the first aligned element of every row at a 16-byte boundary of the tile.
-    /// Rows of an odd N went out element by element from a swizzled tile, synchronously
-    /// (4096×4095×4096 bf16: 715 TFLOP/s against 786 with a TMA store, gpu-notes run 32e).
-    ///
-    /// ```text
-    /// per chunk:
-    ///   threads t < rows: bulk_wait_read 0; barrier   (the previous copies have read the tile)
-    ///   fragment's chunk → tile, row r at column s(r) on; fence_proxy_async; barrier
-    ///   threads t < rows: row t's bulk copy; bulk_commit
-    ///   threads rows ≤ t < 2·rows (else the same ones): row t's edge columns, one at a time
-    /// ```
-    fn copy_frag_bulk_rows(
-        &mut self,
-        frag: &Region,
-        dst: &Region,
-        plan: StagePlan,
-        span: Span,
-    ) -> Result<Stmt, Diagnostic> {
-        let db = dst.buffer.clone();
-        let eb = db.dtype().bytes() as i64;
-        let v = 16 / eb;
-        let (rows, width) = (plan.rows, plan.width);
-        let dims = vec![Expr::int(rows), Expr::int(width + v)];
-        let stage = self.scratch_shared("epilogue", dims, db.dtype(), span);
-        let full = Region::full(&stage);
-        let i32c = |x: i64| Expr::int_of(x, DType::I32);
-        let mask = v - 1;
-        let strides = db.row_major_strides();
-        // s(r): the offset of row r's first element of `part` modulo v, from the indices and
-        // strides taken modulo v first (v is a power of two), so nothing overflows.
-        let shift_of = |part: &Region, r: &Expr| -> Option<Expr> {
-            region_index(part, &[r.clone(), i32c(0)])
-                .iter()
-                .zip(&strides)
-                .map(|(i, st)| {
-                    (i.clone().cast(DType::I32) & mask) * (st.clone().cast(DType::I32) & mask)
-                })
-                .reduce(|a, b| a + b)
-                .map(|o| o & mask)
-        };
-        let tid = self.tid.clone();
-        let row_var = Var::new("shifted_row", DType::I32);
-        let mut steps = vec![];
-        for (h, window) in plan.windows.into_iter().enumerate() {
-            let part = column_part(dst, h as i64 * width, width);
-            let Some(shift) = shift_of(&part, &row_var.expr()) else {
-                return Err(self.unsupported(span, "a bulk-row epilogue of a 0-d tensor"));
-            };
-            self.frag_col_shift = Some((row_var.clone(), shift));
-            let to_shared = self.copy_frag(&full, frag, false, window, span);
-            self.frag_col_shift = None;
-            let to_shared = to_shared?;
-            // Row t of the tile: its shift, its first aligned column, the columns of the
-            // tensor it covers (fewer at the tensor's last columns), the aligned units.
-            let r = tid.clone();
-            let s = shift_of(&part, &r).unwrap_or_else(|| i32c(0));
-            let first = (i32c(v) - s.clone()) & mask;
-            let start = region_index(&part, &[r.clone(), i32c(0)]);
-            let last_dim = db.rank() - 1;
-            let left = db.shape()[last_dim].clone().cast(DType::I32) - start[last_dim].clone();
-            let ncols = min(max(left, i32c(0)), i32c(width));
-            let units = max(ncols.clone() - first.clone(), i32c(0)) / v;
-            let mut row_only = start.clone();
-            row_only[last_dim] = i32c(0);
-            let row_ok = in_bounds(&db, &row_only);
-            let copy = self.eval(
-                Intrinsic::BulkStore,
-                vec![
-                    crate::tile_util::address_of(
-                        &db,
-                        region_index(&part, &[r.clone(), first.clone()]),
-                    ),
-                    crate::tile_util::address_of(
-                        &stage,
-                        vec![r.clone(), s.clone() + first.clone()],
-                    ),
-                    units.clone() * 16,
-                ],
-                span,
-            );
-            let issue = if_then(
-                and_opt(row_ok.clone(), Some(units.clone().gt(0))),
-                copy,
-                span,
-            );
-            let is_copier = tid.clone().lt(rows);
-            let wait = if_then(
-                Some(is_copier.clone()),
-                self.eval(Intrinsic::BulkWait { n: 0, read: true }, vec![], span),
-                span,
-            );
-            let commit = self.eval(Intrinsic::BulkCommit, vec![], span);
-            // The edge columns of row `er`: the `first` before its aligned units (they end on
-            // a 16-byte boundary) and the rest after them (they start on one), each run in
-            // pieces of v/2, v/4, …, 1 elements by the bits of its length, every piece aligned
-            // to its size in both memories (the tile's shift keeps the tensor's alignment).
-            let (er, edge_guard) = if self.threads >= 2 * rows {
-                (
-                    tid.clone() - rows,
-                    tid.clone().ge(rows).and(tid.clone().lt(2 * rows)),
-                )
-            } else {
-                (tid.clone(), is_copier.clone())
-            };
-            let es = shift_of(&part, &er).unwrap_or_else(|| i32c(0));
-            let efirst = (i32c(v) - es.clone()) & mask;
-            let estart = region_index(&part, &[er.clone(), i32c(0)]);
-            let eleft = db.shape()[last_dim].clone().cast(DType::I32) - estart[last_dim].clone();
-            let encols = min(max(eleft, i32c(0)), i32c(width));
-            let head = efirst.clone();
-            let short = encols.clone().lt(efirst.clone());
-            let eunits = max(encols.clone() - efirst.clone(), i32c(0)) / v;
-            let after = efirst + eunits * v;
-            let tail = max(encols.clone() - after.clone(), i32c(0));
-            let mut pieces = vec![];
-            let mut p = v / 2;
-            while p >= 1 {
-                let low = 2 * p - 1;
-                // Head: the piece ends where the bits below 2p of its length end; tail: it
-                // starts after the bits above p.
-                let head_col = (head.clone() & low) - p;
-                let tail_col = after.clone() + (tail.clone() - (tail.clone() & low));
-                for (len, col) in [(head.clone(), head_col), (tail.clone(), tail_col)] {
-                    let didx = region_index(&part, &[er.clone(), col.clone()]);
-                    let sidx = vec![er.clone(), es.clone() + col];
-                    let piece = if p == 1 {
-                        store(&db, didx, Expr::load(&stage, sidx), span)
-                    } else {
-                        self.eval(
-                            Intrinsic::VecCopy { lanes: p as u32 },
-                            vec![
-                                crate::tile_util::address_of(&db, didx),
-                                crate::tile_util::address_of(&stage, sidx),
-                            ],
-                            span,
-                        )
-                    };
-                    pieces.push(if_then(Some((len & p).ne_(0)), piece, span));
-                }
-                p /= 2;
-            }
-            // A row with fewer columns than its first aligned element (the tensor's last few
-            // columns): element by element.
-            let e = Var::new("edge", DType::I32);
-            let one = {
-                let didx = region_index(&part, &[er.clone(), e.expr()]);
-                let val = Expr::load(&stage, vec![er.clone(), es.clone() + e.expr()]);
-                if_then(
-                    Some(e.expr().lt(encols.clone())),
-                    store(&db, didx, val, span),
-                    span,
-                )
-            };
-            let few = for_loop(&e, v - 1, ForKind::Serial, one, span);
-            let mut row_only = estart.clone();
-            row_only[last_dim] = i32c(0);
-            let edges = if_then(
-                and_opt(Some(edge_guard), in_bounds(&db, &row_only)),
-                crate::tile_util::if_else(short, few, Stmt::seq(pieces, span), span),
-                span,
-            );
-            steps.extend([
-                wait,
-                self.sync(span),
-                to_shared,
-                self.eval(Intrinsic::FenceProxyAsync, vec![], span),
-                self.sync(span),
-                if_then(Some(is_copier), Stmt::seq(vec![issue, commit], span), span),
-                edges,
             ]);
         }
         Ok(Stmt::seq(steps, span))
@@ -1056,7 +826,7 @@ impl Ctx<'_> {
 
 /// `dst` narrowed to `width` of its columns from `first` on: the chunk of an epilogue that
 /// stores a part of the columns at a time.
-fn column_part(dst: &Region, first: i64, width: i64) -> Region {
+pub(super) fn column_part(dst: &Region, first: i64, width: i64) -> Region {
     let mut part = dst.clone();
     if let (Some(o), Some(e)) = (part.offsets.last_mut(), part.extents.last_mut()) {
         if first != 0 {
@@ -1069,10 +839,10 @@ fn column_part(dst: &Region, first: i64, width: i64) -> Region {
 
 /// How a fragment goes out through shared memory ([`Ctx::stage_epilogue`]): a staging tile
 /// of `rows × width`, one chunk of columns per window (`None`: the whole fragment).
-struct StagePlan {
-    rows: i64,
-    width: i64,
-    windows: Vec<Option<FragWindow>>,
+pub(super) struct StagePlan {
+    pub(super) rows: i64,
+    pub(super) width: i64,
+    pub(super) windows: Vec<Option<FragWindow>>,
 }
 
 /// How a fragment goes out by TMA store ([`Ctx::tma_store_epilogue`]): through a staging

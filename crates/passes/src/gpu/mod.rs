@@ -6,6 +6,7 @@
 
 pub mod barriers;
 pub mod buffer_lds;
+pub mod bulk_rows;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;

@@ -55,3 +55,17 @@ pub fn example_kernels() -> Vec<Kernel> {
         rmsnorm::rmsnorm_split_apply(BF16, split),
     ]
 }
+
+/// `k` as the runtime compiles it for launches whose `dims` are multiples of `m` elements and
+/// whose other sizes may be anything (a class variant: with M and K multiples of 8 and an odd
+/// N, the Hopper GEMM stays warp-specialized with TMA loads, but C's rows take no TMA store).
+pub fn class_variant(k: &Kernel, dims: &[&str], m: i64) -> Kernel {
+    let mut ir = k.ir().clone();
+    ir.attrs.dim_multiples = ir
+        .dims
+        .iter()
+        .filter(|d| dims.contains(&d.name()))
+        .map(|d| (d.clone(), m))
+        .collect();
+    Kernel::from_ir(ir)
+}
