@@ -918,7 +918,7 @@ impl CudaKernel {
             p.push_u64(st.dst_pitch as u64);
             p.push_u64(st.width as u64);
             p.push_u64(st.height as u64);
-            let blocks = crate::pitched::blocks(st.height, self.dev.props.multiprocessors);
+            let blocks = crate::pitched::blocks(st.height);
             let on = crate::external::Stream::Raw(stream as usize);
             return k.launch_on(&mut p, [blocks, 1, 1], crate::pitched::THREADS, on);
         }

@@ -72,11 +72,13 @@ pub const ENTRY: &str = "tl_pitched_copy";
 /// Threads per block.
 pub const THREADS: u32 = 256;
 
-/// Blocks for a copy of `height` rows: enough to fill the device (16 blocks of 256 threads per
-/// multiprocessor: each thread has few loads in flight, so many warps hide the latency), no
-/// more than there are rows.
-pub fn blocks(height: usize, multiprocessors: u32) -> i64 {
-    (height as i64).clamp(1, multiprocessors.max(1) as i64 * 16)
+/// Blocks for a copy of `height` rows: one a row (a block loops over rows only past the
+/// grid's limit). 4096 rows of 8190 bytes copied in 22.7 µs this way against 23.7–24.9 with
+/// 16 blocks a multiprocessor looping over rows (gpu-notes run 32j; a contiguous
+/// `cudaMemcpy` of the same bytes: 20.1–20.4), and the GEMMs that stage operands ran 0.5–1.2%
+/// faster (32k).
+pub fn blocks(height: usize) -> i64 {
+    (height as i64).clamp(1, i64::from(i32::MAX))
 }
 
 #[cfg(test)]
@@ -113,9 +115,10 @@ mod tests {
     }
 
     #[test]
-    fn blocks_fill_the_device_without_idle_ones() {
-        assert_eq!(blocks(4095, 132), 2112);
-        assert_eq!(blocks(100, 132), 100);
-        assert_eq!(blocks(0, 132), 1);
+    fn one_block_a_row() {
+        assert_eq!(blocks(4095), 4095);
+        assert_eq!(blocks(100), 100);
+        assert_eq!(blocks(0), 1);
+        assert_eq!(blocks(1 << 40), i64::from(i32::MAX));
     }
 }
