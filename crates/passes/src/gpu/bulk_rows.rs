@@ -102,19 +102,34 @@ impl Ctx<'_> {
             let to_shared = self.copy_frag(&full, frag, false, window, span);
             self.frag_col_shift = None;
             let to_shared = to_shared?;
-            // Row t of the tile: its shift, its first aligned column, the columns of the
-            // tensor it covers (fewer at the tensor's last columns), the aligned units.
-            let r = tid.clone();
-            let s = shift_of(&part, &r).unwrap_or_else(|| i32c(0));
-            let first = (i32c(v) - s.clone()) & mask;
-            let start = region_index(&part, &[r.clone(), i32c(0)]);
             let last_dim = db.rank() - 1;
-            let left = db.shape()[last_dim].clone().cast(DType::I32) - start[last_dim].clone();
-            let ncols = min(max(left, i32c(0)), i32c(width));
-            let units = max(ncols.clone() - first.clone(), i32c(0)) / v;
-            let mut row_only = start.clone();
-            row_only[last_dim] = i32c(0);
-            let row_ok = in_bounds(&db, &row_only);
+            // Row `r` of the tile: its shift, its first aligned column, the columns of the
+            // tensor it covers (fewer at the tensor's last columns), its whole aligned units,
+            // and whether it is inside the tensor.
+            let row_of = |r: &Expr| -> RowSpan {
+                let shift = shift_of(&part, r).unwrap_or_else(|| i32c(0));
+                let first = (i32c(v) - shift.clone()) & mask;
+                let mut start = region_index(&part, &[r.clone(), i32c(0)]);
+                let left = db.shape()[last_dim].clone().cast(DType::I32) - start[last_dim].clone();
+                let ncols = min(max(left, i32c(0)), i32c(width));
+                let units = max(ncols.clone() - first.clone(), i32c(0)) / v;
+                start[last_dim] = i32c(0);
+                RowSpan {
+                    shift,
+                    first,
+                    ncols,
+                    units,
+                    inside: in_bounds(&db, &start),
+                }
+            };
+            let r = tid.clone();
+            let RowSpan {
+                shift: s,
+                first,
+                units,
+                inside: row_ok,
+                ..
+            } = row_of(&r);
             let copy = self.eval(
                 Intrinsic::BulkStore,
                 vec![
@@ -154,15 +169,15 @@ impl Ctx<'_> {
             } else {
                 (tid.clone(), is_copier.clone())
             };
-            let es = shift_of(&part, &er).unwrap_or_else(|| i32c(0));
-            let efirst = (i32c(v) - es.clone()) & mask;
-            let estart = region_index(&part, &[er.clone(), i32c(0)]);
-            let eleft = db.shape()[last_dim].clone().cast(DType::I32) - estart[last_dim].clone();
-            let encols = min(max(eleft, i32c(0)), i32c(width));
-            let head = efirst.clone();
-            let short = encols.clone().lt(efirst.clone());
-            let eunits = max(encols.clone() - efirst.clone(), i32c(0)) / v;
-            let after = efirst + eunits * v;
+            let RowSpan {
+                shift: es,
+                first: head,
+                ncols: encols,
+                units: eunits,
+                inside: er_ok,
+            } = row_of(&er);
+            let short = encols.clone().lt(head.clone());
+            let after = head.clone() + eunits * v;
             let tail = max(encols.clone() - after.clone(), i32c(0));
             let mut pieces = vec![];
             let mut p = v / 2;
@@ -204,10 +219,8 @@ impl Ctx<'_> {
                 )
             };
             let few = for_loop(&e, v - 1, ForKind::Serial, one, span);
-            let mut row_only = estart.clone();
-            row_only[last_dim] = i32c(0);
             let edges = if_then(
-                and_opt(Some(edge_guard), in_bounds(&db, &row_only)),
+                and_opt(Some(edge_guard), er_ok),
                 crate::tile_util::if_else(short, few, Stmt::seq(pieces, span), span),
                 span,
             );
@@ -223,4 +236,18 @@ impl Ctx<'_> {
         }
         Ok(Stmt::seq(steps, span))
     }
+}
+
+/// Where a row of a bulk-row epilogue's tile goes ([`Ctx::copy_frag_bulk_rows`]).
+struct RowSpan {
+    /// The row's shift in the tile: its first element's offset in the tensor, modulo 16 bytes.
+    shift: Expr,
+    /// Its first column on a 16-byte boundary of the tensor.
+    first: Expr,
+    /// The columns of the tensor it covers.
+    ncols: Expr,
+    /// Its whole 16-byte units from `first` on.
+    units: Expr,
+    /// Whether the row is inside the tensor (`None`: always).
+    inside: Option<Expr>,
 }
