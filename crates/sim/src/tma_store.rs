@@ -34,29 +34,11 @@ impl Interp<'_, '_> {
             pc,
         )?;
         let (s, t, soff, total) = (bx.shared, bx.tensor, bx.soff, bx.total);
-        let si = self.mem.info(s.buf);
         // Read the box (16-byte chunks at their swizzled places).
-        let base = si.base;
-        let who = rec(th.tid, Kind::IntrinsicRead, pc);
-        let mut data = vec![0u8; total];
-        let mut reading = Vec::with_capacity(total);
-        for j in 0..total / 16 {
-            let off = swizzle_addr(base + soff + 16 * j, swizzle) - base;
-            if off + 16 > si.bytes() {
-                let esz = si.dtype.bytes().max(1);
-                return Err(self.mem.oob(
-                    s.buf,
-                    vec![(off / esz) as i64],
-                    vec![si.numel],
-                    th.tid,
-                    pc,
-                ));
-            }
-            let bytes = self.mem.read(&th.local, s.buf, off, 16, who)?;
-            self.mem.check_proxy_read(s.buf, off, 16, who)?;
-            data[16 * j..16 * j + 16].copy_from_slice(&bytes[..16]);
-            reading.extend((0..16).map(|i| base + off + i));
-        }
+        let base = self.mem.info(s.buf).base;
+        let chunks = (0..total / 16).map(|j| swizzle_addr(base + soff + 16 * j, swizzle) - base);
+        let (mut data, reading) = self.bulk_read(th, s.buf, chunks, pc)?;
+        data.resize(total, 0);
         // Write the rows inside the tensor.
         let wrote = rec(th.tid, Kind::Write, pc);
         for row in self.box_rows(&bx, box_dims) {
@@ -102,21 +84,11 @@ impl Interp<'_, '_> {
                 di.scope
             )));
         }
-        let base = si.base;
         let doff = self.mem.range(d.buf, d.elem, n, th.tid, pc)?;
         self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
         let soff = self.mem.range(s.buf, s.elem, n, th.tid, pc)?;
         self.mem.aligned(s.buf, soff, 16, name, th.tid, pc)?;
-        let who = rec(th.tid, Kind::IntrinsicRead, pc);
-        let mut data = Vec::with_capacity(n);
-        let mut reading = Vec::with_capacity(n);
-        for j in 0..n / 16 {
-            let off = soff + 16 * j;
-            let chunk = self.mem.read(&th.local, s.buf, off, 16, who)?;
-            self.mem.check_proxy_read(s.buf, off, 16, who)?;
-            data.extend_from_slice(&chunk[..16]);
-            reading.extend((0..16).map(|i| base + off + i));
-        }
+        let (data, reading) = self.bulk_read(th, s.buf, (0..n / 16).map(|j| soff + 16 * j), pc)?;
         self.mem.write(
             &mut th.local,
             d.buf,
@@ -128,5 +100,37 @@ impl Interp<'_, '_> {
         self.mem.bulk_reads_begin(&reading, th.tid, pc);
         th.bulk.issue(reading);
         Ok(())
+    }
+
+    /// The 16-byte chunks at byte offsets `chunks` of shared buffer `buf`, read by the
+    /// bulk-copy engine (so fenced for the async proxy) for thread `th`: their bytes in order,
+    /// and the absolute shared bytes the copy reads until the thread's bulk wait.
+    fn bulk_read(
+        &mut self,
+        th: &Thread,
+        buf: u32,
+        chunks: impl Iterator<Item = usize>,
+        pc: u32,
+    ) -> Result<(Vec<u8>, Vec<usize>), SimError> {
+        let info = self.mem.info(buf);
+        let (base, bytes, esz, numel) = (
+            info.base,
+            info.bytes(),
+            info.dtype.bytes().max(1),
+            info.numel,
+        );
+        let who = rec(th.tid, Kind::IntrinsicRead, pc);
+        let (mut data, mut reading) = (vec![], vec![]);
+        for off in chunks {
+            if off + 16 > bytes {
+                let at = vec![(off / esz) as i64];
+                return Err(self.mem.oob(buf, at, vec![numel], th.tid, pc));
+            }
+            let chunk = self.mem.read(&th.local, buf, off, 16, who)?;
+            self.mem.check_proxy_read(buf, off, 16, who)?;
+            data.extend_from_slice(&chunk[..16]);
+            reading.extend((0..16).map(|i| base + off + i));
+        }
+        Ok((data, reading))
     }
 }
