@@ -17,10 +17,7 @@ impl Ctx<'_> {
     /// tile of `rows × (width + v)` (v: the elements of 16 bytes), whole or in chunks of
     /// columns as the TMA store's.
     pub(super) fn bulk_rows_epilogue(&self, frag: &Region, dst: &Region) -> Option<StagePlan> {
-        if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
-            return None;
-        }
-        if self.read_back.contains(&dst.buffer.id())
+        if !self.stores_in_flight(frag, dst)
             || super::tma::row_bytes_aligned(&dst.buffer, &self.analyzer)
             || nonunit_dims(dst).last() != Some(&(dst.rank() - 1))
         {

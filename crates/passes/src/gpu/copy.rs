@@ -634,6 +634,18 @@ impl Ctx<'_> {
         None
     }
 
+    /// May a fragment → global copy leave its stores in flight while the kernel goes on (a TMA
+    /// store, or the bulk copies of `bulk_rows`)? Where the kernel is warp-specialized, the
+    /// target has TMA, the fragment is copied whole, and the kernel does not read the tensor
+    /// back (GEMM + RS pushes its staged partials to a peer: its writes must be complete,
+    /// which the epilogue's stores do not wait for).
+    pub(super) fn stores_in_flight(&self, frag: &Region, dst: &Region) -> bool {
+        self.tma_store
+            && self.target.has_tma()
+            && frag.is_full()
+            && !self.read_back.contains(&dst.buffer.id())
+    }
+
     /// The TMA plan of a fragment → global copy through a swizzled staging tile, where the
     /// kernel is warp-specialized (the store then runs while the consumers go on to the next
     /// tile of a persistent kernel), the target has TMA, the tensor's rows are whole 16-byte
@@ -641,12 +653,7 @@ impl Ctx<'_> {
     /// which a warp-specialized kernel overlaps). Where the whole tile does not fit, a tile
     /// of a half or a quarter of its columns, reused chunk by chunk, may.
     fn tma_store_epilogue(&self, frag: &Region, dst: &Region) -> Option<StorePlan> {
-        if !self.tma_store || !self.target.has_tma() || !frag.is_full() {
-            return None;
-        }
-        // The kernel reads the tensor back (GEMM + RS pushes its staged partials to a peer):
-        // its writes must be complete, which the epilogue's store does not wait for.
-        if self.read_back.contains(&dst.buffer.id()) {
+        if !self.stores_in_flight(frag, dst) {
             return None;
         }
         let shape = frag.buffer.const_shape()?;
