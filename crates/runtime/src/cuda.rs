@@ -1018,6 +1018,63 @@ impl CudaKernel {
     }
 }
 
+/// One launch of a timed sequence ([`bench_sequence`]): a kernel, its packed parameters, its
+/// grid and block size.
+pub(crate) struct SequenceStep<'a> {
+    pub kernel: &'a CudaKernel,
+    pub params: crate::exec::ParamBlock,
+    pub grid: [i64; 3],
+    pub threads: u32,
+}
+
+/// Time a sequence of launches on one device as a single piece of work: CUDA events around
+/// the whole sequence, after `warmup` untimed sequences, optionally writing the L2 flush
+/// buffer before each timed one (outside the timed region). What a program of several
+/// kernels (a split-K GEMM and its sum) costs a caller, gaps between the launches included.
+pub(crate) fn bench_sequence(
+    steps: &mut [SequenceStep],
+    warmup: usize,
+    reps: usize,
+    flush_l2: bool,
+) -> Result<Vec<f64>> {
+    let Some(dev) = steps.first().map(|s| s.kernel.dev) else {
+        return Ok(vec![]);
+    };
+    if steps.iter().any(|s| !std::ptr::eq(s.kernel.dev, dev)) {
+        return Err(RuntimeError::Launch(
+            "a timed sequence of launches spans several devices; time each device's launches apart"
+                .into(),
+        ));
+    }
+    let launch_all = |steps: &mut [SequenceStep]| -> Result<()> {
+        for s in steps.iter_mut() {
+            s.kernel.launch(&mut s.params, s.grid, s.threads)?;
+        }
+        Ok(())
+    };
+    for _ in 0..warmup {
+        launch_all(steps)?;
+    }
+    dev.synchronize()?;
+    let reps = reps.max(1);
+    let mut events = Vec::with_capacity(2 * reps);
+    for _ in 0..2 * reps {
+        events.push(Event::new(dev)?);
+    }
+    for r in 0..reps {
+        if flush_l2 {
+            dev.flush_l2()?;
+        }
+        events[2 * r].record()?;
+        launch_all(steps)?;
+        events[2 * r + 1].record()?;
+    }
+    dev.synchronize()?;
+    (0..reps)
+        .map(|r| events[2 * r].elapsed_ms(&events[2 * r + 1]))
+        .collect()
+}
+
 /// Grid and block limits every CUDA device has, and the kernel's own thread limit (which its
 /// register use lowers).
 pub fn check_launch_shape(

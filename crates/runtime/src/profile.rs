@@ -232,6 +232,81 @@ pub fn bench_with(
     }
 }
 
+/// Time a sequence of launches (`(executable, arguments)` in order) as one piece of work: on a
+/// GPU with CUDA events around the whole sequence (each after [`BenchConfig::warmup`]
+/// untimed sequences, the L2 flushed before each timed one); elsewhere, or where the launches
+/// are not all CUDA kernels of one device, with the host clock around the sequence and a
+/// synchronization. For programs of several kernels, such as a split-K GEMM and the kernel
+/// that sums its shares.
+pub fn bench_sequence(
+    steps: &[(&crate::Executable, &[crate::Arg])],
+    cfg: &BenchConfig,
+) -> crate::Result<Timing> {
+    let Some((first, _)) = steps.first() else {
+        return Ok(Timing::from_samples(&[0.0], false, "none".into()));
+    };
+    let all_cuda = steps
+        .iter()
+        .all(|(e, _)| matches!(e.module(), crate::exec::Module::Cuda(_)));
+    if all_cuda {
+        let mut bound = vec![];
+        for (exe, args) in steps {
+            let exe = exe.variant_for(args)?;
+            let b = exe.bind(args)?;
+            bound.push((exe, b));
+        }
+        let mut guards = vec![];
+        let mut packed = vec![];
+        for (exe, b) in &bound {
+            let crate::exec::Module::Cuda(k) = exe.module() else {
+                return Err(crate::RuntimeError::Launch(format!(
+                    "kernel `{}` of a timed sequence is not a CUDA kernel",
+                    exe.signature().name
+                )));
+            };
+            let (mut scratch, dev) = exe.scratch_slots(k, crate::external::Stream::Runtime);
+            let p = crate::exec::pack_gpu_params_staged(
+                exe.signature(),
+                b,
+                Some((scratch.slots(), dev)),
+            )?;
+            guards.push(scratch);
+            packed.push(crate::cuda::SequenceStep {
+                kernel: k,
+                params: p,
+                grid: b.grid,
+                threads: exe.signature().threads,
+            });
+        }
+        let samples = crate::cuda::bench_sequence(&mut packed, cfg.warmup, cfg.reps, cfg.flush_l2)?;
+        drop(guards);
+        return Ok(Timing::from_samples(
+            &samples,
+            cfg.flush_l2,
+            first.device().to_string(),
+        ));
+    }
+    let run = || -> crate::Result<()> {
+        for (exe, args) in steps {
+            exe.run_args(args)?;
+        }
+        for (exe, _) in steps {
+            exe.synchronize()?;
+        }
+        Ok(())
+    };
+    for _ in 0..cfg.warmup {
+        run()?;
+    }
+    let mut samples = vec![];
+    for _ in 0..cfg.reps.max(1) {
+        let t = Instant::now();
+        run()?;
+        samples.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(Timing::from_samples(&samples, false, "host clock".into()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,7 @@ mod common;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+use tilelang::kernels::gemm::{gemm, split_k_sum, GemmConfig, Layout};
 use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
@@ -71,11 +71,21 @@ struct Args {
     /// multicast (sm_90a, persistent and warp-specialized; 1: none)
     #[arg(long, value_parser = common::size::<u32>)]
     cluster: Option<u32>,
+    /// Split each output tile's K over this many blocks, their f32 shares summed into C by a
+    /// second kernel (1: none). Default: chosen from the problem's size on Hopper
+    /// (`GemmConfig::fit_to_gpu`: only when the output tiles would leave most SMs idle), none
+    /// elsewhere; --tune tunes unsplit tiles
+    #[arg(long, value_parser = common::size::<u32>)]
+    split_k: Option<u32>,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
     common: common::CommonArgs,
 }
+
+/// Columns per block, and threads, of the kernel that sums split-K shares.
+const SUM_BLOCK: i64 = 1024;
+const SUM_THREADS: u32 = 128;
 
 /// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
 /// most 128 f32 registers per thread.
@@ -176,15 +186,37 @@ fn run() -> anyhow::Result<ExitCode> {
             // On Hopper: the TMA tiles where the rows allow TMA, else the cp.async ones.
             GemmConfig::for_problem(&target, dt, layout, args.m, args.n, args.k)
         };
+        // Problems whose output tiles would leave most SMs idle get narrower tiles or a split
+        // K on Hopper (not when tuning: the tuner times unsplit tiles).
+        if target.is_cuda() && cfg == GemmConfig::hopper() && !args.tile.tune {
+            let sms = match &dev {
+                Device::Cuda(_) => dev.cuda_props().map_or(132, |p| p.multiprocessors),
+                _ => tilelang::typical_multiprocessors(target),
+            };
+            cfg = cfg.fit_to_gpu(args.m, args.n, args.k, sms);
+        }
         configure(&mut cfg, &args);
+        cfg.split_k = match args.split_k {
+            _ if args.tile.tune => 1,
+            Some(s) => s.max(1),
+            None => cfg.split_k,
+        };
         cfg
     };
-    let kernel_for = |target: Target| gemm(layout, dt, out_dt, config_for(target));
-    if args.common.emit_only(&|t| vec![kernel_for(t)])? {
+    let kernels_for = |target: Target| {
+        let cfg = config_for(target);
+        let mut ks = vec![gemm(layout, dt, out_dt, cfg)];
+        if cfg.split_k > 1 {
+            ks.push(split_k_sum(out_dt, cfg.split_k, SUM_BLOCK, SUM_THREADS));
+        }
+        ks
+    };
+    if args.common.emit_only(&kernels_for)? {
         return Ok(ExitCode::SUCCESS);
     }
     let target = dev.target()?;
-    let kernel = kernel_for(target);
+    let cfg = config_for(target);
+    let kernel = gemm(layout, dt, out_dt, cfg);
     let wgmma = args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&target, dt));
     let (m, n, k) = (args.m, args.n, args.k);
     let a_shape = if layout == Layout::TN { [k, m] } else { [m, k] };
@@ -244,11 +276,39 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let exe = common::compile(&kernel, &dev)?;
     c.fill(f64::NAN)?;
-    exe.run(&[&a, &b, &c])?;
-    let err = sampled(&c)?;
-    let ms = args
-        .common
-        .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;
+    let (err, ms, notes) = if cfg.split_k > 1 {
+        // The shares of every split in f32, then their sum in C's type.
+        let w = Tensor::zeros(&[cfg.split_k as usize, m, n], DType::F32, &dev)?;
+        let sum = split_k_sum(out_dt, cfg.split_k, SUM_BLOCK, SUM_THREADS);
+        let sum = common::compile(&sum, &dev)?;
+        exe.run(&[&a, &b, &w])?;
+        sum.run(&[&w, &c])?;
+        let err = sampled(&c)?;
+        let gemm_args = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&w)];
+        let sum_args = [Arg::Tensor(&w), Arg::Tensor(&c)];
+        let ms = args
+            .common
+            .time_sequence_ms(&[(&exe, &gemm_args), (&sum, &sum_args)])?;
+        let notes = format!(
+            "{} split_k={} {}",
+            common::compile_note(&exe),
+            cfg.split_k,
+            common::variant_note(&exe, &[&a, &b, &w])
+        );
+        (err, ms, notes)
+    } else {
+        exe.run(&[&a, &b, &c])?;
+        let err = sampled(&c)?;
+        let ms = args
+            .common
+            .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;
+        let notes = format!(
+            "{} {}",
+            common::compile_note(&exe),
+            common::variant_note(&exe, &[&a, &b, &c])
+        );
+        (err, ms, notes)
+    };
     let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
     Ok(common::finish(
         "gemm",
@@ -256,11 +316,7 @@ fn run() -> anyhow::Result<ExitCode> {
         err,
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),
-        &format!(
-            "tflops={tflops:.3} device={dev} {} {}",
-            common::compile_note(&exe),
-            common::variant_note(&exe, &[&a, &b, &c])
-        ),
+        &format!("tflops={tflops:.3} device={dev} {notes}"),
     ))
 }
 

@@ -634,7 +634,7 @@ fn persistent_blocks_for(dev: &Device) -> Result<u32, Error> {
 /// for sm_90, an A100's 108 for other CUDA targets, the flagship AMD part's compute units for
 /// an AMD target (MI300X: 304 for gfx942, MI355X: 256 for gfx950; the CPU ignores
 /// persistence).
-fn typical_multiprocessors(target: Target) -> u32 {
+pub fn typical_multiprocessors(target: Target) -> u32 {
     match target {
         Target::Cuda { sm } if sm >= 90 => 132,
         Target::Hip { .. } => target.amd().map_or(304, |a| a.compute_units),

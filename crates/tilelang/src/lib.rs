@@ -38,8 +38,8 @@ mod link;
 pub use link::names_are_unique as link_names_are_unique;
 
 pub use driver::{
-    amd_usage, nvidia_source, nvidia_source_explained, Backend, CompileOptions, Error, Kernel,
-    Precompiled,
+    amd_usage, nvidia_source, nvidia_source_explained, typical_multiprocessors, Backend,
+    CompileOptions, Error, Kernel, Precompiled,
 };
 pub use tl_amdgpu as amdgpu;
 pub use tl_ir as ir;

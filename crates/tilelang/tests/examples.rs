@@ -67,6 +67,59 @@ fn gemm_all_layouts_and_types() {
     );
 }
 
+/// K split over several blocks per tile and summed by a second kernel, checked against the
+/// f64 reference: tails in every dim, a share with fewer k tiles than the others, and (K = 40
+/// in 16-deep tiles over 4 splits: 3 tiles) a split with none, whose share is zeros. On the
+/// CPU and, for the Hopper tiles the default picks for a small problem, in the simulator.
+#[test]
+fn gemm_split_k_sums_every_share() {
+    for (layout, dtype, k, splits) in [("nt", "bf16", "99", "3"), ("nn", "f32", "40", "4")] {
+        let last = run(
+            "gemm",
+            &[
+                "--m",
+                "67",
+                "--n",
+                "45",
+                "--k",
+                k,
+                "--layout",
+                layout,
+                "--dtype",
+                dtype,
+                "--bm",
+                "32",
+                "--bn",
+                "32",
+                "--bk",
+                "16",
+                "--split-k",
+                splits,
+            ],
+        );
+        assert!(last.contains(&format!("split_k={splits}")), "{last}");
+    }
+    let last = run_on(
+        "gemm",
+        &[
+            "--m",
+            "70",
+            "--n",
+            "72",
+            "--k",
+            "200",
+            "--layout",
+            "tn",
+            "--dtype",
+            "bf16",
+            "--split-k",
+            "3",
+        ],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("split_k=3"), "{last}");
+}
+
 #[test]
 fn elementwise_odd_length() {
     run("elementwise", &["--n", "10007"]);

@@ -282,6 +282,40 @@ fn persistent_tma_gemm_in_sim() {
     }
 }
 
+#[test]
+fn split_k_gemm_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    // The warp-specialized, persistent TMA GEMM over a grid with a split dim: 3 blocks loop
+    // over (tile, split) pairs; each writes its share of the k tiles to W[split]. K = 200 in
+    // 64-deep tiles (4) over 3 splits: shares of 2, 2 and 0 k tiles (the last writes zeros);
+    // K = 520 (9): 3 each.
+    let cfg = gemm::GemmConfig {
+        persistent: Some(3),
+        warp_specialize: Some(true),
+        instruction: Some(GemmInstruction::Wgmma),
+        split_k: 3,
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    for layout in [gemm::Layout::NT, gemm::Layout::NN] {
+        let k = gemm::gemm(layout, BF16, BF16, cfg);
+        let low = tma_variant(&k);
+        for (m, n, kk) in [(136, 72, 200), (64, 64, 520)] {
+            let mut s = shapes(layout, m, n, kk);
+            s[2] = vec![3, m, n];
+            let e = run_vs_cpu(&k, &low, &s, 5)
+                .unwrap_or_else(|e| panic!("{} {m}x{n}x{kk}: {e}", layout.name()));
+            assert!(e < 1e-5, "{} {m}x{n}x{kk}: {e}", layout.name());
+        }
+    }
+    // The sum of the shares, in C's type.
+    let sum = gemm::split_k_sum(BF16, 3, 256, 128);
+    let low = sum.lower(Target::SM90).expect("lowers");
+    let e = run_vs_cpu(&sum, &low, &[vec![3, 37, 300], vec![37, 300]], 2).expect("runs");
+    assert!(e < 1e-6, "split sum: {e}");
+}
+
 /// Is `op` an `mbarrier_wait` on a barrier of the buffer named `name`?
 fn waits_on(args: &[Expr], name: &str) -> bool {
     args.first().is_some_and(|a| a.to_string().contains(name))

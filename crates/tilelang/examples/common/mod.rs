@@ -177,6 +177,34 @@ impl CommonArgs {
         };
         Ok(bench(exe, args, warmup, reps)?.median_ms)
     }
+
+    /// [`CommonArgs::time_ms`] of a sequence of launches timed as one (a kernel and the one
+    /// that finishes its work, such as a split-K GEMM's sum).
+    pub fn time_sequence_ms(&self, steps: &[(&Executable, &[Arg])]) -> anyhow::Result<f64> {
+        let Some((first, _)) = steps.first() else {
+            return Ok(0.0);
+        };
+        let t = std::time::Instant::now();
+        for (exe, args) in steps {
+            exe.run_args(args)?;
+        }
+        first.synchronize()?;
+        let one = t.elapsed();
+        let sim = matches!(first.device(), Device::Sim(_));
+        let reps = if self.reps > 0 {
+            self.reps
+        } else if sim {
+            1
+        } else {
+            reps_for(one, Duration::from_millis(1500)).min(200)
+        };
+        let cfg = tilelang::runtime::profile::BenchConfig {
+            warmup: if sim { 0 } else { 3 },
+            reps,
+            flush_l2: true,
+        };
+        Ok(tilelang::runtime::profile::bench_sequence(steps, &cfg)?.median_ms)
+    }
 }
 
 /// An example's `main`: a failed check exits 1 (the summary line says why), any other error 2.

@@ -30,6 +30,14 @@ impl Layout {
     }
 }
 
+/// The fewest k tiles a split-K share takes ([`GemmConfig::fit_to_gpu`]): shorter shares spend
+/// more of their time filling and draining the pipeline than multiplying (1024³ in 4 shares
+/// of 4 k tiles ran at 113 TFLOP/s, in 128×128 tiles unsplit 178: gpu-notes run 33c).
+pub const SPLIT_K_MIN_TILES: usize = 16;
+
+/// The most blocks a tile's K is split over ([`GemmConfig::fit_to_gpu`]).
+pub const SPLIT_K_MAX: u32 = 16;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmConfig {
     pub bm: i64,
@@ -62,6 +70,12 @@ pub struct GemmConfig {
     /// With warp specialization: the producer warpgroup's registers per thread
     /// (`TileScope::producer_registers`; `None`: the compiler's default).
     pub producer_registers: Option<u32>,
+    /// Split K over this many blocks per output tile (1: none). Each block of a tile sums its
+    /// share of the k tiles into an f32 workspace `W[split, M, N]`, and [`split_k_sum`] adds
+    /// the shares into C: for problems with too few output tiles to fill the GPU
+    /// ([`GemmConfig::fit_to_gpu`]). Plain stores, no atomics: the result does not depend on
+    /// the order the blocks run in.
+    pub split_k: u32,
 }
 
 impl GemmConfig {
@@ -82,6 +96,7 @@ impl GemmConfig {
             warp_specialize: None,
             cluster: 1,
             producer_registers: None,
+            split_k: 1,
         }
     }
 
@@ -160,6 +175,50 @@ impl GemmConfig {
         }
     }
 
+    /// These tiles refitted for an `m × n × k` problem on a GPU of `multiprocessors` SMs whose
+    /// output tiles would leave more than half the SMs idle (the Hopper tiles are 128×256: a
+    /// 1024×1024 C has 32 of them for 132 SMs). In order of preference:
+    /// - half-width tiles (`bn / 2`) where they keep at least 85% of the SMs busy;
+    /// - K split over as many blocks per tile as fill the SMs once
+    ///   ([`GemmConfig::split_k`]), each taking at least [`SPLIT_K_MIN_TILES`] k tiles, at
+    ///   most [`SPLIT_K_MAX`];
+    /// - else half-width tiles where they are more blocks.
+    ///
+    /// On an H200 (gpu-notes run 33c, bf16 NT, TFLOP/s): 1024×1024×16384 225 → 492 (split 4),
+    /// 512×4096×8192 419 → 624 (128×128 tiles), 1024³ 126 → 178 (128×128), 128×8192×8192
+    /// 208 → 304 (split 4). A config that already splits is left alone.
+    pub fn fit_to_gpu(self, m: usize, n: usize, k: usize, multiprocessors: u32) -> GemmConfig {
+        if self.split_k > 1 {
+            return self;
+        }
+        let sms = multiprocessors as usize;
+        let tiles = |bn: i64| m.div_ceil(self.bm.max(1) as usize) * n.div_ceil(bn.max(1) as usize);
+        let wide = tiles(self.bn);
+        if wide == 0 || 2 * wide >= sms {
+            return self;
+        }
+        let half = self.bn / 2;
+        let narrow = (half >= 64 && half % 64 == 0).then(|| tiles(half));
+        let halved = GemmConfig { bn: half, ..self };
+        if narrow.is_some_and(|t| 20 * t >= 17 * sms) {
+            return halved;
+        }
+        let k_tiles = k.div_ceil(self.bk.max(1) as usize);
+        let splits = (sms / wide)
+            .min(k_tiles / SPLIT_K_MIN_TILES)
+            .min(SPLIT_K_MAX as usize);
+        if splits >= 2 {
+            return GemmConfig {
+                split_k: splits as u32,
+                ..self
+            };
+        }
+        if narrow.is_some_and(|t| t > wide) {
+            return halved;
+        }
+        self
+    }
+
     /// Whether [`GemmConfig::hopper`] applies: a target with wgmma and f16 or bf16 inputs (any
     /// layout: K-major and MN-major operands both have descriptors).
     pub fn hopper_applies(target: &tl_target::Target, in_dtype: DType) -> bool {
@@ -220,19 +279,17 @@ impl GemmConfig {
     }
 }
 
-/// The tile program: one block per `bm × bn` tile of C, a pipelined loop over K.
+/// The tile program: one block per `bm × bn` tile of C, a pipelined loop over K. With
+/// [`GemmConfig::split_k`] > 1 the grid gains a dim of that many blocks per tile, each taking
+/// its share of the k tiles, and the kernel writes the shares (f32) to its output
+/// `W[split, M, N]` in place of C; [`split_k_sum`] adds them into C.
 pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) -> Kernel {
-    let GemmConfig {
-        bm,
-        bn,
-        bk,
-        stages,
-        threads,
-        instruction,
-        overlap,
-        ..
-    } = cfg;
-    Kernel::build(&format!("gemm_{}", layout.name()), |k| {
+    let splits = i64::from(cfg.split_k.max(1));
+    let name = match splits {
+        1 => format!("gemm_{}", layout.name()),
+        s => format!("gemm_{}_split{s}", layout.name()),
+    };
+    Kernel::build(&name, |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
         let a = match layout {
             Layout::TN => k.input("A", [&kd, &m], in_dtype),
@@ -242,51 +299,126 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
             Layout::NT => k.input("B", [&n, &kd], in_dtype),
             _ => k.input("B", [&kd, &n], in_dtype),
         };
+        let operands = Operands { layout, a, b, cfg };
+        let k_tiles = ceildiv(&kd, cfg.bk);
+        if splits == 1 {
+            let c = k.output("C", [&m, &n], out_dtype);
+            k.launch(
+                [ceildiv(&n, cfg.bn), ceildiv(&m, cfg.bm)],
+                cfg.threads,
+                |t, [bx, by]| {
+                    let acc = operands.tile(t, &bx, &by, Expr::int(0), k_tiles);
+                    t.copy(&acc, c.tile([&by * cfg.bm, &bx * cfg.bn]));
+                },
+            );
+        } else {
+            let w = k.output("W", [Expr::int(splits), m.clone(), n.clone()], F32);
+            k.launch(
+                [ceildiv(&n, cfg.bn), ceildiv(&m, cfg.bm), Expr::int(splits)],
+                cfg.threads,
+                |t, [bx, by, bz]| {
+                    // Split z takes k tiles [z·per, z·per + per), the last ones fewer (none
+                    // where K has fewer tiles than splits: its share of W is then zeros).
+                    let per = ceildiv(&k_tiles, splits);
+                    let first = &bz * &per;
+                    let count = max(min(per, &k_tiles - &first), 0);
+                    let acc = operands.tile(t, &bx, &by, first, count);
+                    t.copy(&acc, w.tile([bz.clone(), &by * cfg.bm, &bx * cfg.bn]));
+                },
+            );
+        }
+    })
+}
+
+/// A GEMM's inputs and tiles: what one block's loop over its k tiles needs.
+struct Operands {
+    layout: Layout,
+    a: Buffer,
+    b: Buffer,
+    cfg: GemmConfig,
+}
+
+impl Operands {
+    /// The `bm × bn` accumulator of block (`bx`, `by`) over `count` k tiles from `first`.
+    fn tile(&self, t: &mut TileScope, bx: &Expr, by: &Expr, first: Expr, count: Expr) -> Buffer {
+        let Operands { layout, a, b, cfg } = self;
+        let GemmConfig {
+            bm,
+            bn,
+            bk,
+            stages,
+            instruction,
+            overlap,
+            ..
+        } = *cfg;
+        let in_dtype = a.dtype();
+        cfg.schedule_blocks(t);
+        let a_s = match layout {
+            Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),
+            _ => t.alloc_shared_named("A_s", [bm, bk], in_dtype),
+        };
+        let b_s = match layout {
+            Layout::NT => t.alloc_shared_named("B_s", [bn, bk], in_dtype),
+            _ => t.alloc_shared_named("B_s", [bk, bn], in_dtype),
+        };
+        let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+        t.clear(&acc);
+        t.pipelined(count, stages, |t, step| {
+            let ko = &first + &step;
+            match layout {
+                Layout::TN => t.copy(a.tile([&ko * bk, by * bm]), &a_s),
+                _ => t.copy(a.tile([by * bm, &ko * bk]), &a_s),
+            }
+            match layout {
+                Layout::NT => t.copy(b.tile([bx * bn, &ko * bk]), &b_s),
+                _ => t.copy(b.tile([&ko * bk, bx * bn]), &b_s),
+            }
+            let mut g = t.gemm(&a_s, &b_s, &acc);
+            if let Some(inst) = instruction {
+                g = g.instruction(inst);
+            }
+            if overlap {
+                g = g.overlap();
+            }
+            match layout {
+                Layout::NT => {
+                    g.transpose_b();
+                }
+                Layout::TN => {
+                    g.transpose_a();
+                }
+                Layout::NN => {}
+            }
+        });
+        acc
+    }
+}
+
+/// C = the sum of a split-K GEMM's shares `W[split, M, N]` (f32), in C's type: one block per
+/// `block` columns of a row, the shares added in split order (the same sum at every launch).
+pub fn split_k_sum(out_dtype: DType, splits: u32, block: i64, threads: u32) -> Kernel {
+    let splits = i64::from(splits.max(1));
+    Kernel::build("gemm_split_sum", |k| {
+        let (m, n) = (k.dim("M"), k.dim("N"));
+        let w = k.input("W", [Expr::int(splits), m.clone(), n.clone()], F32);
         let c = k.output("C", [&m, &n], out_dtype);
-        k.launch(
-            [ceildiv(&n, bn), ceildiv(&m, bm)],
-            threads,
-            |t, [bx, by]| {
-                cfg.schedule_blocks(t);
-                let a_s = match layout {
-                    Layout::TN => t.alloc_shared_named("A_s", [bk, bm], in_dtype),
-                    _ => t.alloc_shared_named("A_s", [bm, bk], in_dtype),
-                };
-                let b_s = match layout {
-                    Layout::NT => t.alloc_shared_named("B_s", [bn, bk], in_dtype),
-                    _ => t.alloc_shared_named("B_s", [bk, bn], in_dtype),
-                };
-                let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
-                t.clear(&acc);
-                t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
-                    match layout {
-                        Layout::TN => t.copy(a.tile([&ko * bk, &by * bm]), &a_s),
-                        _ => t.copy(a.tile([&by * bm, &ko * bk]), &a_s),
-                    }
-                    match layout {
-                        Layout::NT => t.copy(b.tile([&bx * bn, &ko * bk]), &b_s),
-                        _ => t.copy(b.tile([&ko * bk, &bx * bn]), &b_s),
-                    }
-                    let mut g = t.gemm(&a_s, &b_s, &acc);
-                    if let Some(inst) = instruction {
-                        g = g.instruction(inst);
-                    }
-                    if overlap {
-                        g = g.overlap();
-                    }
-                    match layout {
-                        Layout::NT => {
-                            g.transpose_b();
-                        }
-                        Layout::TN => {
-                            g.transpose_a();
-                        }
-                        Layout::NN => {}
-                    }
+        k.launch([m.clone(), ceildiv(&n, block)], threads, |t, [row, bx]| {
+            let c0 = &bx * block;
+            let acc = t.alloc_fragment_named("acc", [1, block], F32);
+            let share = t.alloc_fragment_named("share", [1, block], F32);
+            let out = t.alloc_fragment_named("out", [1, block], out_dtype);
+            t.copy(w.tile([Expr::int(0), row.clone(), c0.clone()]), &acc);
+            for z in 1..splits {
+                t.copy(w.tile([Expr::int(z), row.clone(), c0.clone()]), &share);
+                t.parallel([1, block], |t, [i, j]| {
+                    t.store(&acc, [&i, &j], acc.at([&i, &j]) + share.at([&i, &j]));
                 });
-                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
-            },
-        );
+            }
+            t.parallel([1, block], |t, [i, j]| {
+                t.store(&out, [&i, &j], acc.at([&i, &j]).cast(out_dtype));
+            });
+            t.copy(&out, c.tile([row.clone(), c0.clone()]));
+        });
     })
 }
 
@@ -318,5 +450,55 @@ mod tests {
         assert_eq!(sm80, GemmConfig::gpu());
         let f32 = GemmConfig::for_problem(&t, DType::F32, Layout::NT, 5, 5, 5);
         assert_eq!(f32, GemmConfig::for_target(&t, DType::F32));
+    }
+
+    /// Problems with few output tiles get half-width tiles where those fill the GPU, else a
+    /// split K where K is deep enough, else half-width tiles; big problems keep their tiles.
+    #[test]
+    fn few_tiles_refit_to_fill_the_gpu() {
+        let h = GemmConfig::hopper();
+        let fit = |m, n, k| h.fit_to_gpu(m, n, k, 132);
+        // 4 × 32 half-width tiles: 128 of 132 SMs.
+        assert_eq!(fit(512, 4096, 8192), GemmConfig { bn: 128, ..h });
+        // 32 tiles, 256 k tiles: 4 splits of 64.
+        assert_eq!(fit(1024, 1024, 16384).split_k, 4);
+        assert_eq!(fit(1024, 1024, 16384).bn, 256);
+        // 16 tiles: 8 splits would fill the SMs, but 64 k tiles make only 4 shares of 16.
+        assert_eq!(fit(64, 4096, 4096).split_k, 4);
+        // 32 tiles, 16 k tiles: too shallow to split; 64 half-width tiles instead.
+        assert_eq!(fit(1024, 1024, 1024), GemmConfig { bn: 128, ..h });
+        // At most SPLIT_K_MAX shares.
+        assert_eq!(fit(128, 256, 1 << 20).split_k, SPLIT_K_MAX);
+        // Enough tiles: unchanged.
+        for (m, n, k) in [(4096, 4096, 4096), (256, 14336, 4096), (2048, 2048, 8192)] {
+            assert_eq!(fit(m, n, k), h, "{m}x{n}x{k}");
+        }
+        // An empty problem, and a config that already splits, are left alone.
+        assert_eq!(fit(0, 4096, 4096), h);
+        let split = GemmConfig { split_k: 2, ..h };
+        assert_eq!(split.fit_to_gpu(64, 64, 1 << 16, 132), split);
+    }
+
+    #[test]
+    fn split_kernels_name_their_splits_and_output() {
+        let cfg = GemmConfig {
+            split_k: 3,
+            ..GemmConfig::hopper()
+        };
+        let k = gemm(Layout::NT, DType::BF16, DType::BF16, cfg);
+        assert_eq!(k.name(), "gemm_nt_split3");
+        let names: Vec<String> = k
+            .ir()
+            .tensors()
+            .map(|(b, _)| b.name().to_string())
+            .collect();
+        assert_eq!(names, ["A", "B", "W"]);
+        let sum = split_k_sum(DType::BF16, 3, 1024, 128);
+        let names: Vec<String> = sum
+            .ir()
+            .tensors()
+            .map(|(b, _)| b.name().to_string())
+            .collect();
+        assert_eq!(names, ["W", "C"]);
     }
 }
