@@ -12,7 +12,7 @@ mod common;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tilelang::kernels::gemm::{gemm, split_k_sum, GemmConfig, Layout};
+use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
 use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
@@ -82,10 +82,6 @@ struct Args {
     #[command(flatten)]
     common: common::CommonArgs,
 }
-
-/// Columns per block, and threads, of the kernel that sums split-K shares.
-const SUM_BLOCK: i64 = 1024;
-const SUM_THREADS: u32 = 128;
 
 /// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
 /// most 128 f32 registers per thread.
@@ -207,7 +203,7 @@ fn run() -> anyhow::Result<ExitCode> {
         let cfg = config_for(target);
         let mut ks = vec![gemm(layout, dt, out_dt, cfg)];
         if cfg.split_k > 1 {
-            ks.push(split_k_sum(out_dt, cfg.split_k, SUM_BLOCK, SUM_THREADS));
+            ks.push(common::SplitSum::kernel(out_dt, cfg.split_k));
         }
         ks
     };
@@ -278,9 +274,8 @@ fn run() -> anyhow::Result<ExitCode> {
     c.fill(f64::NAN)?;
     let (err, ms, notes) = if cfg.split_k > 1 {
         // The shares of every split in f32, then their sum in C's type.
-        let w = Tensor::zeros(&[cfg.split_k as usize, m, n], DType::F32, &dev)?;
-        let sum = split_k_sum(out_dt, cfg.split_k, SUM_BLOCK, SUM_THREADS);
-        let sum = common::compile(&sum, &dev)?;
+        let common::SplitSum { exe: sum, w } =
+            common::SplitSum::new(out_dt, cfg.split_k, m, n, &dev)?;
         exe.run(&[&a, &b, &w])?;
         sum.run(&[&w, &c])?;
         let err = sampled(&c)?;

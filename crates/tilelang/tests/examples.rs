@@ -244,10 +244,17 @@ fn fp8_gemm_scalings_and_types() {
             &["--scaling", "tensor"][..],
             &["--scaling", "tensor", "--fast-accum", "--a", "e5m2"],
             &["--scaling", "blocks", "--b", "e5m2"],
+            // K split in 3 (shares of the 3 k tiles of 128: one each; in 64-deep tiles on
+            // the CPU, 2, 2 and 1), summed by a second kernel.
+            &["--scaling", "blocks", "--split-k", "3"],
+            &["--scaling", "tensor", "--split-k", "3"],
         ] {
             let args: Vec<&str> = size.iter().chain(tiles).chain(extra).copied().collect();
             let last = run_on("fp8_gemm", &args, dev);
             assert!(last.contains("err="), "{last}");
+            if extra.contains(&"--split-k") {
+                assert!(last.contains("split_k=3"), "{last}");
+            }
         }
     }
     // Nonsense is refused with the reason.
@@ -260,6 +267,10 @@ fn fp8_gemm_scalings_and_types() {
         (
             &["--scaling", "blocks", "--bk", "256"],
             "divide the 128-wide scale blocks",
+        ),
+        (
+            &["--overlap-promotion", "--split-k", "2", "--stages", "3"],
+            "does not split K",
         ),
     ] {
         let out = Command::new(example("fp8_gemm"))

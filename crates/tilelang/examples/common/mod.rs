@@ -207,6 +207,32 @@ impl CommonArgs {
     }
 }
 
+/// The second kernel of a split-K GEMM (`gemm::split_k_sum`), compiled, and the f32
+/// workspace `W[splits, m, n]` the GEMM writes its shares to.
+pub struct SplitSum {
+    pub exe: Executable,
+    pub w: Tensor,
+}
+
+/// Columns per block, and threads, of the kernel that sums split-K shares.
+const SUM_BLOCK: i64 = 1024;
+const SUM_THREADS: u32 = 128;
+
+impl SplitSum {
+    pub fn new(out: DType, splits: u32, m: usize, n: usize, dev: &Device) -> anyhow::Result<Self> {
+        let kernel = tilelang::kernels::gemm::split_k_sum(out, splits, SUM_BLOCK, SUM_THREADS);
+        Ok(SplitSum {
+            exe: compile(&kernel, dev)?,
+            w: Tensor::zeros(&[splits as usize, m, n], DType::F32, dev)?,
+        })
+    }
+
+    /// The kernel, for `--emit`.
+    pub fn kernel(out: DType, splits: u32) -> Kernel {
+        tilelang::kernels::gemm::split_k_sum(out, splits, SUM_BLOCK, SUM_THREADS)
+    }
+}
+
 /// An example's `main`: a failed check exits 1 (the summary line says why), any other error 2.
 pub fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
     result.unwrap_or_else(|e| {

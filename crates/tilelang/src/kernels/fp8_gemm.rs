@@ -101,6 +101,11 @@ impl Fp8Gemm {
                 cfg.stages
             ));
         }
+        if self.overlap_promotion && cfg.split_k > 1 {
+            return Err(
+                "the overlapped promotion does not split K: drop the split or the overlap".into(),
+            );
+        }
         if self.promotes() && cfg.overlap {
             return Err(
                 "promotion reads each k tile's product as soon as it is done: it cannot overlap the next k tile's wgmma (drop overlap)"
@@ -183,29 +188,28 @@ impl Fp8Gemm {
 }
 
 /// The tile program: one block per `bm × bn` tile of C, a pipelined loop over K. Inputs A
-/// `[M, K]`, B `[N, K]`, SA and SB ([`Fp8Gemm::scale_shapes`]); output C `[M, N]`.
+/// `[M, K]`, B `[N, K]`, SA and SB ([`Fp8Gemm::scale_shapes`]); output C `[M, N]`. With
+/// [`GemmConfig::split_k`] > 1, as [`super::gemm::gemm`]: the grid gains a dim of that many
+/// blocks per tile, each taking its share of the k tiles, and the kernel writes the scaled
+/// shares (f32) to `W[split, M, N]` in place of C, for [`super::gemm::split_k_sum`] to add.
 pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
-    let GemmConfig {
-        bm,
-        bn,
-        bk,
-        stages,
-        threads,
-        instruction,
-        overlap,
-        ..
-    } = cfg;
+    let GemmConfig { bm, bn, bk, .. } = cfg;
     let blocks = spec.scaling == Fp8Scaling::Blocks;
     let promote = spec.promotes();
     if spec.overlap_promotion && !blocks && promote {
         return overlapped_promotion(spec, cfg);
     }
-    let name = match (blocks, promote) {
+    let splits = i64::from(cfg.split_k.max(1));
+    let base = match (blocks, promote) {
         (true, _) => "fp8_gemm_blocks",
         (false, true) => "fp8_gemm_promoted",
         (false, false) => "fp8_gemm",
     };
-    Kernel::build(name, |k| {
+    let name = match splits {
+        1 => base.to_string(),
+        s => format!("{base}_split{s}"),
+    };
+    Kernel::build(&name, |k| {
         let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
         let a = k.input("A", [&m, &kd], spec.a);
         let b = k.input("B", [&n, &kd], spec.b);
@@ -218,72 +222,137 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
         } else {
             (k.input("SA", [1, 1], F32), k.input("SB", [1, 1], F32))
         };
-        let c = k.output("C", [&m, &n], spec.out);
-        k.launch(
-            [ceildiv(&n, bn), ceildiv(&m, bm)],
-            threads,
-            |t, [bx, by]| {
-                cfg.schedule_blocks(t);
-                // Specialized per-tensor promotion: the two consumer warpgroups take turns at
-                // the tensor cores, so one promotes its partial while the other's wgmma runs
-                // (8192³ on an H100: 1257 against 1224 TFLOP/s, 4096³ 1115 against 1108; the
-                // block-scaled kernel measured slower with turns: docs/performance.md).
-                if promote && !blocks && cfg.warp_specialize == Some(true) {
-                    t.ping_pong(true);
-                }
-                let a_s = t.alloc_shared_named("A_s", [bm, bk], spec.a);
-                let b_s = t.alloc_shared_named("B_s", [bn, bk], spec.b);
-                let sa_s = blocks.then(|| t.alloc_shared_named("SA_s", [1, bm], F32));
-                let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
-                let part = promote.then(|| t.alloc_fragment_named("part", [bm, bn], F32));
-                t.clear(&acc);
-                t.pipelined(ceildiv(&kd, bk), stages, |t, ko| {
-                    t.copy(a.tile([&by * bm, &ko * bk]), &a_s);
-                    t.copy(b.tile([&bx * bn, &ko * bk]), &b_s);
-                    // The scale block of this k tile.
-                    let kb = (&ko * bk) / SCALE_BLOCK;
-                    if let Some(sa_s) = &sa_s {
-                        t.copy(sa.tile([kb.clone(), &by * bm]), sa_s);
-                    }
-                    let mut g = t.gemm(&a_s, &b_s, part.as_ref().unwrap_or(&acc));
-                    if let Some(inst) = instruction {
-                        g = g.instruction(inst);
-                    }
-                    if overlap {
-                        g = g.overlap();
-                    }
-                    let g = g.transpose_b();
-                    if promote {
-                        g.clear_accum();
-                    }
-                    let Some(part) = &part else { return };
-                    match &sa_s {
-                        Some(sa_s) => {
-                            // B's scale block of column j: clamped, since a tile may reach
-                            // past the last block (its columns are not stored).
-                            let last = ceildiv(&n, SCALE_BLOCK) - 1;
-                            t.parallel([bm, bn], |t, [i, j]| {
-                                let nb = min((&bx * bn + &j) / SCALE_BLOCK, last.clone());
-                                let s =
-                                    sa_s.at([Expr::from(0), i.clone()]) * sb.at([nb, kb.clone()]);
-                                t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]) * s);
-                            });
-                        }
-                        None => t.parallel([bm, bn], |t, [i, j]| {
-                            t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]));
-                        }),
-                    }
-                });
-                if !blocks {
+        let tile = Fp8Tile {
+            spec,
+            cfg,
+            a,
+            b,
+            sa,
+            sb,
+            n: n.clone(),
+        };
+        let k_tiles = ceildiv(&kd, bk);
+        if splits == 1 {
+            let c = k.output("C", [&m, &n], spec.out);
+            k.launch(
+                [ceildiv(&n, bn), ceildiv(&m, bm)],
+                cfg.threads,
+                |t, [bx, by]| {
+                    let acc = tile.scaled(t, &bx, &by, Expr::int(0), k_tiles);
+                    t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+                },
+            );
+        } else {
+            let w = k.output("W", [Expr::int(splits), m.clone(), n.clone()], F32);
+            k.launch(
+                [ceildiv(&n, bn), ceildiv(&m, bm), Expr::int(splits)],
+                cfg.threads,
+                |t, [bx, by, bz]| {
+                    let per = ceildiv(&k_tiles, splits);
+                    let first = &bz * &per;
+                    let count = max(min(per, &k_tiles - &first), 0);
+                    let acc = tile.scaled(t, &bx, &by, first, count);
+                    t.copy(&acc, w.tile([bz.clone(), &by * bm, &bx * bn]));
+                },
+            );
+        }
+    })
+}
+
+/// An fp8 GEMM's inputs and tiles: what one block's loop over its k tiles needs.
+struct Fp8Tile {
+    spec: Fp8Gemm,
+    cfg: GemmConfig,
+    a: Buffer,
+    b: Buffer,
+    sa: Buffer,
+    sb: Buffer,
+    /// N, for the last scale block of B.
+    n: Expr,
+}
+
+impl Fp8Tile {
+    /// The scaled `bm × bn` product of block (`bx`, `by`) over `count` k tiles from `first`.
+    fn scaled(&self, t: &mut TileScope, bx: &Expr, by: &Expr, first: Expr, count: Expr) -> Buffer {
+        let Fp8Tile {
+            spec,
+            cfg,
+            a,
+            b,
+            sa,
+            sb,
+            n,
+        } = self;
+        let GemmConfig {
+            bm,
+            bn,
+            bk,
+            stages,
+            instruction,
+            overlap,
+            ..
+        } = *cfg;
+        let blocks = spec.scaling == Fp8Scaling::Blocks;
+        let promote = spec.promotes();
+        cfg.schedule_blocks(t);
+        // Specialized per-tensor promotion: the two consumer warpgroups take turns at the
+        // tensor cores, so one promotes its partial while the other's wgmma runs (8192³ on an
+        // H100: 1257 against 1224 TFLOP/s, 4096³ 1115 against 1108; the block-scaled kernel
+        // measured slower with turns: docs/performance.md).
+        if promote && !blocks && cfg.warp_specialize == Some(true) {
+            t.ping_pong(true);
+        }
+        let a_s = t.alloc_shared_named("A_s", [bm, bk], spec.a);
+        let b_s = t.alloc_shared_named("B_s", [bn, bk], spec.b);
+        let sa_s = blocks.then(|| t.alloc_shared_named("SA_s", [1, bm], F32));
+        let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
+        let part = promote.then(|| t.alloc_fragment_named("part", [bm, bn], F32));
+        t.clear(&acc);
+        t.pipelined(count, stages, |t, step| {
+            let ko = &first + &step;
+            t.copy(a.tile([by * bm, &ko * bk]), &a_s);
+            t.copy(b.tile([bx * bn, &ko * bk]), &b_s);
+            // The scale block of this k tile.
+            let kb = (&ko * bk) / SCALE_BLOCK;
+            if let Some(sa_s) = &sa_s {
+                t.copy(sa.tile([kb.clone(), by * bm]), sa_s);
+            }
+            let mut g = t.gemm(&a_s, &b_s, part.as_ref().unwrap_or(&acc));
+            if let Some(inst) = instruction {
+                g = g.instruction(inst);
+            }
+            if overlap {
+                g = g.overlap();
+            }
+            let g = g.transpose_b();
+            if promote {
+                g.clear_accum();
+            }
+            let Some(part) = &part else { return };
+            match &sa_s {
+                Some(sa_s) => {
+                    // B's scale block of column j: clamped, since a tile may reach past the
+                    // last block (its columns are not stored).
+                    let last = ceildiv(n, SCALE_BLOCK) - 1;
                     t.parallel([bm, bn], |t, [i, j]| {
-                        let s = sa.at([0, 0]) * sb.at([0, 0]);
-                        t.store(&acc, [&i, &j], acc.at([&i, &j]) * s);
+                        let nb = min((bx * bn + &j) / SCALE_BLOCK, last.clone());
+                        let s = sa_s.at([Expr::from(0), i.clone()]) * sb.at([nb, kb.clone()]);
+                        t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]) * s);
                     });
                 }
-                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
-            },
-        );
-    })
+                None => t.parallel([bm, bn], |t, [i, j]| {
+                    t.store(&acc, [&i, &j], acc.at([&i, &j]) + part.at([&i, &j]));
+                }),
+            }
+        });
+        if !blocks {
+            t.parallel([bm, bn], |t, [i, j]| {
+                let s = sa.at([0, 0]) * sb.at([0, 0]);
+                t.store(&acc, [&i, &j], acc.at([&i, &j]) * s);
+            });
+        }
+        acc
+    }
 }
 
 /// Promoted per-tensor scaling with each promotion under the next wgmma

@@ -30,12 +30,14 @@ impl Layout {
     }
 }
 
-/// The fewest k tiles a split-K share takes ([`GemmConfig::fit_to_gpu`]): shorter shares spend
-/// more of their time filling and draining the pipeline than multiplying (1024³ in 4 shares
-/// of 4 k tiles ran at 113 TFLOP/s, in 128×128 tiles unsplit 178: gpu-notes run 33c).
+/// The fewest k tiles a split-K share takes ([`GemmConfig::split_to_fill`]): shorter shares
+/// spend more of their time filling and draining the pipeline than multiplying (on an H200,
+/// gpu-notes runs 33c and 33f: bf16 1024³ in 4 shares of 4 k tiles ran at 113 TFLOP/s, in
+/// 128×128 tiles unsplit 178; block-scaled fp8 128×7168×2048 in 2 shares of 8 at 220, unsplit
+/// 260).
 pub const SPLIT_K_MIN_TILES: usize = 16;
 
-/// The most blocks a tile's K is split over ([`GemmConfig::fit_to_gpu`]).
+/// The most blocks a tile's K is split over ([`GemmConfig::split_to_fill`]).
 pub const SPLIT_K_MAX: u32 = 16;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -73,7 +75,7 @@ pub struct GemmConfig {
     /// Split K over this many blocks per output tile (1: none). Each block of a tile sums its
     /// share of the k tiles into an f32 workspace `W[split, M, N]`, and [`split_k_sum`] adds
     /// the shares into C: for problems with too few output tiles to fill the GPU
-    /// ([`GemmConfig::fit_to_gpu`]). Plain stores, no atomics: the result does not depend on
+    /// ([`GemmConfig::split_to_fill`]). Plain stores, no atomics: the result does not depend on
     /// the order the blocks run in.
     pub split_k: u32,
 }
@@ -179,44 +181,57 @@ impl GemmConfig {
     /// output tiles would leave more than half the SMs idle (the Hopper tiles are 128×256: a
     /// 1024×1024 C has 32 of them for 132 SMs). In order of preference:
     /// - half-width tiles (`bn / 2`) where they keep at least 85% of the SMs busy;
-    /// - K split over as many blocks per tile as fill the SMs once
-    ///   ([`GemmConfig::split_k`]), each taking at least [`SPLIT_K_MIN_TILES`] k tiles, at
-    ///   most [`SPLIT_K_MAX`];
+    /// - K split over blocks ([`GemmConfig::split_to_fill`]);
     /// - else half-width tiles where they are more blocks.
     ///
-    /// On an H200 (gpu-notes run 33c, bf16 NT, TFLOP/s): 1024×1024×16384 225 → 492 (split 4),
-    /// 512×4096×8192 419 → 624 (128×128 tiles), 1024³ 126 → 178 (128×128), 128×8192×8192
-    /// 208 → 304 (split 4). A config that already splits is left alone.
+    /// On an H200 (gpu-notes run 33e, bf16 NT, TFLOP/s): 1024×1024×16384 223 → 491 (split 4),
+    /// 512×4096×8192 419 → 619 (128×128 tiles), 1024³ 123 → 175 (128×128), 128×8192×8192
+    /// 206 → 307 (split 4). A config that already splits is left alone.
     pub fn fit_to_gpu(self, m: usize, n: usize, k: usize, multiprocessors: u32) -> GemmConfig {
-        if self.split_k > 1 {
-            return self;
-        }
         let sms = multiprocessors as usize;
-        let tiles = |bn: i64| m.div_ceil(self.bm.max(1) as usize) * n.div_ceil(bn.max(1) as usize);
-        let wide = tiles(self.bn);
-        if wide == 0 || 2 * wide >= sms {
+        let wide = self.output_tiles(m, n);
+        if self.split_k > 1 || wide == 0 || 2 * wide >= sms {
             return self;
         }
         let half = self.bn / 2;
-        let narrow = (half >= 64 && half % 64 == 0).then(|| tiles(half));
         let halved = GemmConfig { bn: half, ..self };
+        let narrow = (half >= 64 && half % 64 == 0).then(|| halved.output_tiles(m, n));
         if narrow.is_some_and(|t| 20 * t >= 17 * sms) {
             return halved;
         }
-        let k_tiles = k.div_ceil(self.bk.max(1) as usize);
-        let splits = (sms / wide)
-            .min(k_tiles / SPLIT_K_MIN_TILES)
-            .min(SPLIT_K_MAX as usize);
-        if splits >= 2 {
-            return GemmConfig {
-                split_k: splits as u32,
-                ..self
-            };
+        let split = self.split_to_fill(m, n, k, multiprocessors);
+        if split.split_k > 1 {
+            return split;
         }
         if narrow.is_some_and(|t| t > wide) {
             return halved;
         }
         self
+    }
+
+    /// These tiles with K split over as many blocks per output tile as fill the SMs once
+    /// ([`GemmConfig::split_k`]), each share at least [`SPLIT_K_MIN_TILES`] k tiles, at most
+    /// [`SPLIT_K_MAX`] shares; unchanged where the output tiles keep at least half the SMs
+    /// busy, or K is too shallow to split, or the config already splits.
+    pub fn split_to_fill(self, m: usize, n: usize, k: usize, multiprocessors: u32) -> GemmConfig {
+        let sms = multiprocessors as usize;
+        let tiles = self.output_tiles(m, n);
+        if self.split_k > 1 || tiles == 0 || 2 * tiles > sms {
+            return self;
+        }
+        let k_tiles = k.div_ceil(self.bk.max(1) as usize);
+        let splits = (sms / tiles)
+            .min(k_tiles / SPLIT_K_MIN_TILES)
+            .min(SPLIT_K_MAX as usize);
+        GemmConfig {
+            split_k: splits.max(1) as u32,
+            ..self
+        }
+    }
+
+    /// Output tiles of an `m × n` C.
+    fn output_tiles(&self, m: usize, n: usize) -> usize {
+        m.div_ceil(self.bm.max(1) as usize) * n.div_ceil(self.bn.max(1) as usize)
     }
 
     /// Whether [`GemmConfig::hopper`] applies: a target with wgmma and f16 or bf16 inputs (any
