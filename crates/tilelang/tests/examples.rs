@@ -118,6 +118,16 @@ fn gemm_split_k_sums_every_share() {
         "sim:sm_90a",
     );
     assert!(last.contains("split_k=3"), "{last}");
+    // The default's own refit for a skinny problem (`GemmConfig::fit_to_gpu`): M = 50 on one
+    // consumer warpgroup in 64-row tiles, one output tile, K split in 2.
+    let last = run_on(
+        "gemm",
+        &[
+            "--m", "50", "--n", "200", "--k", "2048", "--layout", "nt", "--dtype", "bf16",
+        ],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("split_k=2"), "{last}");
 }
 
 #[test]

@@ -177,36 +177,51 @@ impl GemmConfig {
         }
     }
 
-    /// These tiles refitted for an `m × n × k` problem on a GPU of `multiprocessors` SMs whose
-    /// output tiles would leave more than half the SMs idle (the Hopper tiles are 128×256: a
-    /// 1024×1024 C has 32 of them for 132 SMs). In order of preference:
+    /// These tiles refitted for an `m × n × k` problem on a GPU of `multiprocessors` SMs.
+    /// First no wider than the problem: `bn` halved down to 64 while N fits in half of it,
+    /// and 64-row tiles on one consumer warpgroup where M ≤ 64 (the 128×256 Hopper tiles
+    /// otherwise multiply zeros: N = 64 ran at 116 TFLOP/s in them, 190 in 128×64). Then, if
+    /// the output tiles would still leave more than half the SMs idle (a 1024×1024 C has 32
+    /// of 128×256 for 132 SMs), in order of preference:
     /// - half-width tiles (`bn / 2`) where they keep at least 85% of the SMs busy;
     /// - K split over blocks ([`GemmConfig::split_to_fill`]);
     /// - else half-width tiles where they are more blocks.
     ///
-    /// On an H200 (gpu-notes run 33e, bf16 NT, TFLOP/s): 1024×1024×16384 223 → 491 (split 4),
-    /// 512×4096×8192 419 → 619 (128×128 tiles), 1024³ 123 → 175 (128×128), 128×8192×8192
-    /// 206 → 307 (split 4). A config that already splits is left alone.
+    /// On an H200 (gpu-notes runs 33e and 33h, bf16 NT, TFLOP/s): 1024×1024×16384 223 → 491
+    /// (split 4), 512×4096×8192 419 → 619 (128×128), 1024³ 123 → 175 (128×128), 16384×64×4096
+    /// 116 → 190 (128×64), 64×16384×4096 157 → 190 (64×128). A config that already splits is
+    /// left alone.
     pub fn fit_to_gpu(self, m: usize, n: usize, k: usize, multiprocessors: u32) -> GemmConfig {
-        let sms = multiprocessors as usize;
-        let wide = self.output_tiles(m, n);
-        if self.split_k > 1 || wide == 0 || 2 * wide >= sms {
+        if self.split_k > 1 || m == 0 || n == 0 {
             return self;
         }
-        let half = self.bn / 2;
-        let halved = GemmConfig { bn: half, ..self };
+        let mut cfg = self;
+        while cfg.bn >= 128 && cfg.bn % 128 == 0 && n <= (cfg.bn / 2) as usize {
+            cfg.bn /= 2;
+        }
+        if m <= 64 && cfg.bm == 128 && cfg.threads == 256 {
+            cfg.bm = 64;
+            cfg.threads = 128;
+        }
+        let sms = multiprocessors as usize;
+        let wide = cfg.output_tiles(m, n);
+        if wide == 0 || 2 * wide >= sms {
+            return cfg;
+        }
+        let half = cfg.bn / 2;
+        let halved = GemmConfig { bn: half, ..cfg };
         let narrow = (half >= 64 && half % 64 == 0).then(|| halved.output_tiles(m, n));
         if narrow.is_some_and(|t| 20 * t >= 17 * sms) {
             return halved;
         }
-        let split = self.split_to_fill(m, n, k, multiprocessors);
+        let split = cfg.split_to_fill(m, n, k, multiprocessors);
         if split.split_k > 1 {
             return split;
         }
         if narrow.is_some_and(|t| t > wide) {
             return halved;
         }
-        self
+        cfg
     }
 
     /// These tiles with K split over as many blocks per output tile as fill the SMs once
@@ -480,6 +495,7 @@ mod tests {
         assert_eq!(fit(1024, 1024, 16384).bn, 256);
         // 16 tiles: 8 splits would fill the SMs, but 64 k tiles make only 4 shares of 16.
         assert_eq!(fit(64, 4096, 4096).split_k, 4);
+        assert_eq!(fit(64, 4096, 4096).bm, 64);
         // 32 tiles, 16 k tiles: too shallow to split; 64 half-width tiles instead.
         assert_eq!(fit(1024, 1024, 1024), GemmConfig { bn: 128, ..h });
         // At most SPLIT_K_MAX shares.
@@ -488,6 +504,31 @@ mod tests {
         for (m, n, k) in [(4096, 4096, 4096), (256, 14336, 4096), (2048, 2048, 8192)] {
             assert_eq!(fit(m, n, k), h, "{m}x{n}x{k}");
         }
+        // No wider than the problem: N = 64 in 64-wide tiles, N = 96 in 128-wide ones, and
+        // M = 64 on one consumer warpgroup (then 64 tiles: half-width ones fill the GPU).
+        assert_eq!(fit(16384, 64, 4096), GemmConfig { bn: 64, ..h });
+        assert_eq!(fit(16384, 128, 4096), GemmConfig { bn: 128, ..h });
+        let one_warpgroup = GemmConfig {
+            bm: 64,
+            threads: 128,
+            ..h
+        };
+        assert_eq!(
+            fit(64, 16384, 4096),
+            GemmConfig {
+                bn: 128,
+                ..one_warpgroup
+            }
+        );
+        assert_eq!(
+            fit(32, 8192, 8192),
+            GemmConfig {
+                split_k: 4,
+                ..one_warpgroup
+            }
+        );
+        // M = 128 keeps two warpgroups; its 64 tiles become 128 half-width ones.
+        assert_eq!(fit(128, 16384, 4096), GemmConfig { bn: 128, ..h });
         // An empty problem, and a config that already splits, are left alone.
         assert_eq!(fit(0, 4096, 4096), h);
         let split = GemmConfig { split_k: 2, ..h };
