@@ -13,7 +13,7 @@
 //! scaling needs it anyway (the scale changes every 128 of K); per-tensor scaling may skip it
 //! for speed (cuBLASLt's "fast accumulation"), which also frees the registers for 128×256 tiles.
 
-use super::gemm::GemmConfig;
+use super::gemm::{launch_output_tiles, GemmConfig};
 use crate::prelude::*;
 
 /// How the fp8 inputs are scaled back to real values.
@@ -193,7 +193,7 @@ impl Fp8Gemm {
 /// blocks per tile, each taking its share of the k tiles, and the kernel writes the scaled
 /// shares (f32) to `W[split, M, N]` in place of C, for [`super::gemm::split_k_sum`] to add.
 pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
-    let GemmConfig { bm, bn, bk, .. } = cfg;
+    let bk = cfg.bk;
     let blocks = spec.scaling == Fp8Scaling::Blocks;
     let promote = spec.promotes();
     if spec.overlap_promotion && !blocks && promote {
@@ -232,30 +232,14 @@ pub fn fp8_gemm(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
             n: n.clone(),
         };
         let k_tiles = ceildiv(&kd, bk);
-        if splits == 1 {
-            let c = k.output("C", [&m, &n], spec.out);
-            k.launch(
-                [ceildiv(&n, bn), ceildiv(&m, bm)],
-                cfg.threads,
-                |t, [bx, by]| {
-                    let acc = tile.scaled(t, &bx, &by, Expr::int(0), k_tiles);
-                    t.copy(&acc, c.tile([&by * bm, &bx * bn]));
-                },
-            );
-        } else {
-            let w = k.output("W", [Expr::int(splits), m.clone(), n.clone()], F32);
-            k.launch(
-                [ceildiv(&n, bn), ceildiv(&m, bm), Expr::int(splits)],
-                cfg.threads,
-                |t, [bx, by, bz]| {
-                    let per = ceildiv(&k_tiles, splits);
-                    let first = &bz * &per;
-                    let count = max(min(per, &k_tiles - &first), 0);
-                    let acc = tile.scaled(t, &bx, &by, first, count);
-                    t.copy(&acc, w.tile([bz.clone(), &by * bm, &bx * bn]));
-                },
-            );
-        }
+        launch_output_tiles(
+            k,
+            cfg,
+            (&m, &n),
+            k_tiles,
+            spec.out,
+            |t, bx, by, first, count| tile.scaled(t, bx, by, first, count),
+        );
     })
 }
 

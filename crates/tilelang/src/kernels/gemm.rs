@@ -331,33 +331,58 @@ pub fn gemm(layout: Layout, in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
         };
         let operands = Operands { layout, a, b, cfg };
         let k_tiles = ceildiv(&kd, cfg.bk);
-        if splits == 1 {
-            let c = k.output("C", [&m, &n], out_dtype);
-            k.launch(
-                [ceildiv(&n, cfg.bn), ceildiv(&m, cfg.bm)],
-                cfg.threads,
-                |t, [bx, by]| {
-                    let acc = operands.tile(t, &bx, &by, Expr::int(0), k_tiles);
-                    t.copy(&acc, c.tile([&by * cfg.bm, &bx * cfg.bn]));
-                },
-            );
-        } else {
-            let w = k.output("W", [Expr::int(splits), m.clone(), n.clone()], F32);
-            k.launch(
-                [ceildiv(&n, cfg.bn), ceildiv(&m, cfg.bm), Expr::int(splits)],
-                cfg.threads,
-                |t, [bx, by, bz]| {
-                    // Split z takes k tiles [z·per, z·per + per), the last ones fewer (none
-                    // where K has fewer tiles than splits: its share of W is then zeros).
-                    let per = ceildiv(&k_tiles, splits);
-                    let first = &bz * &per;
-                    let count = max(min(per, &k_tiles - &first), 0);
-                    let acc = operands.tile(t, &bx, &by, first, count);
-                    t.copy(&acc, w.tile([bz.clone(), &by * cfg.bm, &bx * cfg.bn]));
-                },
-            );
-        }
+        launch_output_tiles(
+            k,
+            cfg,
+            (&m, &n),
+            k_tiles,
+            out_dtype,
+            |t, bx, by, first, count| operands.tile(t, bx, by, first, count),
+        );
     })
+}
+
+/// The launch of a GEMM-shaped kernel: one block per `bm × bn` tile of an `m × n` output,
+/// whose accumulator `tile(t, bx, by, first, count)` computes over `count` of the `k_tiles` k
+/// tiles from `first`. Unsplit, the output is `C[M, N]` in `out_dtype` and each block takes
+/// every k tile. With [`GemmConfig::split_k`] = S > 1 the grid gains a dim of S blocks per
+/// tile: block z takes k tiles `[z·per, z·per + per)` (the last ones fewer, none where K has
+/// fewer tiles than splits: its share is then zeros) and the output is the f32 shares
+/// `W[S, M, N]`, for [`split_k_sum`] to add.
+pub(crate) fn launch_output_tiles(
+    k: &mut KernelBuilder,
+    cfg: GemmConfig,
+    (m, n): (&Expr, &Expr),
+    k_tiles: Expr,
+    out_dtype: DType,
+    tile: impl Fn(&mut TileScope, &Expr, &Expr, Expr, Expr) -> Buffer,
+) {
+    let (bm, bn) = (cfg.bm, cfg.bn);
+    let splits = i64::from(cfg.split_k.max(1));
+    if splits == 1 {
+        let c = k.output("C", [m, n], out_dtype);
+        k.launch(
+            [ceildiv(n, bn), ceildiv(m, bm)],
+            cfg.threads,
+            |t, [bx, by]| {
+                let acc = tile(t, &bx, &by, Expr::int(0), k_tiles);
+                t.copy(&acc, c.tile([&by * bm, &bx * bn]));
+            },
+        );
+    } else {
+        let w = k.output("W", [Expr::int(splits), m.clone(), n.clone()], F32);
+        k.launch(
+            [ceildiv(n, bn), ceildiv(m, bm), Expr::int(splits)],
+            cfg.threads,
+            |t, [bx, by, bz]| {
+                let per = ceildiv(&k_tiles, splits);
+                let first = &bz * &per;
+                let count = max(min(per, &k_tiles - &first), 0);
+                let acc = tile(t, &bx, &by, first, count);
+                t.copy(&acc, w.tile([bz.clone(), &by * bm, &bx * bn]));
+            },
+        );
+    }
 }
 
 /// A GEMM's inputs and tiles: what one block's loop over its k tiles needs.
