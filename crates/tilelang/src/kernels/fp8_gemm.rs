@@ -267,15 +267,8 @@ impl Fp8Tile {
             sb,
             n,
         } = self;
-        let GemmConfig {
-            bm,
-            bn,
-            bk,
-            stages,
-            instruction,
-            overlap,
-            ..
-        } = *cfg;
+        let (bm, bn, bk) = (cfg.bm, cfg.bn, cfg.bk);
+        let (instruction, overlap) = (cfg.instruction, cfg.overlap);
         let blocks = spec.scaling == Fp8Scaling::Blocks;
         let promote = spec.promotes();
         cfg.schedule_blocks(t);
@@ -292,7 +285,7 @@ impl Fp8Tile {
         let acc = t.alloc_fragment_named("acc", [bm, bn], F32);
         let part = promote.then(|| t.alloc_fragment_named("part", [bm, bn], F32));
         t.clear(&acc);
-        t.pipelined(count, stages, |t, step| {
+        t.pipelined(count, cfg.stages, |t, step| {
             let ko = &first + &step;
             t.copy(a.tile([by * bm, &ko * bk]), &a_s);
             t.copy(b.tile([bx * bn, &ko * bk]), &b_s);
