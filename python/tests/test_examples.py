@@ -12,6 +12,7 @@ import flash_attention_hopper as fah
 import fp8_gemm
 import gemm
 import gemm_nt_swizzle
+import gemm_splitk
 import rmsnorm
 import softmax
 
@@ -34,6 +35,19 @@ def test_readme_gemm(target, rng):
     b = rng.standard_normal((k, n)).astype(np.float16)
     kernel = tilelang.compile(gemm.matmul(m, n, k, 64, 64, 32), out_idx=[2], target=target)
     close(kernel(a, b), gemm.reference(a, b), 0.06)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_split_k_gemm_adds_every_share(target, rng):
+    # 7 k tiles of 32 over 3 shares (3, 3, 1), then 2 over 4 (1, 1 and two empty shares);
+    # tails in M and N. Each share is added into C, which starts at zero.
+    for m, n, k, split in [(70, 50, 200, 3), (70, 50, 40, 4)]:
+        a = rng.standard_normal((m, k)).astype(np.float16)
+        b = rng.standard_normal((k, n)).astype(np.float16)
+        c = np.zeros((m, n), np.float32)
+        func = gemm_splitk.matmul_splitk(m, n, k, 64, 64, 32, split)
+        tilelang.compile(func, target=target)(a, b, c)
+        close(c, gemm_splitk.reference(a, b), 0.02)
 
 
 @pytest.mark.parametrize("target", TARGETS)
