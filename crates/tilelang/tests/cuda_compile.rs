@@ -423,3 +423,81 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
         );
     }
 }
+
+/// The GEMMs `GemmConfig::fit_to_gpu` refits for problems whose 128×256 tiles cannot fill the
+/// GPU — 64-wide and 128-wide tiles, 64-row tiles on one consumer warpgroup, split K over a
+/// third grid dim — and the fp8 split compile for sm_90a from both printers into warpgroup
+/// MMAs fed by TMA, without spills; the kernel that sums split shares reads them as 16-byte
+/// vectors.
+#[test]
+fn refitted_and_split_gemms_compile_without_spills() {
+    use tilelang::kernels::fp8_gemm::{fp8_gemm, Fp8Gemm, Fp8Scaling};
+    use tilelang::kernels::gemm::{gemm, split_k_sum, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("refitted_and_split_gemms_compile_without_spills").is_none()
+    {
+        return;
+    }
+    let fit = |m, n, k| GemmConfig::hopper().fit_to_gpu(m, n, k, 132);
+    let blocks = Fp8Gemm::e4m3(Fp8Scaling::Blocks);
+    let fp8_split = blocks
+        .hopper_tiles_for(7168)
+        .split_to_fill(512, 2048, 7168, 132);
+    assert_eq!(fp8_split.split_k, 2);
+    let mut kernels = vec![];
+    for (m, n, k, want) in [
+        (1024, 1024, 16384, "split 4"),
+        (16384, 64, 4096, "128x64"),
+        (64, 16384, 4096, "64x128, one warpgroup"),
+        (32, 8192, 8192, "64x256, one warpgroup, split 4"),
+    ] {
+        let cfg = fit(m, n, k);
+        for layout in [Layout::NT, Layout::NN] {
+            let what = format!("{} {m}x{n}x{k} ({want})", layout.name());
+            kernels.push((what, gemm(layout, BF16, BF16, cfg), "HGMMA"));
+        }
+    }
+    kernels.push((
+        "fp8 blocks 512x2048x7168 (split 2)".into(),
+        fp8_gemm(blocks, fp8_split),
+        "QGMMA",
+    ));
+    let mut failures = vec![];
+    for (what, k, mma) in &kernels {
+        let opts = tl_nvrtc::CheckOptions {
+            require_instructions: vec![mma.to_string(), "UTMALDG".into()],
+            ..Default::default()
+        };
+        for (printer, src) in [
+            ("CUDA C++", k.emit(Target::SM90)),
+            ("PTX", k.emit_ptx(Target::SM90)),
+        ] {
+            let result = src
+                .map_err(|e| e.to_string())
+                .and_then(|s| tl_nvrtc::check_with(&s, "sm_90a", &opts).map_err(|e| e.to_string()));
+            match result {
+                Ok(r) if r.usage.spill_stores == 0 => println!("{what} ({printer}): {r}"),
+                Ok(r) => failures.push(format!("{what} ({printer}) spills: {r}")),
+                Err(e) => failures.push(format!("{what} ({printer}): {e}")),
+            }
+        }
+    }
+    let sum = split_k_sum(BF16, 4, 1024, 128);
+    let opts = tl_nvrtc::CheckOptions {
+        sass: tl_nvrtc::SassMode::Required,
+        require_instructions: vec!["LDG.E.128".into()],
+        ..Default::default()
+    };
+    for (printer, src) in [
+        ("CUDA C++", sum.emit(Target::SM90)),
+        ("PTX", sum.emit_ptx(Target::SM90)),
+    ] {
+        match src.map(|s| tl_nvrtc::check_with(&s, "sm_90a", &opts)) {
+            Ok(Ok(r)) if r.usage.spill_stores == 0 => println!("split sum ({printer}): {r}"),
+            Ok(Ok(r)) => failures.push(format!("split sum ({printer}) spills: {r}")),
+            Ok(Err(e)) => failures.push(format!("split sum ({printer}): {e}")),
+            Err(e) => failures.push(format!("split sum ({printer}): {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
