@@ -981,41 +981,6 @@ impl CudaKernel {
         }
         start.elapsed_ms(&end).map(Some)
     }
-
-    /// Time `reps` launches with CUDA events after `warmup` untimed ones, optionally writing
-    /// the L2 flush buffer before each timed launch (outside the timed region).
-    pub(crate) fn bench(
-        &self,
-        params: &mut crate::exec::ParamBlock,
-        grid: [i64; 3],
-        threads: u32,
-        warmup: usize,
-        reps: usize,
-        flush_l2: bool,
-    ) -> Result<Vec<f64>> {
-        let reps = reps.max(1);
-        for _ in 0..warmup {
-            self.launch(params, grid, threads)?;
-        }
-        self.dev.synchronize()?;
-        self.dev.bind()?;
-        let mut events = Vec::with_capacity(2 * reps);
-        for _ in 0..2 * reps {
-            events.push(Event::new(self.dev)?);
-        }
-        for r in 0..reps {
-            if flush_l2 {
-                self.dev.flush_l2()?;
-            }
-            events[2 * r].record()?;
-            self.launch(params, grid, threads)?;
-            events[2 * r + 1].record()?;
-        }
-        self.dev.synchronize()?;
-        (0..reps)
-            .map(|r| events[2 * r].elapsed_ms(&events[2 * r + 1]))
-            .collect()
-    }
 }
 
 /// One launch of a timed sequence ([`bench_sequence`]): a kernel, its packed parameters, its
@@ -1027,10 +992,10 @@ pub(crate) struct SequenceStep<'a> {
     pub threads: u32,
 }
 
-/// Time a sequence of launches on one device as a single piece of work: CUDA events around
-/// the whole sequence, after `warmup` untimed sequences, optionally writing the L2 flush
-/// buffer before each timed one (outside the timed region). What a program of several
-/// kernels (a split-K GEMM and its sum) costs a caller, gaps between the launches included.
+/// Time a sequence of launches on one device as a single piece of work (a single launch, or a
+/// program of several kernels such as a split-K GEMM and its sum, gaps between the launches
+/// included): CUDA events around the whole sequence, after `warmup` untimed sequences,
+/// optionally writing the L2 flush buffer before each timed one (outside the timed region).
 pub(crate) fn bench_sequence(
     steps: &mut [SequenceStep],
     warmup: usize,

@@ -165,29 +165,7 @@ pub fn bench_with(
     let exe = exe.variant_for(args)?;
     let b = exe.bind(args)?;
     match exe.module() {
-        crate::exec::Module::Cuda(k) => {
-            // Pitched stagings (TMA inputs with rows that are not whole 16-byte units) are
-            // made before every launch, so the timings include them.
-            let (mut scratch, dev) = exe.scratch_slots(k, crate::external::Stream::Runtime);
-            let mut p = crate::exec::pack_gpu_params_staged(
-                exe.signature(),
-                &b,
-                Some((scratch.slots(), dev)),
-            )?;
-            let samples = k.bench(
-                &mut p,
-                b.grid,
-                exe.signature().threads,
-                cfg.warmup,
-                cfg.reps,
-                cfg.flush_l2,
-            )?;
-            Ok(Timing::from_samples(
-                &samples,
-                cfg.flush_l2,
-                exe.device().to_string(),
-            ))
-        }
+        crate::exec::Module::Cuda(_) => bench_cuda(&[(exe, b)], cfg),
         crate::exec::Module::Hip(k) => {
             crate::hip::check_buffer_ranges(exe.signature(), args)?;
             let mut p = crate::exec::pack_gpu_params(exe.signature(), &b)?;
@@ -242,49 +220,19 @@ pub fn bench_sequence(
     steps: &[(&crate::Executable, &[crate::Arg])],
     cfg: &BenchConfig,
 ) -> crate::Result<Timing> {
-    let Some((first, _)) = steps.first() else {
+    if steps.is_empty() {
         return Ok(Timing::from_samples(&[0.0], false, "none".into()));
-    };
-    let all_cuda = steps
+    }
+    let mut bound = vec![];
+    for (exe, args) in steps {
+        let exe = exe.variant_for(args)?;
+        bound.push((exe, exe.bind(args)?));
+    }
+    if bound
         .iter()
-        .all(|(e, _)| matches!(e.module(), crate::exec::Module::Cuda(_)));
-    if all_cuda {
-        let mut bound = vec![];
-        for (exe, args) in steps {
-            let exe = exe.variant_for(args)?;
-            let b = exe.bind(args)?;
-            bound.push((exe, b));
-        }
-        let mut guards = vec![];
-        let mut packed = vec![];
-        for (exe, b) in &bound {
-            let crate::exec::Module::Cuda(k) = exe.module() else {
-                return Err(crate::RuntimeError::Launch(format!(
-                    "kernel `{}` of a timed sequence is not a CUDA kernel",
-                    exe.signature().name
-                )));
-            };
-            let (mut scratch, dev) = exe.scratch_slots(k, crate::external::Stream::Runtime);
-            let p = crate::exec::pack_gpu_params_staged(
-                exe.signature(),
-                b,
-                Some((scratch.slots(), dev)),
-            )?;
-            guards.push(scratch);
-            packed.push(crate::cuda::SequenceStep {
-                kernel: k,
-                params: p,
-                grid: b.grid,
-                threads: exe.signature().threads,
-            });
-        }
-        let samples = crate::cuda::bench_sequence(&mut packed, cfg.warmup, cfg.reps, cfg.flush_l2)?;
-        drop(guards);
-        return Ok(Timing::from_samples(
-            &samples,
-            cfg.flush_l2,
-            first.device().to_string(),
-        ));
+        .all(|(e, _)| matches!(e.module(), crate::exec::Module::Cuda(_)))
+    {
+        return bench_cuda(&bound, cfg);
     }
     let run = || -> crate::Result<()> {
         for (exe, args) in steps {
@@ -305,6 +253,51 @@ pub fn bench_sequence(
         samples.push(t.elapsed().as_secs_f64() * 1e3);
     }
     Ok(Timing::from_samples(&samples, false, "host clock".into()))
+}
+
+/// CUDA events around launches of bound CUDA variants in order ([`crate::cuda::bench_sequence`]).
+/// Pitched stagings (TMA inputs with rows that are not whole 16-byte units) are made before
+/// every launch, so the timings include them.
+fn bench_cuda(
+    steps: &[(&crate::Executable, crate::exec::Bound)],
+    cfg: &BenchConfig,
+) -> crate::Result<Timing> {
+    // Each step holds its executable's staging scratch locked until the sequence is timed: the
+    // same executable twice would wait on itself.
+    for (i, (exe, _)) in steps.iter().enumerate() {
+        if steps[..i].iter().any(|(e, _)| std::ptr::eq(*e, *exe)) {
+            return Err(crate::RuntimeError::Launch(format!(
+                "kernel `{}` appears twice in a timed sequence; time it once per sequence (or compile it twice)",
+                exe.signature().name
+            )));
+        }
+    }
+    let mut guards = vec![];
+    let mut packed = vec![];
+    for (exe, b) in steps {
+        let crate::exec::Module::Cuda(k) = exe.module() else {
+            return Err(crate::RuntimeError::Launch(format!(
+                "kernel `{}` of a timed sequence is not a CUDA kernel",
+                exe.signature().name
+            )));
+        };
+        let (mut scratch, dev) = exe.scratch_slots(k, crate::external::Stream::Runtime);
+        let params =
+            crate::exec::pack_gpu_params_staged(exe.signature(), b, Some((scratch.slots(), dev)))?;
+        guards.push(scratch);
+        packed.push(crate::cuda::SequenceStep {
+            kernel: k,
+            params,
+            grid: b.grid,
+            threads: exe.signature().threads,
+        });
+    }
+    let samples = crate::cuda::bench_sequence(&mut packed, cfg.warmup, cfg.reps, cfg.flush_l2)?;
+    drop(guards);
+    let device = steps
+        .first()
+        .map_or_else(|| "none".into(), |(e, _)| e.device().to_string());
+    Ok(Timing::from_samples(&samples, cfg.flush_l2, device))
 }
 
 #[cfg(test)]

@@ -120,10 +120,7 @@ fn run() -> anyhow::Result<ExitCode> {
         // an H200 (gpu-notes run 33f). Per-tensor scaling is left unsplit: split in two it ran
         // 1–13% slower at those sizes (its short-K tiles keep two blocks an SM).
         if target.has_wgmma() && spec.scaling == Fp8Scaling::Blocks {
-            let sms = match &dev {
-                Device::Cuda(_) => dev.cuda_props().map_or(132, |p| p.multiprocessors),
-                _ => tilelang::typical_multiprocessors(target),
-            };
+            let sms = common::multiprocessors(&dev, target);
             cfg = cfg.split_to_fill(args.m, args.n, args.k, sms);
         }
         if let Some(s) = args.split_k {
@@ -181,17 +178,10 @@ fn run() -> anyhow::Result<ExitCode> {
     let want = reference::fp8_gemm(scaling, &a_rows, &bv, &sav, &sbv, &rows, m, n, k);
     let exe = common::compile(&kernel, &dev)?;
     c.fill(f64::NAN)?;
-    let split = if cfg.split_k > 1 {
-        Some(common::SplitSum::new(spec.out, cfg.split_k, m, n, &dev)?)
-    } else {
-        None
-    };
-    // The GEMM's tensors: C, or the split shares' workspace.
-    let tensors = [&a, &b, &sa, &sb, split.as_ref().map_or(&c, |s| &s.w)];
-    exe.run(&tensors)?;
-    if let Some(s) = &split {
-        s.exe.run(&[&s.w, &c])?;
-    }
+    // Where K is split, the GEMM writes its shares and a second kernel sums them into C.
+    let split = common::SplitSum::for_splits(spec.out, cfg.split_k, m, n, &dev)?;
+    let tensors = [&a, &b, &sa, &sb, common::SplitSum::target(&split, &c)];
+    common::SplitSum::run(&split, &exe, &tensors, &c)?;
     let cv = c.to_f64_vec()?;
     let got: Vec<f64> = rows
         .iter()
@@ -199,18 +189,8 @@ fn run() -> anyhow::Result<ExitCode> {
         .collect();
     let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
     let launch: Vec<Arg> = tensors.iter().map(|t| Arg::Tensor(t)).collect();
-    let ms = match &split {
-        Some(s) => {
-            let sum_args = [Arg::Tensor(&s.w), Arg::Tensor(&c)];
-            args.common
-                .time_sequence_ms(&[(&exe, &launch), (&s.exe, &sum_args)])?
-        }
-        None => args.common.time_ms(&exe, &launch)?,
-    };
-    let split_note = match cfg.split_k {
-        1 => String::new(),
-        s => format!(" split_k={s}"),
-    };
+    let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;
+    let split_note = common::SplitSum::note(&split);
     let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
     Ok(common::finish(
         "fp8_gemm",

@@ -185,10 +185,7 @@ fn run() -> anyhow::Result<ExitCode> {
         // Problems whose output tiles would leave most SMs idle get narrower tiles or a split
         // K on Hopper (not when tuning: the tuner times unsplit tiles).
         if target.is_cuda() && cfg == GemmConfig::hopper() && !args.tile.tune {
-            let sms = match &dev {
-                Device::Cuda(_) => dev.cuda_props().map_or(132, |p| p.multiprocessors),
-                _ => tilelang::typical_multiprocessors(target),
-            };
+            let sms = common::multiprocessors(&dev, target);
             cfg = cfg.fit_to_gpu(args.m, args.n, args.k, sms);
         }
         configure(&mut cfg, &args);
@@ -272,38 +269,19 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let exe = common::compile(&kernel, &dev)?;
     c.fill(f64::NAN)?;
-    let (err, ms, notes) = if cfg.split_k > 1 {
-        // The shares of every split in f32, then their sum in C's type.
-        let common::SplitSum { exe: sum, w } =
-            common::SplitSum::new(out_dt, cfg.split_k, m, n, &dev)?;
-        exe.run(&[&a, &b, &w])?;
-        sum.run(&[&w, &c])?;
-        let err = sampled(&c)?;
-        let gemm_args = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&w)];
-        let sum_args = [Arg::Tensor(&w), Arg::Tensor(&c)];
-        let ms = args
-            .common
-            .time_sequence_ms(&[(&exe, &gemm_args), (&sum, &sum_args)])?;
-        let notes = format!(
-            "{} split_k={} {}",
-            common::compile_note(&exe),
-            cfg.split_k,
-            common::variant_note(&exe, &[&a, &b, &w])
-        );
-        (err, ms, notes)
-    } else {
-        exe.run(&[&a, &b, &c])?;
-        let err = sampled(&c)?;
-        let ms = args
-            .common
-            .time_ms(&exe, &[Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)])?;
-        let notes = format!(
-            "{} {}",
-            common::compile_note(&exe),
-            common::variant_note(&exe, &[&a, &b, &c])
-        );
-        (err, ms, notes)
-    };
+    // Where K is split, the GEMM writes its shares and a second kernel sums them into C.
+    let split = common::SplitSum::for_splits(out_dt, cfg.split_k, m, n, &dev)?;
+    let out = common::SplitSum::target(&split, &c);
+    common::SplitSum::run(&split, &exe, &[&a, &b, out], &c)?;
+    let err = sampled(&c)?;
+    let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(out)];
+    let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;
+    let notes = format!(
+        "{}{} {}",
+        common::compile_note(&exe),
+        common::SplitSum::note(&split),
+        common::variant_note(&exe, &[&a, &b, out])
+    );
     let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
     Ok(common::finish(
         "gemm",

@@ -207,6 +207,18 @@ impl CommonArgs {
     }
 }
 
+/// Multiprocessors to fit a kernel's launch to: the device's count on a CUDA GPU, else a
+/// typical part's for `target` (as `--emit` assumes).
+pub fn multiprocessors(dev: &Device, target: Target) -> u32 {
+    match dev {
+        Device::Cuda(_) => dev.cuda_props().map_or_else(
+            |_| tilelang::typical_multiprocessors(target),
+            |p| p.multiprocessors,
+        ),
+        _ => tilelang::typical_multiprocessors(target),
+    }
+}
+
 /// The second kernel of a split-K GEMM (`gemm::split_k_sum`), compiled, and the f32
 /// workspace `W[splits, m, n]` the GEMM writes its shares to.
 pub struct SplitSum {
@@ -219,17 +231,71 @@ const SUM_BLOCK: i64 = 1024;
 const SUM_THREADS: u32 = 128;
 
 impl SplitSum {
-    pub fn new(out: DType, splits: u32, m: usize, n: usize, dev: &Device) -> anyhow::Result<Self> {
-        let kernel = tilelang::kernels::gemm::split_k_sum(out, splits, SUM_BLOCK, SUM_THREADS);
-        Ok(SplitSum {
-            exe: compile(&kernel, dev)?,
+    /// The sum and workspace for a config that splits K over `splits` > 1 blocks, else none.
+    pub fn for_splits(
+        out: DType,
+        splits: u32,
+        m: usize,
+        n: usize,
+        dev: &Device,
+    ) -> anyhow::Result<Option<Self>> {
+        if splits <= 1 {
+            return Ok(None);
+        }
+        Ok(Some(SplitSum {
+            exe: compile(&Self::kernel(out, splits), dev)?,
             w: Tensor::zeros(&[splits as usize, m, n], DType::F32, dev)?,
-        })
+        }))
     }
 
     /// The kernel, for `--emit`.
     pub fn kernel(out: DType, splits: u32) -> Kernel {
         tilelang::kernels::gemm::split_k_sum(out, splits, SUM_BLOCK, SUM_THREADS)
+    }
+
+    /// What the GEMM writes: the workspace where K is split, else C itself.
+    pub fn target<'a>(split: &'a Option<SplitSum>, c: &'a Tensor) -> &'a Tensor {
+        split.as_ref().map_or(c, |s| &s.w)
+    }
+
+    /// Run the GEMM on `args` (its last tensor [`SplitSum::target`]), then, where K is split,
+    /// the sum into `c`.
+    pub fn run(
+        split: &Option<SplitSum>,
+        gemm: &Executable,
+        args: &[&Tensor],
+        c: &Tensor,
+    ) -> anyhow::Result<()> {
+        gemm.run(args)?;
+        if let Some(s) = split {
+            s.exe.run(&[&s.w, c])?;
+        }
+        Ok(())
+    }
+
+    /// [`CommonArgs::time_ms`] of the GEMM on `args`, with the sum into `c` timed with it
+    /// where K is split.
+    pub fn time_ms(
+        split: &Option<SplitSum>,
+        common: &CommonArgs,
+        gemm: &Executable,
+        args: &[Arg],
+        c: &Tensor,
+    ) -> anyhow::Result<f64> {
+        match split {
+            Some(s) => {
+                let sum_args = [Arg::Tensor(&s.w), Arg::Tensor(c)];
+                common.time_sequence_ms(&[(gemm, args), (&s.exe, &sum_args)])
+            }
+            None => common.time_ms(gemm, args),
+        }
+    }
+
+    /// ` split_k=S` for the summary line where K is split.
+    pub fn note(split: &Option<SplitSum>) -> String {
+        split
+            .as_ref()
+            .map_or_else(String::new, |s| format!(" split_k={}", s.w.shape()[0]))
     }
 }
 
