@@ -205,7 +205,7 @@ impl GemmConfig {
         }
         let sms = multiprocessors as usize;
         let wide = cfg.output_tiles(m, n);
-        if wide == 0 || 2 * wide >= sms {
+        if 2 * wide >= sms {
             return cfg;
         }
         let half = cfg.bn / 2;
