@@ -67,8 +67,9 @@ struct Args {
     min_blocks: Option<u32>,
     /// Split each output tile's K over this many blocks, their f32 shares summed into C by a
     /// second kernel (1: none). Default: with block scaling on Hopper, chosen from the
-    /// problem's size (`GemmConfig::split_to_fill`: only when the output tiles would leave
-    /// most SMs idle); none with per-tensor scaling
+    /// problem's size (`Fp8Gemm::fit_to_gpu`: only when the output tiles would leave most SMs
+    /// idle, and no --bm, --bn or --threads is given); none with per-tensor scaling, which
+    /// takes 64-row tiles there instead
     #[arg(long, value_parser = common::size::<u32>)]
     split_k: Option<u32>,
     #[command(flatten)]
@@ -115,13 +116,14 @@ fn run() -> anyhow::Result<ExitCode> {
         } else {
             GemmConfig::for_target(&target, spec.a)
         };
-        // Block-scaled problems whose output tiles would leave most SMs idle split K on
-        // Hopper: 1.1–1.7× at 256×4096×7168, 1024×1024×16384, 512×2048×7168, 128×2112×7168 on
-        // an H200 (gpu-notes run 33f). Per-tensor scaling is left unsplit: split in two it ran
-        // 1–13% slower at those sizes (its short-K tiles keep two blocks an SM).
-        if target.has_wgmma() && spec.scaling == Fp8Scaling::Blocks {
+        // Problems whose output tiles would leave most SMs idle: block-scaled ones split K,
+        // promoted per-tensor ones take 64-row tiles (`Fp8Gemm::fit_to_gpu`). Tiles given on
+        // the command line are taken as given.
+        let tiles_given =
+            args.tile.bm.is_some() || args.tile.bn.is_some() || args.tile.threads.is_some();
+        if target.has_wgmma() && !tiles_given {
             let sms = common::multiprocessors(&dev, target);
-            cfg = cfg.split_to_fill(args.m, args.n, args.k, sms);
+            cfg = spec.fit_to_gpu(cfg, args.m, args.n, args.k, sms);
         }
         if let Some(s) = args.split_k {
             cfg.split_k = s.max(1);

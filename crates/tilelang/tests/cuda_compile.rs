@@ -462,6 +462,18 @@ fn refitted_and_split_gemms_compile_without_spills() {
         fp8_gemm(blocks, fp8_split),
         "QGMMA",
     ));
+    // Promoted per-tensor fp8 in 64-row tiles: the warp-specialized long-K kernel and the
+    // two-blocks-an-SM short-K one.
+    let tensor = Fp8Gemm::e4m3(Fp8Scaling::Tensor);
+    for (m, n, k) in [(1024, 1024, 16384), (128, 7168, 2048)] {
+        let cfg = tensor.fit_to_gpu(tensor.hopper_tiles_for(k), m, n, k, 132);
+        assert_eq!((cfg.bm, cfg.threads), (64, 128), "{m}x{n}x{k}");
+        kernels.push((
+            format!("fp8 tensor {m}x{n}x{k} (64-row tiles)"),
+            fp8_gemm(tensor, cfg),
+            "QGMMA",
+        ));
+    }
     let mut failures = vec![];
     for (what, k, mma) in &kernels {
         let opts = tl_nvrtc::CheckOptions {

@@ -115,6 +115,46 @@ impl Fp8Gemm {
         Ok(())
     }
 
+    /// `cfg` (this GEMM's Hopper tiles) refitted for an `m × n × k` problem on a GPU of
+    /// `multiprocessors` SMs, where its output tiles would leave more than half the SMs idle:
+    /// - block scaling splits K ([`GemmConfig::split_to_fill`]): 1.1–1.7× at 256×4096×7168,
+    ///   1024×1024×16384, 512×2048×7168, 128×2112×7168 on an H200 (gpu-notes run 33f);
+    /// - promoted per-tensor scaling takes 64-row tiles on one consumer warpgroup, twice the
+    ///   blocks: +10–18% at 64×4096×4096, 1024×1024×16384, 128×8192×8192, 128×7168×2048,
+    ///   256×4096×7168, 512×2048×7168 (gpu-notes run 34c). Splitting K was slower there at
+    ///   every size but one (1–30%): these tiles already fetch their operands at the rate a
+    ///   doubled grid shares (ncu: 128 split blocks took 53 µs where 64 unsplit took 56).
+    ///
+    /// Anything else, and a config that already splits, is left alone.
+    pub fn fit_to_gpu(
+        &self,
+        cfg: GemmConfig,
+        m: usize,
+        n: usize,
+        k: usize,
+        multiprocessors: u32,
+    ) -> GemmConfig {
+        match self.scaling {
+            Fp8Scaling::Blocks => cfg.split_to_fill(m, n, k, multiprocessors),
+            Fp8Scaling::Tensor
+                if self.promote
+                    && !self.overlap_promotion
+                    && cfg.split_k <= 1
+                    && cfg.bm == 128
+                    && cfg.threads == 256
+                    && 2 * m.div_ceil(128) * n.div_ceil(cfg.bn.max(1) as usize)
+                        <= multiprocessors as usize =>
+            {
+                GemmConfig {
+                    bm: 64,
+                    threads: 128,
+                    ..cfg
+                }
+            }
+            Fp8Scaling::Tensor => cfg,
+        }
+    }
+
     /// Hopper tiles for long K (see [`Fp8Gemm::hopper_tiles_for`]).
     pub fn hopper_tiles(&self) -> GemmConfig {
         self.hopper_tiles_for(usize::MAX)
@@ -397,4 +437,58 @@ fn overlapped_promotion(spec: Fp8Gemm, cfg: GemmConfig) -> Kernel {
             },
         );
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn few_tiles_refit_by_scaling() {
+        let tensor = Fp8Gemm::e4m3(Fp8Scaling::Tensor);
+        let one_warpgroup = |c: GemmConfig| GemmConfig {
+            bm: 64,
+            threads: 128,
+            ..c
+        };
+        // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once.
+        for (m, n, k) in [
+            (64, 4096, 4096),
+            (1024, 1024, 16384),
+            (128, 8192, 8192),
+            (128, 7168, 2048),
+            (512, 2048, 7168),
+        ] {
+            let cfg = tensor.hopper_tiles_for(k);
+            let fit = tensor.fit_to_gpu(cfg, m, n, k, 132);
+            assert_eq!(fit, one_warpgroup(cfg), "{m}x{n}x{k}");
+            assert_eq!(fit.split_k, 1);
+        }
+        // 72 tiles of 128 rows: 144 of 64 would not fit 132 SMs once.
+        let cfg = tensor.hopper_tiles_for(4096);
+        assert_eq!(tensor.fit_to_gpu(cfg, 1152, 1024, 4096, 132), cfg);
+        // Enough tiles, a split asked for, fast accumulation, the overlapped promotion:
+        // unchanged.
+        assert_eq!(tensor.fit_to_gpu(cfg, 8192, 8192, 8192, 132), cfg);
+        let split = GemmConfig { split_k: 2, ..cfg };
+        assert_eq!(tensor.fit_to_gpu(split, 64, 4096, 4096, 132), split);
+        let fast = Fp8Gemm {
+            promote: false,
+            ..tensor
+        };
+        let fcfg = fast.hopper_tiles_for(4096);
+        assert_eq!(fast.fit_to_gpu(fcfg, 64, 4096, 4096, 132), fcfg);
+        let overlapped = Fp8Gemm {
+            overlap_promotion: true,
+            ..tensor
+        };
+        let ocfg = overlapped.hopper_tiles_for(4096);
+        assert_eq!(overlapped.fit_to_gpu(ocfg, 64, 4096, 4096, 132), ocfg);
+        // Block scaling splits K instead.
+        let blocks = Fp8Gemm::e4m3(Fp8Scaling::Blocks);
+        let bcfg = blocks.hopper_tiles_for(16384);
+        let fit = blocks.fit_to_gpu(bcfg, 1024, 1024, 16384, 132);
+        assert_eq!((fit.bm, fit.threads), (bcfg.bm, bcfg.threads));
+        assert!(fit.split_k > 1, "{fit:?}");
+    }
 }
