@@ -498,10 +498,21 @@ fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
 /// otherwise costs a block per SM on the GEMM). The simulator keeps buffers apart, so this
 /// proof is the only thing that makes the overlap safe; it is deliberately that narrow.
 /// The statements whose sequence the shared-memory plan follows: the kernel body, or for a
-/// persistent kernel (one loop over rounds) the body of a round.
+/// persistent kernel (one loop over rounds, beside the launch-control calls of programmatic
+/// dependent launch) the body of a round.
 pub(crate) fn planned_scope(k: &Kernel) -> &Stmt {
     if k.attrs.persistent_blocks.is_some() {
-        if let [one] = k.body.flattened().as_slice() {
+        let launch_control = |s: &Stmt| {
+            is_call(s, |op| {
+                matches!(
+                    op,
+                    Intrinsic::LaunchDependents | Intrinsic::GridDependencyWait
+                )
+            })
+        };
+        let mut items = k.body.flattened();
+        items.retain(|s| !launch_control(s));
+        if let [one] = items.as_slice() {
             if let StmtKind::For(l) = &one.kind {
                 return &l.body;
             }
@@ -1352,6 +1363,12 @@ impl Printer<'_> {
             Intrinsic::WgmmaCommit => "tl_wgmma_commit()".into(),
             Intrinsic::FenceProxyAsync => "tl_fence_proxy_async()".into(),
             Intrinsic::FenceProxyAsyncGlobal => "tl_fence_proxy_async_global()".into(),
+            Intrinsic::LaunchDependents => {
+                "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\")".into()
+            }
+            Intrinsic::GridDependencyWait => {
+                "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\")".into()
+            }
             Intrinsic::MbarrierInit { count } => {
                 if !self.cuda_nargs(op, args, 1) {
                     return "0".into();

@@ -112,6 +112,16 @@ pub enum Intrinsic {
     /// reads (TMA loads). Generic-proxy ordering alone (a release/acquire pair) does not order
     /// the async proxy.
     FenceProxyAsyncGlobal,
+    /// `griddepcontrol.launch_dependents`: the kernel launched after this one in the stream
+    /// (with programmatic stream serialization) may start its blocks once every block of
+    /// this grid has executed it or exited. It orders no memory: the dependent still waits
+    /// (`GridDependencyWait`) for this grid to complete before touching memory.
+    LaunchDependents,
+    /// `griddepcontrol.wait`: waits until the grids this one depends on (the kernel before it
+    /// in the stream, when launched with programmatic stream serialization) have completed
+    /// and their memory is visible; at once otherwise. No global memory may be touched before
+    /// it: the kernel before may still be writing or reading it.
+    GridDependencyWait,
     /// `mbarrier.init.shared::cta.b64 [bar], count`: a barrier in shared memory (a `u64`
     /// element) at phase 0, whose phases complete when `count` arrivals have been made and
     /// every expected transaction byte has landed. args: the barrier's address.
@@ -542,6 +552,8 @@ impl Intrinsic {
             Intrinsic::WgmmaWait { n, pinned: true } => format!("wgmma_wait_pinned<{n}>"),
             Intrinsic::FenceProxyAsync => "fence_proxy_async".into(),
             Intrinsic::FenceProxyAsyncGlobal => "fence_proxy_async_global".into(),
+            Intrinsic::LaunchDependents => "launch_dependents".into(),
+            Intrinsic::GridDependencyWait => "grid_dependency_wait".into(),
             Intrinsic::MbarrierInit { count } => format!("mbarrier_init<{count}>"),
             Intrinsic::FenceMbarrierInit => "fence_mbarrier_init".into(),
             Intrinsic::MbarrierArriveExpectTx => "mbarrier_arrive_expect_tx".into(),

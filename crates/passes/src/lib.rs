@@ -52,6 +52,8 @@ pub fn pipeline(target: &Target) -> Vec<Pass> {
             // Producer warps for a split TMA pipeline (docs in gpu::warp_specialize).
             v.push(pass("warp_specialize", gpu::warp_specialize::run));
             v.push(pass("strength_reduce", strength::run));
+            // Programmatic dependent launch (docs in gpu::grid_dependency).
+            v.push(pass("grid_dependency", gpu::grid_dependency::run));
             if target.is_hip() {
                 // MFMA/LDS-read rounds (docs in gpu::schedule).
                 v.push(pass("schedule", gpu::schedule::run));

@@ -140,7 +140,7 @@ pub fn build_cuda(
     let dev = cuda::device(ordinal)?;
     let mut art = cuda::compile_cached(cache, key, &sig.name, &source, arch)?;
     let t_load = Instant::now();
-    let kernel = match cuda::CudaKernel::load(dev, &art, entry, &sig.name, dynamic_smem_bytes) {
+    let mut kernel = match cuda::CudaKernel::load(dev, &art, entry, &sig.name, dynamic_smem_bytes) {
         Ok(k) => k,
         // A module NVSHMEM could not initialise is no damaged entry: keep it.
         Err(e) if art.cache_hit && !art.jit && !matches!(e, RuntimeError::NvshmemModule(_)) => {
@@ -153,6 +153,7 @@ pub fn build_cuda(
         }
         Err(e) => return Err(e),
     };
+    kernel.grid_dependent = cuda::waits_for_prior_grid(&source);
     if let Some(took) = kernel.jit_time {
         // The driver compiled it (or found it in its own cache): on a miss of ours that was
         // the compile; the first load's report is the one later builds show.

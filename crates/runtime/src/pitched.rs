@@ -34,6 +34,12 @@ extern "C" __global__ void __launch_bounds__(256) tl_pitched_copy(
     const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
     unsigned long long src_pitch, unsigned long long dst_pitch,
     unsigned long long width, unsigned long long height) {
+#if __CUDA_ARCH__ >= 900
+  // Programmatic dependent launch (see the compiler's grid_dependency stage): let the GEMM
+  // after this copy start as early as it can, and wait for the kernel before it.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
   const unsigned long long chunks = (width + 15) / 16;
   // One past the source's last byte: no vector read may cross it (nor start before `src`).
   const unsigned long long end =

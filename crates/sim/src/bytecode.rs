@@ -207,6 +207,12 @@ pub enum Instr {
     /// `fence.proxy.async.global`: what this thread is ordered after in global memory becomes
     /// visible to its later TMA loads (the order checker's view).
     FenceProxyAsyncGlobal,
+    /// `griddepcontrol.launch_dependents`: nothing to model (the simulator runs launches one
+    /// after another).
+    LaunchDependents,
+    /// `griddepcontrol.wait`: from here on the thread may touch global memory (see
+    /// [`Program::grid_dependent`]).
+    GridDependencyWait,
     CpAsync {
         bytes: u32,
         dst: MemRef,
@@ -410,6 +416,10 @@ pub struct Program {
     /// whose first argument is the address of one of their elements (a conservative superset).
     /// Only these can race, so only these are tracked by the order checker.
     pub written: Vec<u32>,
+    /// The kernel waits for the grid before it (`griddepcontrol.wait`), so it may be
+    /// launched while that grid still runs: every global access of a thread must come after
+    /// the thread's wait, or it may meet memory the earlier kernel is still writing.
+    pub grid_dependent: bool,
 }
 
 impl Program {

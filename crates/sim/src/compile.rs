@@ -163,6 +163,10 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
     c.stmt(&k.body)?;
     c.span = k.body.span;
     c.emit(Instr::Exit, "end of kernel".into());
+    let grid_dependent = c
+        .code
+        .iter()
+        .any(|i| matches!(i, Instr::GridDependencyWait));
     Ok(Program {
         code: c.code,
         sites: c.sites,
@@ -177,6 +181,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         symmetric: c.symmetric,
         cluster: k.attrs.cluster.map(|c| c.size),
         written,
+        grid_dependent,
     })
 }
 
@@ -1033,6 +1038,8 @@ impl Compiler<'_> {
             Intrinsic::WgmmaWait { n, .. } => Instr::WgmmaWait(*n),
             Intrinsic::FenceProxyAsync => Instr::FenceProxyAsync,
             Intrinsic::FenceProxyAsyncGlobal => Instr::FenceProxyAsyncGlobal,
+            Intrinsic::LaunchDependents => Instr::LaunchDependents,
+            Intrinsic::GridDependencyWait => Instr::GridDependencyWait,
             Intrinsic::Print { msg } => {
                 need(1)?;
                 Instr::Print {

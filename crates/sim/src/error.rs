@@ -196,6 +196,17 @@ pub enum SimError {
         writer: String,
     },
 
+    /// A global access before the thread's `griddepcontrol.wait` in a kernel that has one: a
+    /// kernel launched with programmatic stream serialization may start while the kernel
+    /// before it still runs, and only the wait orders it after that kernel.
+    #[error("thread {thread} of block {} accesses global `{buffer}` at {span} before its griddepcontrol.wait: launched early (programmatic dependent launch), the kernel may meet memory the kernel before it is still writing; wait first", fmt_block(.block))]
+    BeforeGridDependencyWait {
+        buffer: String,
+        block: [i64; 3],
+        thread: u32,
+        span: Span,
+    },
+
     /// An index past a buffer's extent (per dimension for n-d indices, else the flat size).
     #[error("thread {thread} of block {} accesses `{buffer}` at index {index:?}, outside its extent {extent:?}, at {span}", fmt_block(.block))]
     OutOfBounds {

@@ -549,6 +549,12 @@ impl Interp<'_, '_> {
                         b[0], b[1], b[2], th.tid
                     );
                 }
+                Instr::LaunchDependents => {}
+                Instr::GridDependencyWait => {
+                    if let Some(w) = self.mem.grid_waited.get_mut(th.tid as usize) {
+                        *w = true;
+                    }
+                }
                 Instr::FenceProxyAsyncGlobal => {
                     if let Some(o) = self.mem.order.as_mut() {
                         o.proxy_fence(th.tid);

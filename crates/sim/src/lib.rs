@@ -346,6 +346,7 @@ pub fn run_ranks_calls(
             global_epoch: 1,
             warp_epochs: vec![],
             proxy_fences: vec![],
+            grid_waited: vec![],
             wgmma_reads: Default::default(),
             mbars: Default::default(),
             named_arrivals: Default::default(),

@@ -37,6 +37,9 @@ pub struct Mem<'p, 'g> {
     pub warp_epochs: Vec<u32>,
     /// Per thread, the block epoch of each `fence.proxy.async` it executed.
     pub proxy_fences: Vec<Vec<u32>>,
+    /// Per thread, whether it has passed `griddepcontrol.wait` (see
+    /// [`Program::grid_dependent`](crate::bytecode::Program::grid_dependent)).
+    pub grid_waited: Vec<bool>,
     /// Shared bytes (absolute) that issued, not yet retired wgmmas read: how many, and the
     /// warp and instruction of the latest (for reports).
     pub wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
@@ -240,6 +243,21 @@ impl<'p, 'g> Mem<'p, 'g> {
         Some(self.conflict(c, buf, who))
     }
 
+    /// A global access by a thread of a grid-dependent kernel that has not yet waited for the
+    /// grid before it.
+    fn check_grid_dependency(&self, buf: u32, who: Rec) -> Result<(), SimError> {
+        let tid = who.tid as u32;
+        if !self.prog.grid_dependent || self.grid_waited.get(tid as usize) == Some(&true) {
+            return Ok(());
+        }
+        Err(SimError::BeforeGridDependencyWait {
+            buffer: self.info(buf).name.clone(),
+            block: self.block,
+            thread: tid,
+            span: self.prog.span(who.pc as usize),
+        })
+    }
+
     pub fn oob(&self, buf: u32, index: Vec<i64>, extent: Vec<i64>, tid: u32, pc: u32) -> SimError {
         SimError::OutOfBounds {
             buffer: self.info(buf).name.clone(),
@@ -315,6 +333,9 @@ impl<'p, 'g> Mem<'p, 'g> {
         who: Rec,
     ) -> Result<(), SimError> {
         let info = self.info(buf);
+        if info.scope == Scope::Global {
+            self.check_grid_dependency(buf, who)?;
+        }
         let when = self.when(who.tid as u32);
         let r = match info.scope {
             Scope::Shared => self.shadow.write(info.base + off, len, who, when),
@@ -539,6 +560,7 @@ impl<'p, 'g> Mem<'p, 'g> {
         let len = len.min(16);
         let src: &[u8] = match info.scope {
             Scope::Global => {
+                self.check_grid_dependency(buf, who)?;
                 self.check_tma_landed(buf, off, len, who)?;
                 let when = self.when(who.tid as u32);
                 self.global_writes

@@ -37,6 +37,7 @@ pub fn run_block(
     it.mem.global_epoch = 1;
     it.mem.warp_epochs = vec![0; (threads as usize).div_ceil(prog.warp_size as usize)];
     it.mem.proxy_fences = vec![vec![]; threads as usize];
+    it.mem.grid_waited = vec![false; threads as usize];
     it.mem.wgmma_reads.clear();
     it.mem.mbars.clear();
     it.mem.named_arrivals.clear();
@@ -113,6 +114,7 @@ pub struct BlockCtx {
     global_epoch: u32,
     warp_epochs: Vec<u32>,
     proxy_fences: Vec<Vec<u32>>,
+    grid_waited: Vec<bool>,
     wgmma_reads: std::collections::HashMap<usize, (u32, u32, u32)>,
     mbars: crate::mbarrier::Mbars,
     done: bool,
@@ -149,6 +151,7 @@ impl BlockCtx {
             global_epoch: 1,
             warp_epochs: vec![0; (threads as usize).div_ceil(prog.warp_size as usize)],
             proxy_fences: vec![vec![]; threads as usize],
+            grid_waited: vec![false; threads as usize],
             wgmma_reads: Default::default(),
             mbars: Default::default(),
             done: false,
@@ -170,6 +173,7 @@ impl BlockCtx {
         std::mem::swap(&mut self.global_epoch, &mut m.global_epoch);
         std::mem::swap(&mut self.warp_epochs, &mut m.warp_epochs);
         std::mem::swap(&mut self.proxy_fences, &mut m.proxy_fences);
+        std::mem::swap(&mut self.grid_waited, &mut m.grid_waited);
         std::mem::swap(&mut self.wgmma_reads, &mut m.wgmma_reads);
         std::mem::swap(&mut self.mbars, &mut m.mbars);
         std::mem::swap(&mut self.cluster_gen, &mut m.cluster_gen);

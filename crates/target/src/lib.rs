@@ -247,6 +247,11 @@ impl Target {
     pub fn has_clusters(self) -> bool {
         matches!(self, Target::Cuda { sm } if sm >= 90)
     }
+    /// Programmatic dependent launch (`griddepcontrol`, sm_90): a kernel may start while the
+    /// one before it in the stream finishes, and waits for it before touching memory.
+    pub fn has_grid_dependency_control(self) -> bool {
+        matches!(self, Target::Cuda { sm } if sm >= 90)
+    }
 }
 
 impl fmt::Display for Target {

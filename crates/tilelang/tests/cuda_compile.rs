@@ -469,7 +469,7 @@ fn refitted_and_split_gemms_compile_without_spills() {
         let cfg = tensor.fit_to_gpu(tensor.hopper_tiles_for(k), m, n, k, 132);
         assert_eq!((cfg.bm, cfg.threads), (64, 128), "{m}x{n}x{k}");
         kernels.push((
-            format!("fp8 tensor {m}x{n}x{k} (64-row tiles)"),
+            format!("fp8 tensor {m}x{n}x{k} (64x{} tiles)", cfg.bn),
             fp8_gemm(tensor, cfg),
             "QGMMA",
         ));

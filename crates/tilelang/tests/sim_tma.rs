@@ -316,6 +316,43 @@ fn split_k_gemm_in_sim() {
     assert!(e < 1e-6, "split sum: {e}");
 }
 
+#[test]
+fn a_global_access_before_the_grid_dependency_wait_is_reported() {
+    // sm_90 kernels may be launched while the kernel before them still runs (programmatic
+    // dependent launch); `griddepcontrol.wait` must come before their first global access.
+    let cfg = gemm::GemmConfig {
+        persistent: Some(2),
+        warp_specialize: Some(true),
+        instruction: Some(GemmInstruction::Wgmma),
+        ..gemm::GemmConfig::tiles(64, 64, 64, 3, 128)
+    };
+    let layout = gemm::Layout::NT;
+    let k = gemm::gemm(layout, BF16, BF16, cfg);
+    let low = k.lower(Target::SM90).expect("lowers");
+    let sh = shapes(layout, 72, 64, 200);
+    assert!(run_vs_cpu(&k, &low, &sh, 3).expect("the kernel as lowered runs") < 1e-5);
+    let is_wait = |op: &Intrinsic| *op == Intrinsic::GridDependencyWait;
+    // The wait moved to the end of the kernel: every load and store comes before it.
+    let span = low.body.span;
+    let late = Stmt::new(
+        StmtKind::Seq(vec![
+            remove_calls(&low.body, &is_wait),
+            Stmt::new(
+                StmtKind::Eval(Expr::call(
+                    Intrinsic::GridDependencyWait,
+                    vec![],
+                    tilelang::ir::DType::Bool,
+                )),
+                span,
+            ),
+        ]),
+        span,
+    );
+    let e = run_vs_cpu(&k, &low.with_body(late), &sh, 3)
+        .expect_err("a global access before the wait must be reported");
+    assert!(e.contains("before its griddepcontrol.wait"), "{e}");
+}
+
 /// Is `op` an `mbarrier_wait` on a barrier of the buffer named `name`?
 fn waits_on(args: &[Expr], name: &str) -> bool {
     args.first().is_some_and(|a| a.to_string().contains(name))

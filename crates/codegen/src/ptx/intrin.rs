@@ -319,6 +319,8 @@ impl Emitter {
             Intrinsic::WgmmaWait { n, pinned } => self.wgmma_wait(*n, *pinned),
             Intrinsic::FenceProxyAsync => self.ins("fence.proxy.async.shared::cta"),
             Intrinsic::FenceProxyAsyncGlobal => self.ins("fence.proxy.async.global"),
+            Intrinsic::LaunchDependents => self.ins("griddepcontrol.launch_dependents"),
+            Intrinsic::GridDependencyWait => self.ins("griddepcontrol.wait"),
             Intrinsic::Fence { scope, sc } => {
                 let kind = if *sc { "sc" } else { "acq_rel" };
                 self.ins(&format!("fence.{kind}.{}", scope.name()));

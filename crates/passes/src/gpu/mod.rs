@@ -2,7 +2,8 @@
 //! (`isel`, a module per GPU family), layout inference (`infer`), software pipelining
 //! (`pipeline`), barrier insertion (`barriers`), tile-op lowering to thread-level IR (`lower`
 //! and a module per op family), shared-memory layouts (`smem`), persistent kernels
-//! (`persistent`), warp specialization (`warp_specialize`). See docs/design/thread-ir.md for what comes out.
+//! (`persistent`), warp specialization (`warp_specialize`), programmatic dependent launch
+//! (`grid_dependency`). See docs/design/thread-ir.md for what comes out.
 
 pub mod barriers;
 pub mod buffer_lds;
@@ -10,6 +11,7 @@ pub mod bulk_rows;
 pub mod copy;
 pub mod elementwise;
 pub mod gemm;
+pub mod grid_dependency;
 pub mod infer;
 pub mod isel;
 pub mod kcopy;

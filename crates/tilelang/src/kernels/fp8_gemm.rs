@@ -121,9 +121,12 @@ impl Fp8Gemm {
     ///   1024×1024×16384, 512×2048×7168, 128×2112×7168 on an H200 (gpu-notes run 33f);
     /// - promoted per-tensor scaling takes 64-row tiles on one consumer warpgroup, twice the
     ///   blocks: +10–18% at 64×4096×4096, 1024×1024×16384, 128×8192×8192, 128×7168×2048,
-    ///   256×4096×7168, 512×2048×7168 (gpu-notes run 34c). Splitting K was slower there at
-    ///   every size but one (1–30%): these tiles already fetch their operands at the rate a
-    ///   doubled grid shares (ncu: 128 split blocks took 53 µs where 64 unsplit took 56).
+    ///   256×4096×7168, 512×2048×7168 (gpu-notes run 34c); and where M ≤ 128 (decode-sized
+    ///   activations) 64 columns wide as well: +4–12% more at 64×4096×4096, 128×7168×2048,
+    ///   128×2112×7168, 64×8192×8192 (run 34e). Splitting K was slower at every size but one
+    ///   (1–30%): these tiles already fetch their operands at the rate a doubled grid shares
+    ///   (ncu: 128 split blocks took 53 µs where 64 unsplit took 56), and clusters sharing B by
+    ///   multicast were 5–9% slower (34e).
     ///
     /// Anything else, and a config that already splits, is left alone.
     pub fn fit_to_gpu(
@@ -147,6 +150,7 @@ impl Fp8Gemm {
             {
                 GemmConfig {
                     bm: 64,
+                    bn: if m <= 128 { 64 } else { cfg.bn },
                     threads: 128,
                     ..cfg
                 }
@@ -451,17 +455,26 @@ mod tests {
             threads: 128,
             ..c
         };
-        // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once.
-        for (m, n, k) in [
-            (64, 4096, 4096),
-            (1024, 1024, 16384),
-            (128, 8192, 8192),
-            (128, 7168, 2048),
-            (512, 2048, 7168),
+        // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once,
+        // 64 wide as well for at most 128 rows.
+        for (m, n, k, bn) in [
+            (64, 4096, 4096, 64),
+            (1024, 1024, 16384, 128),
+            (128, 8192, 8192, 64),
+            (128, 7168, 2048, 64),
+            (512, 2048, 7168, 128),
+            (129, 2048, 7168, 128),
         ] {
             let cfg = tensor.hopper_tiles_for(k);
             let fit = tensor.fit_to_gpu(cfg, m, n, k, 132);
-            assert_eq!(fit, one_warpgroup(cfg), "{m}x{n}x{k}");
+            assert_eq!(
+                fit,
+                GemmConfig {
+                    bn,
+                    ..one_warpgroup(cfg)
+                },
+                "{m}x{n}x{k}"
+            );
             assert_eq!(fit.split_k, 1);
         }
         // 72 tiles of 128 rows: 144 of 64 would not fit 132 SMs once.
