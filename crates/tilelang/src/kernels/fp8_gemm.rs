@@ -122,8 +122,11 @@ impl Fp8Gemm {
     /// - promoted per-tensor scaling takes 64-row tiles on one consumer warpgroup, twice the
     ///   blocks: +10–18% at 64×4096×4096, 1024×1024×16384, 128×8192×8192, 128×7168×2048,
     ///   256×4096×7168, 512×2048×7168 (gpu-notes run 34c); and where M ≤ 128 (decode-sized
-    ///   activations) 64 columns wide as well: +4–12% more at 64×4096×4096, 128×7168×2048,
-    ///   128×2112×7168, 64×8192×8192 (run 34e). Splitting K was slower at every size but one
+    ///   activations) 64 columns wide as well, if those tiles still run at once (one block an
+    ///   SM, two for the short-K tiles): +4–12% more at 64×4096×4096, 128×7168×2048,
+    ///   128×2112×7168, 64×8192×8192, 128×4096×4096 (runs 34e, 34g), where at 128×8192×8192
+    ///   and 96×8192×8192, in two waves, they were 20–26% slower. Splitting K was slower at
+    ///   every size but one
     ///   (1–30%): these tiles already fetch their operands at the rate a doubled grid shares
     ///   (ncu: 128 split blocks took 53 µs where 64 unsplit took 56), and clusters sharing B by
     ///   multicast were 5–9% slower (34e).
@@ -148,9 +151,11 @@ impl Fp8Gemm {
                     && 2 * m.div_ceil(128) * n.div_ceil(cfg.bn.max(1) as usize)
                         <= multiprocessors as usize =>
             {
+                let resident = multiprocessors as usize * cfg.min_blocks.max(1) as usize;
+                let narrow = m <= 128 && m.div_ceil(64) * n.div_ceil(64) <= resident;
                 GemmConfig {
                     bm: 64,
-                    bn: if m <= 128 { 64 } else { cfg.bn },
+                    bn: if narrow { 64 } else { cfg.bn },
                     threads: 128,
                     ..cfg
                 }
@@ -456,12 +461,16 @@ mod tests {
             ..c
         };
         // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once,
-        // 64 wide as well for at most 128 rows.
+        // 64 wide as well for at most 128 rows if they run at once (one block an SM, two for
+        // the short-K tiles).
         for (m, n, k, bn) in [
             (64, 4096, 4096, 64),
             (1024, 1024, 16384, 128),
-            (128, 8192, 8192, 64),
+            (128, 4096, 4096, 64),
+            (128, 8192, 8192, 128),
+            (96, 8192, 8192, 128),
             (128, 7168, 2048, 64),
+            (128, 2112, 7168, 64),
             (512, 2048, 7168, 128),
             (129, 2048, 7168, 128),
         ] {
