@@ -126,10 +126,9 @@ impl Fp8Gemm {
     ///   SM, two for the short-K tiles): +4–12% more at 64×4096×4096, 128×7168×2048,
     ///   128×2112×7168, 64×8192×8192, 128×4096×4096 (runs 34e, 34g), where at 128×8192×8192
     ///   and 96×8192×8192, in two waves, they were 20–26% slower. Splitting K was slower at
-    ///   every size but one
-    ///   (1–30%): these tiles already fetch their operands at the rate a doubled grid shares
-    ///   (ncu: 128 split blocks took 53 µs where 64 unsplit took 56), and clusters sharing B by
-    ///   multicast were 5–9% slower (34e).
+    ///   every size but one (1–30%): these tiles already fetch their operands at the rate a
+    ///   doubled grid shares (ncu: 128 split blocks took 53 µs where 64 unsplit took 56), and
+    ///   clusters sharing B by multicast were 5–9% slower (34e).
     ///
     /// Anything else, and a config that already splits, is left alone.
     pub fn fit_to_gpu(
@@ -148,16 +147,19 @@ impl Fp8Gemm {
                     && cfg.split_k <= 1
                     && cfg.bm == 128
                     && cfg.threads == 256
-                    && 2 * m.div_ceil(128) * n.div_ceil(cfg.bn.max(1) as usize)
-                        <= multiprocessors as usize =>
+                    && 2 * cfg.output_tiles(m, n) <= multiprocessors as usize =>
             {
-                let resident = multiprocessors as usize * cfg.min_blocks.max(1) as usize;
-                let narrow = m <= 128 && m.div_ceil(64) * n.div_ceil(64) <= resident;
-                GemmConfig {
+                let rows64 = GemmConfig {
                     bm: 64,
-                    bn: if narrow { 64 } else { cfg.bn },
                     threads: 128,
                     ..cfg
+                };
+                let square = GemmConfig { bn: 64, ..rows64 };
+                let resident = multiprocessors as usize * cfg.min_blocks.max(1) as usize;
+                if m <= 128 && square.output_tiles(m, n) <= resident {
+                    square
+                } else {
+                    rows64
                 }
             }
             Fp8Scaling::Tensor => cfg,
