@@ -213,8 +213,12 @@ fn run() -> anyhow::Result<ExitCode> {
         ms,
         common::tolerance(spec.out).max(1e-2),
         &format!(
-            "tflops={tflops:.3} device={dev} {}{split_note} {}",
+            "tflops={tflops:.3} device={dev} {} tiles={}x{}x{} stages={}{split_note} {}",
             common::compile_note(&exe),
+            cfg.bm,
+            cfg.bn,
+            cfg.bk,
+            cfg.stages,
             common::variant_note(&exe, &tensors)
         ),
     ))

@@ -186,7 +186,7 @@ fn run() -> anyhow::Result<ExitCode> {
         // K on Hopper (not when tuning: the tuner times unsplit tiles).
         if target.is_cuda() && cfg == GemmConfig::hopper() && !args.tile.tune {
             let sms = common::multiprocessors(&dev, target);
-            cfg = cfg.fit_to_gpu(args.m, args.n, args.k, sms);
+            cfg = cfg.fit_to_gpu(layout, args.m, args.n, args.k, sms);
         }
         configure(&mut cfg, &args);
         cfg.split_k = match args.split_k {
@@ -277,8 +277,12 @@ fn run() -> anyhow::Result<ExitCode> {
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(out)];
     let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;
     let notes = format!(
-        "{}{} {}",
+        "{} tiles={}x{}x{} stages={}{} {}",
         common::compile_note(&exe),
+        cfg.bm,
+        cfg.bn,
+        cfg.bk,
+        cfg.stages,
         common::SplitSum::note(&split),
         common::variant_note(&exe, &[&a, &b, out])
     );

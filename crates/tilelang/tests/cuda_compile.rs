@@ -438,7 +438,7 @@ fn refitted_and_split_gemms_compile_without_spills() {
     {
         return;
     }
-    let fit = |m, n, k| GemmConfig::hopper().fit_to_gpu(m, n, k, 132);
+    let fit = |layout, m, n, k| GemmConfig::hopper().fit_to_gpu(layout, m, n, k, 132);
     let blocks = Fp8Gemm::e4m3(Fp8Scaling::Blocks);
     let fp8_split = blocks
         .hopper_tiles_for(7168)
@@ -446,14 +446,38 @@ fn refitted_and_split_gemms_compile_without_spills() {
     assert_eq!(fp8_split.split_k, 2);
     let mut kernels = vec![];
     for (m, n, k, want) in [
-        (1024, 1024, 16384, "split 4"),
-        (16384, 64, 4096, "128x64"),
-        (64, 16384, 4096, "64x128, one warpgroup"),
-        (32, 8192, 8192, "64x256, one warpgroup, split 4"),
+        (1024, 1024, 16384, "128x256, split 4"),
+        (16384, 64, 4096, "128x64, 8 stages"),
+        (64, 16384, 4096, "64x128, one warpgroup, 4 stages"),
+        (32, 8192, 8192, "64x64, one warpgroup, 12 stages"),
+        (512, 4096, 8192, "128x128, 6 stages"),
+        (64, 4096, 4096, "64x32, one warpgroup, 16 stages"),
+        (32, 256, 1 << 16, "64x256, one warpgroup, split 16"),
     ] {
-        let cfg = fit(m, n, k);
         for layout in [Layout::NT, Layout::NN] {
-            let what = format!("{} {m}x{n}x{k} ({want})", layout.name());
+            let cfg = fit(layout, m, n, k);
+            let got = format!(
+                "{}x{}, {}{}",
+                cfg.bm,
+                cfg.bn,
+                if cfg.threads == 128 {
+                    "one warpgroup, "
+                } else {
+                    ""
+                },
+                if cfg.split_k > 1 {
+                    format!("split {}", cfg.split_k)
+                } else {
+                    format!("{} stages", cfg.stages)
+                }
+            );
+            // The NT fits as listed; NN's MN-major B tiles stay 64 columns or wider.
+            if layout == Layout::NT {
+                assert_eq!(got, want, "{m}x{n}x{k}");
+            } else {
+                assert!(cfg.bn >= 64, "nn {m}x{n}x{k}: {got}");
+            }
+            let what = format!("{} {m}x{n}x{k} ({got})", layout.name());
             kernels.push((what, gemm(layout, BF16, BF16, cfg), "HGMMA"));
         }
     }
@@ -474,6 +498,18 @@ fn refitted_and_split_gemms_compile_without_spills() {
             "QGMMA",
         ));
     }
+    // Fast accumulation in the bf16 refit's narrowest tiles.
+    let fast = Fp8Gemm {
+        promote: false,
+        ..tensor
+    };
+    let cfg = fast.fit_to_gpu(fast.hopper_tiles_for(4096), 64, 4096, 4096, 132);
+    assert_eq!((cfg.bm, cfg.bn), (64, 32));
+    kernels.push((
+        "fp8 fast-accum 64x4096x4096 (64x32 tiles)".into(),
+        fp8_gemm(fast, cfg),
+        "QGMMA",
+    ));
     let mut failures = vec![];
     for (what, k, mma) in &kernels {
         let opts = tl_nvrtc::CheckOptions {

@@ -118,16 +118,29 @@ fn gemm_split_k_sums_every_share() {
         "sim:sm_90a",
     );
     assert!(last.contains("split_k=3"), "{last}");
-    // The default's own refit for a skinny problem (`GemmConfig::fit_to_gpu`): M = 50 on one
-    // consumer warpgroup in 64-row tiles, one output tile, K split in 2.
+    // The default's own refit for a skinny problem with a long K (`GemmConfig::fit_to_gpu`):
+    // M = 50 on one consumer warpgroup in a 64×64 tile, 129 k tiles split in 8.
     let last = run_on(
         "gemm",
         &[
-            "--m", "50", "--n", "200", "--k", "2048", "--layout", "nt", "--dtype", "bf16",
+            "--m", "50", "--n", "64", "--k", "8256", "--layout", "nt", "--dtype", "bf16",
         ],
         "sim:sm_90a",
     );
-    assert!(last.contains("split_k=2"), "{last}");
+    assert!(
+        last.contains("tiles=64x64x64 stages=12 split_k=8"),
+        "{last}"
+    );
+    // A problem of 4 output tiles of 64×256 whose K is too shallow to split: 32 tiles of 64×32
+    // in 16 stages, over 18 k tiles (each stage's barriers go round a second time).
+    let last = run_on(
+        "gemm",
+        &[
+            "--m", "64", "--n", "1024", "--k", "1152", "--layout", "nt", "--dtype", "bf16",
+        ],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("tiles=64x32x64 stages=16"), "{last}");
 }
 
 #[test]
@@ -267,6 +280,22 @@ fn fp8_gemm_scalings_and_types() {
             }
         }
     }
+    // The default's refit of a one-tile problem (`Fp8Gemm::fit_to_gpu`): 64×64 tiles of
+    // 128-deep k, two blocks an SM, 6 stages over 8 k tiles (the barriers go round twice).
+    let last = run_on(
+        "fp8_gemm",
+        &["--m", "64", "--n", "72", "--k", "1024"],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("tiles=64x64x128 stages=6"), "{last}");
+    // Fast accumulation takes the bf16 refit: 3 tiles of 64×32 over 32 k tiles of 128 in 16
+    // stages.
+    let last = run_on(
+        "fp8_gemm",
+        &["--m", "64", "--n", "72", "--k", "4096", "--fast-accum"],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("tiles=64x32x128 stages=16"), "{last}");
     // Nonsense is refused with the reason.
     for (bad, why) in [
         (&["--a", "bf16"][..], "not an fp8 type"),

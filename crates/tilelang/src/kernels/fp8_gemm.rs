@@ -13,7 +13,7 @@
 //! scaling needs it anyway (the scale changes every 128 of K); per-tensor scaling may skip it
 //! for speed (cuBLASLt's "fast accumulation"), which also frees the registers for 128×256 tiles.
 
-use super::gemm::{launch_output_tiles, GemmConfig};
+use super::gemm::{launch_output_tiles, GemmConfig, Layout};
 use crate::prelude::*;
 
 /// How the fp8 inputs are scaled back to real values.
@@ -128,7 +128,12 @@ impl Fp8Gemm {
     ///   and 96×8192×8192, in two waves, they were 20–26% slower. Splitting K was slower at
     ///   every size but one (1–30%): these tiles already fetch their operands at the rate a
     ///   doubled grid shares (ncu: 128 split blocks took 53 µs where 64 unsplit took 56), and
-    ///   clusters sharing B by multicast were 5–9% slower (34e).
+    ///   clusters sharing B by multicast were 5–9% slower (34e). These tiles then take as many
+    ///   stages as fit ([`GemmConfig::with_stages_filling`]): 6 of 64×64×256 (two blocks an SM
+    ///   of 64×64×128 short-K ones, 6 each), 4 of 64×128×256, where they had 3. On an H200
+    ///   (gpu-notes run 35d, TFLOP/s): 64×4096×4096 155.0 → 173.2, 128×7168×2048 267.5 →
+    ///   307.8, 128×2112×7168 226.0 → 264.4, 1024×1024×16384 872.3 → 970.4, 128×8192×8192
+    ///   548.1 → 577.9, 512×2048×7168 722.2 → 768.8.
     ///
     /// Anything else, and a config that already splits, is left alone.
     pub fn fit_to_gpu(
@@ -156,10 +161,35 @@ impl Fp8Gemm {
                 };
                 let square = GemmConfig { bn: 64, ..rows64 };
                 let resident = multiprocessors as usize * cfg.min_blocks.max(1) as usize;
-                if m <= 128 && square.output_tiles(m, n) <= resident {
+                let tiles = if m <= 128 && square.output_tiles(m, n) <= resident {
                     square
                 } else {
                     rows64
+                };
+                tiles.with_stages_filling(1)
+            }
+            // Fast accumulation is the bf16 GEMM's kernel on fp8 operands: its refit, on the
+            // warp-specialized long-K tiles, which short K takes too where its tiles are few
+            // (gpu-notes runs 35e, 35f, TFLOP/s: 64×4096×4096 81.9 in 128×256 tiles → 172.1
+            // in 64×32, 128×8192×8192 370.5 → 582.0 in 128×64, 1024×1024×16384 422.1 →
+            // 967.3; short K, 128×7168×2048, 177.1 → 321.3 in 64×64 tiles unspecialized).
+            Fp8Scaling::Tensor
+                if !self.promote
+                    && !self.overlap_promotion
+                    && cfg.split_k <= 1
+                    && cfg.bm == 128
+                    && cfg.threads == 256 =>
+            {
+                let few = 2 * cfg.output_tiles(m, n) < multiprocessors as usize;
+                let base = if few && cfg == self.hopper_tiles_for(0) {
+                    self.hopper_tiles()
+                } else {
+                    cfg
+                };
+                if base.warp_specialize == Some(true) {
+                    base.fit_to_gpu_for(Layout::NT, 1, m, n, k, multiprocessors)
+                } else {
+                    cfg
                 }
             }
             Fp8Scaling::Tensor => cfg,
@@ -464,17 +494,18 @@ mod tests {
         };
         // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once,
         // 64 wide as well for at most 128 rows if they run at once (one block an SM, two for
-        // the short-K tiles).
-        for (m, n, k, bn) in [
-            (64, 4096, 4096, 64),
-            (1024, 1024, 16384, 128),
-            (128, 4096, 4096, 64),
-            (128, 8192, 8192, 128),
-            (96, 8192, 8192, 128),
-            (128, 7168, 2048, 64),
-            (128, 2112, 7168, 64),
-            (512, 2048, 7168, 128),
-            (129, 2048, 7168, 128),
+        // the short-K tiles); then as many stages as fill 192 KiB (96 a block for the
+        // short-K tiles, two an SM).
+        for (m, n, k, bn, stages) in [
+            (64, 4096, 4096, 64, 6),
+            (1024, 1024, 16384, 128, 4),
+            (128, 4096, 4096, 64, 6),
+            (128, 8192, 8192, 128, 4),
+            (96, 8192, 8192, 128, 4),
+            (128, 7168, 2048, 64, 6),
+            (128, 2112, 7168, 64, 6),
+            (512, 2048, 7168, 128, 4),
+            (129, 2048, 7168, 128, 4),
         ] {
             let cfg = tensor.hopper_tiles_for(k);
             let fit = tensor.fit_to_gpu(cfg, m, n, k, 132);
@@ -482,6 +513,7 @@ mod tests {
                 fit,
                 GemmConfig {
                     bn,
+                    stages,
                     ..one_warpgroup(cfg)
                 },
                 "{m}x{n}x{k}"
@@ -491,8 +523,7 @@ mod tests {
         // 72 tiles of 128 rows: 144 of 64 would not fit 132 SMs once.
         let cfg = tensor.hopper_tiles_for(4096);
         assert_eq!(tensor.fit_to_gpu(cfg, 1152, 1024, 4096, 132), cfg);
-        // Enough tiles, a split asked for, fast accumulation, the overlapped promotion:
-        // unchanged.
+        // Enough tiles, a split asked for, the overlapped promotion: unchanged.
         assert_eq!(tensor.fit_to_gpu(cfg, 8192, 8192, 8192, 132), cfg);
         let split = GemmConfig { split_k: 2, ..cfg };
         assert_eq!(tensor.fit_to_gpu(split, 64, 4096, 4096, 132), split);
@@ -500,8 +531,21 @@ mod tests {
             promote: false,
             ..tensor
         };
+        // Fast accumulation takes the bf16 refit on its warp-specialized long-K tiles (stages
+        // of 1-byte operands), short K too where the tiles are few.
         let fcfg = fast.hopper_tiles_for(4096);
-        assert_eq!(fast.fit_to_gpu(fcfg, 64, 4096, 4096, 132), fcfg);
+        assert_eq!(
+            fast.fit_to_gpu(fcfg, 64, 4096, 4096, 132),
+            fcfg.fit_to_gpu_for(Layout::NT, 1, 64, 4096, 4096, 132)
+        );
+        let fast_fit = fast.fit_to_gpu(fcfg, 64, 4096, 4096, 132);
+        assert_eq!((fast_fit.bm, fast_fit.bn, fast_fit.stages), (64, 32, 16));
+        let short = fast.hopper_tiles_for(2048);
+        assert_eq!(
+            fast.fit_to_gpu(short, 128, 7168, 2048, 132),
+            fcfg.fit_to_gpu_for(Layout::NT, 1, 128, 7168, 2048, 132)
+        );
+        assert_eq!(fast.fit_to_gpu(short, 4096, 4096, 2048, 132), short);
         let overlapped = Fp8Gemm {
             overlap_promotion: true,
             ..tensor

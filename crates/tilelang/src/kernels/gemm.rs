@@ -40,6 +40,26 @@ pub const SPLIT_K_MIN_TILES: usize = 16;
 /// The most blocks a tile's K is split over ([`GemmConfig::split_to_fill`]).
 pub const SPLIT_K_MAX: u32 = 16;
 
+/// Shared memory the pipeline stages of refitted Hopper tiles fill
+/// ([`GemmConfig::with_stages_filling`]): what [`GemmConfig::hopper`]'s four 128×256×64 stages
+/// take, leaving room for the epilogue's staging tile and the barriers.
+pub const HOPPER_STAGE_BYTES: i64 = 192 * 1024;
+
+/// The most pipeline stages [`GemmConfig::with_stages_filling`] gives (64×32 tiles fill
+/// [`HOPPER_STAGE_BYTES`] with 16).
+pub const MAX_STAGES: u32 = 16;
+
+/// The tile widths [`GemmConfig::fit_to_gpu`] tries under the Hopper tiles' 256. Powers of
+/// two only: 96 columns, which cut 768×2048 into 132 tiles (one for each SM of an H200, and
+/// cuBLAS's choice there, gpu-notes run 35f), ran 463.4 TFLOP/s against 473.4 for 96 tiles of
+/// 128×128 (run 35g).
+pub const NARROWER_WIDTHS: [i64; 3] = [128, 64, 32];
+
+/// The most k tiles at which [`GemmConfig::fit_to_gpu`] takes tiles narrower than half width
+/// over a split K: at 128 (128×8192×8192) 128×64 tiles ran 360.7 TFLOP/s against 314.0 for 4
+/// shares of 128×256; at 256 (1024×1024×16384) 409.4 against 504.3 (H200, gpu-notes run 35b).
+pub const NARROW_TILES_MAX_K_TILES: usize = 128;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmConfig {
     pub bm: i64,
@@ -183,17 +203,47 @@ impl GemmConfig {
     /// otherwise multiply zeros: N = 64 ran at 116 TFLOP/s in them, 190 in 128×64). Then, if
     /// the output tiles would still leave more than half the SMs idle (a 1024×1024 C has 32
     /// of 128×256 for 132 SMs), in order of preference:
-    /// - half-width tiles (`bn / 2`) where they keep at least 80% of the SMs busy (64×14336×4096
-    ///   in 112 tiles of 64×128 for 132 SMs: 178.8 TFLOP/s against 162.7 split in two, gpu-notes
-    ///   run 34f);
-    /// - K split over blocks ([`GemmConfig::split_to_fill`]);
-    /// - else half-width tiles where they are more blocks.
+    /// - half-area tiles (128×128, or 64-row ones where M ≤ 128) where they keep at least 80%
+    ///   of the SMs busy (512×4096×8192 in 128 tiles of 128×128);
+    /// - where K is long (more than [`NARROW_TILES_MAX_K_TILES`] k tiles), K split over blocks
+    ///   ([`GemmConfig::split_to_fill`]): at 1024×1024×16384, 4 shares of 128×256 tiles ran
+    ///   504 TFLOP/s against 409 for 128 unsplit tiles of 128×64 (gpu-notes run 35b);
+    /// - the widest narrower tiles that keep 80% of their waves' SM slots busy: down to
+    ///   128×64, and where M ≤ 128 down to 64×32 (cuBLAS's choice at these shapes, run 35a).
+    ///   Against session 35's splits (runs 35b–35d, bf16 NT, TFLOP/s): 1024×1024×4096 300.6
+    ///   → 363.5 (128×64), 256×4096×4096 289.7 → 358.6 (128×64), 128×8192×8192 314.0 →
+    ///   359.2 (128×64), 128×4096×4096 156.6 → 214.7 (64×64), 64×4096×4096 98.6 → 115.1
+    ///   (64×32);
+    /// - else whichever of these tiles, the narrower ones and the split fills the most of the
+    ///   SM slots its waves take (the widest tiles of equal fill, and tiles over a split of
+    ///   equal fill): at 768×2048×4096, 96 tiles of 128×128 fill 73% of one wave, as 192 of
+    ///   128×64 fill 73% of two and the split of 48 tiles in 2 fills 73% of one (473.4
+    ///   TFLOP/s against 317.9 for that split, gpu-notes runs 35f, 35g).
     ///
-    /// On an H200 (gpu-notes runs 33e and 33h, bf16 NT, TFLOP/s): 1024×1024×16384 223 → 491
-    /// (split 4), 512×4096×8192 419 → 619 (128×128), 1024³ 123 → 175 (128×128), 16384×64×4096
-    /// 116 → 190 (128×64), 64×16384×4096 157 → 190 (64×128). A config that already splits is
-    /// left alone.
-    pub fn fit_to_gpu(self, m: usize, n: usize, k: usize, multiprocessors: u32) -> GemmConfig {
+    /// Whatever the tiles (but 64-row half-area ones), they then take as many pipeline stages
+    /// as [`HOPPER_STAGE_BYTES`] holds ([`GemmConfig::with_stages_filling`]). A config that
+    /// already splits is left alone.
+    pub fn fit_to_gpu(
+        self,
+        layout: Layout,
+        m: usize,
+        n: usize,
+        k: usize,
+        multiprocessors: u32,
+    ) -> GemmConfig {
+        self.fit_to_gpu_for(layout, 2, m, n, k, multiprocessors)
+    }
+
+    /// [`GemmConfig::fit_to_gpu`] for operands of `elem_bytes` (the stages it fills).
+    pub(crate) fn fit_to_gpu_for(
+        self,
+        layout: Layout,
+        elem_bytes: i64,
+        m: usize,
+        n: usize,
+        k: usize,
+        multiprocessors: u32,
+    ) -> GemmConfig {
         if self.split_k > 1 || m == 0 || n == 0 {
             return self;
         }
@@ -208,22 +258,105 @@ impl GemmConfig {
         let sms = multiprocessors as usize;
         let wide = cfg.output_tiles(m, n);
         if 2 * wide >= sms {
-            return cfg;
+            return cfg.with_stages_filling(elem_bytes);
         }
-        let half = cfg.bn / 2;
-        let halved = GemmConfig { bn: half, ..cfg };
-        let narrow = (half >= 64 && half % 64 == 0).then(|| halved.output_tiles(m, n));
-        if narrow.is_some_and(|t| 5 * t >= 4 * sms) {
-            return halved;
+        // Blocks over the SM slots their waves take: 192 tiles on 132 SMs fill 73% of two
+        // waves, no better than 96 tiles fill one.
+        let slots = |blocks: usize| blocks.div_ceil(sms).max(1) * sms;
+        let fills = |c: &GemmConfig| {
+            let tiles = c.output_tiles(m, n);
+            5 * tiles >= 4 * slots(tiles)
+        };
+        let narrower = cfg.narrower_tiles(layout, m);
+        let half_area = cfg.bm * cfg.bn / 2;
+        if let Some(c) = narrower
+            .iter()
+            .find(|c| c.bm * c.bn >= half_area && fills(c))
+        {
+            // 64-row tiles of one consumer warpgroup here keep their stages: 64×128 in 8
+            // stages ran 1.7–2.9% slower than in 4 at 64×14336×4096, where each block streams
+            // its own B rows from DRAM (gpu-notes runs 35d, 35e, 35g).
+            if c.bm == 64 {
+                return *c;
+            }
+            return c.with_stages_filling(elem_bytes);
         }
         let split = cfg.split_to_fill(m, n, k, multiprocessors);
-        if split.split_k > 1 {
-            return split;
+        let long_k = k.div_ceil(cfg.bk.max(1) as usize) > NARROW_TILES_MAX_K_TILES;
+        if long_k && split.split_k > 1 {
+            return split.with_stages_filling(elem_bytes);
         }
-        if narrow.is_some_and(|t| t > wide) {
-            return halved;
+        if let Some(c) = narrower.iter().find(|c| fills(c)) {
+            return c.with_stages_filling(elem_bytes);
         }
-        cfg
+        // Nothing fills the SMs: the tiles, or the split, that fill the most of their waves
+        // (the widest tiles of equal fill; unsplit tiles over a split of equal fill).
+        let fill = |blocks: usize| (blocks, slots(blocks));
+        let better =
+            |(a, a_slots): (usize, usize), (b, b_slots): (usize, usize)| a * b_slots > b * a_slots;
+        let mut best = (cfg, fill(wide));
+        for c in &narrower {
+            let f = fill(c.output_tiles(m, n));
+            if better(f, best.1) {
+                best = (*c, f);
+            }
+        }
+        if split.split_k > 1 && better(fill(wide * split.split_k as usize), best.1) {
+            return split.with_stages_filling(elem_bytes);
+        }
+        best.0.with_stages_filling(elem_bytes)
+    }
+
+    /// The narrower warpgroup-MMA tiles [`GemmConfig::fit_to_gpu`] may take instead of these,
+    /// widest first: [`NARROWER_WIDTHS`] under `bn` down to 64, and where M ≤ 128 64-row
+    /// tiles on one consumer warpgroup down to 32 columns. Where B is MN-major (NN, TN) only
+    /// multiples of 64 columns: wgmma reads a [K, N] B tile in 64-column blocks, and other
+    /// widths would fall back to mma.sync.
+    fn narrower_tiles(&self, layout: Layout, m: usize) -> Vec<GemmConfig> {
+        let k_major_b = layout == Layout::NT;
+        let widths = |from: GemmConfig, below: i64, min_bn: i64| {
+            NARROWER_WIDTHS
+                .iter()
+                .copied()
+                .filter(move |&w| w < below && w >= min_bn && (k_major_b || w % 64 == 0))
+                .map(move |bn| GemmConfig { bn, ..from })
+        };
+        let mut tiles: Vec<GemmConfig> = widths(*self, self.bn, 64).collect();
+        if self.bm == 64 {
+            tiles.extend(widths(*self, 64, 32));
+        } else if m <= 128 && self.bm == 128 && self.threads == 256 {
+            let rows64 = GemmConfig {
+                bm: 64,
+                threads: 128,
+                ..*self
+            };
+            tiles.extend(widths(rows64, self.bn + 1, 32));
+        }
+        // Widest first; of equal areas, the 128-row tiles (two consumer warpgroups).
+        tiles.sort_by_key(|c| std::cmp::Reverse(c.bm * c.bn));
+        tiles
+    }
+
+    /// These tiles with as many pipeline stages as [`HOPPER_STAGE_BYTES`] holds for
+    /// operands of `elem_bytes` (shared among the blocks [`GemmConfig::min_blocks`] asks to
+    /// keep on an SM; at most [`MAX_STAGES`], never fewer than they have). Narrow tiles
+    /// stream their operands at a higher rate per multiply, and cuBLAS runs them 6–16 stages
+    /// deep (gpu-notes run 35a). On an H200 (runs 35b–35d, TFLOP/s): bf16 128×128 tiles in
+    /// 6 stages against 4, 684.6 against 617.4 at 512×4096×8192 and 570.2 against 538.2 at
+    /// 2048×1024×4096; 128×64 in 8 against 4, 363.5 against 336.2 at 1024×1024×4096; 64×32
+    /// in 16 against 8, 115.1 against 105.4 at 64×4096×4096; promoted fp8 64×64×256 in 6
+    /// against 3, 173.2 against 155.0 at 64×4096×4096.
+    pub fn with_stages_filling(self, elem_bytes: i64) -> GemmConfig {
+        let stage_bytes = (self.bm + self.bn) * self.bk * elem_bytes;
+        if stage_bytes <= 0 {
+            return self;
+        }
+        let budget = HOPPER_STAGE_BYTES / i64::from(self.min_blocks.max(1));
+        let fit = (budget / stage_bytes).clamp(1, i64::from(MAX_STAGES)) as u32;
+        GemmConfig {
+            stages: self.stages.max(fit),
+            ..self
+        }
     }
 
     /// These tiles with K split over as many blocks per output tile as fill the SMs once
@@ -509,67 +642,108 @@ mod tests {
         assert_eq!(f32, GemmConfig::for_target(&t, DType::F32));
     }
 
-    /// Problems with few output tiles get half-width tiles where those fill the GPU, else a
-    /// split K where K is deep enough, else half-width tiles; big problems keep their tiles.
+    /// Problems with few output tiles get half-area tiles where those fill the GPU, else a
+    /// split K where K is long, else the widest narrower tiles that fill it, else the tiles or
+    /// split that fill the most of their waves; every refitted tile fills shared memory with
+    /// stages; big problems keep their tiles.
     #[test]
     fn few_tiles_refit_to_fill_the_gpu() {
         let h = GemmConfig::hopper();
-        let fit = |m, n, k| h.fit_to_gpu(m, n, k, 132);
-        // 4 × 32 half-width tiles: 128 of 132 SMs.
-        assert_eq!(fit(512, 4096, 8192), GemmConfig { bn: 128, ..h });
-        // 32 tiles, 256 k tiles: 4 splits of 64.
-        assert_eq!(fit(1024, 1024, 16384).split_k, 4);
-        assert_eq!(fit(1024, 1024, 16384).bn, 256);
-        // 16 tiles: 8 splits would fill the SMs, but 64 k tiles make only 4 shares of 16.
-        assert_eq!(fit(64, 4096, 4096).split_k, 4);
-        assert_eq!(fit(64, 4096, 4096).bm, 64);
-        // 56 tiles of 64 rows: 112 half-width ones keep 85% of the SMs busy (less a hair).
+        let fit = |m, n, k| h.fit_to_gpu(Layout::NT, m, n, k, 132);
+        let tiles = |bm, bn, threads, stages| GemmConfig {
+            bm,
+            bn,
+            threads,
+            stages,
+            ..h
+        };
+        // 4 × 32 half-width tiles: 128 of 132 SMs, in 6 stages of 32 KiB.
+        assert_eq!(fit(512, 4096, 8192), tiles(128, 128, 256, 6));
+        assert_eq!(fit(2048, 1024, 4096), tiles(128, 128, 256, 6));
+        // 32 tiles, 256 k tiles (long): 4 splits of 64 rather than 128 tiles of 128×64.
+        assert_eq!(fit(1024, 1024, 16384), GemmConfig { split_k: 4, ..h });
+        // 128 k tiles or fewer: quarter-width tiles fill the GPU, 8 stages of 24 KiB.
+        assert_eq!(fit(1024, 1024, 4096), tiles(128, 64, 256, 8));
+        assert_eq!(fit(256, 4096, 4096), tiles(128, 64, 256, 8));
+        assert_eq!(fit(128, 8192, 8192), tiles(128, 64, 256, 8));
+        // Nothing fills a wave: 96 tiles of 128×128 over 192 of 128×64 (two waves, no
+        // fuller) and over a split in 2 (as full).
+        for layout in [Layout::NT, Layout::NN] {
+            let want = tiles(128, 128, 256, 6);
+            assert_eq!(h.fit_to_gpu(layout, 768, 2048, 4096, 132), want);
+            assert_eq!(h.fit_to_gpu(layout, 384, 4096, 4096, 132), want);
+        }
+        // One tile, shallow K: 7 tiles of 64×32 over a split in 2.
+        assert_eq!(fit(50, 200, 2048), tiles(64, 32, 128, 16));
+        // 16 k tiles, too shallow to split: 128 tiles of 128×64 as well.
+        assert_eq!(fit(1024, 1024, 1024), tiles(128, 64, 256, 8));
+        // M ≤ 128: 64-row tiles on one warpgroup, down to 64×32 (16 stages of 12 KiB).
+        assert_eq!(fit(128, 4096, 4096), tiles(64, 64, 128, 12));
+        assert_eq!(fit(64, 4096, 4096), tiles(64, 32, 128, 16));
+        // Where B is MN-major, 64 columns at the least: 64 tiles of 64×64 fill half the SMs,
+        // as a split of 16 tiles in 4 would, and unsplit tiles are taken.
+        for layout in [Layout::NN, Layout::TN] {
+            let fit = h.fit_to_gpu(layout, 64, 4096, 4096, 132);
+            assert_eq!((fit.bm, fit.bn, fit.split_k), (64, 64, 1), "{layout:?}");
+        }
+        assert_eq!(fit(32, 8192, 8192), tiles(64, 64, 128, 12));
+        // 56 tiles of 64 rows: 112 half-width ones keep 85% of the SMs busy (less a hair), in
+        // the stages they had.
+        assert_eq!(fit(64, 14336, 4096), tiles(64, 128, 128, 4));
+        // One tile and a very long K: at most SPLIT_K_MAX shares of the wide tiles.
         assert_eq!(
-            fit(64, 14336, 4096),
+            fit(128, 256, 1 << 20),
             GemmConfig {
-                bm: 64,
-                bn: 128,
-                threads: 128,
+                split_k: SPLIT_K_MAX,
                 ..h
             }
         );
-        // 32 tiles, 16 k tiles: too shallow to split; 64 half-width tiles instead.
-        assert_eq!(fit(1024, 1024, 1024), GemmConfig { bn: 128, ..h });
-        // At most SPLIT_K_MAX shares.
-        assert_eq!(fit(128, 256, 1 << 20).split_k, SPLIT_K_MAX);
-        // Enough tiles: unchanged.
+        // Enough tiles: unchanged (the 128×256 tiles' 4 stages already fill 192 KiB).
         for (m, n, k) in [(4096, 4096, 4096), (256, 14336, 4096), (2048, 2048, 8192)] {
             assert_eq!(fit(m, n, k), h, "{m}x{n}x{k}");
         }
         // No wider than the problem: N = 64 in 64-wide tiles, N = 96 in 128-wide ones, and
         // M = 64 on one consumer warpgroup (then 64 tiles: half-width ones fill the GPU).
-        assert_eq!(fit(16384, 64, 4096), GemmConfig { bn: 64, ..h });
-        assert_eq!(fit(16384, 128, 4096), GemmConfig { bn: 128, ..h });
-        let one_warpgroup = GemmConfig {
-            bm: 64,
-            threads: 128,
-            ..h
-        };
-        assert_eq!(
-            fit(64, 16384, 4096),
-            GemmConfig {
-                bn: 128,
-                ..one_warpgroup
-            }
-        );
-        assert_eq!(
-            fit(32, 8192, 8192),
-            GemmConfig {
-                split_k: 4,
-                ..one_warpgroup
-            }
-        );
+        assert_eq!(fit(16384, 64, 4096), tiles(128, 64, 256, 8));
+        assert_eq!(fit(16384, 128, 4096), tiles(128, 128, 256, 6));
+        assert_eq!(fit(64, 16384, 4096), tiles(64, 128, 128, 4));
         // M = 128 keeps two warpgroups; its 64 tiles become 128 half-width ones.
-        assert_eq!(fit(128, 16384, 4096), GemmConfig { bn: 128, ..h });
+        assert_eq!(fit(128, 16384, 4096), tiles(128, 128, 256, 6));
+        // Nothing fills the GPU and K is too shallow to split: the most blocks.
+        assert_eq!(fit(256, 256, 1024), tiles(128, 64, 256, 8));
         // An empty problem, and a config that already splits, are left alone.
         assert_eq!(fit(0, 4096, 4096), h);
         let split = GemmConfig { split_k: 2, ..h };
-        assert_eq!(split.fit_to_gpu(64, 64, 1 << 16, 132), split);
+        assert_eq!(split.fit_to_gpu(Layout::NT, 64, 64, 1 << 16, 132), split);
+    }
+
+    /// Stages fill 192 KiB (shared by the blocks asked to share an SM), up to 16, and never
+    /// drop below what was asked.
+    #[test]
+    fn stages_fill_the_shared_memory_budget() {
+        let stages = |bm, bn, from| {
+            GemmConfig::tiles(bm, bn, 64, from, 256)
+                .with_stages_filling(2)
+                .stages
+        };
+        // fp8: 64×64×256 and 64×128×256 tiles; 64×64×128 two blocks an SM.
+        let fp8 = |bn, bk, min_blocks| {
+            GemmConfig {
+                min_blocks,
+                ..GemmConfig::tiles(64, bn, bk, 3, 128)
+            }
+            .with_stages_filling(1)
+            .stages
+        };
+        assert_eq!(fp8(64, 256, 0), 6);
+        assert_eq!(fp8(128, 256, 0), 4);
+        assert_eq!(fp8(64, 128, 2), 6);
+        assert_eq!(stages(128, 256, 4), 4);
+        assert_eq!(stages(128, 128, 4), 6);
+        assert_eq!(stages(128, 64, 4), 8);
+        assert_eq!(stages(64, 32, 4), 16);
+        assert_eq!(stages(16, 16, 4), MAX_STAGES);
+        assert_eq!(stages(128, 128, 7), 7);
     }
 
     #[test]
