@@ -287,10 +287,10 @@ fn split_k_gemm_in_sim() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
         return;
     }
-    // The warp-specialized, persistent TMA GEMM over a grid with a split dim: 3 blocks loop
-    // over (tile, split) pairs; each writes its share of the k tiles to W[split]. K = 200 in
-    // 64-deep tiles (4) over 3 splits: shares of 2, 2 and 0 k tiles (the last writes zeros);
-    // K = 520 (9): 3 each.
+    // The warp-specialized TMA GEMM over a grid with a split dim: one block a (tile, split)
+    // pair (a split config drops the persistence it asks for: `GemmConfig::schedule_blocks`);
+    // each writes its share of the k tiles to W[split]. K = 200 in 64-deep tiles (4) over 3
+    // splits: shares of 2, 2 and 0 k tiles (the last writes zeros); K = 520 (9): 3 each.
     let cfg = gemm::GemmConfig {
         persistent: Some(3),
         warp_specialize: Some(true),

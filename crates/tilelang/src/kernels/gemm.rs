@@ -56,8 +56,9 @@ pub const MAX_STAGES: u32 = 16;
 pub const NARROWER_WIDTHS: [i64; 3] = [128, 64, 32];
 
 /// The most k tiles at which [`GemmConfig::fit_to_gpu`] takes tiles narrower than half width
-/// over a split K: at 128 (128×8192×8192) 128×64 tiles ran 360.7 TFLOP/s against 314.0 for 4
-/// shares of 128×256; at 256 (1024×1024×16384) 409.4 against 504.3 (H200, gpu-notes run 35b).
+/// over a split K: at 128 (128×8192×8192) 128×64 tiles ran 354.8 TFLOP/s against 320.4 for 4
+/// shares of 128×256; at 256 (1024×1024×16384) 409.4 against 620.7 (H200, gpu-notes runs
+/// 35b, 35j).
 pub const NARROW_TILES_MAX_K_TILES: usize = 128;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -207,7 +208,8 @@ impl GemmConfig {
     ///   of the SMs busy (512×4096×8192 in 128 tiles of 128×128);
     /// - where K is long (more than [`NARROW_TILES_MAX_K_TILES`] k tiles), K split over blocks
     ///   ([`GemmConfig::split_to_fill`]): at 1024×1024×16384, 4 shares of 128×256 tiles ran
-    ///   504 TFLOP/s against 409 for 128 unsplit tiles of 128×64 (gpu-notes run 35b);
+    ///   620.7 TFLOP/s against 409.4 for 128 unsplit tiles of 128×64 (gpu-notes runs 35b,
+    ///   35j);
     /// - the widest narrower tiles that keep 80% of their waves' SM slots busy: down to
     ///   128×64, and where M ≤ 128 down to 64×32 (cuBLAS's choice at these shapes, run 35a).
     ///   Against session 35's splits (runs 35b–35d, bf16 NT, TFLOP/s): 1024×1024×4096 300.6
@@ -423,7 +425,13 @@ impl GemmConfig {
         if self.panel > 1 {
             t.use_swizzle(self.panel);
         }
-        if let Some(blocks) = self.persistent {
+        // A split grid runs one block a tile and share: persistent, the same split kernel
+        // ran at half the speed (H200, 1024×1024×16384 in 128×128 tiles split in 2: 350.7
+        // against 629.0 TFLOP/s; 128×256 split in 4: 504.3 against 611.6; gpu-notes runs 35h,
+        // 35i). Its SMs stay busy twice as long for the same k steps in the same code, and the
+        // cause is not found; the refit's splits fill the SMs once, where persistence has
+        // nothing to overlap.
+        if let Some(blocks) = self.persistent.filter(|_| self.split_k <= 1) {
             t.persistent(blocks);
         }
         if let Some(on) = self.warp_specialize {
