@@ -277,12 +277,13 @@ fn run() -> anyhow::Result<ExitCode> {
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(out)];
     let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;
     let notes = format!(
-        "{} tiles={}x{}x{} stages={}{} {}",
+        "{} tiles={}x{}x{} stages={}{}{} {}",
         common::compile_note(&exe),
         cfg.bm,
         cfg.bn,
         cfg.bk,
         cfg.stages,
+        if cfg.overlap { " overlap" } else { "" },
         common::SplitSum::note(&split),
         common::variant_note(&exe, &[&a, &b, out])
     );
@@ -313,8 +314,11 @@ fn configure(cfg: &mut GemmConfig, args: &Args) {
     } else {
         None
     };
-    // The flag turns the overlap on (no default tile config has it).
-    cfg.overlap |= args.overlap;
+    // The flag turns the overlap on; the refit's own (its 128×64 tiles) goes with its tiles
+    // when the command line gives others.
+    let tiles_given =
+        args.tile.bm.is_some() || args.tile.bn.is_some() || args.tile.stages.is_some();
+    cfg.overlap = args.overlap || (cfg.overlap && !tiles_given);
     cfg.persistent = args.persistence.apply(cfg.persistent);
     cfg.cluster = args.cluster.unwrap_or(cfg.cluster);
     if args.ws {

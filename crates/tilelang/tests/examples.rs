@@ -141,6 +141,16 @@ fn gemm_split_k_sums_every_share() {
         "sim:sm_90a",
     );
     assert!(last.contains("tiles=64x32x64 stages=16"), "{last}");
+    // 6 tiles of 128×64 (two consumer warpgroups, each k step's wgmma running into the next)
+    // in 8 stages over 18 k tiles.
+    let last = run_on(
+        "gemm",
+        &[
+            "--m", "200", "--n", "136", "--k", "1152", "--layout", "nt", "--dtype", "bf16",
+        ],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("tiles=128x64x64 stages=8"), "{last}");
 }
 
 #[test]
