@@ -283,6 +283,44 @@ fn persistent_tma_gemm_in_sim() {
 }
 
 #[test]
+fn refitted_narrow_tiles_in_sim() {
+    if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
+        return;
+    }
+    // The tiles `GemmConfig::fit_to_gpu` picks for few-tile problems on 132 SMs — 128×96 and
+    // 128×64 with each k step's wgmma running into the next, 64×64 and 64×32 on one consumer
+    // warpgroup, 6 to 16 stages — run persistent over 3 blocks at a small size whose 18 k
+    // tiles take every stage's barriers round more than once.
+    let h = gemm::GemmConfig::hopper();
+    for (layout, m, n, k) in [
+        (gemm::Layout::NT, 768, 2048, 4096),
+        (gemm::Layout::NT, 1024, 1024, 4096),
+        (gemm::Layout::NT, 128, 4096, 4096),
+        (gemm::Layout::NT, 64, 4096, 4096),
+        (gemm::Layout::NN, 64, 4096, 4096),
+    ] {
+        let fit = h.fit_to_gpu(layout, m, n, k, 132);
+        assert_eq!(fit.split_k, 1, "{fit:?}");
+        let what = format!(
+            "{} {}x{} in {} stages",
+            layout.name(),
+            fit.bm,
+            fit.bn,
+            fit.stages
+        );
+        let cfg = gemm::GemmConfig {
+            persistent: Some(3),
+            ..fit
+        };
+        let kernel = gemm::gemm(layout, BF16, F32, cfg);
+        let low = tma_variant(&kernel);
+        let e = run_vs_cpu(&kernel, &low, &shapes(layout, 200, 200, 1152), 11)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(e < 1e-5, "{what}: {e}");
+    }
+}
+
+#[test]
 fn split_k_gemm_in_sim() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
         return;

@@ -49,11 +49,12 @@ pub const HOPPER_STAGE_BYTES: i64 = 192 * 1024;
 /// [`HOPPER_STAGE_BYTES`] with 16).
 pub const MAX_STAGES: u32 = 16;
 
-/// The tile widths [`GemmConfig::fit_to_gpu`] tries under the Hopper tiles' 256. Powers of
-/// two only: 96 columns, which cut 768×2048 into 132 tiles (one for each SM of an H200, and
-/// cuBLAS's choice there, gpu-notes run 35f), ran 463.4 TFLOP/s against 473.4 for 96 tiles of
-/// 128×128 (run 35g).
-pub const NARROWER_WIDTHS: [i64; 3] = [128, 64, 32];
+/// The tile widths [`GemmConfig::fit_to_gpu`] tries under the Hopper tiles' 256. 96 columns
+/// cut 768×2048 into 132 tiles, one for each SM of an H200 (cuBLAS's choice there, gpu-notes
+/// run 35f): with each k step's wgmma running into the next, 487.8 TFLOP/s against 473.4 for
+/// 96 tiles of 128×128, and at 384×4096×4096 459.1 against 443.9 (run 35m; without the
+/// overlap 458.9 and 459.7). Only where B is K-major (NT).
+pub const NARROWER_WIDTHS: [i64; 4] = [128, 96, 64, 32];
 
 /// The most k tiles at which [`GemmConfig::fit_to_gpu`] takes tiles narrower than half width
 /// over a split K: at 128 (128×8192×8192) 128×64 tiles ran 354.8 TFLOP/s against 320.4 for 4
@@ -211,16 +212,18 @@ impl GemmConfig {
     ///   620.7 TFLOP/s against 409.4 for 128 unsplit tiles of 128×64 (gpu-notes runs 35b,
     ///   35j);
     /// - the widest narrower tiles that keep 80% of their waves' SM slots busy: down to
-    ///   128×64, and where M ≤ 128 down to 64×32 (cuBLAS's choice at these shapes, run 35a).
+    ///   128×64 (through 128×96: 768×2048×4096 in 132 tiles), and where M ≤ 128 down to
+    ///   64×32 (cuBLAS's choice at these shapes, run 35a).
     ///   Against session 35's splits (runs 35b–35d, bf16 NT, TFLOP/s): 1024×1024×4096 300.6
     ///   → 363.5 (128×64), 256×4096×4096 289.7 → 358.6 (128×64), 128×8192×8192 314.0 →
     ///   359.2 (128×64), 128×4096×4096 156.6 → 214.7 (64×64), 64×4096×4096 98.6 → 115.1
     ///   (64×32);
     /// - else whichever of these tiles, the narrower ones and the split fills the most of the
     ///   SM slots its waves take (the widest tiles of equal fill, and tiles over a split of
-    ///   equal fill): at 768×2048×4096, 96 tiles of 128×128 fill 73% of one wave, as 192 of
-    ///   128×64 fill 73% of two and the split of 48 tiles in 2 fills 73% of one (473.4
-    ///   TFLOP/s against 317.9 for that split, gpu-notes runs 35f, 35g).
+    ///   equal fill): at 768×2048×4096 in NN (no 96-wide tiles), 96 tiles of 128×128 fill
+    ///   73% of one wave, as 192 of 128×64 fill 73% of two and the split of 48 tiles in 2
+    ///   fills 73% of one (in NT, 473.4 TFLOP/s against 317.9 for that split, gpu-notes runs
+    ///   35f, 35g).
     ///
     /// Whatever the tiles (but 64-row half-area ones), they then take as many pipeline stages
     /// as [`HOPPER_STAGE_BYTES`] holds ([`GemmConfig::with_stages_filling`]). A config that
@@ -310,16 +313,17 @@ impl GemmConfig {
     }
 
     /// Tiles [`GemmConfig::fit_to_gpu`] chose, made ready to run: their stages filled
-    /// ([`GemmConfig::with_stages_filling`]), and 128×64 ones (two consumer warpgroups of
-    /// 64×64) keep each k step's wgmma running into the next ([`GemmConfig::overlap`]): their
-    /// k steps are short enough that waiting for each one idles the tensor cores (H200,
-    /// gpu-notes run 35k, TFLOP/s: 1024×1024×4096 360.6 → 430.9, 1024³ 200.3 → 207.4,
-    /// 128×8192×8192 356.4 → 365.8). Other refitted tiles measured level or slower with it
+    /// ([`GemmConfig::with_stages_filling`]), and 128-row ones at most 96 wide (two consumer
+    /// warpgroups of 64×64 or 64×96) keep each k step's wgmma running into the next
+    /// ([`GemmConfig::overlap`]): their k steps are short enough that waiting for each one
+    /// idles the tensor cores (H200, gpu-notes runs 35k and 35m, TFLOP/s: 128×64 at
+    /// 1024×1024×4096 360.6 → 430.9, 1024³ 200.3 → 207.4, 128×8192×8192 356.4 → 365.8; 128×96
+    /// at 768×2048×4096 458.9 → 487.8). Other refitted tiles measured level or slower with it
     /// (64×64 −3%, 128×128 −5 to −6%).
     fn refitted(self, elem_bytes: i64) -> GemmConfig {
         let cfg = self.with_stages_filling(elem_bytes);
         GemmConfig {
-            overlap: cfg.overlap || (cfg.bm == 128 && cfg.bn == 64 && cfg.stages >= 3),
+            overlap: cfg.overlap || (cfg.bm == 128 && cfg.bn <= 96 && cfg.stages >= 3),
             ..cfg
         }
     }
@@ -673,13 +677,13 @@ mod tests {
     fn few_tiles_refit_to_fill_the_gpu() {
         let h = GemmConfig::hopper();
         let fit = |m, n, k| h.fit_to_gpu(Layout::NT, m, n, k, 132);
-        // 128×64 tiles also keep each k step's wgmma running into the next.
+        // 128-row tiles at most 96 wide also keep each k step's wgmma running into the next.
         let tiles = |bm, bn, threads, stages| GemmConfig {
             bm,
             bn,
             threads,
             stages,
-            overlap: bm == 128 && bn == 64,
+            overlap: bm == 128 && bn <= 96,
             ..h
         };
         // 4 × 32 half-width tiles: 128 of 132 SMs, in 6 stages of 32 KiB.
@@ -691,9 +695,12 @@ mod tests {
         assert_eq!(fit(1024, 1024, 4096), tiles(128, 64, 256, 8));
         assert_eq!(fit(256, 4096, 4096), tiles(128, 64, 256, 8));
         assert_eq!(fit(128, 8192, 8192), tiles(128, 64, 256, 8));
-        // Nothing fills a wave: 96 tiles of 128×128 over 192 of 128×64 (two waves, no
-        // fuller) and over a split in 2 (as full).
-        for layout in [Layout::NT, Layout::NN] {
+        // 96 columns: 6 × 22 tiles, one for each SM (and 3 × 43 of 4096 columns).
+        assert_eq!(fit(768, 2048, 4096), tiles(128, 96, 256, 6));
+        assert_eq!(fit(384, 4096, 4096), tiles(128, 96, 256, 6));
+        // An MN-major B takes multiples of 64 columns, and nothing fills a wave: 96 tiles of
+        // 128×128 over 192 of 128×64 (two waves, no fuller) and over a split in 2 (as full).
+        for layout in [Layout::NN, Layout::TN] {
             let want = tiles(128, 128, 256, 6);
             assert_eq!(h.fit_to_gpu(layout, 768, 2048, 4096, 132), want);
             assert_eq!(h.fit_to_gpu(layout, 384, 4096, 4096, 132), want);
