@@ -249,7 +249,7 @@ impl GemmConfig {
         k: usize,
         multiprocessors: u32,
     ) -> GemmConfig {
-        if self.split_k > 1 || m == 0 || n == 0 {
+        if self.split_k > 1 || m == 0 || n == 0 || multiprocessors == 0 {
             return self;
         }
         let mut cfg = self;
@@ -743,10 +743,44 @@ mod tests {
         assert_eq!(fit(128, 16384, 4096), tiles(128, 128, 256, 6));
         // Nothing fills the GPU and K is too shallow to split: the most blocks.
         assert_eq!(fit(256, 256, 1024), tiles(128, 64, 256, 8));
-        // An empty problem, and a config that already splits, are left alone.
+        // An empty problem, a GPU said to have no SMs, and a config that already splits are
+        // left alone.
         assert_eq!(fit(0, 4096, 4096), h);
+        assert_eq!(h.fit_to_gpu(Layout::NT, 64, 4096, 4096, 0), h);
         let split = GemmConfig { split_k: 2, ..h };
         assert_eq!(split.fit_to_gpu(Layout::NT, 64, 64, 1 << 16, 132), split);
+    }
+
+    proptest::proptest! {
+        /// At any size and SM count the refit gives tiles wgmma can run (64 or 128 rows on one
+        /// or two consumer warpgroups, 32 to 256 columns, at least 64 where B is MN-major),
+        /// stages within the shared-memory budget or as they were, at most `SPLIT_K_MAX`
+        /// shares each of some k tiles, and no more output tiles' rows than the problem needs.
+        #[test]
+        fn refits_stay_runnable(
+            m in 1usize..20_000,
+            n in 1usize..20_000,
+            k in 1usize..70_000,
+            sms in 0u32..200,
+            layout in proptest::sample::select(vec![Layout::NT, Layout::NN, Layout::TN]),
+        ) {
+            let h = GemmConfig::hopper();
+            let fit = h.fit_to_gpu(layout, m, n, k, sms);
+            proptest::prop_assert!(matches!((fit.bm, fit.threads), (128, 256) | (64, 128)));
+            proptest::prop_assert!((32..=256).contains(&fit.bn) && fit.bn % 32 == 0);
+            if layout != Layout::NT {
+                proptest::prop_assert!(fit.bn % 64 == 0, "{fit:?}");
+            }
+            let stage_bytes = (fit.bm + fit.bn) * fit.bk * 2;
+            proptest::prop_assert!(
+                fit.stages == h.stages || stage_bytes * i64::from(fit.stages) <= HOPPER_STAGE_BYTES,
+                "{fit:?}"
+            );
+            proptest::prop_assert!((1..=SPLIT_K_MAX).contains(&fit.split_k));
+            let k_tiles = k.div_ceil(fit.bk as usize);
+            proptest::prop_assert!(fit.split_k == 1 || k_tiles >= SPLIT_K_MIN_TILES * fit.split_k as usize);
+            proptest::prop_assert!(fit.bm == 128 || m <= 128, "{fit:?}");
+        }
     }
 
     /// Stages fill 192 KiB (shared by the blocks asked to share an SM), up to 16, and never
