@@ -118,39 +118,22 @@ fn gemm_split_k_sums_every_share() {
         "sim:sm_90a",
     );
     assert!(last.contains("split_k=3"), "{last}");
-    // The default's own refit for a skinny problem with a long K (`GemmConfig::fit_to_gpu`):
-    // M = 50 on one consumer warpgroup in a 64×64 tile, 129 k tiles split in 8.
-    let last = run_on(
-        "gemm",
-        &[
-            "--m", "50", "--n", "64", "--k", "8256", "--layout", "nt", "--dtype", "bf16",
-        ],
-        "sim:sm_90a",
-    );
-    assert!(
-        last.contains("tiles=64x64x64 stages=12 split_k=8"),
-        "{last}"
-    );
-    // A problem of 4 output tiles of 64×256 whose K is too shallow to split: 32 tiles of 64×32
-    // in 16 stages, over 18 k tiles (each stage's barriers go round a second time).
-    let last = run_on(
-        "gemm",
-        &[
-            "--m", "64", "--n", "1024", "--k", "1152", "--layout", "nt", "--dtype", "bf16",
-        ],
-        "sim:sm_90a",
-    );
-    assert!(last.contains("tiles=64x32x64 stages=16"), "{last}");
-    // 6 tiles of 128×64 (two consumer warpgroups, each k step's wgmma running into the next)
-    // in 8 stages over 18 k tiles.
-    let last = run_on(
-        "gemm",
-        &[
-            "--m", "200", "--n", "136", "--k", "1152", "--layout", "nt", "--dtype", "bf16",
-        ],
-        "sim:sm_90a",
-    );
-    assert!(last.contains("tiles=128x64x64 stages=8"), "{last}");
+    // The default's own refits (`GemmConfig::fit_to_gpu`), each over more k tiles than
+    // stages, so every stage's barriers go round more than once:
+    for (m, n, k, want) in [
+        // M = 50 on one consumer warpgroup in a 64×64 tile, 129 k tiles split in 8;
+        ("50", "64", "8256", "tiles=64x64x64 stages=12 split_k=8"),
+        // 4 output tiles of 64×256 and K too shallow to split: 32 tiles of 64×32;
+        ("64", "1024", "1152", "tiles=64x32x64 stages=16"),
+        // 6 tiles of 128×64, each k step's wgmma running into the next.
+        ("200", "136", "1152", "tiles=128x64x64 stages=8 overlap"),
+    ] {
+        let args = [
+            "--m", m, "--n", n, "--k", k, "--layout", "nt", "--dtype", "bf16",
+        ];
+        let last = run_on("gemm", &args, "sim:sm_90a");
+        assert!(last.contains(want), "{last}");
+    }
 }
 
 #[test]
