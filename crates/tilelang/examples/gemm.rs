@@ -85,7 +85,12 @@ struct Args {
 
 /// The configurations `--tune` tries: tiles that fit shared memory and keep the accumulator at
 /// most 128 f32 registers per thread.
-fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig> {
+fn tune_space(
+    dev: &Device,
+    wgmma: bool,
+    layout: Layout,
+    m: usize,
+) -> tilelang::autotune::Space<GemmConfig> {
     if dev.is_cpu() {
         return tilelang::autotune::Space::product3(
             &[64i64, 128],
@@ -147,14 +152,32 @@ fn tune_space(dev: &Device, wgmma: bool) -> tilelang::autotune::Space<GemmConfig
             }
         }
     }
-    tilelang::autotune::Space::list(v).filter(|c| {
-        let smem = (c.bm + c.bn) * c.bk * 2 * c.stages as i64;
-        let blocks = c.min_blocks.max(1) as i64;
-        smem <= 200 * 1024
-            && smem * blocks <= 220 * 1024
-            && c.bm * c.bn / c.threads as i64 <= 128
-            && c.bm * c.bn / (c.threads as i64) >= 32
-    })
+    // The warp-specialized persistent tiles the default's refit chooses from (128×256 down to
+    // 64×32, their stages filling shared memory), as it would run them.
+    let refit = if wgmma {
+        GemmConfig::refit_candidates(layout, m)
+    } else {
+        vec![]
+    };
+    let listed = v.len();
+    v.extend(refit);
+    let space: Vec<GemmConfig> = v
+        .into_iter()
+        .enumerate()
+        .filter(|(i, c)| {
+            let smem = (c.bm + c.bn) * c.bk * 2 * c.stages as i64;
+            let blocks = c.min_blocks.max(1) as i64;
+            let per_thread = c.bm * c.bn / c.threads as i64;
+            // The refit's narrowest tiles hold 16 accumulators a thread.
+            let fewest = if *i >= listed { 16 } else { 32 };
+            smem <= 200 * 1024
+                && smem * blocks <= 220 * 1024
+                && per_thread <= 128
+                && per_thread >= fewest
+        })
+        .map(|(_, c)| c)
+        .collect();
+    tilelang::autotune::Space::list(space)
 }
 
 fn main() -> ExitCode {
@@ -244,7 +267,7 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
     let kernel = if args.tile.tune {
-        let space = tune_space(&dev, wgmma);
+        let space = tune_space(&dev, wgmma, layout, m);
         let tol = common::tolerance(dt).max(common::tolerance(out_dt));
         let check = || -> Result<(), String> {
             match sampled(&c) {

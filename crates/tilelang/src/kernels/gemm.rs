@@ -328,6 +328,20 @@ impl GemmConfig {
         }
     }
 
+    /// The Hopper tiles and every narrower tile [`GemmConfig::fit_to_gpu`] may choose for a
+    /// problem of `m` rows in `layout`, each as the refit would run it (stages filled, the
+    /// overlap where it takes it), unsplit: what an autotuner should try beside its own list.
+    pub fn refit_candidates(layout: Layout, m: usize) -> Vec<GemmConfig> {
+        let h = GemmConfig::hopper();
+        std::iter::once(h)
+            .chain(
+                h.narrower_tiles(layout, m)
+                    .into_iter()
+                    .map(|c| c.refitted(2)),
+            )
+            .collect()
+    }
+
     /// The narrower warpgroup-MMA tiles [`GemmConfig::fit_to_gpu`] may take instead of these,
     /// widest first: [`NARROWER_WIDTHS`] under `bn` down to 64, and where M ≤ 128 64-row
     /// tiles on one consumer warpgroup down to 32 columns. Where B is MN-major (NN, TN) only
@@ -781,6 +795,30 @@ mod tests {
             proptest::prop_assert!(fit.split_k == 1 || k_tiles >= SPLIT_K_MIN_TILES * fit.split_k as usize);
             proptest::prop_assert!(fit.bm == 128 || m <= 128, "{fit:?}");
         }
+    }
+
+    /// The tuner's candidates are the refit's own tiles, widest first, unsplit.
+    #[test]
+    fn refit_candidates_are_the_refits_tiles() {
+        let tiles = |layout, m| {
+            GemmConfig::refit_candidates(layout, m)
+                .iter()
+                .map(|c| (c.bm, c.bn, c.stages, c.overlap, c.split_k))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            tiles(Layout::NT, 4096),
+            [
+                (128, 256, 4, false, 1),
+                (128, 128, 6, false, 1),
+                (128, 96, 6, true, 1),
+                (128, 64, 8, true, 1)
+            ]
+        );
+        let nn = tiles(Layout::NN, 64);
+        assert!(nn.contains(&(64, 64, 12, false, 1)), "{nn:?}");
+        assert!(nn.iter().all(|t| t.1 % 64 == 0), "{nn:?}");
+        assert!(tiles(Layout::NT, 64).contains(&(64, 32, 16, false, 1)));
     }
 
     /// Stages fill 192 KiB (shared by the blocks asked to share an SM), up to 16, and never
