@@ -266,7 +266,7 @@ fn run() -> anyhow::Result<ExitCode> {
         tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
-    let kernel = if args.tile.tune {
+    let (kernel, cfg) = if args.tile.tune {
         let space = tune_space(&dev, wgmma, layout, m);
         let tol = common::tolerance(dt).max(common::tolerance(out_dt));
         let check = || -> Result<(), String> {
@@ -286,9 +286,9 @@ fn run() -> anyhow::Result<ExitCode> {
             &Default::default(),
         )?;
         eprintln!("{r}");
-        gemm(layout, dt, out_dt, best)
+        (gemm(layout, dt, out_dt, best), best)
     } else {
-        kernel
+        (kernel, cfg)
     };
     let exe = common::compile(&kernel, &dev)?;
     c.fill(f64::NAN)?;
