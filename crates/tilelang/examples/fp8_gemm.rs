@@ -213,12 +213,9 @@ fn run() -> anyhow::Result<ExitCode> {
         ms,
         common::tolerance(spec.out).max(1e-2),
         &format!(
-            "tflops={tflops:.3} device={dev} {} tiles={}x{}x{} stages={}{split_note} {}",
+            "tflops={tflops:.3} device={dev} {}{}{split_note} {}",
             common::compile_note(&exe),
-            cfg.bm,
-            cfg.bn,
-            cfg.bk,
-            cfg.stages,
+            common::tiles_note(&cfg),
             common::variant_note(&exe, &tensors)
         ),
     ))

@@ -388,6 +388,15 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
+/// ` tiles=BMxBNxBK stages=S` for a GEMM's summary line: the tiles the run used, which the
+/// defaults' refit (`GemmConfig::fit_to_gpu`, `Fp8Gemm::fit_to_gpu`) chose by the problem's size.
+pub fn tiles_note(cfg: &tilelang::kernels::gemm::GemmConfig) -> String {
+    format!(
+        " tiles={}x{}x{} stages={}",
+        cfg.bm, cfg.bn, cfg.bk, cfg.stages
+    )
+}
+
 /// `compile_ms=<total> cached=<hit> code=<ptx|ptx-ptxas|ptx-jit|cuda|c|hip|thread-ir>`: what
 /// building the executable cost, and what the device code was generated as (`ptx-ptxas` for
 /// PTX assembled as a whole program by ptxas, `ptx-jit` for such PTX the CUDA driver
