@@ -162,7 +162,7 @@ fn tune_space(
     });
     // The warp-specialized persistent tiles the default's refit chooses from (128×256 down to
     // 64×32, their stages filling shared memory), as it would run them: they run as the
-    // default path runs them (within 192 KiB of stages; the narrowest hold 16 accumulators a
+    // default path runs them (within 196 KiB of stages; the narrowest hold 16 accumulators a
     // thread, under the list's floor of 32).
     if wgmma {
         v.extend(GemmConfig::refit_candidates(layout, m));

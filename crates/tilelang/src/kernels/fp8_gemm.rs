@@ -494,7 +494,7 @@ mod tests {
         };
         // Promoted per-tensor: 64-row tiles where twice the 128-row tiles fit the SMs once,
         // 64 wide as well for at most 128 rows if they run at once (one block an SM, two for
-        // the short-K tiles); then as many stages as fill 192 KiB (96 a block for the
+        // the short-K tiles); then as many stages as fill 196 KiB (98 a block for the
         // short-K tiles, two an SM).
         for (m, n, k, bn, stages) in [
             (64, 4096, 4096, 64, 6),

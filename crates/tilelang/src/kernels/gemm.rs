@@ -749,7 +749,7 @@ mod tests {
                 ..h
             }
         );
-        // Enough tiles: unchanged (the 128×256 tiles' 4 stages already fill 192 KiB).
+        // Enough tiles: unchanged (the 128×256 tiles' 4 stages already fill the stage budget).
         for (m, n, k) in [(4096, 4096, 4096), (256, 14336, 4096), (2048, 2048, 8192)] {
             assert_eq!(fit(m, n, k), h, "{m}x{n}x{k}");
         }
