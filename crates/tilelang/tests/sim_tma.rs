@@ -287,7 +287,7 @@ fn refitted_narrow_tiles_in_sim() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
         return;
     }
-    // The tiles `GemmConfig::fit_to_gpu` picks for few-tile problems on 132 SMs — 128×96 and
+    // The tiles `GemmConfig::fit_to_gpu` picks for few-tile problems on 132 SMs — 128×96,
     // 128×64 with each k step's wgmma running into the next, 64×64 and 64×32 on one consumer
     // warpgroup, 6 to 16 stages — run persistent over 3 blocks at a small size whose 18 k
     // tiles take every stage's barriers round more than once.

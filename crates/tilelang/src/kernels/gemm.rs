@@ -44,10 +44,11 @@ pub const SPLIT_K_MAX: u32 = 16;
 /// ([`GemmConfig::with_stages_filling`]), leaving room for the epilogue's staging tile and the
 /// barriers within 227 KiB. 196 KiB rather than the 192 of [`GemmConfig::hopper`]'s four
 /// 128×256×64 stages: only 128×96×64 tiles change, from 6 stages of 28 KiB to 7 (225 KiB with
-/// a bf16 C tile), and on an H200 they ran level or faster in three interleaved rounds
-/// (gpu-notes run 36g, TFLOP/s, 6 → 7 stages): 384×4096×4096 459.6 → 474.2, 512×3072×4096
-/// 484.7 → 491.8, 768×2048×4096 493.2 → 493.7, 640×2048×4096 417.4 → 416.9. Every other
-/// refitted tile keeps its stage count.
+/// a bf16 C tile). On an H200, with each k step's wgmma running into the next, they ran level
+/// or faster in three interleaved rounds (gpu-notes run 36g, TFLOP/s, 6 → 7 stages):
+/// 384×4096×4096 459.6 → 474.2, 512×3072×4096 484.7 → 491.8, 768×2048×4096 493.2 → 493.7,
+/// 640×2048×4096 417.4 → 416.9; in 7 stages without that overlap, faster again (see
+/// [`GemmConfig::fit_to_gpu`]'s refit). Every other refitted tile keeps its stage count.
 pub const HOPPER_STAGE_BYTES: i64 = 196 * 1024;
 
 /// The most pipeline stages [`GemmConfig::with_stages_filling`] gives (64×32 tiles fill
@@ -56,9 +57,9 @@ pub const MAX_STAGES: u32 = 16;
 
 /// The tile widths [`GemmConfig::fit_to_gpu`] tries under the Hopper tiles' 256. 96 columns
 /// cut 768×2048 into 132 tiles, one for each SM of an H200 (cuBLAS's choice there, gpu-notes
-/// run 35f): with each k step's wgmma running into the next, 487.8 TFLOP/s against 473.4 for
-/// 96 tiles of 128×128, and at 384×4096×4096 459.1 against 443.9 (run 35m; without the
-/// overlap 458.9 and 459.7). Only where B is K-major (NT).
+/// run 35f): 487.8 TFLOP/s against 473.4 for 96 tiles of 128×128 (6 stages with each k
+/// step's wgmma running into the next, run 35m), and in 7 stages without it 529–534 (run
+/// 36n). Only where B is K-major (NT).
 pub const NARROWER_WIDTHS: [i64; 4] = [128, 96, 64, 32];
 
 /// The most k tiles at which [`GemmConfig::fit_to_gpu`] takes tiles narrower than half width
@@ -318,17 +319,20 @@ impl GemmConfig {
     }
 
     /// Tiles [`GemmConfig::fit_to_gpu`] chose, made ready to run: their stages filled
-    /// ([`GemmConfig::with_stages_filling`]), and 128-row ones at most 96 wide (two consumer
-    /// warpgroups of 64×64 or 64×96) keep each k step's wgmma running into the next
-    /// ([`GemmConfig::overlap`]): their k steps are short enough that waiting for each one
-    /// idles the tensor cores (H200, gpu-notes runs 35k and 35m, TFLOP/s: 128×64 at
-    /// 1024×1024×4096 360.6 → 430.9, 1024³ 200.3 → 207.4, 128×8192×8192 356.4 → 365.8; 128×96
-    /// at 768×2048×4096 458.9 → 487.8). Other refitted tiles measured level or slower with it
-    /// (64×64 −3%, 128×128 −5 to −6%).
+    /// ([`GemmConfig::with_stages_filling`]), and 128×64 ones (two consumer warpgroups of
+    /// 64×64) keep each k step's wgmma running into the next ([`GemmConfig::overlap`]): their
+    /// k steps are short enough that waiting for each one idles the tensor cores (H200,
+    /// gpu-notes runs 35k, 36m, TFLOP/s: 1024×1024×4096 360.6 → 430.9, 1024³ 200.3 → 207.4,
+    /// 128×8192×8192 356.4 → 365.8; ten launches back to back at 1024×1024×4096 423 → 493).
+    /// 128×96 tiles took it in 6 stages (458.9 → 487.8 at 768×2048×4096, run 35m) but run
+    /// faster without it in the 7 they have now (run 36n, one launch / ten back to back:
+    /// 768×2048×4096 491.8 / 502.5 with it against 531.8 / 592.5, 384×4096×4096 471.7 /
+    /// 561.8 against 490.7 / 618.2, 512×3072×4096 492.7 / 565.5 against 518.1 / 635.4). Other
+    /// refitted tiles measured level or slower with it (64×64 −3%, 128×128 −5 to −6%).
     fn refitted(self, elem_bytes: i64) -> GemmConfig {
         let cfg = self.with_stages_filling(elem_bytes);
         GemmConfig {
-            overlap: cfg.overlap || (cfg.bm == 128 && cfg.bn <= 96 && cfg.stages >= 3),
+            overlap: cfg.overlap || (cfg.bm == 128 && cfg.bn <= 64 && cfg.stages >= 3),
             ..cfg
         }
     }
@@ -702,7 +706,7 @@ mod tests {
             bn,
             threads,
             stages,
-            overlap: bm == 128 && bn <= 96,
+            overlap: bm == 128 && bn <= 64,
             ..h
         };
         // 4 × 32 half-width tiles: 128 of 132 SMs, in 6 stages of 32 KiB.
@@ -816,7 +820,7 @@ mod tests {
             [
                 (128, 256, 4, false, 1),
                 (128, 128, 6, false, 1),
-                (128, 96, 7, true, 1),
+                (128, 96, 7, false, 1),
                 (128, 64, 8, true, 1)
             ]
         );
