@@ -181,6 +181,7 @@ impl PyExecutable {
             warmup,
             reps,
             flush_l2,
+            back_to_back: 1,
         };
         let t = bench_with(&self.exe, &a, &cfg).map_err(runtime)?;
         let d = PyDict::new(py);

@@ -1063,6 +1063,7 @@ pub(crate) fn bench_sequence(
     warmup: usize,
     reps: usize,
     flush_l2: bool,
+    back_to_back: usize,
 ) -> Result<Vec<f64>> {
     let Some(dev) = steps.first().map(|s| s.kernel.dev) else {
         return Ok(vec![]);
@@ -1093,12 +1094,18 @@ pub(crate) fn bench_sequence(
             dev.flush_l2()?;
         }
         events[2 * r].record()?;
-        launch_all(steps)?;
+        for _ in 0..back_to_back.max(1) {
+            launch_all(steps)?;
+        }
         events[2 * r + 1].record()?;
     }
     dev.synchronize()?;
     (0..reps)
-        .map(|r| events[2 * r].elapsed_ms(&events[2 * r + 1]))
+        .map(|r| {
+            events[2 * r]
+                .elapsed_ms(&events[2 * r + 1])
+                .map(|ms| ms / back_to_back.max(1) as f64)
+        })
         .collect()
 }
 

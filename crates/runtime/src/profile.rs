@@ -124,6 +124,13 @@ pub struct BenchConfig {
     /// AMD GPU the buffer is twice the larger of L2 and the Infinity Cache (256 MiB on MI300X
     /// and MI355X, which the runtime's L2 size leaves out): see `hip::flush_bytes`.
     pub flush_l2: bool,
+    /// Launches (or sequences) timed together in each window, back to back, the L2 flushed
+    /// once before the window; the time reported is the window's divided by this. 1 times
+    /// each launch on its own, as a cold call; more shows a kernel's cost in a stream of
+    /// launches, where one kernel's start overlaps the previous one's end (programmatic
+    /// dependent launch) and inputs stay in L2 — on an H200 ten back to back ran 1% to 70%
+    /// faster per GEMM than one alone (docs/performance.md, session 38). 0 counts as 1.
+    pub back_to_back: usize,
 }
 
 impl Default for BenchConfig {
@@ -132,6 +139,7 @@ impl Default for BenchConfig {
             warmup: 10,
             reps: 100,
             flush_l2: true,
+            back_to_back: 1,
         }
     }
 }
@@ -176,6 +184,7 @@ pub fn bench_with(
                 cfg.warmup,
                 cfg.reps,
                 cfg.flush_l2,
+                cfg.back_to_back.max(1),
             )?;
             Ok(Timing::from_samples(
                 &samples,
@@ -195,11 +204,14 @@ pub fn bench_with(
             for _ in 0..cfg.warmup {
                 run();
             }
+            let n = cfg.back_to_back.max(1);
             let samples: Vec<f64> = (0..cfg.reps.max(1))
                 .map(|_| {
                     let t = Instant::now();
-                    run();
-                    t.elapsed().as_secs_f64() * 1e3
+                    for _ in 0..n {
+                        run();
+                    }
+                    t.elapsed().as_secs_f64() * 1e3 / n as f64
                 })
                 .collect();
             if let Some(e) = err {
@@ -246,11 +258,14 @@ pub fn bench_sequence(
     for _ in 0..cfg.warmup {
         run()?;
     }
+    let n = cfg.back_to_back.max(1);
     let mut samples = vec![];
     for _ in 0..cfg.reps.max(1) {
         let t = Instant::now();
-        run()?;
-        samples.push(t.elapsed().as_secs_f64() * 1e3);
+        for _ in 0..n {
+            run()?;
+        }
+        samples.push(t.elapsed().as_secs_f64() * 1e3 / n as f64);
     }
     Ok(Timing::from_samples(&samples, false, "host clock".into()))
 }
@@ -292,7 +307,13 @@ fn bench_cuda(
             threads: exe.signature().threads,
         });
     }
-    let samples = crate::cuda::bench_sequence(&mut packed, cfg.warmup, cfg.reps, cfg.flush_l2)?;
+    let samples = crate::cuda::bench_sequence(
+        &mut packed,
+        cfg.warmup,
+        cfg.reps,
+        cfg.flush_l2,
+        cfg.back_to_back.max(1),
+    )?;
     drop(guards);
     let device = steps
         .first()

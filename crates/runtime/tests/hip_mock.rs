@@ -623,10 +623,30 @@ fn mock_child() {
         warmup: 0,
         reps: 3,
         flush_l2: false,
+        back_to_back: 1,
     };
     let t = profile::bench_with(&exe, &axpy_args(&x, &y, &out, 2.0), &cfg).unwrap();
     assert!(!t.l2_flushed && t.reps == 3);
     assert_eq!(hooks.count("big_fill"), big + 5);
+    assert_eq!(out.to_f64_vec().unwrap(), want);
+    // Back to back: each timed window holds 4 launches between its two events, after one
+    // flush; the samples are per launch.
+    let (launches, records, big) = (
+        hooks.count("launch"),
+        hooks.count("event_record"),
+        hooks.count("big_fill"),
+    );
+    let cfg = profile::BenchConfig {
+        warmup: 1,
+        reps: 3,
+        flush_l2: true,
+        back_to_back: 4,
+    };
+    let t = profile::bench_with(&exe, &axpy_args(&x, &y, &out, 2.0), &cfg).unwrap();
+    assert_eq!(t.reps, 3);
+    assert_eq!(hooks.count("launch"), launches + 1 + 3 * 4);
+    assert_eq!(hooks.count("event_record"), records + 2 * 3);
+    assert_eq!(hooks.count("big_fill"), big + 3);
     assert_eq!(out.to_f64_vec().unwrap(), want);
 
     // Tensors of 2 GiB or more are refused before anything is launched: buffer loads use

@@ -243,4 +243,22 @@ fn mock_child() {
     .unwrap();
     assert_eq!(t.reps, 5);
     assert!(t.l2_flushed && t.device == "cuda:0");
+    // Several launches back to back in each timed window: the same kernel's results, one
+    // sample a window.
+    let cfg = tl_runtime::profile::BenchConfig {
+        warmup: 1,
+        reps: 3,
+        flush_l2: true,
+        back_to_back: 4,
+    };
+    let args = [
+        Arg::Tensor(&a),
+        Arg::Tensor(&b),
+        Arg::Tensor(&c),
+        Arg::Float(2.0),
+    ];
+    let t = tl_runtime::profile::bench_with(&exe, &args, &cfg).unwrap();
+    assert_eq!(t.reps, 3);
+    assert!(t.median_ms.is_finite() && t.min_ms >= 0.0, "{t:?}");
+    assert_eq!(c.to_f64_vec().unwrap(), vec![12.0, 24.0, 36.0]);
 }

@@ -147,6 +147,18 @@ fn elementwise_odd_length() {
         "elementwise",
         &["--n", "333", "--dtype", "bf16", "--block", "128"],
     );
+    // Timed back to back (the profiler's count of runs is tests/timing.rs's); 0 is refused.
+    run("elementwise", &["--n", "1001", "--back-to-back", "3"]);
+    let out = Command::new(example("elementwise"))
+        .args(["--n", "1001", "--back-to-back", "0"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--back-to-back"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

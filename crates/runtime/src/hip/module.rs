@@ -161,8 +161,10 @@ impl HipKernel {
         Ok(())
     }
 
-    /// Time `reps` launches with HIP events after `warmup` untimed ones, optionally evicting
-    /// L2 and the Infinity Cache before each timed launch (outside the timed region).
+    /// Time `reps` windows of `back_to_back` launches each with HIP events after `warmup`
+    /// untimed launches, optionally evicting L2 and the Infinity Cache before each window
+    /// (outside the timed region); each sample is the window's time over `back_to_back`.
+    #[allow(clippy::too_many_arguments)] // one per BenchConfig field, and the launch's own
     pub(crate) fn bench(
         &self,
         params: &mut ParamBlock,
@@ -171,6 +173,7 @@ impl HipKernel {
         warmup: usize,
         reps: usize,
         flush: bool,
+        back_to_back: usize,
     ) -> Result<Vec<f64>> {
         let reps = reps.max(1);
         for _ in 0..warmup {
@@ -186,7 +189,9 @@ impl HipKernel {
                 self.dev.flush_caches()?;
             }
             events[2 * r].record()?;
-            self.launch(params, grid, threads)?;
+            for _ in 0..back_to_back.max(1) {
+                self.launch(params, grid, threads)?;
+            }
             events[2 * r + 1].record()?;
         }
         if let Some(last) = events.last() {
@@ -194,7 +199,11 @@ impl HipKernel {
         }
         self.dev.synchronize()?;
         (0..reps)
-            .map(|r| events[2 * r].elapsed_ms(&events[2 * r + 1]))
+            .map(|r| {
+                events[2 * r]
+                    .elapsed_ms(&events[2 * r + 1])
+                    .map(|ms| ms / back_to_back.max(1) as f64)
+            })
             .collect()
     }
 }

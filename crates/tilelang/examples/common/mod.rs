@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tilelang::prelude::*;
-use tilelang::runtime::profile::{bench, reps_for};
+use tilelang::runtime::profile::{bench_with, reps_for, BenchConfig};
 
 /// Every target `--emit` writes source for, with the file extension.
 const EMIT_TARGETS: &[(Target, &str)] = &[
@@ -43,6 +43,10 @@ pub struct CommonArgs {
     /// Timed repetitions (0: choose from the run time)
     #[arg(long, default_value_t = 0, value_parser = size::<usize>)]
     pub reps: usize,
+    /// Launches timed back to back in each timed repetition, the L2 flushed once before them;
+    /// the time reported is per launch (1: each launch alone, as a cold call)
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub back_to_back: u32,
 }
 
 impl CommonArgs {
@@ -175,7 +179,25 @@ impl CommonArgs {
         } else {
             3
         };
-        Ok(bench(exe, args, warmup, reps)?.median_ms)
+        let cfg = BenchConfig {
+            warmup,
+            reps,
+            flush_l2: true,
+            back_to_back: self.back_to_back_noted(),
+        };
+        Ok(bench_with(exe, args, &cfg)?.median_ms)
+    }
+
+    /// `--back-to-back`, said on stderr when it is more than 1 (the summary's times are then
+    /// per launch of a stream of launches, not of a cold call).
+    fn back_to_back_noted(&self) -> usize {
+        if self.back_to_back > 1 {
+            eprintln!(
+                "timing: {} launches back to back in each timed window (on a GPU the L2 flushed once before them); times are per launch",
+                self.back_to_back
+            );
+        }
+        self.back_to_back as usize
     }
 
     /// [`CommonArgs::time_ms`] of a sequence of launches timed as one (a kernel and the one
@@ -198,10 +220,11 @@ impl CommonArgs {
         } else {
             reps_for(one, Duration::from_millis(1500)).min(200)
         };
-        let cfg = tilelang::runtime::profile::BenchConfig {
+        let cfg = BenchConfig {
             warmup: if sim { 0 } else { 3 },
             reps,
             flush_l2: true,
+            back_to_back: self.back_to_back_noted(),
         };
         Ok(tilelang::runtime::profile::bench_sequence(steps, &cfg)?.median_ms)
     }
