@@ -9,8 +9,11 @@
 // warp reads 512 contiguous bytes); each thread takes its chunk in U rows, loading the two
 // aligned vectors around each first (2U in flight), then funnel-shifts them into U stores.
 // (A first form gave each thread U consecutive chunks of one row: its loads were 64 bytes
-// apart across a warp and it moved 17 GB/s a block at most, gpu-notes run 36q.) Prints GB/s read for X blocks of T threads, and
-// checks every byte of one copy.
+// apart across a warp and it moved 17 GB/s a block at most, gpu-notes run 36q; taking the
+// vector after from the next lane by a shuffle instead of loading it moved no more, 36t.)
+// Prints GB/s read for X blocks of T threads, and checks every byte of each variant's copy.
+// `shifted` is the runtime's staging kernel's `tl_shifted` (crates/runtime/src/pitched.rs),
+// repeated here so the probe builds alone.
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -74,49 +77,6 @@ __global__ void copy_rows(const unsigned char* __restrict__ src, unsigned char* 
   }
 }
 
-// The same, each aligned vector loaded once: a lane loads the vector its chunk starts in and
-// takes the one after from the next lane (`__shfl_down_sync`); lane 31 loads that one itself.
-template <int U>
-__global__ void copy_rows_shfl(const unsigned char* __restrict__ src, unsigned char* __restrict__ dst,
-                               long src_pitch, long dst_pitch, long width, long height) {
-  const int chunks = (int)(width / 16);
-  const int span = 512;
-  const int subs = blockDim.x / span;
-  const int sub = threadIdx.x / span, c = threadIdx.x % span;
-  const int lane = threadIdx.x & 31;
-  const unsigned long long end = (unsigned long long)src + (height - 1) * src_pitch + width;
-  for (long r0 = ((long)blockIdx.x * subs + sub) * U; r0 < height;
-       r0 += (long)gridDim.x * subs * U) {
-    uint4 lo[U], extra[U];
-    unsigned off[U];
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const long r = r0 + i;
-      const unsigned long long a = (unsigned long long)(src + r * src_pitch + c * 16);
-      const unsigned long long a0 = a & ~15ull;
-      off[i] = (unsigned)(a & 15);
-      // Every lane loads (the one past the last chunk too: its vector is the last chunk's hi).
-      const bool in = r < height;
-      lo[i] = in && a0 + 16 <= end ? __ldg((const uint4*)a0) : make_uint4(0, 0, 0, 0);
-      extra[i] = in && c < chunks && lane == 31 && off[i] && a0 + 32 <= end ? __ldg((const uint4*)(a0 + 16))
-                                                               : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int i = 0; i < U; ++i) {
-      uint4 hi;
-      hi.x = __shfl_down_sync(0xffffffffu, lo[i].x, 1);
-      hi.y = __shfl_down_sync(0xffffffffu, lo[i].y, 1);
-      hi.z = __shfl_down_sync(0xffffffffu, lo[i].z, 1);
-      hi.w = __shfl_down_sync(0xffffffffu, lo[i].w, 1);
-      if (lane == 31) hi = extra[i];
-      if (r0 + i < height && c < chunks) {
-        uint4* d = (uint4*)(dst + (r0 + i) * dst_pitch) + c;
-        *d = off[i] ? shifted(lo[i], hi, off[i]) : lo[i];
-      }
-    }
-  }
-}
-
 typedef void (*CopyKernel)(const unsigned char*, unsigned char*, long, long, long, long);
 
 float time_copy(CopyKernel k, const unsigned char* s, unsigned char* d, long sp, long dp, long w,
@@ -152,8 +112,7 @@ int main() {
   CHECK(cudaMemset(d, 0, h * dp));
   const double bytes = (double)h * (w / 16) * 16;
   struct Variant { const char* name; CopyKernel k; };
-  const Variant variants[] = {{"2 loads U=4", copy_rows<4>}, {"2 loads U=8", copy_rows<8>},
-                              {"shfl U=4", copy_rows_shfl<4>}, {"shfl U=8", copy_rows_shfl<8>}};
+  const Variant variants[] = {{"U=4", copy_rows<4>}, {"U=8", copy_rows<8>}};
   for (const Variant& v : variants) {
     CHECK(cudaMemset(d, 0, h * dp));
     v.k<<<132, 512>>>(s, d, sp, dp, w, h);
