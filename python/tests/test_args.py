@@ -119,6 +119,33 @@ def test_profiler_checks_and_times(rng):
         kernel.get_profiler().make_inputs()
 
 
+def test_back_to_back_windows_count_their_calls():
+    """``back_to_back`` calls go in each timed window: a kernel that adds 1 to its tensor
+    counts its own runs (warm-up + reps x back_to_back), through the executable; a callable
+    timed by the profiler counts its calls the same way (one more to size the run)."""
+
+    @T.prim_func
+    def inc(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                A[i] = A[i] + 1.0
+
+    kernel = tilelang.compile(inc, target="cpu")
+    a = np.zeros(64, np.float32)
+    r = kernel.executable.bench((a,), 2, 3, False, 4)
+    assert r["reps"] == 3
+    np.testing.assert_array_equal(a, np.full(64, 2 + 3 * 4, np.float32))
+    with pytest.raises(ValueError, match="back_to_back"):
+        kernel.executable.bench((a,), 0, 1, False, 0)
+    prof = kernel.get_profiler()
+    calls = []
+    ms = prof.do_bench(lambda x: calls.append(1), n_warmup=1, n_repeat=2, back_to_back=3)
+    assert len(calls) == 1 + 1 + 2 * 3 and ms >= 0
+    assert prof.do_bench(n_warmup=1, n_repeat=2, back_to_back=3) > 0
+    with pytest.raises(ValueError, match="back_to_back"):
+        prof.do_bench(back_to_back=0)
+
+
 def test_host_stages_time_a_call_in_pieces(rng):
     """``Executable.host_stages``, the diagnostic behind python/bench/call_breakdown.py: each
     stage's host time per call; the launch's split (bind, pack, driver) only on CUDA."""

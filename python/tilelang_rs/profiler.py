@@ -158,19 +158,24 @@ class Profiler:
     def do_bench(self, func: Callable | None = None, warmup: int = 25, rep: int = 100,
                  n_warmup: int | None = None, n_repeat: int | None = None,
                  input_tensors: list | None = None, return_mode: str = "median",
-                 **_ignored: Any) -> float:
+                 back_to_back: int = 1, **_ignored: Any) -> float:
         """Median milliseconds of the kernel (``func=None``) or of ``func`` on the same
         inputs. ``warmup``/``rep`` are time budgets in ms (as in TileLang), ``n_warmup``/
-        ``n_repeat`` counts."""
+        ``n_repeat`` counts. ``back_to_back`` calls go in each timed window (the cache
+        flushed once before it) and the time is per call: 1 times a cold call, more a call
+        in a stream of calls, as a model's layers run."""
+        if back_to_back < 1:
+            raise ValueError(f"back_to_back must be at least 1, not {back_to_back}")
         ins = list(input_tensors) if input_tensors is not None else self.make_inputs()
         if func is None or func is self.kernel:
             args, _ = self._all_args(ins)
             one = self.kernel.executable.bench(tuple(args), 1, 3, False)["median_ms"]
             nw = n_warmup if n_warmup is not None else _count(warmup, one)
             nr = n_repeat if n_repeat is not None else _count(rep, one)
-            r = self.kernel.executable.bench(tuple(args), nw, nr, True)
+            r = self.kernel.executable.bench(tuple(args), nw, nr, True, back_to_back)
             return float(r[return_mode + "_ms"] if return_mode + "_ms" in r else r["median_ms"])
-        return _bench_callable(func, ins, self.device, warmup, rep, n_warmup, n_repeat)
+        return _bench_callable(func, ins, self.device, warmup, rep, n_warmup, n_repeat,
+                               back_to_back)
 
 
 def _count(budget_ms: float, one_ms: float) -> int:
@@ -188,7 +193,7 @@ def _to_numpy(x: Any):
     return a
 
 
-def _bench_callable(func, ins, device, warmup, rep, n_warmup, n_repeat) -> float:
+def _bench_callable(func, ins, device, warmup, rep, n_warmup, n_repeat, back_to_back=1) -> float:
     if _is_gpu(device):
         import torch
 
@@ -210,10 +215,11 @@ def _bench_callable(func, ins, device, warmup, rep, n_warmup, n_repeat) -> float
             flush.zero_()
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            func(*ins)
+            for _ in range(back_to_back):
+                func(*ins)
             e.record()
             torch.cuda.synchronize()
-            times.append(s.elapsed_time(e))
+            times.append(s.elapsed_time(e) / back_to_back)
         times.sort()
         return times[len(times) // 2]
     t0 = time.perf_counter()
@@ -226,7 +232,8 @@ def _bench_callable(func, ins, device, warmup, rep, n_warmup, n_repeat) -> float
     times = []
     for _ in range(nr):
         t0 = time.perf_counter()
-        func(*ins)
-        times.append((time.perf_counter() - t0) * 1e3)
+        for _ in range(back_to_back):
+            func(*ins)
+        times.append((time.perf_counter() - t0) * 1e3 / back_to_back)
     times.sort()
     return times[len(times) // 2]

@@ -163,10 +163,11 @@ impl PyExecutable {
         PyList::new(py, self.call_outs(py, args, &out_idx, stream)?)
     }
 
-    /// Time launches on `args`: on a GPU with events around each launch on the runtime's
-    /// stream (after `warmup` untimed ones; L2 flushed before each when `flush_l2`), on the
-    /// CPU with the host clock. Times in milliseconds.
-    #[pyo3(signature = (args, warmup=10, reps=100, flush_l2=true))]
+    /// Time launches on `args`: on a GPU with events around each timed window on the
+    /// runtime's stream (after `warmup` untimed launches; L2 flushed before each window when
+    /// `flush_l2`), on the CPU with the host clock. Each window holds `back_to_back` launches
+    /// (at least 1) and its time is divided by them. Times in milliseconds.
+    #[pyo3(signature = (args, warmup=10, reps=100, flush_l2=true, back_to_back=1))]
     fn bench<'py>(
         &self,
         py: Python<'py>,
@@ -174,14 +175,20 @@ impl PyExecutable {
         warmup: usize,
         reps: usize,
         flush_l2: bool,
+        back_to_back: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
+        if back_to_back == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "back_to_back must be at least 1 (launches in each timed window)",
+            ));
+        }
         let conv = self.convert(args)?;
         let a = args_of(&conv.held);
         let cfg = BenchConfig {
             warmup,
             reps,
             flush_l2,
-            back_to_back: 1,
+            back_to_back,
         };
         let t = bench_with(&self.exe, &a, &cfg).map_err(runtime)?;
         let d = PyDict::new(py);
