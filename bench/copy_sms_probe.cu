@@ -12,8 +12,8 @@
 // apart across a warp and it moved 17 GB/s a block at most, gpu-notes run 36q; taking the
 // vector after from the next lane by a shuffle instead of loading it moved no more, 36t.)
 // Prints GB/s read for X blocks of T threads, and checks every byte of each variant's copy.
-// `shifted` is the runtime's staging kernel's `tl_shifted` (crates/runtime/src/pitched.rs),
-// repeated here so the probe builds alone.
+// The funnel shift is the runtime's staging kernel's own (`tl_shifted`, included from
+// crates/runtime/src/pitched_shift.cuh).
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -29,16 +29,7 @@
     }                                                                         \
   } while (0)
 
-__device__ __forceinline__ uint4 shifted(uint4 a, uint4 b, unsigned off) {
-  const unsigned q = off >> 2, r = (off & 3) * 8;
-  const unsigned w0 = q == 0 ? a.x : q == 1 ? a.y : q == 2 ? a.z : a.w;
-  const unsigned w1 = q == 0 ? a.y : q == 1 ? a.z : q == 2 ? a.w : b.x;
-  const unsigned w2 = q == 0 ? a.z : q == 1 ? a.w : q == 2 ? b.x : b.y;
-  const unsigned w3 = q == 0 ? a.w : q == 1 ? b.x : q == 2 ? b.y : b.z;
-  const unsigned w4 = q == 0 ? b.x : q == 1 ? b.y : q == 2 ? b.z : b.w;
-  return make_uint4(__funnelshift_r(w0, w1, r), __funnelshift_r(w1, w2, r),
-                    __funnelshift_r(w2, w3, r), __funnelshift_r(w3, w4, r));
-}
+#include "../crates/runtime/src/pitched_shift.cuh"  // tl_shifted, as the runtime copies
 
 // Rows whose chunks all have both aligned vectors inside the source (every row but the
 // last's tail): the probe copies whole chunks only and leaves the last partial chunk of each
@@ -71,7 +62,7 @@ __global__ void copy_rows(const unsigned char* __restrict__ src, unsigned char* 
     for (int i = 0; i < U; ++i) {
       if (r0 + i < height) {
         uint4* d = (uint4*)(dst + (r0 + i) * dst_pitch) + c;
-        *d = off[i] ? shifted(lo[i], hi[i], off[i]) : lo[i];
+        *d = off[i] ? tl_shifted(lo[i], hi[i], off[i]) : lo[i];
       }
     }
   }

@@ -1085,6 +1085,7 @@ pub(crate) fn bench_sequence(
     }
     dev.synchronize()?;
     let reps = reps.max(1);
+    let window = back_to_back.max(1);
     let mut events = Vec::with_capacity(2 * reps);
     for _ in 0..2 * reps {
         events.push(Event::new(dev)?);
@@ -1094,7 +1095,7 @@ pub(crate) fn bench_sequence(
             dev.flush_l2()?;
         }
         events[2 * r].record()?;
-        for _ in 0..back_to_back.max(1) {
+        for _ in 0..window {
             launch_all(steps)?;
         }
         events[2 * r + 1].record()?;
@@ -1104,7 +1105,7 @@ pub(crate) fn bench_sequence(
         .map(|r| {
             events[2 * r]
                 .elapsed_ms(&events[2 * r + 1])
-                .map(|ms| ms / back_to_back.max(1) as f64)
+                .map(|ms| ms / window as f64)
         })
         .collect()
 }

@@ -133,6 +133,13 @@ pub struct BenchConfig {
     pub back_to_back: usize,
 }
 
+impl BenchConfig {
+    /// Launches in each timed window: [`BenchConfig::back_to_back`], 0 counting as 1.
+    pub fn window_launches(&self) -> usize {
+        self.back_to_back.max(1)
+    }
+}
+
 impl Default for BenchConfig {
     fn default() -> Self {
         BenchConfig {
@@ -184,7 +191,7 @@ pub fn bench_with(
                 cfg.warmup,
                 cfg.reps,
                 cfg.flush_l2,
-                cfg.back_to_back.max(1),
+                cfg.window_launches(),
             )?;
             Ok(Timing::from_samples(
                 &samples,
@@ -204,7 +211,7 @@ pub fn bench_with(
             for _ in 0..cfg.warmup {
                 run();
             }
-            let n = cfg.back_to_back.max(1);
+            let n = cfg.window_launches();
             let samples: Vec<f64> = (0..cfg.reps.max(1))
                 .map(|_| {
                     let t = Instant::now();
@@ -258,7 +265,7 @@ pub fn bench_sequence(
     for _ in 0..cfg.warmup {
         run()?;
     }
-    let n = cfg.back_to_back.max(1);
+    let n = cfg.window_launches();
     let mut samples = vec![];
     for _ in 0..cfg.reps.max(1) {
         let t = Instant::now();
@@ -312,7 +319,7 @@ fn bench_cuda(
         cfg.warmup,
         cfg.reps,
         cfg.flush_l2,
-        cfg.back_to_back.max(1),
+        cfg.window_launches(),
     )?;
     drop(guards);
     let device = steps

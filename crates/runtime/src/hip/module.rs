@@ -176,6 +176,7 @@ impl HipKernel {
         back_to_back: usize,
     ) -> Result<Vec<f64>> {
         let reps = reps.max(1);
+        let window = back_to_back.max(1);
         for _ in 0..warmup {
             self.launch(params, grid, threads)?;
         }
@@ -189,7 +190,7 @@ impl HipKernel {
                 self.dev.flush_caches()?;
             }
             events[2 * r].record()?;
-            for _ in 0..back_to_back.max(1) {
+            for _ in 0..window {
                 self.launch(params, grid, threads)?;
             }
             events[2 * r + 1].record()?;
@@ -202,7 +203,7 @@ impl HipKernel {
             .map(|r| {
                 events[2 * r]
                     .elapsed_ms(&events[2 * r + 1])
-                    .map(|ms| ms / back_to_back.max(1) as f64)
+                    .map(|ms| ms / window as f64)
             })
             .collect()
     }

@@ -700,7 +700,7 @@ mod tests {
     fn few_tiles_refit_to_fill_the_gpu() {
         let h = GemmConfig::hopper();
         let fit = |m, n, k| h.fit_to_gpu(Layout::NT, m, n, k, 132);
-        // 128-row tiles at most 96 wide also keep each k step's wgmma running into the next.
+        // 128×64 tiles also keep each k step's wgmma running into the next.
         let tiles = |bm, bn, threads, stages| GemmConfig {
             bm,
             bn,
