@@ -32,6 +32,23 @@ pub struct Abi {
     pub floats: Vec<Var>,
     /// TMA descriptors, in parameter order (after every other parameter).
     pub tmaps: Vec<TmaSpec>,
+    /// Tensors the kernel stages itself (`KernelAttrs::staged_rows`), by index into
+    /// `Kernel::params`: after the tensor maps, each takes two pointers the runtime fills, its
+    /// pitched scratch (which its tensor maps then describe) and its flags.
+    pub staged: Vec<usize>,
+}
+
+/// The parameter index of each tensor the kernel stages itself, in `staged_rows` order.
+pub fn staged_params(k: &Kernel) -> Vec<usize> {
+    k.attrs
+        .staged_rows
+        .iter()
+        .filter_map(|st| {
+            k.params.iter().position(
+                |p| matches!(p, Param::Tensor { buffer, .. } if buffer.id() == st.tensor.id()),
+            )
+        })
+        .collect()
 }
 
 /// The TMA descriptors a lowered kernel's `TmaLoad`s and `TmaStore`s use, in order of first
@@ -100,6 +117,7 @@ impl Abi {
             ints,
             floats,
             tmaps: tma_specs(k),
+            staged: staged_params(k),
         }
     }
 }

@@ -222,6 +222,16 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         tmaps.insert((buffer.id(), t.box_dims.clone(), t.swizzle), n);
     }
     let any_tma = !tmaps.is_empty();
+    // Then, per tensor the kernel stages itself, its scratch and its flags (`Abi::staged`).
+    for st in &k.attrs.staged_rows {
+        let n = names.buf(&st.scratch);
+        params.push(format!(
+            "{}* __restrict__ {n}",
+            storage_type(st.scratch.dtype())
+        ));
+        let n = names.buf(&st.flags);
+        params.push(format!("{}* {n}", storage_type(st.flags.dtype())));
+    }
 
     let mut p = Printer::new(&mut names, Dialect::Cuda);
     p.tmaps = tmaps;

@@ -132,6 +132,33 @@ pub struct KernelAttrs {
     /// Set by the `pipeline` stage when it split a loop into producer and consumer halves
     /// (marked by `Intrinsic::ProducerWarps`); the `warp_specialize` stage finishes the job.
     pub warp_specialized: Option<WarpSpecialized>,
+    /// Hopper: input tensors (by buffer id) whose rows the runtime would stage for TMA (an
+    /// odd row length) and which the kernel may copy into their pitched scratch itself,
+    /// spread over its consumers' first k steps, instead of the runtime copying them before
+    /// the launch. Set by the driver on the variants for odd sizes; the `warp_specialize`
+    /// stage takes those it can (see `staged_rows`), the runtime stages the rest as before.
+    pub stage_rows_in_kernel: Vec<u64>,
+    /// The tensors the kernel stages itself (`stage_rows_in_kernel`), with the two global
+    /// buffers the runtime passes for each after the tensor maps (`Abi::staged`).
+    pub staged_rows: Vec<StagedRows>,
+}
+
+/// A tensor whose pitched copy the kernel writes itself: its consumers copy the tensor's
+/// rows into `scratch` chunk by chunk (the k-extent of one pipeline stage each), and each
+/// block adds one to `flags[c]` once its share of chunk `c` is written (a release at GPU
+/// scope); the producer waits for every block's share before its TMA reads the chunk from
+/// `scratch`. `flags[chunks]` counts the producers done with the flags: the last one zeroes
+/// them all for the next launch. The runtime passes both (zeroed once when allocated) and
+/// points the tensor's maps at `scratch`.
+#[derive(Clone, PartialEq, Debug)]
+pub struct StagedRows {
+    /// The input tensor parameter.
+    pub tensor: Buffer,
+    /// `[rows, pitch]` of the tensor's dtype, `pitch` the row padded to 128-byte lines (what
+    /// the runtime's staging pitch is).
+    pub scratch: Buffer,
+    /// `u32[chunks + 1]`.
+    pub flags: Buffer,
 }
 
 /// A warp-specialized pipeline, as the `pipeline` stage leaves it for the `warp_specialize`

@@ -29,7 +29,8 @@ pub use expr::{BinOp, CmpOp, Expr, ExprKind, UnOp, Var};
 pub use fragment::{Fragment, Mode};
 pub use intrinsic::{Intrinsic, MemScope, MemSem, MfmaOp, TmaOperands, WgmmaOp};
 pub use kernel::{
-    launch_registers, ClusterAttr, DistAttrs, Kernel, KernelAttrs, Param, Role, WarpSpecialized,
+    launch_registers, ClusterAttr, DistAttrs, Kernel, KernelAttrs, Param, Role, StagedRows,
+    WarpSpecialized,
 };
 pub use simplify::{simplify, Analyzer};
 pub use span::Span;

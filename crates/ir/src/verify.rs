@@ -151,6 +151,11 @@ impl Verifier {
                 }
             }
         }
+        // The buffers the runtime passes for a tensor the kernel stages itself.
+        for st in &k.attrs.staged_rows {
+            self.define_buf(&st.scratch);
+            self.define_buf(&st.flags);
+        }
         for p in &k.params {
             if let Param::Tensor { buffer, .. } = p {
                 for s in buffer.shape() {

@@ -600,6 +600,8 @@ pub struct CudaKernel {
     /// The kernel waits for the grid before it (`griddepcontrol.wait`, see
     /// [`waits_for_prior_grid`]): it is launched with programmatic stream serialization.
     pub(crate) grid_dependent: bool,
+    /// Blocks of this kernel one multiprocessor holds at once (for `check_coresident`).
+    max_resident: OnceLock<u32>,
 }
 
 /// Whether kernel code (CUDA C++ or PTX) waits for the grid before it in the stream
@@ -821,6 +823,7 @@ impl CudaKernel {
             usage,
             jit_time: None,
             grid_dependent: false,
+            max_resident: OnceLock::new(),
         };
         let total_smem = dynamic_smem as usize + k.usage.static_smem_bytes as usize;
         if total_smem > dev.props.smem_per_block_optin {
@@ -889,6 +892,16 @@ impl CudaKernel {
             return Ok(());
         }
         self.dev.bind()?;
+        if params.needs_coresident_blocks() {
+            self.check_coresident(grid, threads)?;
+        }
+        for &(ptr, words) in params.zeroings() {
+            // SAFETY: a device buffer of at least `words` 32-bit words the executable owns;
+            // the memset is ordered on the launch's stream before the kernel.
+            unsafe { sys::cuMemsetD32Async(ptr, 0, words, raw) }
+                .result()
+                .map_err(|e| drv("cuMemsetD32Async (in-kernel staging flags)", e))?;
+        }
         for st in params.stagings() {
             self.stage(st, raw)?;
         }
@@ -966,6 +979,38 @@ impl CudaKernel {
             sys::cuLaunchKernelEx(&config, self.func, ptrs.as_mut_ptr(), std::ptr::null_mut())
         }
         .result()
+    }
+
+    /// A kernel whose blocks wait for each other (in-kernel staging) must have all of them
+    /// resident at once, or the first ones spin forever: refuse the launch where the device
+    /// (shared, or partitioned by MPS) cannot hold them.
+    fn check_coresident(&self, grid: [i64; 3], threads: u32) -> Result<()> {
+        let per_sm = *self.max_resident.get_or_init(|| {
+            let mut n = 0i32;
+            // SAFETY: a function of a loaded module on the current context.
+            let r = unsafe {
+                sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut n,
+                    self.func,
+                    threads as i32,
+                    self.usage.dynamic_smem_bytes as usize,
+                )
+            };
+            if r == sys::CUresult::CUDA_SUCCESS {
+                n.max(0) as u32
+            } else {
+                0
+            }
+        });
+        let fit = u64::from(per_sm) * u64::from(self.dev.props.multiprocessors);
+        let blocks = grid.iter().product::<i64>().max(0) as u64;
+        if blocks > fit {
+            return Err(RuntimeError::Launch(format!(
+                "kernel `{}` copies its odd-length rows itself and needs all {blocks} of its blocks resident at once, but only {fit} fit on cuda:{} ({per_sm} per multiprocessor); run with TILELANG_STAGE_IN_KERNEL=0 to have the runtime stage them before the launch",
+                self.name, self.dev.ordinal
+            )));
+        }
+        Ok(())
     }
 
     /// Queue a pitched copy (see `exec::Staging`) on the stream, ahead of the launch: by the

@@ -477,6 +477,8 @@ pub struct ParamBlock {
     kinds: Vec<ParamKind>,
     maps: Vec<TensorMapBlob>,
     stagings: Vec<Staging>,
+    zeroings: Vec<(u64, usize)>,
+    coresident: bool,
 }
 
 impl ParamBlock {
@@ -504,6 +506,17 @@ impl ParamBlock {
     /// The pitched copies to make before each launch.
     pub fn stagings(&self) -> &[Staging] {
         &self.stagings
+    }
+    /// Device buffers (address, 32-bit words) to zero on the launch's stream before it: the
+    /// flags of a kernel that stages rows itself, freshly allocated (the kernel zeroes them
+    /// again for the next launch).
+    pub fn zeroings(&self) -> &[(u64, usize)] {
+        &self.zeroings
+    }
+    /// Whether every block of the launch must be resident at once (a kernel that stages
+    /// rows itself: each block waits for every block's share of the copy).
+    pub fn needs_coresident_blocks(&self) -> bool {
+        self.coresident
     }
     pub fn slots(&self) -> &[u64] {
         &self.slots
@@ -693,6 +706,59 @@ pub(crate) fn pack_gpu_params_staged(
             is_input: *role == tl_ir::Role::Input,
         });
     }
+    // The tensors the kernel stages itself (`Abi::staged`): their pitched scratch (which
+    // their maps describe) and flags, in slots after the maps', by parameter index.
+    let mut in_kernel: Vec<(usize, u64, usize)> = vec![];
+    for (j, &param) in sig.abi.staged.iter().enumerate() {
+        let (Some(BoundArg::Ptr(_)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
+            b.args.get(param),
+            sig.params.get(param),
+            b.shapes.get(param),
+        ) else {
+            return Err(bad(
+                param,
+                "expected a tensor (for its in-kernel staging)".into(),
+            ));
+        };
+        let Some((slots, dev)) = scratch.as_mut() else {
+            return Err(bad(
+                param,
+                "the kernel stages its rows itself and this launch path cannot give it scratch memory".into(),
+            ));
+        };
+        let eb = buffer.dtype().bytes();
+        let (rows, width) = match dims.as_slice() {
+            [r, w] => ((*r).max(0) as usize, (*w).max(0) as usize),
+            _ => {
+                return Err(bad(
+                    param,
+                    "expected a two-dimensional tensor (for its in-kernel staging)".into(),
+                ))
+            }
+        };
+        let pitch = (width * eb).next_multiple_of(128);
+        let words = in_kernel_flag_words(rows, width);
+        let base = sig.abi.tmaps.len() + 2 * j;
+        if slots.len() < base + 2 {
+            slots.resize_with(base + 2, || None);
+        }
+        if slots[base]
+            .as_ref()
+            .is_none_or(|s| s.bytes() < pitch * rows.max(1))
+        {
+            slots[base] = Some(crate::cuda::DeviceBuf::alloc(dev, pitch * rows.max(1))?);
+        }
+        if slots[base + 1]
+            .as_ref()
+            .is_none_or(|s| s.bytes() < 4 * words)
+        {
+            let f = crate::cuda::DeviceBuf::alloc(dev, 4 * words)?;
+            p.zeroings.push((f.ptr(), words));
+            slots[base + 1] = Some(f);
+        }
+        let ptr = |i: usize| slots[i].as_ref().map(|s| s.ptr()).unwrap_or_default();
+        in_kernel.push((param, ptr(base), pitch));
+    }
     // The launch's TMA-read inputs whose rows miss 128-byte lines (see `staging_pitch`).
     let line_misaligned = tensors
         .iter()
@@ -707,6 +773,20 @@ pub(crate) fn pack_gpu_params_staged(
             is_input,
         } = *m;
         let mut row_pitch = None;
+        if let Some(&(_, dst, pitch)) = in_kernel.iter().find(|(param, ..)| *param == t.param) {
+            // The kernel copies the rows into `dst` itself; its maps read them from there.
+            let req = TensorMapRequest {
+                ptr: dst,
+                elem_bytes,
+                dims: dims.clone(),
+                box_dims: t.box_dims.clone(),
+                swizzle: t.swizzle,
+                row_pitch: Some(pitch),
+            };
+            let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
+            p.push_tensor_map(m);
+            continue;
+        }
         let pitch = match (dims.len() >= 2, is_input) {
             (true, true) => staging_pitch(row, ptr, line_misaligned),
             (true, false) if !row.is_multiple_of(16) => {
@@ -761,7 +841,23 @@ pub(crate) fn pack_gpu_params_staged(
         let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
         p.push_tensor_map(m);
     }
+    p.coresident = !sig.abi.staged.is_empty();
+    if let Some((slots, _)) = scratch.as_ref() {
+        for j in 0..sig.abi.staged.len() {
+            let base = sig.abi.tmaps.len() + 2 * j;
+            for i in [base, base + 1] {
+                p.push_u64(slots[i].as_ref().map(|s| s.ptr()).unwrap_or_default());
+            }
+        }
+    }
     Ok(p)
+}
+
+/// Words of flags a tensor of `rows × width` staged in the kernel needs: one per chunk (a
+/// pipeline stage's k extent along its larger dim, at least 16 elements: the `stage_rows`
+/// stage refuses narrower boxes) and one more for the count of blocks done.
+pub(crate) fn in_kernel_flag_words(rows: usize, width: usize) -> usize {
+    rows.max(width) / 16 + 2
 }
 
 impl Executable {
@@ -1542,6 +1638,7 @@ mod tests {
             ],
             floats: vec![alpha, beta],
             tmaps: vec![],
+            staged: vec![],
         };
         Signature {
             name: "k".into(),

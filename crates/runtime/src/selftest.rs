@@ -75,6 +75,7 @@ fn signature(
         ints: dims.iter().cloned().map(tl_codegen::IntSlot::Dim).collect(),
         floats: vec![],
         tmaps: vec![],
+        staged: vec![],
     };
     for (i, p) in params.iter().enumerate() {
         match p {

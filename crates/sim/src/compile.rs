@@ -78,6 +78,8 @@ struct Compiler<'a> {
     /// `KernelAttrs::tma_pitched_inputs`: TMA may read tensors whose rows are not whole
     /// 16-byte units (the runtime stages them pitched).
     tma_pitched: bool,
+    /// The tensors the kernel stages itself: its TMA loads read their scratch.
+    staged: Vec<tl_ir::StagedRows>,
     /// Some instruction waits on a flag.
     waits: bool,
     /// Global buffers in the symmetric heap.
@@ -112,6 +114,7 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         shared_bytes: 0,
         warp_size,
         tma_pitched: k.attrs.tma_pitched_inputs,
+        staged: k.attrs.staged_rows.clone(),
         waits: false,
         symmetric: vec![],
     };
@@ -122,6 +125,22 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
                 SimError::BadArgs(format!("no shape for tensor `{}`", buffer.name()))
             })?;
             c.add_buf(buffer, shape, i)?;
+        }
+    }
+    // The scratch and flags the runtime passes for each tensor the kernel stages itself
+    // (`KernelAttrs::staged_rows`), after the parameters, two apiece (`staged_buffers`).
+    for (j, st) in k.attrs.staged_rows.iter().enumerate() {
+        for (n, b) in [&st.scratch, &st.flags].into_iter().enumerate() {
+            let shape = b
+                .shape()
+                .iter()
+                .map(|e| {
+                    tl_ir::eval::eval_int(e, &bound.env).map_err(|err| {
+                        SimError::InvalidIr(format!("the extent {e} of `{}`: {err}", b.name()))
+                    })
+                })
+                .collect::<Result<Vec<i64>, _>>()?;
+            c.add_buf(b, shape, k.params.len() + 2 * j + n)?;
         }
     }
     if let Some(d) = &k.attrs.dist {
@@ -154,7 +173,8 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
                 });
             }
         });
-        for (b, _) in k.tensors() {
+        let staged = k.attrs.staged_rows.iter().map(|st| &st.scratch);
+        for b in k.tensors().map(|(b, _)| b).chain(staged) {
             if ids.contains(&b.id()) {
                 written.push(c.buf(b)?);
             }
@@ -368,6 +388,23 @@ impl Compiler<'_> {
     }
 
     /// `Call(AddressOf, [Load(buf, idx)])` as the element it names.
+    /// `address_of(scratch[idx])` where `addr` is `address_of(t[idx])` of a tensor the kernel
+    /// stages itself.
+    fn staged_scratch(&self, addr: &Expr) -> Option<Expr> {
+        let ExprKind::Call(Intrinsic::AddressOf, a) = addr.kind() else {
+            return None;
+        };
+        let ExprKind::Load(b, idx) = a.first()?.kind() else {
+            return None;
+        };
+        let st = self.staged.iter().find(|st| st.tensor.id() == b.id())?;
+        Some(Expr::call(
+            Intrinsic::AddressOf,
+            vec![Expr::load(&st.scratch, idx.clone())],
+            addr.dtype(),
+        ))
+    }
+
     fn address(&mut self, e: Option<&Expr>, what: &str) -> Result<MemRef, SimError> {
         if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) = e.map(|e| e.kind()) {
             if let Some(ExprKind::Load(b, idx)) = a.first().map(|x| x.kind()) {
@@ -979,7 +1016,10 @@ impl Compiler<'_> {
                 let o = self.tma_operands(op, args, &name)?;
                 self.tma_shape(&name, box_dims, *swizzle)?;
                 let dst = self.address(Some(o.shared), &name)?;
-                let tensor = self.address(Some(o.tensor), &name)?;
+                // A tensor the kernel stages itself is read from its scratch, as the runtime's
+                // tensor map does.
+                let staged = self.staged_scratch(o.tensor);
+                let tensor = self.address(Some(staged.as_ref().unwrap_or(o.tensor)), &name)?;
                 let bar = self.address(o.barrier, &name)?;
                 let coords = o
                     .coords

@@ -320,14 +320,36 @@ pub fn run_ranks_calls(
             launch_blocks.push((i / n, i % n, b, vars));
         }
     }
-    let mut tensors = ranks.iter_mut().map(|args| {
-        args.iter_mut()
-            .map(|a| match a {
-                SimArg::Tensor { bytes, .. } => Some(bytes.as_mut_slice()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-    });
+    // The scratch and flags of the tensors the kernel stages itself, zeroed, per rank: what
+    // the runtime passes after the parameters (as `compile` numbers them).
+    let mut staged: Vec<Vec<Vec<u8>>> = (0..n)
+        .map(|r| {
+            let p = &progs[r];
+            (0..2 * kernel.attrs.staged_rows.len())
+                .map(|j| {
+                    p.bufs
+                        .iter()
+                        .find(|b| {
+                            b.scope == tl_ir::Scope::Global && b.base == kernel.params.len() + j
+                        })
+                        .map_or(0, |b| b.bytes())
+                })
+                .map(|bytes| vec![0u8; bytes])
+                .collect()
+        })
+        .collect();
+    let mut tensors = ranks
+        .iter_mut()
+        .zip(staged.iter_mut())
+        .map(|(args, extra)| {
+            args.iter_mut()
+                .map(|a| match a {
+                    SimArg::Tensor { bytes, .. } => Some(bytes.as_mut_slice()),
+                    _ => None,
+                })
+                .chain(extra.iter_mut().map(|b| Some(b.as_mut_slice())))
+                .collect::<Vec<_>>()
+        });
     let globals = tensors.next().unwrap_or_default();
     let mut peers: Vec<Vec<Option<&mut [u8]>>> = vec![vec![]];
     peers.extend(tensors);
@@ -362,7 +384,9 @@ pub fn run_ranks_calls(
     };
     let checks = (opts.check_races, opts.check_uninit);
     let agents = launch_blocks.len() * kernel.threads as usize;
-    if kernel.attrs.dist.is_some() && opts.check_races && agents <= order::MAX_AGENTS {
+    // A kernel that stages rows itself has its blocks wait for each other too.
+    let cross_block = kernel.attrs.dist.is_some() || !kernel.attrs.staged_rows.is_empty();
+    if cross_block && opts.check_races && agents <= order::MAX_AGENTS {
         let info = launch_blocks
             .iter()
             .flat_map(|&(call, rank, block, _)| {

@@ -95,6 +95,11 @@ pub struct Mbar {
     /// Cluster barriers the block had passed when it initialized this one: another block of
     /// the cluster may signal it only after passing a later one.
     pub init_gen: u32,
+    /// For the memory-order check (kernels whose blocks wait for each other): the clocks
+    /// the current phase's plain arrivals released, and those of every completed phase,
+    /// which a passed wait acquires.
+    pub arrived_clock: Vec<u32>,
+    pub released_clock: Vec<u32>,
 }
 
 /// The block's mbarriers: by absolute shared byte offset, the index of the barrier last
@@ -255,6 +260,8 @@ impl Interp<'_, '_> {
             copies: vec![],
             signalled: false,
             init_gen: self.mem.cluster_gen,
+            arrived_clock: vec![],
+            released_clock: vec![],
         });
         self.mem.mbars.at.insert(abs, idx);
         Ok(())
@@ -296,6 +303,18 @@ impl Interp<'_, '_> {
         }
         m.announced += tx;
         m.pending -= 1;
+        if tx == 0 {
+            if let Some(o) = self.mem.order.as_mut() {
+                let c = o.arrive(th.tid);
+                let m = &mut self.mem.mbars.bars[b as usize];
+                if m.arrived_clock.len() < c.len() {
+                    m.arrived_clock.resize(c.len(), 0);
+                }
+                for (x, y) in m.arrived_clock.iter_mut().zip(&c) {
+                    *x = (*x).max(*y);
+                }
+            }
+        }
         self.mbar_complete(b, th.tid, pc)
     }
 
@@ -328,6 +347,9 @@ impl Interp<'_, '_> {
             }
             let epoch = self.mem.epoch;
             self.mem.shadow.tma_acquire(th.tid as u16, b, phases, epoch);
+            if let Some(o) = self.mem.order.as_mut() {
+                o.acquire_clock(th.tid, &self.mem.mbars.bars[b as usize].released_clock);
+            }
             th.stash = crate::exec::Stash::None;
             Ok(true)
         } else {
@@ -354,6 +376,13 @@ impl Interp<'_, '_> {
         }
         let m = &mut self.mem.mbars.bars[b as usize];
         m.signalled = m.announced == 0 && m.copies.is_empty();
+        let arrived = std::mem::take(&mut m.arrived_clock);
+        if m.released_clock.len() < arrived.len() {
+            m.released_clock.resize(arrived.len(), 0);
+        }
+        for (x, y) in m.released_clock.iter_mut().zip(&arrived) {
+            *x = (*x).max(*y);
+        }
         let copies = std::mem::take(&mut m.copies);
         let phase = m.phase;
         m.phase += 1;

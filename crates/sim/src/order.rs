@@ -279,6 +279,22 @@ impl Order {
         self.clocks[a][a] += 1;
     }
 
+    /// A plain arrival of thread `tid` on an mbarrier (release at CTA scope): the clock it
+    /// publishes, for the barrier to hand to the threads that wait for the phase.
+    pub fn arrive(&mut self, tid: u32) -> Vec<u32> {
+        let a = self.agent(tid);
+        let c = self.clocks[a].clone();
+        self.clocks[a][a] += 1;
+        c
+    }
+
+    /// A passed mbarrier wait of thread `tid` (acquire at CTA scope): it is ordered after
+    /// what the arrivals of the phases completed so far released (`released`).
+    pub fn acquire_clock(&mut self, tid: u32, released: &[u32]) {
+        let a = self.agent(tid);
+        join(&mut self.clocks[a], released);
+    }
+
     /// `sync_threads` in the running block of `threads` threads: each is ordered after what
     /// every other was ordered after, and after their accesses before the barrier.
     pub fn barrier(&mut self, threads: u32) {
@@ -359,6 +375,32 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    /// An mbarrier signal orders like a release and an acquire: a thread that passes the
+    /// wait for a phase is ordered after what the arriving thread did before its arrival, and
+    /// not after what it did later.
+    #[test]
+    fn mbarrier_arrivals_release_what_came_before() {
+        let mut o = two_threads();
+        o.access(0, 7, 16, 0, 4, 0, 1, true)
+            .expect("write before the arrival");
+        let released = o.arrive(0);
+        o.access(0, 7, 16, 4, 4, 0, 2, true)
+            .expect("write after the arrival");
+        assert!(
+            o.access(0, 7, 16, 0, 4, 1, 3, false).is_err(),
+            "a read before the wait is unordered"
+        );
+        o.acquire_clock(1, &released);
+        assert!(
+            o.access(0, 7, 16, 0, 4, 1, 3, false).is_ok(),
+            "the write before the arrival is ordered before the wait"
+        );
+        assert!(
+            o.access(0, 7, 16, 4, 4, 1, 4, false).is_err(),
+            "the write after the arrival is not"
+        );
     }
 
     /// A TMA load of bytes another thread wrote needs the loader's proxy fence after the

@@ -300,10 +300,20 @@ impl Kernel {
                 && stages_an_input(&general.ir, class)
             {
                 note.push_str("+pitched-tma");
+                // With `TILELANG_STAGE_IN_KERNEL=1`, a persistent warp-specialized kernel
+                // copies those rows itself while it runs (`tl_passes::gpu::stage_rows`).
+                if stage_in_kernel_wanted() {
+                    ir.attrs.stage_rows_in_kernel = odd_row_inputs(&general.ir, class);
+                }
             }
             general
                 .compile_variant(&ir, &dev2, &opts2)
-                .map(|e| e.with_variant_note(note))
+                .map(|e| {
+                    if !e.signature().abi.staged.is_empty() {
+                        note.push_str("+in-kernel");
+                    }
+                    e.with_variant_note(note)
+                })
                 .map_err(|e| RuntimeError::Launch(e.to_string()))
         }))
     }
@@ -459,6 +469,7 @@ impl Kernel {
                         fallback: fallback.clone(),
                         source: chosen.code.clone(),
                         tmaps: sig.abi.tmaps.clone(),
+                        staged: sig.abi.staged.clone(),
                         threads: sig.threads,
                     };
                     link.write(&cache, pre);
@@ -492,6 +503,7 @@ impl Kernel {
                     fallback: None,
                     source: src.code.clone(),
                     tmaps: vec![],
+                    staged: vec![],
                     threads: sig.threads,
                 });
                 let mut exe = tl_runtime::build_hip(
@@ -571,6 +583,7 @@ fn from_link(cache: &Cache, pre: &str, ir: &tl_ir::Kernel, dev: &Device) -> Opti
         sig.grid = grid;
     }
     sig.abi.tmaps = link.tmaps.clone();
+    sig.abi.staged = link.staged.clone();
     sig.threads = link.threads;
     match (dev, link.language.as_str()) {
         (Device::Cuda(_), "ptx" | "cuda") => {
@@ -946,6 +959,7 @@ impl Kernel {
                     fallback: None,
                     source: src.code.clone(),
                     tmaps: vec![],
+                    staged: vec![],
                     threads: low.threads,
                 }
                 .write(&cache, pre);
@@ -971,6 +985,7 @@ impl Kernel {
                     fallback,
                     source: src.code.clone(),
                     tmaps: tl_codegen::abi::tma_specs(&low),
+                    staged: tl_codegen::abi::staged_params(&low),
                     threads: low.threads,
                 }
                 .write(&cache, pre);
@@ -1027,6 +1042,41 @@ fn target_has_tma(dev: &Device) -> bool {
 
 /// Whether an input tensor's rows run along a dim the class leaves element-aligned (what the
 /// runtime then stages pitched for TMA).
+/// `TILELANG_STAGE_IN_KERNEL=1`: a kernel that can copies its odd rows itself
+/// (`tl_passes::gpu::stage_rows`) instead of the runtime staging them before the launch. Off
+/// by default: on an H200 it measured 15–55% slower than the runtime's copies
+/// (docs/performance.md, session 39).
+fn stage_in_kernel_wanted() -> bool {
+    std::env::var("TILELANG_STAGE_IN_KERNEL").ok().as_deref() == Some("1")
+}
+
+/// The two-dimensional input tensors whose rows run along a size of alignment class 1 (odd,
+/// or at an address off 16 bytes): those the runtime stages, by buffer id.
+fn odd_row_inputs(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> Vec<u64> {
+    let odd: Vec<&tl_ir::Var> = class
+        .iter()
+        .filter(|&&(_, m)| m == 1)
+        .filter_map(|&(i, _)| k.dims.get(i))
+        .collect();
+    k.params
+        .iter()
+        .filter_map(|p| match p {
+            tl_ir::Param::Tensor { buffer, role }
+                if *role == tl_ir::Role::Input
+                    && buffer.rank() == 2
+                    && buffer
+                        .shape()
+                        .last()
+                        .and_then(|d| d.as_var())
+                        .is_some_and(|v| odd.contains(&v)) =>
+            {
+                Some(buffer.id())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 fn stages_an_input(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> bool {
     let odd: Vec<&tl_ir::Var> = class
         .iter()

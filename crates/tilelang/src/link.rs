@@ -35,12 +35,14 @@ pub struct Link {
     /// The tensor maps the kernel takes (`Abi::tmaps`): they come from lowering, which a
     /// link skips.
     pub tmaps: Vec<tl_codegen::TmaSpec>,
+    /// The tensors the kernel stages itself (`Abi::staged`), also from lowering.
+    pub staged: Vec<usize>,
     /// Threads per block the compiled kernel launches with: lowering may add some (a
     /// warp-specialized kernel's producer warpgroup).
     pub threads: u32,
 }
 
-const MAGIC: &str = "tilelang-link 3";
+const MAGIC: &str = "tilelang-link 4";
 
 /// `param/box0xbox1.../swizzle` per tensor map, `;`-separated.
 fn encode_tmaps(t: &[tl_codegen::TmaSpec]) -> String {
@@ -78,7 +80,7 @@ const EXT: &str = "link";
 impl Link {
     fn encode(&self) -> String {
         format!(
-            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nthreads {}\nlanguage {}\nfallback {}\ntmaps {}\n--\n{}",
+            "{MAGIC}\nkey {}\nentry {}\narch {}\nsmem {}\nthreads {}\nlanguage {}\nfallback {}\ntmaps {}\nstaged {}\n--\n{}",
             self.key,
             self.entry,
             self.arch,
@@ -87,6 +89,11 @@ impl Link {
             self.language,
             self.fallback.as_deref().unwrap_or("").replace('\n', " "),
             encode_tmaps(&self.tmaps),
+            self.staged
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             self.source
         )
     }
@@ -110,6 +117,11 @@ impl Link {
         let language = field("language")?;
         let fallback = Some(field("fallback")?).filter(|f| !f.is_empty());
         let tmaps = decode_tmaps(&field("tmaps")?)?;
+        let staged = field("staged")?
+            .split(',')
+            .filter(|x| !x.is_empty())
+            .map(|x| x.parse().ok())
+            .collect::<Option<Vec<usize>>>()?;
         if key.is_empty() || entry.is_empty() {
             return None;
         }
@@ -122,6 +134,7 @@ impl Link {
             fallback,
             source: source.to_string(),
             tmaps,
+            staged,
             threads,
         })
     }
@@ -145,6 +158,9 @@ const KNOBS: &[&str] = &[
     "TILELANG_PTXAS_OPTIONS",
     "TILELANG_NVRTC_PTX_VIA_JITLINK",
     "TILELANG_TMA",
+    "TILELANG_STAGE_LEAD",
+    "TILELANG_STAGE_GROUP",
+    "TILELANG_STAGE_DEPTH",
     "TILELANG_WS",
     "TILELANG_WS_PRODUCER_REGS",
     "TILELANG_WS_PRELOAD",
@@ -292,6 +308,7 @@ mod tests {
             fallback: None,
             source: "line one\n--\nline after a separator\n".into(),
             tmaps: vec![],
+            staged: vec![1, 3],
             threads: 384,
         };
         assert_eq!(Link::decode(&l.encode()), Some(l.clone()));

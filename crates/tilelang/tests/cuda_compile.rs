@@ -424,6 +424,92 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
     }
 }
 
+/// Odd rows the kernel stages itself (`TILELANG_STAGE_IN_KERNEL=1`) compile for sm_90a from
+/// both printers without spills, at the default 128×256 tiles: B's rows in NN (odd N) and both
+/// operands' in NT (odd K). Each staged tensor takes its scratch and flags as two pointers
+/// after the tensor maps; the producer acquires the flags and fences the proxies before its
+/// TMA loads; the consumers' copy is plain 2-byte loads and stores.
+#[test]
+fn rows_staged_in_kernel_compile_without_spills() {
+    use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("rows_staged_in_kernel_compile_without_spills").is_none() {
+        return;
+    }
+    let opts = tl_nvrtc::CheckOptions {
+        sass: tl_nvrtc::SassMode::Required,
+        ..Default::default()
+    };
+    for (layout, aligned, staged) in [
+        (Layout::NN, &["M", "K"][..], &["B"][..]),
+        (Layout::NT, &["M", "N"][..], &["A", "B"][..]),
+    ] {
+        let k = gemm(layout, BF16, BF16, GemmConfig::hopper());
+        let mut ir = common::class_variant(&k, aligned, 8).ir().clone();
+        ir.attrs.tma_pitched_inputs = true;
+        ir.attrs.stage_rows_in_kernel = ir
+            .tensors()
+            .filter(|(b, _)| staged.contains(&b.name()))
+            .map(|(b, _)| b.id())
+            .collect();
+        let variant = tilelang::Kernel::from_ir(ir);
+        let low = variant.lower(Target::SM90).expect("lowered");
+        assert_eq!(
+            low.attrs.staged_rows.len(),
+            staged.len(),
+            "{}",
+            layout.name()
+        );
+        let abi = tl_codegen::Abi::of(&low);
+        assert_eq!(abi.staged.len(), staged.len());
+        let cuda = variant.emit_general(Target::SM90).expect("CUDA C++");
+        let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
+            .expect("PTX")
+            .code;
+        for st in &low.attrs.staged_rows {
+            let scratch = format!("{}_staged", st.tensor.name());
+            assert!(
+                cuda.contains(&scratch),
+                "{}: no `{scratch}` parameter",
+                layout.name()
+            );
+        }
+        let params = ptx.matches(".param .u64").count();
+        assert_eq!(
+            params,
+            3 + 2 * staged.len(),
+            "{}: PTX pointer parameters",
+            layout.name()
+        );
+        assert!(
+            ptx.contains("ld.acquire.gpu"),
+            "{}: no flag wait",
+            layout.name()
+        );
+        assert!(
+            ptx.contains("fence.proxy.async.global"),
+            "{}",
+            layout.name()
+        );
+        for (printer, src) in [("CUDA C++", cuda), ("PTX", ptx)] {
+            let r = tl_nvrtc::check_with(&src, "sm_90a", &opts).expect("compiles");
+            println!("{} {printer}: {r}", layout.name());
+            assert_eq!(
+                (r.usage.spill_stores, r.usage.stack_frame),
+                (0, 0),
+                "{} {printer} spills: {r}",
+                layout.name()
+            );
+            let ops = r.opcodes();
+            assert!(
+                ops.keys().any(|op| op.starts_with("HGMMA")),
+                "{} {printer}: no HGMMA",
+                layout.name()
+            );
+        }
+    }
+}
+
 /// The GEMMs `GemmConfig::fit_to_gpu` refits for problems whose 128×256 tiles cannot fill the
 /// GPU — 64-wide and 128-wide tiles, 64-row tiles on one consumer warpgroup, split K over a
 /// third grid dim — and the fp8 split compile for sm_90a from both printers into warpgroup

@@ -144,6 +144,18 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
         params.push(format!(".param .align 64 .b8 {name}[128]"));
         em.tmaps.insert((buffer.id(), t.box_dims, t.swizzle), name);
     }
+    // Then, per tensor the kernel stages itself, its scratch and its flags (`Abi::staged`).
+    for st in &k.attrs.staged_rows {
+        for b in [&st.scratch, &st.flags] {
+            let name = format!("{kname}_param_{}", params.len());
+            params.push(format!(".param .u64 {name}"));
+            let r = em.fresh(Class::B64);
+            em.ins(&format!("ld.param.u64 {r}, [{name}]"));
+            let g = em.fresh(Class::B64);
+            em.ins(&format!("cvta.to.global.u64 {g}, {r}"));
+            em.globals.insert(b.id(), (g, false));
+        }
+    }
     if !em.tmaps.is_empty() {
         // The first copy of each tensor map would otherwise wait for the descriptor's fetch.
         let mut names: Vec<String> = em.tmaps.values().cloned().collect();

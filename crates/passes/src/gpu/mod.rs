@@ -23,6 +23,7 @@ pub mod pipeline;
 pub mod reduce;
 pub mod schedule;
 pub mod smem;
+pub mod stage_rows;
 pub mod tma;
 pub mod waitcnt;
 pub mod warp_specialize;

@@ -59,7 +59,25 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     })?;
     let mut producer = fresh_bindings(&producer);
     let turns = ping_pong_wanted(k.attrs.ping_pong);
-    let consumer = ping_pong(&consumer_half(&body, consumers), consumers, turns);
+    let mut consumer = ping_pong(&consumer_half(&body, consumers), consumers, turns);
+    // Odd rows the kernel stages itself (`stage_rows`): its consumers copy them, the producer
+    // waits for each chunk. Where it cannot, the runtime stages them before the launch.
+    let mut staged_rows = vec![];
+    let mut publisher = None;
+    if !turns {
+        if let Some(plan) = crate::gpu::stage_rows::plan(&k, &producer, consumers, ws.stages) {
+            if let Some(c) = plan.consumer(&consumer) {
+                consumer = c;
+                producer = plan.producer(&producer);
+                staged_rows = plan.staged_rows();
+                publisher = Some((
+                    plan.publisher(span),
+                    plan.barrier_inits(span),
+                    plan.barriers().clone(),
+                ));
+            }
+        }
+    }
     let tid = Expr::call(Intrinsic::ThreadIdx, vec![], DType::I32);
     let mut out = hoisted;
     // Each half counts iterations in a register of its own: one both halves assigned would
@@ -120,6 +138,10 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             ));
         }
     }
+    if let Some((_, inits, bars)) = &publisher {
+        out.push(Stmt::new(StmtKind::Alloc(bars.clone()), span));
+        init.extend(inits.iter().cloned());
+    }
     init.push(eval(Intrinsic::FenceMbarrierInit, vec![], span));
     out.push(if_then(Some(tid.eq_(0)), Stmt::seq(init, span), span));
     out.push(sync(span));
@@ -146,8 +168,12 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
             span,
         ));
     }
-    // One thread of the producer warpgroup issues every load.
+    // One thread of the producer warpgroup issues every load; one of its next warp publishes
+    // the rows the consumers stage (`stage_rows`).
     p.push(if_then(Some(tid.eq_(consumers as i64)), producer, span));
+    if let Some((publish, ..)) = publisher {
+        p.push(if_then(Some(tid.eq_(consumers as i64 + 32)), publish, span));
+    }
     c.push(consumer);
     out.push(Stmt::new(
         StmtKind::If {
@@ -164,6 +190,7 @@ pub fn run(k: Kernel, _target: &Target) -> Result<Kernel, Diagnostics> {
     }
     let mut k = k.with_body(Stmt::seq(out, span));
     k.threads = consumers + PRODUCER_THREADS;
+    k.attrs.staged_rows = staged_rows;
     Ok(k)
 }
 
