@@ -445,14 +445,7 @@ fn rows_staged_in_kernel_compile_without_spills() {
         (Layout::NT, &["M", "N"][..], &["A", "B"][..]),
     ] {
         let k = gemm(layout, BF16, BF16, GemmConfig::hopper());
-        let mut ir = common::class_variant(&k, aligned, 8).ir().clone();
-        ir.attrs.tma_pitched_inputs = true;
-        ir.attrs.stage_rows_in_kernel = ir
-            .tensors()
-            .filter(|(b, _)| staged.contains(&b.name()))
-            .map(|(b, _)| b.id())
-            .collect();
-        let variant = tilelang::Kernel::from_ir(ir);
+        let variant = common::staged_rows_variant(&k, aligned, staged);
         let low = variant.lower(Target::SM90).expect("lowered");
         assert_eq!(
             low.attrs.staged_rows.len(),

@@ -1069,14 +1069,7 @@ fn odd_n_rows_leave_by_bulk_copies_in_sim() {
 /// The variant of `k` for sizes where only `aligned` are multiples of 8, its odd-row inputs
 /// `staged` (by parameter name) copied by the kernel itself (`stage_rows`), lowered for sm_90a.
 fn staged_rows_variant(k: &Kernel, aligned: &[&str], staged: &[&str]) -> tilelang::ir::Kernel {
-    let mut ir = common::class_variant(k, aligned, 8).ir().clone();
-    ir.attrs.tma_pitched_inputs = true;
-    ir.attrs.stage_rows_in_kernel = ir
-        .tensors()
-        .filter(|(b, _)| staged.contains(&b.name()))
-        .map(|(b, _)| b.id())
-        .collect();
-    Kernel::from_ir(ir)
+    common::staged_rows_variant(k, aligned, staged)
         .lower(Target::SM90)
         .unwrap_or_else(|d| panic!("{}: {d}", k.name()))
 }

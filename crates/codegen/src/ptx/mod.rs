@@ -38,6 +38,18 @@ fn unsupported(what: impl std::fmt::Display) -> Diagnostics {
     .into()
 }
 
+/// Declare a global pointer parameter and bind buffer `id` to its global address
+/// (`read_only`: loads may take the non-coherent path).
+fn bind_global(em: &mut Emitter, params: &mut Vec<String>, kname: &str, id: u64, read_only: bool) {
+    let name = format!("{kname}_param_{}", params.len());
+    params.push(format!(".param .u64 {name}"));
+    let r = em.fresh(Class::B64);
+    em.ins(&format!("ld.param.u64 {r}, [{name}]"));
+    let g = em.fresh(Class::B64);
+    em.ins(&format!("cvta.to.global.u64 {g}, {r}"));
+    em.globals.insert(id, (g, read_only));
+}
+
 /// Generate PTX for a thread-level kernel, or say what it does not support.
 pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     let sm = match target {
@@ -119,14 +131,8 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     for p in &k.params {
         match p {
             Param::Tensor { buffer, role } => {
-                let name = format!("{kname}_param_{}", params.len());
-                params.push(format!(".param .u64 {name}"));
-                let r = em.fresh(Class::B64);
-                em.ins(&format!("ld.param.u64 {r}, [{name}]"));
-                let g = em.fresh(Class::B64);
-                em.ins(&format!("cvta.to.global.u64 {g}, {r}"));
                 let read_only = *role == Role::Input && !written.contains(&buffer.id());
-                em.globals.insert(buffer.id(), (g, read_only));
+                bind_global(&mut em, &mut params, &kname, buffer.id(), read_only);
             }
             Param::Scalar(v) => bind_scalar(&mut em, &mut params, v, false)?,
         }
@@ -147,13 +153,7 @@ pub fn generate(k: &Kernel, target: Target) -> Result<CudaSource, Diagnostics> {
     // Then, per tensor the kernel stages itself, its scratch and its flags (`Abi::staged`).
     for st in &k.attrs.staged_rows {
         for b in [&st.scratch, &st.flags] {
-            let name = format!("{kname}_param_{}", params.len());
-            params.push(format!(".param .u64 {name}"));
-            let r = em.fresh(Class::B64);
-            em.ins(&format!("ld.param.u64 {r}, [{name}]"));
-            let g = em.fresh(Class::B64);
-            em.ins(&format!("cvta.to.global.u64 {g}, {r}"));
-            em.globals.insert(b.id(), (g, false));
+            bind_global(&mut em, &mut params, &kname, b.id(), false);
         }
     }
     if !em.tmaps.is_empty() {

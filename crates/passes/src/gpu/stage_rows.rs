@@ -862,6 +862,26 @@ impl Plan {
         // the chunk loaded last step, load the next. A chunk of more units than the registers
         // hold copies the rest at once, in the step that stores it (large tensors only).
         let (group, depth) = (self.group, self.depth);
+        // Load chunk `chunk` into its slot of the register ring (`chunk % depth`), or store it
+        // from there: a branch a slot, so that every register index is a constant.
+        let ring = |chunk: &Expr, load: bool| -> Vec<Stmt> {
+            (0..depth)
+                .map(|slot| {
+                    let units = (0..HELD_UNITS)
+                        .map(|sub| {
+                            let at = Expr::int((slot * HELD_UNITS + sub) * PER_STEP);
+                            let copy = unit_copy(chunk.clone(), Expr::int(sub), at, load, &regs);
+                            if_then(Some(per.clone().gt(sub)), copy, span)
+                        })
+                        .collect();
+                    if_then(
+                        Some(rem(chunk.clone(), Expr::int(depth)).eq_(slot)),
+                        Stmt::seq(units, span),
+                        span,
+                    )
+                })
+                .collect()
+        };
         let step = || -> Stmt {
             let release = if_then(
                 Some(at0(&topub).ge(0)),
@@ -878,28 +898,7 @@ impl Plan {
             // nothing is left to load), from its slot of the register ring.
             let chunk = at0(&held);
             let nextc = at0(&next);
-            let mut store_all = vec![];
-            for slot in 0..depth {
-                let mut in_slot = vec![];
-                for sub in 0..HELD_UNITS {
-                    in_slot.push(if_then(
-                        Some(per.clone().gt(sub)),
-                        unit_copy(
-                            chunk.clone(),
-                            Expr::int(sub),
-                            Expr::int((slot * HELD_UNITS + sub) * PER_STEP),
-                            false,
-                            &regs,
-                        ),
-                        span,
-                    ));
-                }
-                store_all.push(if_then(
-                    Some(rem(chunk.clone(), Expr::int(depth)).eq_(slot)),
-                    Stmt::seq(in_slot, span),
-                    span,
-                ));
-            }
+            let mut store_all = ring(&chunk, false);
             let extra = Var::new("staged_extra", i32_);
             let extra_sub = Expr::from(&extra);
             store_all.push(Stmt::new(
@@ -937,28 +936,7 @@ impl Plan {
                     .or(nextc.clone().ge(self.chunks.clone())),
             );
             let stored = if_then(Some(due), Stmt::seq(store_all, span), span);
-            let mut load_all = vec![];
-            for slot in 0..depth {
-                let mut in_slot = vec![];
-                for sub in 0..HELD_UNITS {
-                    in_slot.push(if_then(
-                        Some(per.clone().gt(sub)),
-                        unit_copy(
-                            nextc.clone(),
-                            Expr::int(sub),
-                            Expr::int((slot * HELD_UNITS + sub) * PER_STEP),
-                            true,
-                            &regs,
-                        ),
-                        span,
-                    ));
-                }
-                load_all.push(if_then(
-                    Some(rem(nextc.clone(), Expr::int(depth)).eq_(slot)),
-                    Stmt::seq(in_slot, span),
-                    span,
-                ));
-            }
+            let mut load_all = ring(&nextc, true);
             load_all.push(store(&next, vec![Expr::int(0)], nextc.clone() + 1, span));
             let loaded = if_then(
                 Some(nextc.lt(self.chunks.clone())),

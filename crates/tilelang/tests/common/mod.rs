@@ -69,3 +69,16 @@ pub fn class_variant(k: &Kernel, dims: &[&str], m: i64) -> Kernel {
         .collect();
     Kernel::from_ir(ir)
 }
+
+/// `class_variant(k, aligned, 8)` whose odd-row inputs `staged` (by parameter name) the kernel
+/// copies itself (`TILELANG_STAGE_IN_KERNEL=1`, `tl_passes::gpu::stage_rows`).
+pub fn staged_rows_variant(k: &Kernel, aligned: &[&str], staged: &[&str]) -> Kernel {
+    let mut ir = class_variant(k, aligned, 8).ir().clone();
+    ir.attrs.tma_pitched_inputs = true;
+    ir.attrs.stage_rows_in_kernel = ir
+        .tensors()
+        .filter(|(b, _)| staged.contains(&b.name()))
+        .map(|(b, _)| b.id())
+        .collect();
+    Kernel::from_ir(ir)
+}
