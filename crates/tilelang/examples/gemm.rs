@@ -201,7 +201,7 @@ fn run() -> anyhow::Result<ExitCode> {
             let sms = common::multiprocessors(&dev, target);
             cfg = cfg.fit_to_gpu(layout, args.m, args.n, args.k, sms);
         }
-        configure(&mut cfg, &args);
+        configure(&mut cfg, &args, dt.bytes() as i64);
         cfg.split_k = match args.split_k {
             _ if args.tile.tune => 1,
             Some(s) => s.max(1),
@@ -290,10 +290,9 @@ fn run() -> anyhow::Result<ExitCode> {
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(out)];
     let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;
     let notes = format!(
-        "{}{}{}{} {}",
+        "{}{}{} {}",
         common::compile_note(&exe),
         common::tiles_note(&cfg),
-        if cfg.overlap { " overlap" } else { "" },
         common::SplitSum::note(&split),
         common::variant_note(&exe, &[&a, &b, out])
     );
@@ -308,12 +307,21 @@ fn run() -> anyhow::Result<ExitCode> {
     ))
 }
 
-/// The command line's tile options over a target's defaults.
-fn configure(cfg: &mut GemmConfig, args: &Args) {
+/// The command line's tile options over a target's defaults (`elem_bytes`: the inputs').
+fn configure(cfg: &mut GemmConfig, args: &Args, elem_bytes: i64) {
+    let default_stage = (cfg.bm + cfg.bn) * cfg.bk * elem_bytes;
     cfg.bm = args.tile.bm.unwrap_or(cfg.bm);
     cfg.bn = args.tile.bn.unwrap_or(cfg.bn);
     cfg.bk = args.bk.unwrap_or(cfg.bk);
     cfg.stages = args.tile.stages.unwrap_or(cfg.stages);
+    // Tiles given without a stage count keep the default's count only as far as its shared
+    // memory goes: the refit runs narrow tiles many stages deep (64×32 in 16), which wider
+    // tiles from the command line would overflow.
+    let stage = (cfg.bm + cfg.bn) * cfg.bk * elem_bytes;
+    if args.tile.stages.is_none() && stage > default_stage && default_stage > 0 {
+        let budget = default_stage * i64::from(cfg.stages);
+        cfg.stages = (budget / stage).clamp(2, i64::from(cfg.stages)) as u32;
+    }
     cfg.threads = args.tile.threads.unwrap_or(cfg.threads);
     cfg.min_blocks = args.min_blocks.unwrap_or(cfg.min_blocks);
     cfg.panel = args.panel.unwrap_or(cfg.panel);

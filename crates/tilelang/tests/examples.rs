@@ -134,6 +134,14 @@ fn gemm_split_k_sums_every_share() {
         let last = run_on("gemm", &args, "sim:sm_90a");
         assert!(last.contains(want), "{last}");
     }
+    // Wider tiles from the command line over that 16-stage refit keep its shared memory,
+    // not its stage count (which ran out of shared memory before: 64×128 in 16 stages).
+    let args = [
+        "--m", "64", "--n", "1024", "--k", "1152", "--layout", "nt", "--dtype", "bf16", "--bn",
+        "128",
+    ];
+    let last = run_on("gemm", &args, "sim:sm_90a");
+    assert!(last.contains("tiles=64x128x64 stages=8"), "{last}");
 }
 
 #[test]
@@ -301,6 +309,14 @@ fn fp8_gemm_scalings_and_types() {
         "sim:sm_90a",
     );
     assert!(last.contains("tiles=64x32x128 stages=16"), "{last}");
+    // And its 128×64 tiles, which leave each k step's wgmma running into the next: the
+    // summary says so, as the bf16 example's does.
+    let last = run_on(
+        "fp8_gemm",
+        &["--m", "200", "--n", "136", "--k", "1152", "--fast-accum"],
+        "sim:sm_90a",
+    );
+    assert!(last.contains("tiles=128x64x128 stages=8 overlap"), "{last}");
     // Nonsense is refused with the reason.
     for (bad, why) in [
         (&["--a", "bf16"][..], "not an fp8 type"),

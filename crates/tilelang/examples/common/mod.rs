@@ -411,12 +411,17 @@ pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
     picked
 }
 
-/// ` tiles=BMxBNxBK stages=S` for a GEMM's summary line: the tiles the run used, which the
-/// defaults' refit (`GemmConfig::fit_to_gpu`, `Fp8Gemm::fit_to_gpu`) chose by the problem's size.
+/// ` tiles=BMxBNxBK stages=S[ overlap]` for a GEMM's summary line: the tiles the run used,
+/// which the defaults' refit (`GemmConfig::fit_to_gpu`, `Fp8Gemm::fit_to_gpu`) chose by the
+/// problem's size, and whether each k step's wgmma is left running into the next.
 pub fn tiles_note(cfg: &tilelang::kernels::gemm::GemmConfig) -> String {
     format!(
-        " tiles={}x{}x{} stages={}",
-        cfg.bm, cfg.bn, cfg.bk, cfg.stages
+        " tiles={}x{}x{} stages={}{}",
+        cfg.bm,
+        cfg.bn,
+        cfg.bk,
+        cfg.stages,
+        if cfg.overlap { " overlap" } else { "" }
     )
 }
 
