@@ -1006,7 +1006,7 @@ impl CudaKernel {
         let blocks = grid.iter().product::<i64>().max(0) as u64;
         if blocks > fit {
             return Err(RuntimeError::Launch(format!(
-                "kernel `{}` copies its odd-length rows itself and needs all {blocks} of its blocks resident at once, but only {fit} fit on cuda:{} ({per_sm} per multiprocessor); run with TILELANG_STAGE_IN_KERNEL=0 to have the runtime stage them before the launch",
+                "kernel `{}` copies its odd-length rows itself and needs all {blocks} of its blocks resident at once, but only {fit} fit on cuda:{} ({per_sm} per multiprocessor); unset TILELANG_STAGE_IN_KERNEL to have the runtime stage them before the launch",
                 self.name, self.dev.ordinal
             )));
         }

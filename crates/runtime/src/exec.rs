@@ -568,8 +568,7 @@ pub fn pack_gpu_params(sig: &Signature, b: &Bound) -> Result<ParamBlock> {
 /// is at least two. Staged rows are padded to whole lines. `TILELANG_TMA_PITCH_ALIGN=16`
 /// stages only what TMA needs, `=128` every input whose rows miss the lines.
 pub(crate) fn staging_pitch(row: usize, ptr: u64, line_misaligned: usize) -> Option<usize> {
-    const LINE: usize = 128;
-    let staged = row.next_multiple_of(LINE);
+    let staged = padded_row(row);
     // TMA takes only 16-byte aligned tensors (a view at an offset may start anywhere).
     if !row.is_multiple_of(16) || !ptr.is_multiple_of(16) {
         return Some(staged);
@@ -582,6 +581,12 @@ pub(crate) fn staging_pitch(row: usize, ptr: u64, line_misaligned: usize) -> Opt
         None => line_misaligned >= 2,
     };
     wanted.then_some(staged)
+}
+
+/// A staged row's pitch: `row` bytes padded to whole 128-byte lines (what the `stage_rows`
+/// stage assumes for the scratch of a kernel that stages its rows itself, too).
+fn padded_row(row: usize) -> usize {
+    row.next_multiple_of(128)
 }
 
 /// `TILELANG_TMA_PITCH_ALIGN`, read once: `Some(false)` for 16 (stage only what TMA needs),
@@ -708,7 +713,7 @@ pub(crate) fn pack_gpu_params_staged(
     }
     // The tensors the kernel stages itself (`Abi::staged`): their pitched scratch (which
     // their maps describe) and flags, in slots after the maps', by parameter index.
-    let mut in_kernel: Vec<(usize, u64, usize)> = vec![];
+    let mut in_kernel: Vec<InKernelStaging> = vec![];
     for (j, &param) in sig.abi.staged.iter().enumerate() {
         let (Some(BoundArg::Ptr(_)), Some(Param::Tensor { buffer, .. }), Some(dims)) = (
             b.args.get(param),
@@ -736,7 +741,7 @@ pub(crate) fn pack_gpu_params_staged(
                 ))
             }
         };
-        let pitch = (width * eb).next_multiple_of(128);
+        let pitch = padded_row(width * eb);
         let words = in_kernel_flag_words(rows, width);
         let base = sig.abi.tmaps.len() + 2 * j;
         if slots.len() < base + 2 {
@@ -757,7 +762,12 @@ pub(crate) fn pack_gpu_params_staged(
             slots[base + 1] = Some(f);
         }
         let ptr = |i: usize| slots[i].as_ref().map(|s| s.ptr()).unwrap_or_default();
-        in_kernel.push((param, ptr(base), pitch));
+        in_kernel.push(InKernelStaging {
+            param,
+            scratch: ptr(base),
+            flags: ptr(base + 1),
+            pitch,
+        });
     }
     // The launch's TMA-read inputs whose rows miss 128-byte lines (see `staging_pitch`).
     let line_misaligned = tensors
@@ -773,29 +783,22 @@ pub(crate) fn pack_gpu_params_staged(
             is_input,
         } = *m;
         let mut row_pitch = None;
-        if let Some(&(_, dst, pitch)) = in_kernel.iter().find(|(param, ..)| *param == t.param) {
-            // The kernel copies the rows into `dst` itself; its maps read them from there.
-            let req = TensorMapRequest {
-                ptr: dst,
-                elem_bytes,
-                dims: dims.clone(),
-                box_dims: t.box_dims.clone(),
-                swizzle: t.swizzle,
-                row_pitch: Some(pitch),
-            };
-            let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
-            p.push_tensor_map(m);
-            continue;
-        }
-        let pitch = match (dims.len() >= 2, is_input) {
-            (true, true) => staging_pitch(row, ptr, line_misaligned),
-            (true, false) if !row.is_multiple_of(16) => {
-                return Err(bad(
+        let pitch = if let Some(s) = in_kernel.iter().find(|s| s.param == t.param) {
+            // The kernel copies the rows into its scratch itself; its maps read them there.
+            ptr = s.scratch;
+            row_pitch = Some(s.pitch);
+            None
+        } else {
+            match (dims.len() >= 2, is_input) {
+                (true, true) => staging_pitch(row, ptr, line_misaligned),
+                (true, false) if !row.is_multiple_of(16) => {
+                    return Err(bad(
                     t.param,
                     format!("its rows are {row} bytes and TMA needs whole 16-byte units; the kernel writes it, so no pitched copy can stand in for it (compile with TILELANG_TMA=0 and report it)"),
                 ));
+                }
+                _ => None,
             }
-            _ => None,
         };
         // A copy only for speed is skipped where the launch path cannot stage.
         let pitch = pitch
@@ -841,16 +844,21 @@ pub(crate) fn pack_gpu_params_staged(
         let m = crate::tensor_map::encode_tensor_map(&req).map_err(|e| bad(t.param, e))?;
         p.push_tensor_map(m);
     }
-    p.coresident = !sig.abi.staged.is_empty();
-    if let Some((slots, _)) = scratch.as_ref() {
-        for j in 0..sig.abi.staged.len() {
-            let base = sig.abi.tmaps.len() + 2 * j;
-            for i in [base, base + 1] {
-                p.push_u64(slots[i].as_ref().map(|s| s.ptr()).unwrap_or_default());
-            }
-        }
+    p.coresident = !in_kernel.is_empty();
+    for s in &in_kernel {
+        p.push_u64(s.scratch);
+        p.push_u64(s.flags);
     }
     Ok(p)
+}
+
+/// A tensor the kernel stages itself, as a launch passes it: its parameter index, its
+/// scratch and flags, and the scratch's row pitch in bytes.
+struct InKernelStaging {
+    param: usize,
+    scratch: u64,
+    flags: u64,
+    pitch: usize,
 }
 
 /// Words of flags a tensor of `rows × width` staged in the kernel needs: one per chunk (a

@@ -128,7 +128,8 @@ pub fn compile(k: &Kernel, bound: &Bound) -> Result<Program, SimError> {
         }
     }
     // The scratch and flags the runtime passes for each tensor the kernel stages itself
-    // (`KernelAttrs::staged_rows`), after the parameters, two apiece (`staged_buffers`).
+    // (`KernelAttrs::staged_rows`), after the parameters, two apiece (as `Abi::staged` has
+    // them; `run_ranks_calls` allocates them).
     for (j, st) in k.attrs.staged_rows.iter().enumerate() {
         for (n, b) in [&st.scratch, &st.flags].into_iter().enumerate() {
             let shape = b
@@ -387,7 +388,6 @@ impl Compiler<'_> {
         Ok(())
     }
 
-    /// `Call(AddressOf, [Load(buf, idx)])` as the element it names.
     /// `address_of(scratch[idx])` where `addr` is `address_of(t[idx])` of a tensor the kernel
     /// stages itself.
     fn staged_scratch(&self, addr: &Expr) -> Option<Expr> {
@@ -405,6 +405,7 @@ impl Compiler<'_> {
         ))
     }
 
+    /// `Call(AddressOf, [Load(buf, idx)])` as the element it names.
     fn address(&mut self, e: Option<&Expr>, what: &str) -> Result<MemRef, SimError> {
         if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) = e.map(|e| e.kind()) {
             if let Some(ExprKind::Load(b, idx)) = a.first().map(|x| x.kind()) {

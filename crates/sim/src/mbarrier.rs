@@ -306,13 +306,7 @@ impl Interp<'_, '_> {
         if tx == 0 {
             if let Some(o) = self.mem.order.as_mut() {
                 let c = o.arrive(th.tid);
-                let m = &mut self.mem.mbars.bars[b as usize];
-                if m.arrived_clock.len() < c.len() {
-                    m.arrived_clock.resize(c.len(), 0);
-                }
-                for (x, y) in m.arrived_clock.iter_mut().zip(&c) {
-                    *x = (*x).max(*y);
-                }
+                crate::order::join_grown(&mut self.mem.mbars.bars[b as usize].arrived_clock, &c);
             }
         }
         self.mbar_complete(b, th.tid, pc)
@@ -377,12 +371,7 @@ impl Interp<'_, '_> {
         let m = &mut self.mem.mbars.bars[b as usize];
         m.signalled = m.announced == 0 && m.copies.is_empty();
         let arrived = std::mem::take(&mut m.arrived_clock);
-        if m.released_clock.len() < arrived.len() {
-            m.released_clock.resize(arrived.len(), 0);
-        }
-        for (x, y) in m.released_clock.iter_mut().zip(&arrived) {
-            *x = (*x).max(*y);
-        }
+        crate::order::join_grown(&mut m.released_clock, &arrived);
         let copies = std::mem::take(&mut m.copies);
         let phase = m.phase;
         m.phase += 1;

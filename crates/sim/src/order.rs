@@ -87,6 +87,14 @@ fn join(into: &mut [u32], from: &[u32]) {
     }
 }
 
+/// [`join`] into a clock that may be empty yet (an mbarrier's, before its first arrival).
+pub(crate) fn join_grown(into: &mut Vec<u32>, from: &[u32]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    join(into, from);
+}
+
 impl Order {
     /// `agents[i]`: who agent `i` is; every agent starts at clock 1 of its own history.
     pub fn new(agents: Vec<AgentInfo>) -> Order {

@@ -303,7 +303,10 @@ impl Kernel {
                 // With `TILELANG_STAGE_IN_KERNEL=1`, a persistent warp-specialized kernel
                 // copies those rows itself while it runs (`tl_passes::gpu::stage_rows`).
                 if stage_in_kernel_wanted() {
-                    ir.attrs.stage_rows_in_kernel = odd_row_inputs(&general.ir, class);
+                    ir.attrs.stage_rows_in_kernel = odd_row_inputs(&general.ir, class)
+                        .filter(|b| b.rank() == 2)
+                        .map(|b| b.id())
+                        .collect();
                 }
             }
             general
@@ -1040,8 +1043,6 @@ fn target_has_tma(dev: &Device) -> bool {
     dev.target().is_ok_and(|t| t.has_tma())
 }
 
-/// Whether an input tensor's rows run along a dim the class leaves element-aligned (what the
-/// runtime then stages pitched for TMA).
 /// `TILELANG_STAGE_IN_KERNEL=1`: a kernel that can copies its odd rows itself
 /// (`tl_passes::gpu::stage_rows`) instead of the runtime staging them before the launch. Off
 /// by default: on an H200 it measured 15–55% slower than the runtime's copies
@@ -1050,45 +1051,25 @@ fn stage_in_kernel_wanted() -> bool {
     std::env::var("TILELANG_STAGE_IN_KERNEL").ok().as_deref() == Some("1")
 }
 
-/// The two-dimensional input tensors whose rows run along a size of alignment class 1 (odd,
-/// or at an address off 16 bytes): those the runtime stages, by buffer id.
-fn odd_row_inputs(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> Vec<u64> {
+/// The input tensors whose rows run along a size of alignment class 1 (odd, or at an address
+/// off 16 bytes): those the runtime stages.
+fn odd_row_inputs<'k>(
+    k: &'k tl_ir::Kernel,
+    class: &[(usize, i64)],
+) -> impl Iterator<Item = &'k tl_ir::Buffer> {
     let odd: Vec<&tl_ir::Var> = class
         .iter()
         .filter(|&&(_, m)| m == 1)
         .filter_map(|&(i, _)| k.dims.get(i))
         .collect();
-    k.params
-        .iter()
-        .filter_map(|p| match p {
-            tl_ir::Param::Tensor { buffer, role }
-                if *role == tl_ir::Role::Input
-                    && buffer.rank() == 2
-                    && buffer
-                        .shape()
-                        .last()
-                        .and_then(|d| d.as_var())
-                        .is_some_and(|v| odd.contains(&v)) =>
-            {
-                Some(buffer.id())
-            }
-            _ => None,
-        })
-        .collect()
+    k.tensors().filter_map(move |(buffer, role)| {
+        let row = buffer.shape().last().and_then(|d| d.as_var());
+        (role == tl_ir::Role::Input && row.is_some_and(|v| odd.contains(&v))).then_some(buffer)
+    })
 }
 
+/// Whether an input tensor's rows run along a dim the class leaves element-aligned (what the
+/// runtime then stages pitched for TMA).
 fn stages_an_input(k: &tl_ir::Kernel, class: &[(usize, i64)]) -> bool {
-    let odd: Vec<&tl_ir::Var> = class
-        .iter()
-        .filter(|&&(_, m)| m == 1)
-        .filter_map(|&(i, _)| k.dims.get(i))
-        .collect();
-    k.params.iter().any(|p| match p {
-        tl_ir::Param::Tensor { buffer, role } if *role == tl_ir::Role::Input => buffer
-            .shape()
-            .last()
-            .and_then(|d| d.as_var())
-            .is_some_and(|v| odd.contains(&v)),
-        _ => false,
-    })
+    odd_row_inputs(k, class).next().is_some()
 }

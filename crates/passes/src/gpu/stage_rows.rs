@@ -81,8 +81,15 @@ struct Tensor {
     /// The chunks are row ranges (an MN-major operand: its rows run along K), else column
     /// ranges (a K-major one).
     along_rows: bool,
-    rows: Expr,
-    width: Expr,
+}
+
+impl Tensor {
+    fn rows(&self) -> Expr {
+        self.staged.tensor.shape()[0].clone()
+    }
+    fn width(&self) -> Expr {
+        self.staged.tensor.shape()[1].clone()
+    }
 }
 
 /// What the kernel stages and how: found in the producer half by [`plan`].
@@ -152,7 +159,7 @@ pub(crate) fn plan(k: &Kernel, producer: &Stmt, consumers: u32, stages: u32) -> 
         };
         let extent = buf.shape()[if along_rows { 0 } else { 1 }].clone();
         match &shared {
-            None => shared = Some((var.clone(), bk, extent)),
+            None => shared = Some((var.clone(), bk, extent.clone())),
             Some((v, b, e)) if v.id() == var.id() && *b == bk && *e == extent => {}
             Some(_) => {
                 refused.push(buf.id());
@@ -163,10 +170,8 @@ pub(crate) fn plan(k: &Kernel, producer: &Stmt, consumers: u32, stages: u32) -> 
             Some(t) if t.along_rows != along_rows => refused.push(buf.id()),
             Some(_) => {}
             None => tensors.push(Tensor {
-                staged: staged_rows(buf),
+                staged: staged_rows(buf, &ceildiv(extent, bk)),
                 along_rows,
-                rows: buf.shape()[0].clone(),
-                width: buf.shape()[1].clone(),
             }),
         }
     }
@@ -175,21 +180,11 @@ pub(crate) fn plan(k: &Kernel, producer: &Stmt, consumers: u32, stages: u32) -> 
     if tensors.is_empty() || 128 % bk != 0 || bk < 16 || !consumers.is_multiple_of(128) {
         return None;
     }
-    let chunks = ceildiv(extent, bk);
-    for t in &mut tensors {
-        t.staged.flags = Buffer::new(
-            format!("{}_flags", t.staged.tensor.name()),
-            vec![chunks.clone() + 1],
-            DType::U32,
-            Scope::Global,
-            t.staged.tensor.span(),
-        );
-    }
     Some(Plan {
         tensors,
         k_var,
         bk,
-        chunks,
+        chunks: ceildiv(extent, bk),
         blocks: k.grid[0].cast(DType::I32),
         block: Expr::from(&k.block_vars[0]),
         consumers,
@@ -280,8 +275,8 @@ fn chunking(buf: &Buffer, var: &Var, coords: &[Expr], dims: &[u32]) -> Option<(b
     None
 }
 
-/// The scratch and flags buffers of `t`.
-fn staged_rows(t: &Buffer) -> StagedRows {
+/// The scratch and flags buffers of `t`, staged in `chunks` chunks.
+fn staged_rows(t: &Buffer, chunks: &Expr) -> StagedRows {
     let eb = t.dtype().bytes() as i64;
     let (rows, width) = (t.shape()[0].clone(), t.shape()[1].clone());
     // The runtime's staging pitch: the row padded to whole 128-byte lines.
@@ -295,15 +290,28 @@ fn staged_rows(t: &Buffer) -> StagedRows {
             Scope::Global,
             t.span(),
         ),
-        // Sized by `plan` once the chunks are known.
         flags: Buffer::new(
             format!("{}_flags", t.name()),
-            vec![Expr::int(1)],
+            vec![chunks.clone() + 1],
             DType::U32,
             Scope::Global,
             t.span(),
         ),
     }
+}
+
+/// `for var in min .. min + extent` (serial), of run-time bounds.
+fn serial_for(var: Var, min: Expr, extent: Expr, body: Stmt, span: tl_ir::Span) -> Stmt {
+    Stmt::new(
+        StmtKind::For(Box::new(For {
+            var,
+            min,
+            extent,
+            kind: ForKind::Serial,
+            body,
+        })),
+        span,
+    )
 }
 
 fn let_(var: &Var, value: Expr, span: tl_ir::Span) -> Stmt {
@@ -410,28 +418,22 @@ impl Plan {
             )
         };
         let (qe, le) = (Expr::from(&q), Expr::from(&lead));
-        let first = Stmt::new(
-            StmtKind::For(Box::new(For {
-                var: j.clone(),
-                min: Expr::int(0),
-                extent: le.clone(),
-                kind: ForKind::Serial,
-                body: reds(Expr::from(&j)),
-            })),
+        let first = serial_for(
+            j.clone(),
+            Expr::int(0),
+            le.clone(),
+            reds(Expr::from(&j)),
             span,
         );
         // Hand-over q > 0 covers chunks lead + (q - 1)·group up to the next group's (or the
         // last chunk).
         let g = Var::new("staged_in_group", i32_);
         let from = le.clone() + (qe.clone() - 1) * self.group;
-        let group_reds = Stmt::new(
-            StmtKind::For(Box::new(For {
-                var: g.clone(),
-                min: Expr::int(0),
-                extent: min(Expr::int(self.group), self.chunks.clone() - from.clone()),
-                kind: ForKind::Serial,
-                body: reds(from + Expr::from(&g)),
-            })),
+        let group_reds = serial_for(
+            g.clone(),
+            Expr::int(0),
+            min(Expr::int(self.group), self.chunks.clone() - from.clone()),
+            reds(from + Expr::from(&g)),
             span,
         );
         let body = Stmt::seq(
@@ -471,14 +473,11 @@ impl Plan {
         Stmt::seq(
             vec![
                 let_(&lead, min(self.chunks.clone(), self.lead), span),
-                Stmt::new(
-                    StmtKind::For(Box::new(For {
-                        var: q,
-                        min: Expr::int(0),
-                        extent: ceildiv(self.chunks.clone() - le, self.group) + 1,
-                        kind: ForKind::Serial,
-                        body,
-                    })),
+                serial_for(
+                    q,
+                    Expr::int(0),
+                    ceildiv(self.chunks.clone() - le, self.group) + 1,
+                    body,
                     span,
                 ),
             ],
@@ -527,16 +526,7 @@ impl Plan {
                 ],
                 span,
             );
-            let reset = Stmt::new(
-                StmtKind::For(Box::new(For {
-                    var: j,
-                    min: Expr::int(0),
-                    extent: self.chunks.clone() + 1,
-                    kind: ForKind::Serial,
-                    body: zero,
-                })),
-                span,
-            );
+            let reset = serial_for(j, Expr::int(0), self.chunks.clone() + 1, zero, span);
             let last = (self.blocks.clone() - 1).cast(DType::U32);
             out.push(if_then(Some(Expr::from(&old).eq_(last)), reset, span));
         }
@@ -623,7 +613,7 @@ impl Plan {
         Stmt::seq(out, span)
     }
 
-    /// The consumers with the copy: the first chunks before everything, a unit a k step in
+    /// The consumers with the copy: the first chunks before everything, a chunk a k step in
     /// the k loop (after its first wgmma commit), and what is left after the rounds.
     /// `None` where the consumers have no k loop with a wgmma commit.
     pub(crate) fn consumer(&self, c: &Stmt) -> Option<Stmt> {
@@ -657,16 +647,16 @@ impl Plan {
                 pre.push(let_(&stride, div(all.clone(), bk.clone()), span));
                 pre.push(let_(&row0, div(me.clone(), Expr::from(&stride)), span));
                 pre.push(let_(&col0, rem(me.clone(), Expr::from(&stride)), span));
-                per_chunk = up_div(t.width.clone(), Expr::from(&stride));
-                let mine = tl_ir::ops::max(t.width.clone() - Expr::from(&col0), Expr::int(0));
+                per_chunk = up_div(t.width(), Expr::from(&stride));
+                let mine = tl_ir::ops::max(t.width() - Expr::from(&col0), Expr::int(0));
                 pre.push(let_(&count, up_div(mine, Expr::from(&stride)), span));
             } else {
                 // `bk` columns a chunk, each thread one column of every `all / bk`-th row.
                 pre.push(let_(&stride, div(all.clone(), bk.clone()), span));
                 pre.push(let_(&row0, div(me.clone(), bk.clone()), span));
                 pre.push(let_(&col0, rem(me.clone(), bk.clone()), span));
-                per_chunk = up_div(t.rows.clone(), Expr::from(&stride));
-                let mine = tl_ir::ops::max(t.rows.clone() - Expr::from(&row0), Expr::int(0));
+                per_chunk = up_div(t.rows(), Expr::from(&stride));
+                let mine = tl_ir::ops::max(t.rows() - Expr::from(&row0), Expr::int(0));
                 pre.push(let_(&count, up_div(mine, Expr::from(&stride)), span));
             }
             let u = ceildiv(per_chunk, PER_STEP);
@@ -724,7 +714,6 @@ impl Plan {
             pre.push(alloc(r, span));
         }
 
-        // Where element `e` of unit `unit`'s share of tensor `ti` lies: (row, col, in bounds).
         // Where element `e` of chunk `chunk`'s share of tensor `ti` lies: (row, col, in
         // bounds). Along the chunk's rows (or columns) the bound is one compare a unit; along
         // the other dim, `e` against this thread's element count (`Share::count`).
@@ -735,12 +724,12 @@ impl Plan {
             if t.along_rows {
                 let row = chunk.clone() * self.bk + Expr::from(&s.row0);
                 let col = Expr::from(&s.col0) + e.clone() * Expr::from(&s.stride);
-                let ok = row.lt(t.rows.clone()).and(e.lt(count));
+                let ok = row.lt(t.rows()).and(e.lt(count));
                 (row, col, ok)
             } else {
                 let row = Expr::from(&s.row0) + e.clone() * Expr::from(&s.stride);
                 let col = chunk.clone() * self.bk + Expr::from(&s.col0);
-                let ok = col.lt(t.width.clone()).and(e.lt(count));
+                let ok = col.lt(t.width()).and(e.lt(count));
                 (row, col, ok)
             }
         };
@@ -776,7 +765,6 @@ impl Plan {
                 }
                 Stmt::seq(body, span)
             };
-        // Thread 0 releases chunk(s) `from .. to` once every consumer's stores are issued.
         // Hand what this thread stored so far to the block's publisher: wait until it took
         // the last hand-over (so the barrier is never a phase ahead of it), then each warp
         // arrives (a release at CTA scope; the publisher fences for the GPU).
@@ -846,14 +834,11 @@ impl Plan {
                 batch_body.push(if_then(Some(unit.lt(lead_units.clone())), copy, span));
             }
         }
-        pre.push(Stmt::new(
-            StmtKind::For(Box::new(For {
-                var: batch,
-                min: Expr::int(0),
-                extent: ceildiv(lead_units.clone(), PROLOGUE_BATCH),
-                kind: ForKind::Serial,
-                body: Stmt::seq(batch_body, span),
-            })),
+        pre.push(serial_for(
+            batch,
+            Expr::int(0),
+            ceildiv(lead_units.clone(), PROLOGUE_BATCH),
+            Stmt::seq(batch_body, span),
             span,
         ));
         pre.push(signal());
@@ -901,20 +886,17 @@ impl Plan {
             let mut store_all = ring(&chunk, false);
             let extra = Var::new("staged_extra", i32_);
             let extra_sub = Expr::from(&extra);
-            store_all.push(Stmt::new(
-                StmtKind::For(Box::new(For {
-                    var: extra,
-                    min: Expr::int(HELD_UNITS),
-                    extent: tl_ir::ops::max(per.clone() - HELD_UNITS, Expr::int(0)),
-                    kind: ForKind::Serial,
-                    body: Stmt::seq(
-                        vec![
-                            unit_copy(chunk.clone(), extra_sub.clone(), Expr::int(0), true, &spare),
-                            unit_copy(chunk.clone(), extra_sub, Expr::int(0), false, &spare),
-                        ],
-                        span,
-                    ),
-                })),
+            store_all.push(serial_for(
+                extra,
+                Expr::int(HELD_UNITS),
+                tl_ir::ops::max(per.clone() - HELD_UNITS, Expr::int(0)),
+                Stmt::seq(
+                    vec![
+                        unit_copy(chunk.clone(), extra_sub.clone(), Expr::int(0), true, &spare),
+                        unit_copy(chunk.clone(), extra_sub, Expr::int(0), false, &spare),
+                    ],
+                    span,
+                ),
                 span,
             ));
             // Hand over at the end of each group of chunks after the first ones, and at the
@@ -948,14 +930,11 @@ impl Plan {
         let body = self.with_steps(c, &step)?;
         // What the k steps left: the same steps until every chunk is stored and handed over.
         let rest = Var::new("staged_rest", i32_);
-        let drain = Stmt::new(
-            StmtKind::For(Box::new(For {
-                var: rest,
-                min: Expr::int(0),
-                extent: self.chunks.clone() - at0(&held) + depth + 1,
-                kind: ForKind::Serial,
-                body: step(),
-            })),
+        let drain = serial_for(
+            rest,
+            Expr::int(0),
+            self.chunks.clone() - at0(&held) + depth + 1,
+            step(),
             span,
         );
         let mut out = pre;
