@@ -171,6 +171,51 @@ TL_DEVICE void tl_vec_copy_8(void* d, const void* s) { *(uint2*)d = *(const uint
 TL_DEVICE void tl_vec_copy_4(void* d, const void* s) { *(uint32_t*)d = *(const uint32_t*)s; }
 TL_DEVICE void tl_vec_copy_2(void* d, const void* s) { *(uint16_t*)d = *(const uint16_t*)s; }
 TL_DEVICE void tl_vec_copy_1(void* d, const void* s) { *(uint8_t*)d = *(const uint8_t*)s; }
+/* ---- 16 bytes from any element to an aligned destination (Intrinsic::LoadWindow and
+ * StoreShifted): rows TMA cannot read, staged a vector at a time. The window is the 32 bytes
+ * from the source's 16-byte unit on; where they leave the tensor's `count` elements, its
+ * elements among them are read one by one and the rest are zero. ---- */
+template <typename T>
+TL_DEVICE void tl_load_window(uint32_t* w, const T* base, long long off, long long count) {
+    const char* lo = (const char*)base;
+    const char* hi = (const char*)(base + count);
+    const char* a0 = (const char*)((unsigned long long)(base + off) & ~15ull);
+    if (a0 >= lo && a0 + 32 <= hi) {
+        uint4 x = __ldg((const uint4*)a0), y = __ldg((const uint4*)a0 + 1);
+        w[0] = x.x; w[1] = x.y; w[2] = x.z; w[3] = x.w;
+        w[4] = y.x; w[5] = y.y; w[6] = y.z; w[7] = y.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = 0;
+#pragma unroll
+        for (int e = 0; e < 32 / (int)sizeof(T); ++e) {
+            const char* p = a0 + e * (int)sizeof(T);
+            if (p >= lo && p < hi) {
+                uint32_t v = sizeof(T) == 1 ? (uint32_t)*(const uint8_t*)p
+                           : sizeof(T) == 2 ? (uint32_t)*(const uint16_t*)p
+                                            : *(const uint32_t*)p;
+                w[e * sizeof(T) / 4] |= v << (8 * ((e * sizeof(T)) % 4));
+            }
+        }
+    }
+}
+/* The window's 16 bytes from the source's byte within its 16-byte unit: words picked by
+   selects (constant indices keep the window in registers), then funnel shifts. */
+template <typename T>
+TL_DEVICE void tl_store_shifted(void* dst, const uint32_t* w, const T* base, long long off) {
+    uint32_t s = (uint32_t)((unsigned long long)(base + off) & 15);
+    uint32_t q = s >> 2, r = (s & 3) * 8;
+    uint32_t v[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i)
+        v[i] = q == 0 ? w[i] : q == 1 ? w[i + 1] : q == 2 ? w[i + 2] : w[i + 3];
+    uint4 o;
+    o.x = __funnelshift_r(v[0], v[1], r);
+    o.y = __funnelshift_r(v[1], v[2], r);
+    o.z = __funnelshift_r(v[2], v[3], r);
+    o.w = __funnelshift_r(v[3], v[4], r);
+    *(uint4*)dst = o;
+}
 /* Four chunks of a peer copy, the first `valid` (1..4) of them: every load before any store,
    so four loads are in flight at once (a pull from a peer waits a round trip per load). */
 #define TL_DEFINE_VEC_COPY_X4(BYTES, T)                                                        \

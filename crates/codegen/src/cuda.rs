@@ -669,6 +669,8 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
         Intrinsic::BufferLoadLds { .. } | Intrinsic::BufferLoad { .. } => i == 1,
         Intrinsic::CpAsync { .. } | Intrinsic::VecCopy { .. } => i == 1,
         Intrinsic::Ldmatrix { .. } => i == 0,
+        Intrinsic::LoadWindow => i == 1,
+        Intrinsic::StoreShifted => i == 1 || i == 2,
         Intrinsic::MmaSync { .. } => i >= 1,
         Intrinsic::Wgmma { .. } => i == 1 || i == 2 || i >= 5,
         _ => false,
@@ -717,6 +719,34 @@ pub(crate) fn sanitize(s: &str) -> String {
 
 /// The CUDA-only parts of the shared printer.
 impl Printer<'_> {
+    /// `tl_load_window` / `tl_store_shifted` (`Intrinsic::LoadWindow`, `StoreShifted`): the
+    /// window a `u32` array of the thread's, the tensor a global one's first element.
+    fn shifted_copy_call(&mut self, op: &Intrinsic, args: &[Expr]) -> String {
+        const GLOBAL: &[Scope] = &[Scope::Global];
+        const LOCAL: &[Scope] = &[Scope::Local];
+        if !self.cuda_nargs(op, args, 4) {
+            return "0".into();
+        }
+        let load = matches!(op, Intrinsic::LoadWindow);
+        let (win, tensor) = if load { (0, 1) } else { (1, 2) };
+        let Some((w, _)) = self.cuda_addr(op, args.get(win), "window", LOCAL, Some(4)) else {
+            return "0".into();
+        };
+        let Some((t, _)) = self.cuda_addr(op, args.get(tensor), "tensor", GLOBAL, None) else {
+            return "0".into();
+        };
+        if load {
+            let (off, count) = (self.expr(&args[2]), self.expr(&args[3]));
+            format!("tl_load_window((uint32_t*){w}, {t}, (long long)({off}), (long long)({count}))")
+        } else {
+            let Some((d, _)) = self.cuda_addr(op, args.first(), "destination", GLOBAL, None) else {
+                return "0".into();
+            };
+            let off = self.expr(&args[3]);
+            format!("tl_store_shifted({d}, (const uint32_t*){w}, {t}, (long long)({off}))")
+        }
+    }
+
     pub(crate) fn cuda_error(&mut self, kind: DiagKind, message: String, help: &str) -> String {
         self.errors
             .push(Diagnostic::new(kind, Span::UNKNOWN, message).help(help));
@@ -1223,6 +1253,7 @@ impl Printer<'_> {
                     None => format!("tl_vec_copy_{bytes}({d}, {s})"),
                 }
             }
+            Intrinsic::LoadWindow | Intrinsic::StoreShifted => self.shifted_copy_call(op, args),
             Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
                 self.atomic_call(op, args)
             }

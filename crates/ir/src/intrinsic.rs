@@ -55,6 +55,20 @@ pub enum Intrinsic {
     /// predicate form keeps a guarded copy branch-free around its addresses, which NVVM
     /// then shares between the unrolled copies of a tile.
     VecCopy { lanes: u32 },
+    /// The 32 bytes from `a & !15` on, `a` the address of element `offset` of a global
+    /// tensor of `count` elements, into eight 32-bit registers of a per-thread array: two
+    /// 16-byte loads, or where those 32 bytes leave the tensor, its elements among them one
+    /// by one (the rest zero). args: the window (the first of 8 `u32` of a local buffer), the
+    /// tensor's first element, `offset`, `count` (both i64 elements). With
+    /// [`Intrinsic::StoreShifted`] it copies 16 bytes from any element to an aligned
+    /// destination in three vector accesses: how a kernel stages rows TMA cannot read (rows
+    /// that are not whole 16-byte units) without an instruction per element.
+    LoadWindow,
+    /// The 16 bytes at byte `a & 15` of a window [`Intrinsic::LoadWindow`] loaded (`a` as
+    /// there), stored as one vector: four funnel shifts of the window's words. args: the
+    /// destination (a 16-byte-aligned global element), the window, the tensor's first
+    /// element and `offset` (the `LoadWindow` ones, which say where the 16 bytes start).
+    StoreShifted,
     /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
     AtomicAdd,
     /// `*addr = max(*addr, value)` atomically; args as for `AtomicAdd`. Floats compare as
@@ -537,6 +551,8 @@ impl Intrinsic {
             Intrinsic::CpAsyncCommit => "cp_async_commit".into(),
             Intrinsic::CpAsyncWait { n } => format!("cp_async_wait<{n}>"),
             Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
+            Intrinsic::LoadWindow => "load_window".into(),
+            Intrinsic::StoreShifted => "store_shifted".into(),
             Intrinsic::AtomicAdd => "atomic_add".into(),
             Intrinsic::AtomicMax => "atomic_max".into(),
             Intrinsic::AtomicMin => "atomic_min".into(),

@@ -442,7 +442,9 @@ impl Stmt {
                         | Intrinsic::MemRedAdd { .. }
                         | Intrinsic::MemAtomAdd { .. }
                         | Intrinsic::PeerCopy { .. }
-                        | Intrinsic::PeerCopyWarp { .. },
+                        | Intrinsic::PeerCopyWarp { .. }
+                        | Intrinsic::LoadWindow
+                        | Intrinsic::StoreShifted,
                         args,
                     ) = x.kind()
                     {

@@ -228,6 +228,22 @@ pub enum Instr {
         src: MemRef,
         pred: Option<E>,
     },
+    /// `Intrinsic::LoadWindow`: the 32 aligned bytes around element `off` of `tensor` (its
+    /// first element) into `window`, zero outside the tensor's `count` elements.
+    LoadWindow {
+        window: MemRef,
+        tensor: MemRef,
+        off: E,
+        count: E,
+    },
+    /// `Intrinsic::StoreShifted`: 16 bytes of `window` from element `off`'s byte within its
+    /// 16-byte unit, stored at `dst`.
+    StoreShifted {
+        dst: MemRef,
+        window: MemRef,
+        tensor: MemRef,
+        off: E,
+    },
     /// An atomic read-modify-write (add, max or min) of `value` into `addr`.
     AtomicAdd {
         addr: MemRef,
@@ -313,6 +329,9 @@ pub enum Instr {
         /// Multicast: the box lands in every block of the cluster this mask names (bit `r`
         /// for rank `r`), at the same shared offset, completing on each one's barrier.
         mask: Option<E>,
+        /// The row length (elements) of a tensor the kernel stages itself, whose `tensor` is
+        /// its scratch: the map bounds boxes by it, not by the scratch's padded rows.
+        width: Option<E>,
     },
     /// An arrival on the barrier at `bar`'s shared offset in the cluster's block of rank
     /// `rank` (delivered when that block next runs).

@@ -389,8 +389,8 @@ impl Compiler<'_> {
     }
 
     /// `address_of(scratch[idx])` where `addr` is `address_of(t[idx])` of a tensor the kernel
-    /// stages itself.
-    fn staged_scratch(&self, addr: &Expr) -> Option<Expr> {
+    /// stages itself, and the tensor's row length.
+    fn staged_scratch(&self, addr: &Expr) -> Option<(Expr, Expr)> {
         let ExprKind::Call(Intrinsic::AddressOf, a) = addr.kind() else {
             return None;
         };
@@ -398,10 +398,13 @@ impl Compiler<'_> {
             return None;
         };
         let st = self.staged.iter().find(|st| st.tensor.id() == b.id())?;
-        Some(Expr::call(
-            Intrinsic::AddressOf,
-            vec![Expr::load(&st.scratch, idx.clone())],
-            addr.dtype(),
+        Some((
+            Expr::call(
+                Intrinsic::AddressOf,
+                vec![Expr::load(&st.scratch, idx.clone())],
+                addr.dtype(),
+            ),
+            st.tensor.shape().last()?.clone(),
         ))
     }
 
@@ -793,6 +796,24 @@ impl Compiler<'_> {
                     pred,
                 }
             }
+            Intrinsic::LoadWindow => {
+                need(4)?;
+                Instr::LoadWindow {
+                    window: self.address(args.first(), &name)?,
+                    tensor: self.address(args.get(1), &name)?,
+                    off: self.expr(&args[2])?,
+                    count: self.expr(&args[3])?,
+                }
+            }
+            Intrinsic::StoreShifted => {
+                need(4)?;
+                Instr::StoreShifted {
+                    dst: self.address(args.first(), &name)?,
+                    window: self.address(args.get(1), &name)?,
+                    tensor: self.address(args.get(2), &name)?,
+                    off: self.expr(&args[3])?,
+                }
+            }
             Intrinsic::MemStore { sem, scope } | Intrinsic::MemRedAdd { sem, scope } => {
                 if matches!(op, Intrinsic::MemRedAdd { .. }) && sem.acquires() {
                     return Err(SimError::InvalidIr(format!(
@@ -1020,7 +1041,14 @@ impl Compiler<'_> {
                 // A tensor the kernel stages itself is read from its scratch, as the runtime's
                 // tensor map does.
                 let staged = self.staged_scratch(o.tensor);
-                let tensor = self.address(Some(staged.as_ref().unwrap_or(o.tensor)), &name)?;
+                let tensor = match &staged {
+                    Some((scratch, _)) => self.address(Some(scratch), &name)?,
+                    None => self.address(Some(o.tensor), &name)?,
+                };
+                let width = match &staged {
+                    Some((_, w)) => Some(self.expr(w)?),
+                    None => None,
+                };
                 let bar = self.address(o.barrier, &name)?;
                 let coords = o
                     .coords
@@ -1037,6 +1065,7 @@ impl Compiler<'_> {
                     bar,
                     coords,
                     mask,
+                    width,
                 }
             }
             Intrinsic::MbarrierArriveCluster => {

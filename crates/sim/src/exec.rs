@@ -607,6 +607,25 @@ impl Interp<'_, '_> {
                     src,
                     pred,
                 } => self.vec_copy(th, *lanes, dst, src, pred.as_ref(), pc)?,
+                Instr::LoadWindow {
+                    window,
+                    tensor,
+                    off,
+                    count,
+                } => {
+                    let off = self.eval(th, off, pc)?.as_i64();
+                    let count = self.eval(th, count, pc)?.as_i64();
+                    self.load_window(th, (window, tensor), off, count, pc)?
+                }
+                Instr::StoreShifted {
+                    dst,
+                    window,
+                    tensor,
+                    off,
+                } => {
+                    let off = self.eval(th, off, pc)?.as_i64();
+                    self.store_shifted(th, (dst, window, tensor), off, pc)?
+                }
                 Instr::BufferLoad {
                     bytes,
                     dst,
@@ -748,12 +767,13 @@ impl Interp<'_, '_> {
                     bar,
                     coords,
                     mask,
+                    width,
                 } => self.tma_load(
                     th,
                     box_dims,
                     (*swizzle, *pitched),
                     (dst, tensor, bar),
-                    (coords, mask.as_ref()),
+                    (coords, mask.as_ref(), width.as_ref()),
                     pc,
                 )?,
                 Instr::MbarArriveCluster { bar, rank } => {
@@ -931,6 +951,98 @@ impl Interp<'_, '_> {
             d.buf,
             doff,
             &data[..bytes],
+            rec(th.tid, Kind::Write, pc),
+        )
+    }
+
+    /// `Intrinsic::LoadWindow`: the tensor's bytes in `[a0, a0 + 32)` (`a0` element `off`'s
+    /// byte rounded down to 16, from the tensor's first element `tensor`, which the
+    /// simulator places 256-aligned) into the 32-bit window, the bytes outside its first
+    /// `count` elements zero. Reads only bytes inside the tensor, as the GPU forms do.
+    fn load_window(
+        &mut self,
+        th: &mut Thread,
+        (window, tensor): (&MemRef, &MemRef),
+        off: i64,
+        count: i64,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let w = self.addr(th, window, pc)?;
+        let t = self.addr(th, tensor, pc)?;
+        let eb = self.mem.info(t.buf).dtype.bytes() as i64;
+        if self.mem.info(w.buf).scope != Scope::Local || self.mem.info(w.buf).dtype.bytes() != 4 {
+            return Err(SimError::InvalidIr(format!(
+                "load_window at {}: the window is not a per-thread array of 32-bit words",
+                self.prog.span(pc as usize)
+            )));
+        }
+        let woff = self.mem.range(w.buf, w.elem, 32, th.tid, pc)?;
+        // The tensor's bytes, relative to its buffer, and the window's.
+        let (lo, hi) = (t.elem * eb, (t.elem + count) * eb);
+        let a0 = ((t.elem + off) * eb) & !15;
+        let mut data = [0u8; 32];
+        // Element-sized pieces: the tensor's bounds are element bounds.
+        let mut at = a0.max(lo);
+        while at < (a0 + 32).min(hi) {
+            let n = (16 - (at & 15)).min((a0 + 32).min(hi) - at) as usize;
+            let soff = self.mem.range(t.buf, at / eb, n, th.tid, pc)?;
+            let b = self.mem.read(
+                &th.local,
+                t.buf,
+                soff,
+                n,
+                rec(th.tid, Kind::IntrinsicRead, pc),
+            )?;
+            let d = (at - a0) as usize;
+            data[d..d + n].copy_from_slice(&b[..n]);
+            at += n as i64;
+        }
+        for half in 0..2 {
+            self.mem.write(
+                &mut th.local,
+                w.buf,
+                woff + 16 * half,
+                &data[16 * half..16 * half + 16],
+                rec(th.tid, Kind::Write, pc),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// `Intrinsic::StoreShifted`: the window's 16 bytes from element `off`'s byte within its
+    /// 16-byte unit, stored as one 16-byte-aligned vector.
+    fn store_shifted(
+        &mut self,
+        th: &mut Thread,
+        (dst, window, tensor): (&MemRef, &MemRef, &MemRef),
+        off: i64,
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let d = self.addr(th, dst, pc)?;
+        let w = self.addr(th, window, pc)?;
+        let t = self.addr(th, tensor, pc)?;
+        let eb = self.mem.info(t.buf).dtype.bytes() as i64;
+        let woff = self.mem.range(w.buf, w.elem, 32, th.tid, pc)?;
+        let mut win = [0u8; 32];
+        for half in 0..2 {
+            let b = self.mem.read(
+                &th.local,
+                w.buf,
+                woff + 16 * half,
+                16,
+                rec(th.tid, Kind::Load, pc),
+            )?;
+            win[16 * half..16 * half + 16].copy_from_slice(&b);
+        }
+        let shift = (((t.elem + off) * eb) & 15) as usize;
+        let doff = self.mem.range(d.buf, d.elem, 16, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
+        self.mem.write(
+            &mut th.local,
+            d.buf,
+            doff,
+            &win[shift..shift + 16],
             rec(th.tid, Kind::Write, pc),
         )
     }

@@ -410,9 +410,13 @@ impl Interp<'_, '_> {
         box_dims: &[u32],
         (swizzle, pitched): (u32, bool),
         (dst, tensor, bar): (&MemRef, &MemRef, &MemRef),
-        (coords, mask): (&[E], Option<&E>),
+        (coords, mask, width): (&[E], Option<&E>, Option<&E>),
         pc: u32,
     ) -> Result<(), SimError> {
+        let width = match width {
+            Some(w) => Some(self.eval(th, w, pc)?.as_i64()),
+            None => None,
+        };
         let (b, bloc, boff) = self.live_bar(th, bar, pc)?;
         let bar_abs = self.mem.info(bloc.buf).base + boff;
         // The blocks of the cluster it lands in (multicast), this one alone otherwise.
@@ -435,7 +439,7 @@ impl Interp<'_, '_> {
                 (0..size).filter(|r| m >> r & 1 == 1).collect()
             }
         };
-        let bx = self.tma_box(
+        let mut bx = self.tma_box(
             th,
             box_dims,
             (swizzle, pitched),
@@ -444,6 +448,7 @@ impl Interp<'_, '_> {
             "destination",
             pc,
         )?;
+        bx.width = width;
         let (d, t, doff, total) = (bx.shared, bx.tensor, bx.soff, bx.total);
         let di = self.mem.info(d.buf);
         // Read the box now (out-of-range elements are zeros), row by row.

@@ -12,6 +12,9 @@ use crate::exec::{Interp, Loc, Thread};
 /// A checked TMA box: the shared tile (`shared`, byte offset `soff` in its buffer), the
 /// global tensor, the box's coordinates and its shape in bytes.
 pub struct TmaBox {
+    /// The tensor's row length in elements where the map's is shorter than its buffer's
+    /// rows (a tensor staged into padded scratch): boxes read no further along the rows.
+    pub width: Option<i64>,
     pub shared: Loc,
     pub soff: usize,
     pub tensor: Loc,
@@ -147,6 +150,7 @@ impl Interp<'_, '_> {
         }
         self.mem.aligned(d.buf, soff, align, &name, th.tid, pc)?;
         Ok(TmaBox {
+            width: None,
             shared: d,
             soff,
             tensor: t,
@@ -183,7 +187,8 @@ impl Interp<'_, '_> {
                 .fold(0i64, |acc, (dd, &i)| acc * shape[dd] + i);
             let c0 = b.at[rank - 1];
             let lo = c0.max(0);
-            let hi = (c0 + inner).min(shape[rank - 1]);
+            let row_len = b.width.unwrap_or(shape[rank - 1]).min(shape[rank - 1]);
+            let hi = (c0 + inner).min(row_len);
             if lo >= hi {
                 continue;
             }

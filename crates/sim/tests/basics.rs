@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 
-use tl_ir::{DType, Expr, Var};
+use tl_ir::{DType, Expr, Intrinsic, Var};
 
 /// `out[i] = a[i] * 2 + 1` over a grid of 64-thread blocks, with a bounds guard.
 fn axpb(n_var: &Var) -> tl_ir::Kernel {
@@ -554,4 +554,92 @@ fn two_threads_of_a_block_storing_one_global_element_race() {
         }
         other => panic!("expected a race, got {other:?}"),
     }
+}
+
+/// `LoadWindow` + `StoreShifted` copy 16 bytes from any element to an aligned destination
+/// (what a kernel staging odd rows itself lowers to): at every 2-byte misalignment, at the
+/// tensor's end (the window's bytes past it read as zeros, and nothing past it is read), and
+/// from a tensor whose first element is not 16-byte aligned (nothing before it is read). A
+/// destination that is not 16-byte aligned is reported.
+#[test]
+fn shifted_vector_copies_realign_any_element() {
+    let n = 61i64;
+    let a = global("a", vec![Expr::int(n)], DType::F16);
+    let out = global("out", vec![Expr::int(128)], DType::F16);
+    let starts = [0i64, 9, 18, 27, 36, 45, 54, 57];
+    let copy = |b: &mut B, first: i64, count: i64, dst: Expr| {
+        let w = b.local("w", &[8], DType::U32);
+        let start = starts
+            .iter()
+            .enumerate()
+            .rev()
+            .fold(Expr::int(0), |acc, (t, &s)| {
+                Expr::select(tid().eq_(t as i64), Expr::int(s), acc)
+            });
+        let off = b.let_("off", start.cast(DType::I64));
+        b.call(
+            Intrinsic::LoadWindow,
+            vec![
+                addr(&w, 0),
+                addr(&a, first),
+                off.clone(),
+                Expr::int_of(count, DType::I64),
+            ],
+        );
+        b.call(
+            Intrinsic::StoreShifted,
+            vec![dst, addr(&w, 0), addr(&a, first), off],
+        );
+    };
+    let k = kernel(
+        "shifted",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        8,
+        |b, _| {
+            copy(b, 0, n, addr(&out, tid() * 8));
+            copy(b, 1, n - 1, addr(&out, tid() * 8 + 64));
+        },
+    );
+    let xs: Vec<f64> = (0..n).map(|i| (i + 1) as f64).collect();
+    let mut args = vec![
+        SimArg::tensor(DType::F16, &[n as usize], &xs),
+        SimArg::zeros(DType::F16, &[128]),
+    ];
+    run(&k, &mut args, &opts()).expect("runs");
+    let o = args[1].to_f64(DType::F16);
+    for (t, &s) in starts.iter().enumerate() {
+        for j in 0..8 {
+            let whole = if s + j < n { (s + j + 1) as f64 } else { 0.0 };
+            assert_eq!(o[t * 8 + j as usize], whole, "thread {t}, element {j}");
+            let view = if s + j < n - 1 {
+                (s + j + 2) as f64
+            } else {
+                0.0
+            };
+            assert_eq!(
+                o[64 + t * 8 + j as usize],
+                view,
+                "from a[1]: thread {t}, element {j}"
+            );
+        }
+    }
+
+    let k = kernel(
+        "shifted_mis",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| copy(b, 0, n, addr(&out, 1)),
+    );
+    let mut args = vec![
+        SimArg::zeros(DType::F16, &[n as usize]),
+        SimArg::zeros(DType::F16, &[128]),
+    ];
+    assert!(matches!(
+        run(&k, &mut args, &opts()),
+        Err(SimError::Misaligned { align: 16, .. })
+    ));
 }

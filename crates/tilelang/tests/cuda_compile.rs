@@ -428,7 +428,8 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
 /// both printers without spills, at the default 128×256 tiles: B's rows in NN (odd N) and both
 /// operands' in NT (odd K). Each staged tensor takes its scratch and flags as two pointers
 /// after the tensor maps; the producer acquires the flags and fences the proxies before its
-/// TMA loads; the consumers' copy is plain 2-byte loads and stores.
+/// TMA loads; the consumers' copy is 16-byte vectors: two read-only 16-byte loads of the
+/// window around each vector, funnel shifts, one 16-byte store (`LoadWindow`, `StoreShifted`).
 #[test]
 fn rows_staged_in_kernel_compile_without_spills() {
     use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
@@ -499,6 +500,13 @@ fn rows_staged_in_kernel_compile_without_spills() {
                 "{} {printer}: no HGMMA",
                 layout.name()
             );
+            for op in ["LDG.E.128.CONSTANT", "STG.E.128", "SHF.R.W.U32"] {
+                assert!(
+                    ops.contains_key(op),
+                    "{} {printer}: the copy has no {op}",
+                    layout.name()
+                );
+            }
         }
     }
 }

@@ -1075,15 +1075,16 @@ fn staged_rows_variant(k: &Kernel, aligned: &[&str], staged: &[&str]) -> tilelan
 }
 
 /// Odd rows the kernel stages itself (`TILELANG_STAGE_IN_KERNEL=1`): its consumers copy them
-/// into the scratch the TMA reads, a publisher releases each chunk by its flags, and the
-/// producer acquires them before its loads — the simulator reads TMA boxes of a staged tensor
-/// from its scratch, as the runtime's tensor maps do. Agrees with the CPU backend where B's
-/// rows are odd (NN, odd N), where both operands' are (odd K), and where both are and every
-/// chunk is copied before the first k step (K of three chunks); the first two with more chunks
-/// than go before the first k step, and a thread's share of a chunk spanning several units (two
-/// persistent blocks over wide rows: the units past those the registers hold are copied at
-/// once). Planted bugs are reported by the memory-order check: no
-/// proxy fence before the TMA loads, no fence before the flags, no wait for the flags.
+/// as 16-byte vectors into the scratch the TMA reads, a publisher releases each chunk by its
+/// flags, and the producer acquires them before its loads — the simulator reads TMA boxes of a
+/// staged tensor from its scratch, bounded by the tensor's row length as the runtime's tensor
+/// maps are (the vectors that end a row leave the next row's first elements in the padding).
+/// Agrees with the CPU backend where B's rows are odd (NN, odd N), where both operands' are
+/// (odd K), and where both are in NN; with chunks copied in the k loop (a K of 73 chunks, 5
+/// past those copied before the first k step), and a thread's share of a chunk spanning
+/// several units (two persistent blocks over wide rows: the units past those the registers
+/// hold are copied at once). Planted bugs are reported by the memory-order check: no proxy
+/// fence before the TMA loads, no fence before the flags, no wait for the flags.
 #[test]
 fn odd_rows_staged_in_kernel_in_sim() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {
@@ -1111,6 +1112,12 @@ fn odd_rows_staged_in_kernel_in_sim() {
             &["M"][..],
             &["A", "B"][..],
             [64, 133, 197],
+        ),
+        (
+            gemm::Layout::NT,
+            &["M", "N"][..],
+            &["A", "B"][..],
+            [70, 136, 4609],
         ),
     ];
     for (layout, aligned, staged, [m, n, kk]) in cases {

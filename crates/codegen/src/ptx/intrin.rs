@@ -7,6 +7,7 @@ use super::emit::{Addr, Emitter, R};
 use super::regs::{Class, Val};
 
 pub(crate) mod shmem;
+mod window;
 
 /// The buffer and indices of an `address_of(buf[idx])` argument.
 fn target(e: Option<&Expr>) -> R<(&Buffer, &[Expr])> {
@@ -681,6 +682,14 @@ impl Emitter {
                 }
             }
             Intrinsic::VecCopy { lanes } => self.vec_copy(op, *lanes, args)?,
+            Intrinsic::LoadWindow => {
+                Self::nargs(op, args, 4)?;
+                self.load_window(args)?
+            }
+            Intrinsic::StoreShifted => {
+                Self::nargs(op, args, 4)?;
+                self.store_shifted(args)?
+            }
             Intrinsic::AtomicAdd => {
                 Self::nargs(op, args, 2)?;
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global, Scope::Shared])?;

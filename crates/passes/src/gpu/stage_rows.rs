@@ -5,8 +5,11 @@
 //! 22.7 µs for a 4096×4095 bf16 operand, all of it ahead of a 185 µs GEMM, which keeps odd
 //! sizes under 0.85× of the aligned ones (docs/design/odd-rows-overlap.md). Here a
 //! persistent warp-specialized kernel does the copy itself instead, spread over the first k
-//! steps of its consumers while their wgmma groups run: a few elements per thread per k
-//! step, on every SM at once.
+//! steps of its consumers while their wgmma groups run: one 16-byte vector of the scratch per
+//! thread and staged tensor per k step, on every SM at once. A vector is the 32 aligned bytes
+//! around its source (`Intrinsic::LoadWindow`, two 16-byte loads) funnel-shifted into one
+//! 16-byte store (`Intrinsic::StoreShifted`); its bytes past a row's end land in the
+//! scratch's padding, which the tensor map leaves out.
 //!
 //! The copy goes chunk by chunk, a chunk being what one k step's TMA box covers along K (all
 //! the rows of a K-major operand for `bk` columns, or `bk` rows of an MN-major one), the
@@ -31,13 +34,16 @@
 //!
 //! Correct on the GPU and in the simulator (whose memory-order check follows the chain:
 //! stores, mbarrier hand-over, fence, flag, acquire, proxy fence, TMA) — but slower than the
-//! runtime's copy on an H200 (4096×4095×4096 NN 406 TFLOP/s from the PTX printer, 557 from
-//! NVRTC, against 654; 4096×4096×4095 NT 282 and 514 against 626; docs/performance.md,
-//! session 39): the instructions of the consumers' element-by-element copy, not the
-//! synchronization, slow the first round's k steps. Hence off by default; what it builds
-//! (runtime-provided buffers after the tensor maps, flag waits in the producer, the memory
-//! order of the hand-over in the simulator) is what a leaner copy — or a copy kernel on a few
-//! SMs beside the GEMM — needs too.
+//! runtime's copy on an H200 (docs/performance.md, sessions 39 and 40). The element-by-element
+//! copy of session 39 ran 4096×4095×4096 NN at 406 TFLOP/s and 4096×4096×4095 NT at 282
+//! against the runtime's 654 and 626; these vectors run them at 569–597 and 537–576 against
+//! 652–663 and 624–635. Copying every chunk before the first k step (`TILELANG_STAGE_LEAD=64`)
+//! is no faster than overlapping them, so what is left is the copy's own rate on 256
+//! consumer threads an SM, not the overlap (ncu, run 38f: before the first k step the copy's
+//! warps stall on dependent integer arithmetic and on issue, hardly on its loads).
+//! Hence off by default; what it builds (runtime-provided buffers after the tensor maps, flag
+//! waits in the producer, the memory order of the hand-over in the simulator) is what a copy
+//! kernel on a few SMs beside the GEMM needs too.
 
 use tl_ir::ops::{ceildiv, min};
 use tl_ir::{
@@ -47,20 +53,26 @@ use tl_ir::{
 
 use crate::tile_util::{address_of, eval, if_then, store};
 
-/// Elements of each staged tensor a consumer thread copies per unit.
-const PER_STEP: i64 = 8;
+/// 32-bit words of a window (`Intrinsic::LoadWindow`): the 32 bytes around a 16-byte vector.
+const WINDOW: i64 = 8;
 /// Units of a chunk a consumer thread keeps in registers from one k step to the next (the
-/// loads of one step, the stores of the next); a chunk of more units (a tensor larger than
-/// `PER_STEP · HELD_UNITS` elements per thread along its chunks) copies the rest at once.
+/// loads of one step, the stores of the next), a unit being one 16-byte vector of every
+/// staged tensor; a chunk of more units (more vectors than all consumer threads of the
+/// launch) copies the rest at once.
 const HELD_UNITS: i64 = 1;
-/// Units (`PER_STEP` elements) a consumer thread has in flight at once while copying the
-/// first chunks, before its first k step.
-const PROLOGUE_BATCH: i64 = 4;
-/// Chunks copied ahead of the producer's first loads, beyond the pipeline's stages: a chunk
-/// loaded in consumer step s is stored and handed over in step s + 1, the publisher's fence
-/// and flag and the producer's poll of it take a few steps more, and the producer runs
-/// `stages` steps ahead of the consumers.
-const LEAD_MARGIN: i64 = 6;
+/// Chunks a consumer thread has in flight at once while copying the first chunks, before its
+/// first k step (`TILELANG_STAGE_BATCH`): 8 ran 4096×4095×4096 NN at 633 TFLOP/s against 623
+/// with 4 on an H200 (run 38h).
+const PROLOGUE_BATCH: i64 = 8;
+/// Chunks copied before the consumers' first k step, beyond the pipeline's stages
+/// (`TILELANG_STAGE_LEAD`). At least a few: a chunk loaded in consumer step s is stored and
+/// handed over in step s + 1, the publisher's fence and flag and the producer's poll of it
+/// take a few steps more, and the producer runs `stages` steps ahead of the consumers. But
+/// on an H200 every chunk copied in the k loop slowed its step by more than the chunk took
+/// before the first step (run 38h: 4096×4095×4096 NN 633 TFLOP/s with all 64 chunks first,
+/// 602 with 34, 585 with 10; 4096×4096×4095 NT 576, 550, 544), so a K of up to
+/// `stages + 64` chunks is copied whole before the first k step.
+const LEAD_MARGIN: i64 = 64;
 /// Chunks a hand-over covers after the first ones.
 const GROUP: i64 = 1;
 /// Chunks in the consumers' register ring (see `Plan::depth`).
@@ -92,6 +104,16 @@ impl Tensor {
     }
 }
 
+/// Where a vector of a staged tensor lies in every chunk: its row within the chunk's rows
+/// and its column (a tensor chunked by rows), or its row and its column within the chunk's
+/// columns; and its first element's offset in the tensor in chunk 0 (the chunk adds
+/// [`Plan::chunk_stride`] elements a chunk).
+struct Vector {
+    a: Expr,
+    b: Expr,
+    offset: Expr,
+}
+
 /// What the kernel stages and how: found in the producer half by [`plan`].
 pub(crate) struct Plan {
     tensors: Vec<Tensor>,
@@ -114,6 +136,8 @@ pub(crate) struct Plan {
     /// Chunks in the consumers' register ring: each is stored `depth - 1` k steps after
     /// its loads were issued, which hides their latency from the tensor cores.
     depth: i64,
+    /// Units a consumer thread has in flight while copying the first chunks.
+    batch: i64,
     /// Two mbarriers in shared memory: the consumer warps' hand-over of what they stored
     /// (`[0]`, one arrival per warp), and the publisher's acknowledgement (`[1]`, one).
     bars: Buffer,
@@ -191,6 +215,7 @@ pub(crate) fn plan(k: &Kernel, producer: &Stmt, consumers: u32, stages: u32) -> 
         lead: i64::from(stages) + knob("TILELANG_STAGE_LEAD", LEAD_MARGIN),
         group: knob("TILELANG_STAGE_GROUP", GROUP).max(1),
         depth: knob("TILELANG_STAGE_DEPTH", DEPTH).clamp(2, 6),
+        batch: knob("TILELANG_STAGE_BATCH", PROLOGUE_BATCH).clamp(1, 16),
         bars: Buffer::new(
             "staged_bars",
             vec![Expr::int(2)],
@@ -356,17 +381,6 @@ fn add_one(flags: &Buffer, i: Expr, span: tl_ir::Span) -> Stmt {
         vec![address_of(flags, vec![i]), Expr::int_of(1, DType::U32)],
         span,
     )
-}
-
-/// A consumer thread's share of one tensor's chunks: where element `e` of chunk `c` lies.
-struct Share {
-    /// Rows (or columns) apart between a thread's elements `e` and `e + 1`.
-    stride: Var,
-    /// The thread's first row and column within a chunk.
-    row0: Var,
-    col0: Var,
-    /// How many of its elements a chunk has (along the dim its elements are `stride` apart).
-    count: Var,
 }
 
 impl Plan {
@@ -613,6 +627,91 @@ impl Plan {
         Stmt::seq(out, span)
     }
 
+    /// 16-byte vectors of `t`'s scratch a chunk covers: `bk` rows of whole vectors (the
+    /// last one reaches into the row's padding), or `bk` columns of every row.
+    fn chunk_vectors(&self, t: &Tensor) -> Expr {
+        let v = 16 / t.staged.tensor.dtype().bytes() as i64;
+        if t.along_rows {
+            up_div(t.width(), Expr::int(v)) * self.bk
+        } else {
+            t.rows() * (self.bk / v)
+        }
+    }
+
+    /// Where a chunk's vector `i` of `t` lies, apart from the chunk.
+    fn vector_parts(&self, t: &Tensor, i: Expr) -> Vector {
+        let v = 16 / t.staged.tensor.dtype().bytes() as i64;
+        let per_row = if t.along_rows {
+            up_div(t.width(), Expr::int(v))
+        } else {
+            Expr::int(self.bk / v)
+        };
+        let (a, b) = (div(i.clone(), per_row.clone()), rem(i, per_row) * v);
+        let i64_ = DType::I64;
+        let offset = a.clone().cast(i64_) * t.width().cast(i64_) + b.clone().cast(i64_);
+        Vector { a, b, offset }
+    }
+
+    /// Elements between a vector's first element in one chunk and in the next.
+    fn chunk_stride(&self, t: &Tensor) -> Expr {
+        let bk = Expr::int_of(self.bk, DType::I64);
+        if t.along_rows {
+            t.width().cast(DType::I64) * bk
+        } else {
+            bk
+        }
+    }
+
+    /// The row and column of a vector of chunk `chunk` of `t` from its chunk-free parts
+    /// ([`Plan::vector_parts`]), and whether the chunk has it: its first element inside the
+    /// tensor (the vector's bytes past a row's end land in the scratch's padding, which the
+    /// tensor map leaves out).
+    fn place(&self, t: &Tensor, chunk: &Expr, v: &Vector) -> (Expr, Expr, Expr) {
+        let (a, b) = (v.a.clone(), v.b.clone());
+        let bk = Expr::int(self.bk);
+        if t.along_rows {
+            let row = chunk.clone() * self.bk + a.clone();
+            let ok = a.lt(bk).and(row.clone().lt(t.rows()));
+            (row, b, ok)
+        } else {
+            let col = chunk.clone() * self.bk + b;
+            let ok = a.clone().lt(t.rows()).and(col.clone().lt(t.width()));
+            (a, col, ok)
+        }
+    }
+
+    /// One vector of `t` at (`row`, `col`), element `offset` of the tensor: loaded into the
+    /// window at word `word` of `win`, or stored from there into the scratch.
+    fn copy_vector(
+        &self,
+        t: &Tensor,
+        (row, col, offset): (Expr, Expr, Expr),
+        win: &Buffer,
+        word: i64,
+        load: bool,
+        span: tl_ir::Span,
+    ) -> Stmt {
+        let i64_ = DType::I64;
+        let tensor = &t.staged.tensor;
+        let first = address_of(tensor, vec![Expr::int(0), Expr::int(0)]);
+        let window = address_of(win, vec![Expr::int(word)]);
+        if load {
+            let count = t.rows().cast(i64_) * t.width().cast(i64_);
+            eval(
+                Intrinsic::LoadWindow,
+                vec![window, first, offset, count],
+                span,
+            )
+        } else {
+            let dst = address_of(&t.staged.scratch, vec![row, col]);
+            eval(
+                Intrinsic::StoreShifted,
+                vec![dst, window, first, offset],
+                span,
+            )
+        }
+    }
+
     /// The consumers with the copy: the first chunks before everything, a chunk a k step in
     /// the k loop (after its first wgmma commit), and what is left after the rounds.
     /// `None` where the consumers have no k loop with a wgmma commit.
@@ -621,7 +720,6 @@ impl Plan {
         let i32_ = DType::I32;
         let tid = Expr::call(Intrinsic::ThreadIdx, vec![], i32_);
         let threads = Expr::int(i64::from(self.consumers));
-        let bk = Expr::int(self.bk);
         let mut pre = vec![];
         // This thread's index among all consumer threads of the launch, and their count.
         let me = Var::new("staged_me", i32_);
@@ -633,46 +731,37 @@ impl Plan {
         ));
         pre.push(let_(&all, self.blocks.clone() * threads.clone(), span));
         let (me, all) = (Expr::from(&me), Expr::from(&all));
-        // Per tensor: its share's layout and how many elements a thread copies per chunk.
-        let mut shares = vec![];
+        // Per tensor: how many 16-byte vectors of the scratch a chunk has; a thread copies
+        // vectors `me`, `me + all`, … of each chunk (a unit: one vector of every tensor).
         let mut units: Option<Expr> = None;
         for t in &self.tensors {
-            let stride = Var::new("staged_stride", i32_);
-            let row0 = Var::new("staged_row0", i32_);
-            let col0 = Var::new("staged_col0", i32_);
-            let count = Var::new("staged_count", i32_);
-            let per_chunk;
-            if t.along_rows {
-                // `bk` rows a chunk, each row's columns dealt over `all / bk` threads.
-                pre.push(let_(&stride, div(all.clone(), bk.clone()), span));
-                pre.push(let_(&row0, div(me.clone(), Expr::from(&stride)), span));
-                pre.push(let_(&col0, rem(me.clone(), Expr::from(&stride)), span));
-                per_chunk = up_div(t.width(), Expr::from(&stride));
-                let mine = tl_ir::ops::max(t.width() - Expr::from(&col0), Expr::int(0));
-                pre.push(let_(&count, up_div(mine, Expr::from(&stride)), span));
-            } else {
-                // `bk` columns a chunk, each thread one column of every `all / bk`-th row.
-                pre.push(let_(&stride, div(all.clone(), bk.clone()), span));
-                pre.push(let_(&row0, div(me.clone(), bk.clone()), span));
-                pre.push(let_(&col0, rem(me.clone(), bk.clone()), span));
-                per_chunk = up_div(t.rows(), Expr::from(&stride));
-                let mine = tl_ir::ops::max(t.rows() - Expr::from(&row0), Expr::int(0));
-                pre.push(let_(&count, up_div(mine, Expr::from(&stride)), span));
-            }
-            let u = ceildiv(per_chunk, PER_STEP);
+            let u = up_div(self.chunk_vectors(t), all.clone());
             units = Some(match units {
                 None => u,
                 Some(x) => tl_ir::ops::max(x, u),
             });
-            shares.push(Share {
-                stride,
-                row0,
-                col0,
-                count,
-            });
         }
-        // Units a chunk (each `PER_STEP` elements of every tensor), all units, and those copied
-        // before the first k step.
+        // The chunk-free parts of where this thread's vectors of the first `HELD_UNITS`
+        // units lie (the ring's), worked out once.
+        let mut held_parts: Vec<Vec<Vector>> = vec![];
+        for sub in 0..HELD_UNITS {
+            let mut per_tensor = vec![];
+            for t in &self.tensors {
+                let v = self.vector_parts(t, me.clone() + all.clone() * sub);
+                let (va, vb) = (Var::new("staged_at", i32_), Var::new("staged_at", i32_));
+                let vo = Var::new("staged_offset", DType::I64);
+                pre.push(let_(&va, v.a, span));
+                pre.push(let_(&vb, v.b, span));
+                pre.push(let_(&vo, v.offset, span));
+                per_tensor.push(Vector {
+                    a: Expr::from(&va),
+                    b: Expr::from(&vb),
+                    offset: Expr::from(&vo),
+                });
+            }
+            held_parts.push(per_tensor);
+        }
+        // Units a chunk, and the chunks copied before the first k step.
         let per = Var::new("staged_units", i32_);
         let lead_chunks = Var::new("staged_lead", i32_);
         pre.push(let_(&per, units?, span));
@@ -682,7 +771,6 @@ impl Plan {
             span,
         ));
         let (per, lead_chunks) = (Expr::from(&per), Expr::from(&lead_chunks));
-        let lead_units = lead_chunks.clone() * per.clone();
         let next = local("staged_next", 1, i32_, span);
         let held = local("staged_held", 1, i32_, span);
         let topub = local("staged_publish", 1, i32_, span);
@@ -693,78 +781,46 @@ impl Plan {
         pre.push(store(&next, vec![Expr::int(0)], lead_chunks.clone(), span));
         pre.push(store(&held, vec![Expr::int(0)], lead_chunks.clone(), span));
         pre.push(store(&topub, vec![Expr::int(0)], Expr::int(-1), span));
-        let regs: Vec<Buffer> = self
-            .tensors
-            .iter()
-            .map(|t| {
-                local(
-                    "staged_regs",
-                    PER_STEP * HELD_UNITS * self.depth,
-                    t.staged.tensor.dtype(),
-                    span,
-                )
-            })
-            .collect();
-        let spare: Vec<Buffer> = self
-            .tensors
-            .iter()
-            .map(|t| local("staged_spare", PER_STEP, t.staged.tensor.dtype(), span))
-            .collect();
+        // The register ring: a window (`WINDOW` words) a tensor, unit held and slot.
+        let windows = |name: &str, n: i64| -> Vec<Buffer> {
+            self.tensors
+                .iter()
+                .map(|_| local(name, WINDOW * n, DType::U32, span))
+                .collect()
+        };
+        let regs = windows("staged_ring", HELD_UNITS * self.depth);
+        let spare = windows("staged_spare", 1);
         for r in regs.iter().chain(&spare) {
             pre.push(alloc(r, span));
         }
-
-        // Where element `e` of chunk `chunk`'s share of tensor `ti` lies: (row, col, in
-        // bounds). Along the chunk's rows (or columns) the bound is one compare a unit; along
-        // the other dim, `e` against this thread's element count (`Share::count`).
-        let place = |ti: usize, chunk: &Expr, e: Expr| -> (Expr, Expr, Expr) {
-            let t = &self.tensors[ti];
-            let s = &shares[ti];
-            let count = Expr::from(&s.count);
-            if t.along_rows {
-                let row = chunk.clone() * self.bk + Expr::from(&s.row0);
-                let col = Expr::from(&s.col0) + e.clone() * Expr::from(&s.stride);
-                let ok = row.lt(t.rows()).and(e.lt(count));
-                (row, col, ok)
-            } else {
-                let row = Expr::from(&s.row0) + e.clone() * Expr::from(&s.stride);
-                let col = chunk.clone() * self.bk + Expr::from(&s.col0);
-                let ok = col.lt(t.width()).and(e.lt(count));
-                (row, col, ok)
-            }
-        };
-        // Load (or store) unit `sub` of chunk `chunk` of every tensor: `PER_STEP` elements
-        // each, from the tensor into `regs` from `slot0` on (or from there into the scratch).
-        let unit_copy =
-            |chunk: Expr, sub: Expr, slot0: Expr, load: bool, regs: &[Buffer]| -> Stmt {
+        // Load (or store) one vector of chunk `chunk` of every tensor, the one whose
+        // chunk-free parts `parts` gives, from the tensor into the window at word `word` (or
+        // from there into the scratch).
+        let vector_copy =
+            |chunk: Expr, parts: &[Vector], word: i64, load: bool, wins: &[Buffer]| {
                 let c = Var::new("staged_chunk", i32_);
-                let e0 = Var::new("staged_first", i32_);
-                let mut body = vec![let_(&c, chunk, span), let_(&e0, sub * PER_STEP, span)];
+                let mut body = vec![let_(&c, chunk, span)];
                 for (ti, t) in self.tensors.iter().enumerate() {
-                    for i in 0..PER_STEP {
-                        let e = Expr::from(&e0) + i;
-                        let (row, col, ok) = place(ti, &Expr::from(&c), e);
-                        let slot = slot0.clone() + i;
-                        let st = if load {
-                            store(
-                                &regs[ti],
-                                vec![slot],
-                                Expr::load(&t.staged.tensor, vec![row, col]),
-                                span,
-                            )
-                        } else {
-                            store(
-                                &t.staged.scratch,
-                                vec![row, col],
-                                Expr::load(&regs[ti], vec![slot]),
-                                span,
-                            )
-                        };
-                        body.push(if_then(Some(ok), st, span));
-                    }
+                    let v = &parts[ti];
+                    let (row, col, ok) = self.place(t, &Expr::from(&c), v);
+                    let offset =
+                        v.offset.clone() + Expr::from(&c).cast(DType::I64) * self.chunk_stride(t);
+                    body.push(if_then(
+                        Some(ok),
+                        self.copy_vector(t, (row, col, offset), &wins[ti], word, load, span),
+                        span,
+                    ));
                 }
                 Stmt::seq(body, span)
             };
+        // The chunk-free parts of unit `sub` (any, worked out here).
+        let parts_of = |sub: Expr| -> Vec<Vector> {
+            self.tensors
+                .iter()
+                .map(|t| self.vector_parts(t, me.clone() + all.clone() * sub.clone()))
+                .collect()
+        };
+
         // Hand what this thread stored so far to the block's publisher: wait until it took
         // the last hand-over (so the barrier is never a phase ahead of it), then each warp
         // arrives (a release at CTA scope; the publisher fences for the GPU).
@@ -803,42 +859,58 @@ impl Plan {
             )
         };
 
-        // The first chunks, `PROLOGUE_BATCH` units in flight at a time.
-        let prologue_regs: Vec<Buffer> = self
-            .tensors
-            .iter()
-            .map(|t| {
-                local(
-                    "staged_first",
-                    PER_STEP * PROLOGUE_BATCH,
-                    t.staged.tensor.dtype(),
-                    span,
-                )
-            })
-            .collect();
-        for r in &prologue_regs {
+        // The first chunks, `Plan::batch` chunks in flight at a time: the held units of each
+        // (whose places were worked out once), then any further units chunk by chunk.
+        let first = windows("staged_first", self.batch * HELD_UNITS);
+        for r in &first {
             pre.push(alloc(r, span));
         }
         let batch = Var::new("staged_batch", i32_);
         let mut batch_body = vec![];
         for load in [true, false] {
-            for q in 0..PROLOGUE_BATCH {
-                let unit = Expr::from(&batch) * PROLOGUE_BATCH + q;
-                let copy = unit_copy(
-                    div(unit.clone(), per.clone()),
-                    rem(unit.clone(), per.clone()),
-                    Expr::int(q * PER_STEP),
-                    load,
-                    &prologue_regs,
-                );
-                batch_body.push(if_then(Some(unit.lt(lead_units.clone())), copy, span));
+            for q in 0..self.batch {
+                let chunk = Expr::from(&batch) * self.batch + q;
+                for (sub, parts) in held_parts.iter().enumerate() {
+                    let word = (q * HELD_UNITS + sub as i64) * WINDOW;
+                    let copy = vector_copy(chunk.clone(), parts, word, load, &first);
+                    let due = chunk
+                        .clone()
+                        .lt(lead_chunks.clone())
+                        .and(per.clone().gt(sub as i64));
+                    batch_body.push(if_then(Some(due), copy, span));
+                }
             }
         }
         pre.push(serial_for(
             batch,
             Expr::int(0),
-            ceildiv(lead_units.clone(), PROLOGUE_BATCH),
+            up_div(lead_chunks.clone(), Expr::int(self.batch)),
             Stmt::seq(batch_body, span),
+            span,
+        ));
+        let (chunk, sub) = (
+            Var::new("staged_chunk", i32_),
+            Var::new("staged_unit", i32_),
+        );
+        let (ce, se) = (Expr::from(&chunk), Expr::from(&sub));
+        let further = Stmt::seq(
+            vec![
+                vector_copy(ce.clone(), &parts_of(se.clone()), 0, true, &spare),
+                vector_copy(ce, &parts_of(se), 0, false, &spare),
+            ],
+            span,
+        );
+        pre.push(serial_for(
+            chunk,
+            Expr::int(0),
+            lead_chunks.clone(),
+            serial_for(
+                sub,
+                Expr::int(HELD_UNITS),
+                tl_ir::ops::max(per.clone() - HELD_UNITS, Expr::int(0)),
+                further,
+                span,
+            ),
             span,
         ));
         pre.push(signal());
@@ -854,8 +926,9 @@ impl Plan {
                 .map(|slot| {
                     let units = (0..HELD_UNITS)
                         .map(|sub| {
-                            let at = Expr::int((slot * HELD_UNITS + sub) * PER_STEP);
-                            let copy = unit_copy(chunk.clone(), Expr::int(sub), at, load, &regs);
+                            let at = (slot * HELD_UNITS + sub) * WINDOW;
+                            let parts = &held_parts[sub as usize];
+                            let copy = vector_copy(chunk.clone(), parts, at, load, &regs);
                             if_then(Some(per.clone().gt(sub)), copy, span)
                         })
                         .collect();
@@ -892,8 +965,8 @@ impl Plan {
                 tl_ir::ops::max(per.clone() - HELD_UNITS, Expr::int(0)),
                 Stmt::seq(
                     vec![
-                        unit_copy(chunk.clone(), extra_sub.clone(), Expr::int(0), true, &spare),
-                        unit_copy(chunk.clone(), extra_sub, Expr::int(0), false, &spare),
+                        vector_copy(chunk.clone(), &parts_of(extra_sub.clone()), 0, true, &spare),
+                        vector_copy(chunk.clone(), &parts_of(extra_sub), 0, false, &spare),
                     ],
                     span,
                 ),
@@ -960,6 +1033,8 @@ impl Plan {
                 };
                 let at = v.iter().position(commit)?;
                 let mut items = v.clone();
+                // After the commit, while the step's wgmma runs (at the step's end, after the
+                // stage's release, ran slower: run 38i).
                 items.insert(at + 1, step());
                 l2.body = Stmt::seq(items, l.body.span);
                 Some(Stmt::new(StmtKind::For(Box::new(l2)), span))
