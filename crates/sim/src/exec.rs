@@ -981,7 +981,8 @@ impl Interp<'_, '_> {
         let (lo, hi) = (t.elem * eb, (t.elem + count) * eb);
         let a0 = ((t.elem + off) * eb) & !15;
         let mut data = [0u8; 32];
-        // Element-sized pieces: the tensor's bounds are element bounds.
+        // Up to each 16-byte boundary, inside the tensor's bytes (whole elements: its bounds
+        // are element bounds).
         let mut at = a0.max(lo);
         while at < (a0 + 32).min(hi) {
             let n = (16 - (at & 15)).min((a0 + 32).min(hi) - at) as usize;

@@ -36,14 +36,14 @@
 //! stores, mbarrier hand-over, fence, flag, acquire, proxy fence, TMA) — but slower than the
 //! runtime's copy on an H200 (docs/performance.md, sessions 39 and 40). The element-by-element
 //! copy of session 39 ran 4096×4095×4096 NN at 406 TFLOP/s and 4096×4096×4095 NT at 282
-//! against the runtime's 654 and 626; these vectors run them at 569–597 and 537–576 against
-//! 652–663 and 624–635. Copying every chunk before the first k step (`TILELANG_STAGE_LEAD=64`)
-//! is no faster than overlapping them, so what is left is the copy's own rate on 256
-//! consumer threads an SM, not the overlap (ncu, run 38f: before the first k step the copy's
-//! warps stall on dependent integer arithmetic and on issue, hardly on its loads).
-//! Hence off by default; what it builds (runtime-provided buffers after the tensor maps, flag
-//! waits in the producer, the memory order of the hand-over in the simulator) is what a copy
-//! kernel on a few SMs beside the GEMM needs too.
+//! against the runtime's 654 and 626; these vectors, every chunk copied before the first k
+//! step, run them at 621 and 564 against 649 and 624. Chunks copied in the k loop slow their
+//! steps by more than they cost before the first one (see `LEAD_MARGIN`), and before it the
+//! copy moves about 1 TB/s on 256 consumer threads an SM, its stores waiting on its loads
+//! (ncu, run 38l), where the runtime's copy kernel moves 2.9. Hence off by default; what it
+//! builds (runtime-provided buffers after the tensor maps, flag waits in the producer, the
+//! memory order of the hand-over in the simulator) is what a copy kernel on a few SMs beside
+//! the GEMM needs too.
 
 use tl_ir::ops::{ceildiv, min};
 use tl_ir::{
