@@ -199,6 +199,10 @@ TL_DEVICE void tl_load_window(uint32_t* w, const T* base, long long off, long lo
         }
     }
 }
+/* A hint that writes no register (a warp issuing wgmma waits for loads that do). */
+TL_DEVICE void tl_prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" :: "l"(p));
+}
 /* The window's 16 bytes from the source's byte within its 16-byte unit: words picked by
    selects (constant indices keep the window in registers), then funnel shifts. */
 template <typename T>

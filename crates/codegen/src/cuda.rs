@@ -671,6 +671,7 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
         Intrinsic::Ldmatrix { .. } => i == 0,
         Intrinsic::LoadWindow => i == 1,
         Intrinsic::StoreShifted => i == 1 || i == 2,
+        Intrinsic::PrefetchL2 => i == 0,
         Intrinsic::MmaSync { .. } => i >= 1,
         Intrinsic::Wgmma { .. } => i == 1 || i == 2 || i >= 5,
         _ => false,
@@ -1474,6 +1475,17 @@ impl Printer<'_> {
                 format!("tl_bulk_store({d}, {s}, {n})")
             }
             Intrinsic::BulkCommit => "tl_bulk_commit()".into(),
+            Intrinsic::PrefetchL2 => {
+                if !self.cuda_nargs(op, args, 1) {
+                    return "0".into();
+                }
+                let Some((a, _)) =
+                    self.cuda_addr(op, args.first(), "address", &[Scope::Global], None)
+                else {
+                    return "0".into();
+                };
+                format!("tl_prefetch_l2({a})")
+            }
             Intrinsic::BulkWait { n, read } => {
                 format!("tl_bulk_wait{}({n})", if *read { "_read" } else { "" })
             }

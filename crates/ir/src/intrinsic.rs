@@ -69,6 +69,11 @@ pub enum Intrinsic {
     /// destination (a 16-byte-aligned global element), the window, the tensor's first
     /// element and `offset` (the `LoadWindow` ones, which say where the 16 bytes start).
     StoreShifted,
+    /// `prefetch.global.L2` of the line holding a global element; args: its address. Writes
+    /// no register, so a warp that issues wgmma does not wait for it (ptxas makes the next
+    /// `WARPGROUP.ARRIVE` wait for every load still writing a register). A hint: the element
+    /// need not be inside its tensor.
+    PrefetchL2,
     /// `atomicAdd(addr, value)`; args: address, value. Returns nothing usable here.
     AtomicAdd,
     /// `*addr = max(*addr, value)` atomically; args as for `AtomicAdd`. Floats compare as
@@ -553,6 +558,7 @@ impl Intrinsic {
             Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
             Intrinsic::LoadWindow => "load_window".into(),
             Intrinsic::StoreShifted => "store_shifted".into(),
+            Intrinsic::PrefetchL2 => "prefetch_l2".into(),
             Intrinsic::AtomicAdd => "atomic_add".into(),
             Intrinsic::AtomicMax => "atomic_max".into(),
             Intrinsic::AtomicMin => "atomic_min".into(),

@@ -1101,6 +1101,13 @@ impl Compiler<'_> {
                 Instr::BulkStore { dst, src, bytes }
             }
             Intrinsic::BulkCommit => Instr::BulkCommit,
+            // A hint with no effect on memory; its operand must still name a global element.
+            Intrinsic::PrefetchL2 => {
+                need(1)?;
+                let a = self.address(args.first(), &name)?;
+                self.global_operand(&a, &name)?;
+                Instr::Eval(E::Const(Value::Int(0)))
+            }
             // The model writes global memory at issue, but keeps the bytes "in flight" until
             // the issuing thread's full wait (`Mem::tma_writes`).
             Intrinsic::BulkWait { n, read } => Instr::BulkWait { n: *n, read: *read },

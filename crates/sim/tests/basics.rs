@@ -560,7 +560,8 @@ fn two_threads_of_a_block_storing_one_global_element_race() {
 /// (what a kernel staging odd rows itself lowers to): at every 2-byte misalignment, at the
 /// tensor's end (the window's bytes past it read as zeros, and nothing past it is read), and
 /// from a tensor whose first element is not 16-byte aligned (nothing before it is read). A
-/// destination that is not 16-byte aligned is reported.
+/// destination that is not 16-byte aligned is reported. The L2 prefetch beside them changes
+/// nothing and must name a global element.
 #[test]
 fn shifted_vector_copies_realign_any_element() {
     let n = 61i64;
@@ -642,4 +643,38 @@ fn shifted_vector_copies_realign_any_element() {
         run(&k, &mut args, &opts()),
         Err(SimError::Misaligned { align: 16, .. })
     ));
+
+    // An L2 prefetch is a hint with no effect on memory; it must name a global element.
+    let k = kernel(
+        "prefetch",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| {
+            b.call(Intrinsic::PrefetchL2, vec![addr(&a, 3)]);
+            b.store(&out, 0, a.at([Expr::int(3)]));
+        },
+    );
+    let mut args = vec![
+        SimArg::tensor(DType::F16, &[n as usize], &xs),
+        SimArg::zeros(DType::F16, &[128]),
+    ];
+    run(&k, &mut args, &opts()).expect("a prefetch runs");
+    assert_eq!(args[1].to_f64(DType::F16)[0], 4.0);
+    let k = kernel(
+        "prefetch_local",
+        vec![],
+        vec![input(&a), output(&out)],
+        vec![Expr::int(1)],
+        1,
+        |b, _| {
+            let w = b.local("w", &[8], DType::U32);
+            b.call(Intrinsic::PrefetchL2, vec![addr(&w, 0)]);
+        },
+    );
+    assert!(
+        run(&k, &mut args, &opts()).is_err(),
+        "a prefetch of a register array"
+    );
 }

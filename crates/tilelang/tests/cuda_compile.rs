@@ -429,7 +429,8 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
 /// operands' in NT (odd K). Each staged tensor takes its scratch and flags as two pointers
 /// after the tensor maps; the producer acquires the flags and fences the proxies before its
 /// TMA loads; the consumers' copy is 16-byte vectors: two read-only 16-byte loads of the
-/// window around each vector, funnel shifts, one 16-byte store (`LoadWindow`, `StoreShifted`).
+/// window around each vector, funnel shifts, one 16-byte store (`LoadWindow`, `StoreShifted`),
+/// with L2 prefetches (`CCTL.E.PF2`) of the chunks ahead.
 #[test]
 fn rows_staged_in_kernel_compile_without_spills() {
     use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
@@ -500,7 +501,12 @@ fn rows_staged_in_kernel_compile_without_spills() {
                 "{} {printer}: no HGMMA",
                 layout.name()
             );
-            for op in ["LDG.E.128.CONSTANT", "STG.E.128", "SHF.R.W.U32"] {
+            for op in [
+                "LDG.E.128.CONSTANT",
+                "STG.E.128",
+                "SHF.R.W.U32",
+                "CCTL.E.PF2",
+            ] {
                 assert!(
                     ops.contains_key(op),
                     "{} {printer}: the copy has no {op}",

@@ -690,6 +690,11 @@ impl Emitter {
                 Self::nargs(op, args, 4)?;
                 self.store_shifted(args)?
             }
+            Intrinsic::PrefetchL2 => {
+                Self::nargs(op, args, 1)?;
+                let (a, _) = self.mem_arg(args.first(), &[Scope::Global])?;
+                self.ins(&format!("prefetch.global.L2 {}", a.operand()));
+            }
             Intrinsic::AtomicAdd => {
                 Self::nargs(op, args, 2)?;
                 let (a, b) = self.mem_arg(args.first(), &[Scope::Global, Scope::Shared])?;

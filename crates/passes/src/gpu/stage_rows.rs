@@ -36,14 +36,12 @@
 //! stores, mbarrier hand-over, fence, flag, acquire, proxy fence, TMA) — but slower than the
 //! runtime's copy on an H200 (docs/performance.md, sessions 39 and 40). The element-by-element
 //! copy of session 39 ran 4096×4095×4096 NN at 406 TFLOP/s and 4096×4096×4095 NT at 282
-//! against the runtime's 654 and 626; these vectors, every chunk copied before the first k
-//! step, run them at 621 and 564 against 649 and 624. Chunks copied in the k loop slow their
-//! steps by more than they cost before the first one (see `LEAD_MARGIN`), and before it the
-//! copy moves about 1 TB/s on 256 consumer threads an SM, its stores waiting on its loads
-//! (ncu, run 38l), where the runtime's copy kernel moves 2.9. Hence off by default; what it
-//! builds (runtime-provided buffers after the tensor maps, flag waits in the producer, the
-//! memory order of the hand-over in the simulator) is what a copy kernel on a few SMs beside
-//! the GEMM needs too.
+//! against the runtime's 654 and 626; these vectors, with an L2 prefetch two chunks ahead of
+//! their loads (see `PREFETCH`: a load still in flight holds up the next wgmma), run them at
+//! about 628 and 598 against 663 and 632. Hence off by default; what it builds
+//! (runtime-provided buffers after the tensor maps, flag waits in the producer, the memory
+//! order of the hand-over in the simulator) is what a copy kernel on a few SMs beside the GEMM
+//! needs too.
 
 use tl_ir::ops::{ceildiv, min};
 use tl_ir::{
@@ -65,14 +63,22 @@ const HELD_UNITS: i64 = 1;
 /// with 4 on an H200 (run 38h).
 const PROLOGUE_BATCH: i64 = 8;
 /// Chunks copied before the consumers' first k step, beyond the pipeline's stages
-/// (`TILELANG_STAGE_LEAD`). At least a few: a chunk loaded in consumer step s is stored and
-/// handed over in step s + 1, the publisher's fence and flag and the producer's poll of it
-/// take a few steps more, and the producer runs `stages` steps ahead of the consumers. But
-/// on an H200 every chunk copied in the k loop slowed its step by more than the chunk took
-/// before the first step (run 38h: 4096×4095×4096 NN 633 TFLOP/s with all 64 chunks first,
-/// 602 with 34, 585 with 10; 4096×4096×4095 NT 576, 550, 544), so a K of up to
-/// `stages + 64` chunks is copied whole before the first k step.
-const LEAD_MARGIN: i64 = 64;
+/// (`TILELANG_STAGE_LEAD`): a chunk loaded in consumer step s is stored and handed over in
+/// step s + 1, the publisher's fence and flag and the producer's poll of it take a few steps
+/// more, and the producer runs `stages` steps ahead of the consumers. Without the L2
+/// prefetch ([`PREFETCH`]) every chunk copied in the k loop cost its step a miss's latency,
+/// and copying all of them first ran faster (run 38h); with it, few first runs fastest (run
+/// 38n: 4096×4096×4095 NT 598 TFLOP/s with 10 chunks first against 550 with all 64; NN 628
+/// against 623).
+const LEAD_MARGIN: i64 = 6;
+/// Chunks ahead of a k step's loads that the step prefetches into L2 (`TILELANG_STAGE_PREFETCH`;
+/// the chunks before the first k step are prefetched before their loads too). ptxas makes
+/// every k step's `WARPGROUP.ARRIVE` wait for the loads still writing registers (the window
+/// loads of the step before: the SASS's wait masks, run 38), so a load that misses L2 stalls
+/// the next wgmma whatever the register ring's depth; a prefetch writes no register.
+/// Two chunks ahead ran as four (run 38n: 4096×4096×4095 NT 598 against 596; NN 628 both)
+/// and ran NT 10% faster than none (38m: 545).
+const PREFETCH: i64 = 2;
 /// Chunks a hand-over covers after the first ones.
 const GROUP: i64 = 1;
 /// Chunks in the consumers' register ring (see `Plan::depth`).
@@ -138,6 +144,8 @@ pub(crate) struct Plan {
     depth: i64,
     /// Units a consumer thread has in flight while copying the first chunks.
     batch: i64,
+    /// Chunks ahead of its loads a k step prefetches into L2 (0: none).
+    prefetch: i64,
     /// Two mbarriers in shared memory: the consumer warps' hand-over of what they stored
     /// (`[0]`, one arrival per warp), and the publisher's acknowledgement (`[1]`, one).
     bars: Buffer,
@@ -216,6 +224,7 @@ pub(crate) fn plan(k: &Kernel, producer: &Stmt, consumers: u32, stages: u32) -> 
         group: knob("TILELANG_STAGE_GROUP", GROUP).max(1),
         depth: knob("TILELANG_STAGE_DEPTH", DEPTH).clamp(2, 6),
         batch: knob("TILELANG_STAGE_BATCH", PROLOGUE_BATCH).clamp(1, 16),
+        prefetch: knob("TILELANG_STAGE_PREFETCH", PREFETCH),
         bars: Buffer::new(
             "staged_bars",
             vec![Expr::int(2)],
@@ -821,6 +830,34 @@ impl Plan {
                 .collect()
         };
 
+        // Prefetch into L2 this thread's held vectors of chunk `chunk`, if there is one.
+        let prefetch = |chunk: Expr| -> Stmt {
+            let c = Var::new("staged_ahead", i32_);
+            let mut body = vec![];
+            for parts in &held_parts {
+                for (ti, t) in self.tensors.iter().enumerate() {
+                    let (row, col, ok) = self.place(t, &Expr::from(&c), &parts[ti]);
+                    let at = address_of(&t.staged.tensor, vec![row, col]);
+                    body.push(if_then(
+                        Some(ok),
+                        eval(Intrinsic::PrefetchL2, vec![at], span),
+                        span,
+                    ));
+                }
+            }
+            Stmt::seq(
+                vec![
+                    let_(&c, chunk, span),
+                    if_then(
+                        Some(Expr::from(&c).lt(self.chunks.clone())),
+                        Stmt::seq(body, span),
+                        span,
+                    ),
+                ],
+                span,
+            )
+        };
+
         // Hand what this thread stored so far to the block's publisher: wait until it took
         // the last hand-over (so the barrier is never a phase ahead of it), then each warp
         // arrives (a release at CTA scope; the publisher fences for the GPU).
@@ -860,7 +897,19 @@ impl Plan {
         };
 
         // The first chunks, `Plan::batch` chunks in flight at a time: the held units of each
-        // (whose places were worked out once), then any further units chunk by chunk.
+        // (whose places were worked out once), then any further units chunk by chunk. Their
+        // prefetches go first (`TILELANG_STAGE_PREFETCH=0`: none): they hold no register, so
+        // every chunk is in flight at once and the loads after them hit L2.
+        if self.prefetch > 0 {
+            let ahead = Var::new("staged_ahead", i32_);
+            pre.push(serial_for(
+                ahead.clone(),
+                Expr::int(0),
+                lead_chunks.clone(),
+                prefetch(Expr::from(&ahead)),
+                span,
+            ));
+        }
         let first = windows("staged_first", self.batch * HELD_UNITS);
         for r in &first {
             pre.push(alloc(r, span));
@@ -913,6 +962,16 @@ impl Plan {
             ),
             span,
         ));
+        if self.prefetch > 0 {
+            let ahead = Var::new("staged_ahead", i32_);
+            pre.push(serial_for(
+                ahead.clone(),
+                lead_chunks.clone(),
+                Expr::int(self.prefetch),
+                prefetch(Expr::from(&ahead)),
+                span,
+            ));
+        }
         pre.push(signal());
 
         // One step copies one chunk: hand over what was stored (when it ends a group), store
@@ -992,6 +1051,9 @@ impl Plan {
             );
             let stored = if_then(Some(due), Stmt::seq(store_all, span), span);
             let mut load_all = ring(&nextc, true);
+            if self.prefetch > 0 {
+                load_all.push(prefetch(nextc.clone() + self.prefetch));
+            }
             load_all.push(store(&next, vec![Expr::int(0)], nextc.clone() + 1, span));
             let loaded = if_then(
                 Some(nextc.lt(self.chunks.clone())),
