@@ -365,6 +365,12 @@ fn block_indices(p: &mut Printer, k: &Kernel) {
 }
 
 /// Hopper warpgroup-MMA helpers, included only in kernels that use them (sm_90a).
+/// The memory scopes an intrinsic's address operand may name (`Printer::cuda_addr`).
+const SHARED: &[Scope] = &[Scope::Shared];
+const GLOBAL: &[Scope] = &[Scope::Global];
+const LOCAL: &[Scope] = &[Scope::Local];
+const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
+
 const WGMMA_HEADER: &str = include_str!("../include/tl_wgmma.h");
 const TMA_HEADER: &str = include_str!("../include/tl_tma.h");
 
@@ -723,8 +729,6 @@ impl Printer<'_> {
     /// `tl_load_window` / `tl_store_shifted` (`Intrinsic::LoadWindow`, `StoreShifted`): the
     /// window a `u32` array of the thread's, the tensor a global one's first element.
     fn shifted_copy_call(&mut self, op: &Intrinsic, args: &[Expr]) -> String {
-        const GLOBAL: &[Scope] = &[Scope::Global];
-        const LOCAL: &[Scope] = &[Scope::Local];
         if !self.cuda_nargs(op, args, 4) {
             return "0".into();
         }
@@ -847,17 +851,14 @@ impl Printer<'_> {
             );
         };
         let side = if load { "destination" } else { "source" };
-        let Some((smem, _)) = self.cuda_addr(op, Some(o.shared), side, &[Scope::Shared], None)
-        else {
+        let Some((smem, _)) = self.cuda_addr(op, Some(o.shared), side, SHARED, None) else {
             return "0".into();
         };
-        let Some((_, tensor)) =
-            self.cuda_addr(op, Some(o.tensor), "tensor", &[Scope::Global], None)
-        else {
+        let Some((_, tensor)) = self.cuda_addr(op, Some(o.tensor), "tensor", GLOBAL, None) else {
             return "0".into();
         };
         let bar = match o.barrier {
-            Some(b) => match self.cuda_addr(op, Some(b), "barrier", &[Scope::Shared], None) {
+            Some(b) => match self.cuda_addr(op, Some(b), "barrier", SHARED, None) {
                 Some((b, _)) => Some(b),
                 None => return "0".into(),
             },
@@ -912,8 +913,7 @@ impl Printer<'_> {
                 vec![Expr::load(buf, zero)],
                 DType::U64,
             );
-            let Some((own, _)) =
-                self.cuda_addr(op, Some(&base_elem), "tensor", &[Scope::Global], None)
+            let Some((own, _)) = self.cuda_addr(op, Some(&base_elem), "tensor", GLOBAL, None)
             else {
                 return "0".into();
             };
@@ -929,7 +929,6 @@ impl Printer<'_> {
 
     /// Memory-model accesses, waits, fences and peer copies (multi-rank kernels).
     fn cuda_dist_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
-        const GLOBAL: &[Scope] = &[Scope::Global];
         if let Intrinsic::Fence { scope, sc } = op {
             let kind = if *sc { "sc" } else { "acq_rel" };
             return format!("tl_fence_{kind}_{}()", scope.name());
@@ -1142,10 +1141,6 @@ impl Printer<'_> {
     }
 
     pub(crate) fn cuda_call(&mut self, op: &Intrinsic, args: &[Expr], dt: DType) -> String {
-        const SHARED: &[Scope] = &[Scope::Shared];
-        const GLOBAL: &[Scope] = &[Scope::Global];
-        const LOCAL: &[Scope] = &[Scope::Local];
-        const ANY_MEM: &[Scope] = &[Scope::Global, Scope::Shared, Scope::Local];
         match op {
             Intrinsic::ThreadIdx => "((int32_t)threadIdx.x)".into(),
             Intrinsic::ClusterCtaRank => "tl_cluster_ctarank()".into(),
@@ -1479,9 +1474,7 @@ impl Printer<'_> {
                 if !self.cuda_nargs(op, args, 1) {
                     return "0".into();
                 }
-                let Some((a, _)) =
-                    self.cuda_addr(op, args.first(), "address", &[Scope::Global], None)
-                else {
+                let Some((a, _)) = self.cuda_addr(op, args.first(), "address", GLOBAL, None) else {
                     return "0".into();
                 };
                 format!("tl_prefetch_l2({a})")

@@ -934,9 +934,7 @@ fn planted_cluster_bugs_are_caught() {
 fn chunked_staged_epilogue_in_sim() {
     for layout in [gemm::Layout::NT, gemm::Layout::NN] {
         let k = gemm::gemm(layout, BF16, BF16, gemm::GemmConfig::hopper());
-        let low = k
-            .lower(Target::SM90)
-            .unwrap_or_else(|d| panic!("{}: {d}", k.name()));
+        let low = lowered_for_sm90(&k, &k);
         let text = low.to_string();
         assert!(
             text.contains("epilogue_scratch: bf16[16384]"),
@@ -994,7 +992,12 @@ fn tiles_off_16_bytes_are_not_loaded_by_tma() {
 /// The variant the runtime compiles for a launch whose N is odd and whose K and M are whole
 /// 16-byte units (`class(K%8,N%1)`), lowered for sm_90a.
 fn odd_n_variant(k: &Kernel) -> tilelang::ir::Kernel {
-    common::class_variant(k, &["M", "K"], 8)
+    lowered_for_sm90(k, &common::class_variant(k, &["M", "K"], 8))
+}
+
+/// `variant` (of `k`) lowered for sm_90a; a lowering error fails the test, naming `k`.
+fn lowered_for_sm90(k: &Kernel, variant: &Kernel) -> tilelang::ir::Kernel {
+    variant
         .lower(Target::SM90)
         .unwrap_or_else(|d| panic!("{}: {d}", k.name()))
 }
@@ -1069,9 +1072,7 @@ fn odd_n_rows_leave_by_bulk_copies_in_sim() {
 /// The variant of `k` for sizes where only `aligned` are multiples of 8, its odd-row inputs
 /// `staged` (by parameter name) copied by the kernel itself (`stage_rows`), lowered for sm_90a.
 fn staged_rows_variant(k: &Kernel, aligned: &[&str], staged: &[&str]) -> tilelang::ir::Kernel {
-    common::staged_rows_variant(k, aligned, staged)
-        .lower(Target::SM90)
-        .unwrap_or_else(|d| panic!("{}: {d}", k.name()))
+    lowered_for_sm90(k, &common::staged_rows_variant(k, aligned, staged))
 }
 
 /// Odd rows the kernel stages itself (`TILELANG_STAGE_IN_KERNEL=1`): its consumers copy them
@@ -1083,8 +1084,9 @@ fn staged_rows_variant(k: &Kernel, aligned: &[&str], staged: &[&str]) -> tilelan
 /// (odd K), and where both are and every chunk is copied before the first k step (K of three
 /// chunks); the first two with chunks copied in the k loop (L2 prefetches ahead of them), and
 /// a thread's share of a chunk spanning several units (two persistent blocks over wide rows:
-/// the units past those the registers hold are copied at once). Planted bugs are reported by the memory-order check: no proxy
-/// fence before the TMA loads, no fence before the flags, no wait for the flags.
+/// the units past those the registers hold are copied at once). Planted bugs are reported by
+/// the memory-order check: no proxy fence before the TMA loads, no fence before the flags, no
+/// wait for the flags.
 #[test]
 fn odd_rows_staged_in_kernel_in_sim() {
     if std::env::var("TILELANG_TMA").is_ok_and(|v| v == "0") {

@@ -9,6 +9,10 @@ use super::regs::{Class, Val};
 pub(crate) mod shmem;
 mod window;
 
+/// The memory scopes an intrinsic's address operand may name (`Emitter::mem_arg`).
+const SHARED: &[Scope] = &[Scope::Shared];
+const GLOBAL: &[Scope] = &[Scope::Global];
+
 /// The buffer and indices of an `address_of(buf[idx])` argument.
 fn target(e: Option<&Expr>) -> R<(&Buffer, &[Expr])> {
     match e.map(|e| e.kind()) {
@@ -290,8 +294,6 @@ impl Emitter {
 
     /// Intrinsics called for their effect.
     pub fn effect_call(&mut self, op: &Intrinsic, args: &[Expr]) -> R<()> {
-        const SHARED: &[Scope] = &[Scope::Shared];
-        const GLOBAL: &[Scope] = &[Scope::Global];
         match op {
             Intrinsic::SyncThreads => self.ins("bar.sync 0"),
             Intrinsic::SyncWarp => self.ins("bar.warp.sync -1"),
@@ -692,7 +694,7 @@ impl Emitter {
             }
             Intrinsic::PrefetchL2 => {
                 Self::nargs(op, args, 1)?;
-                let (a, _) = self.mem_arg(args.first(), &[Scope::Global])?;
+                let (a, _) = self.mem_arg(args.first(), GLOBAL)?;
                 self.ins(&format!("prefetch.global.L2 {}", a.operand()));
             }
             Intrinsic::AtomicAdd => {

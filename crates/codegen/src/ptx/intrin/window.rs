@@ -2,30 +2,17 @@
 //! 16-byte-aligned destination in three vector accesses (two `ld.global.nc.v4`, one `st.v4`)
 //! and a few ALU instructions, instead of an access per element. Stages rows TMA cannot read.
 
-use tl_ir::{DType, Expr, Scope};
+use tl_ir::{DType, Expr};
 
 use super::super::emit::{Addr, Emitter, R};
-use super::super::regs::{Class, Val};
-
-const GLOBAL: &[Scope] = &[Scope::Global];
+use super::super::regs::Class;
+use super::GLOBAL;
 
 impl Emitter {
-    /// `e` (an integer of 32 or 64 bits) in a 64-bit register.
+    /// `e` (an integer of 32 or 64 bits) in a 64-bit register, widened as any cast is.
     fn wide(&mut self, e: &Expr) -> R<String> {
-        let v = self.expr(e)?;
-        Ok(match e.dtype() {
-            DType::I64 | DType::U64 => self.reg(&v, Class::B64),
-            DType::U32 => {
-                let r = self.reg(&v, Class::B32);
-                self.pure(Class::B64, "cvt.u64.u32", &[&Val::Reg(r, Class::B32)])
-                    .to_string()
-            }
-            _ => {
-                let r = self.reg(&v, Class::B32);
-                self.pure(Class::B64, "cvt.s64.s32", &[&Val::Reg(r, Class::B32)])
-                    .to_string()
-            }
-        })
+        let v = self.expr(&e.clone().cast(DType::I64))?;
+        Ok(self.reg(&v, Class::B64))
     }
 
     /// The byte address of element `e` from `base` (a tensor's first element, of `eb`-byte
