@@ -1689,3 +1689,72 @@ fn preloads_take_over_only_copies_they_can() {
         }
     }
 }
+
+/// FlashAttention-4's lazy rescale (`AttnConfig::rescale_threshold`): a row keeps its running
+/// maximum until a key tile raises it by more than 2^threshold, and O is rescaled only in the
+/// steps where some row of the thread moved it. Keys scaled up along the sequence make every
+/// row's maximum grow from tile to tile, by more than 2^8 in some rows and steps and by less
+/// in others, so both the kept maximum (exponentials above 1) and the skipped and taken
+/// rescales of O are exercised; the simulator's result must match an f64 attention, with the
+/// d128 Hopper kernel (FlashAttention-3's overlap, the rescale after P·V) and the plain
+/// wgmma one (the rescale inside the softmax), causal and not, and with threshold 0 (rescale
+/// whenever a maximum grows at all).
+#[test]
+fn lazy_rescale_attention_in_sim() {
+    use tilelang::kernels::reference;
+    let (b, h, s, d) = (1usize, 1usize, 300usize, 128usize);
+    let sm_scale = 1.0 / (d as f64).sqrt();
+    let dev = Device::Cpu;
+    let input = |seed: u64, ramp: bool| -> Vec<f64> {
+        let t = Tensor::randn(&[b, h, s, d], BF16, seed, &dev).expect("tensor");
+        let mut v = t.to_f64_vec().expect("values");
+        if ramp {
+            // Key j scaled by 1 + j/24, rounded to bf16 so that the kernel and the reference
+            // read the same keys.
+            for (i, x) in v.iter_mut().enumerate() {
+                let key = (i / d) % s;
+                *x = f64::from(half::bf16::from_f64(*x * (1.0 + key as f64 / 24.0)));
+            }
+        }
+        v
+    };
+    let (q, kk, v) = (input(31, false), input(32, true), input(33, false));
+    for (causal, hopper, tau) in [
+        (false, true, 8.0),
+        (true, true, 8.0),
+        (false, false, 8.0),
+        (false, true, 0.0),
+    ] {
+        let base = if hopper {
+            flash_attention::AttnConfig::hopper_for(128, causal)
+        } else {
+            flash_attention::AttnConfig {
+                instruction: Some(GemmInstruction::Wgmma),
+                ..flash_attention::AttnConfig::tiles(128, 64, 2, 256)
+            }
+        };
+        let cfg = flash_attention::AttnConfig {
+            rescale_threshold: Some(tau),
+            ..base
+        };
+        let k = flash_attention::flash_attention(BF16, d as i64, causal, cfg);
+        let low = k.lower(Target::SM90).expect("lowers");
+        let shape = vec![b, h, s, d];
+        let mut args = vec![
+            SimArg::tensor(BF16, &shape, &q),
+            SimArg::tensor(BF16, &shape, &kk),
+            SimArg::tensor(BF16, &shape, &v),
+            SimArg::tensor(BF16, &shape, &vec![f64::NAN; b * h * s * d]),
+            SimArg::tensor(F32, &[b, h, s], &vec![f64::NAN; b * h * s]),
+        ];
+        tl_sim::run(&low, &mut args, &SimOptions::default())
+            .unwrap_or_else(|e| panic!("lazy rescale causal={causal} hopper={hopper}: {e}"));
+        let (want_o, want_lse) = reference::attention(&q, &kk, &v, (b, h, s, d), causal, sm_scale);
+        let what = format!("causal={causal} hopper={hopper} threshold={tau}");
+        let e = rel_err(&args[3].to_f64(BF16), &want_o).expect("same size");
+        assert!(e < 1e-2, "{what}: O off by {e}");
+        let e = rel_err(&args[4].to_f64(F32), &want_lse).expect("same size");
+        assert!(e < 1e-3, "{what}: LSE off by {e}");
+        println!("lazy rescale {what}: ok");
+    }
+}

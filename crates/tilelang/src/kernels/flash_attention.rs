@@ -51,12 +51,40 @@ pub struct AttnConfig {
     /// the last head's heaviest tile: a list schedule of 4·16·4096 (32 tiles a head, 132
     /// blocks at once) then runs 6.8% over the balanced time, against 0.2% grouped.
     pub group_heads: bool,
+    /// FlashAttention-4's lazy rescale: a row keeps its running maximum until a new key tile
+    /// raises it by more than this many powers of two (the scores' exponentials then reach
+    /// at most 2^threshold, harmless in f32 sums and bf16 probabilities), and O is rescaled
+    /// only in the steps where some row of the thread moved its maximum. `None` rescales every
+    /// step. The result is the same up to rounding: O and the row sums share whichever
+    /// maximum the row keeps.
+    pub rescale_threshold: Option<f64>,
 }
 
 /// About how many query tiles (of several heads) a causal grid deals heaviest first before the
 /// next group of heads: near one wave of blocks, so the blocks running at once read the keys of
 /// no more heads than dealing head by head does.
 pub const CAUSAL_GROUP_TILES: i64 = 128;
+
+/// The lazy rescale's threshold on Hopper's non-causal d128 kernel
+/// ([`AttnConfig::rescale_threshold`]; FlashAttention-4's 8): on an H200 1.9–2.0% faster at
+/// 4·16·4096 and 1·32·16384 in three rounds, noisier but ahead on average at 2·32·8192; the
+/// causal kernel ran 1.3% slower with it, and keeps the rescale every step (gpu-notes run 39).
+pub const LAZY_RESCALE_THRESHOLD: f64 = 8.0;
+
+/// `default`, or what `TILELANG_ATTN_RESCALE_THRESHOLD` asks: a threshold (a number from 0),
+/// or `off` for the rescale every step.
+fn lazy_rescale(default: Option<f64>) -> Option<f64> {
+    match std::env::var("TILELANG_ATTN_RESCALE_THRESHOLD") {
+        Ok(v) if v.trim() == "off" => None,
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .or(default),
+        Err(_) => default,
+    }
+}
 
 impl AttnConfig {
     /// `bm` query rows × `bn` keys per step, on the mma.sync path.
@@ -73,6 +101,7 @@ impl AttnConfig {
             pin_pv_wait: false,
             persistent: None,
             group_heads: true,
+            rescale_threshold: None,
         }
     }
 
@@ -105,17 +134,28 @@ impl AttnConfig {
                 overlap_pv: true,
                 pin_pv_wait: !causal,
                 persistent: (!causal).then_some(0),
+                rescale_threshold: lazy_rescale((!causal).then_some(LAZY_RESCALE_THRESHOLD)),
                 ..AttnConfig::hopper()
             },
-            (128, true) if cuda_cpp => AttnConfig::hopper(),
+            (128, true) if cuda_cpp => AttnConfig {
+                rescale_threshold: lazy_rescale(None),
+                ..AttnConfig::hopper()
+            },
             (128, _) => AttnConfig {
                 bn: 64,
+                rescale_threshold: lazy_rescale(None),
                 ..AttnConfig::hopper()
             },
             // 128×128 in 3 stages: 408.8 / 463.3 TFLOP/s at 4·16·4096 / 2·32·8192 against
             // 390.3 / 436.4 for the earlier 64×64×2 on 128 threads (gpu-notes run 20i).
-            (64, true) => AttnConfig::tiles(128, 128, 3, 256),
-            _ => AttnConfig::hopper(),
+            (64, true) => AttnConfig {
+                rescale_threshold: lazy_rescale(None),
+                ..AttnConfig::tiles(128, 128, 3, 256)
+            },
+            _ => AttnConfig {
+                rescale_threshold: lazy_rescale(None),
+                ..AttnConfig::hopper()
+            },
         }
     }
 
@@ -212,6 +252,7 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
         pin_pv_wait,
         persistent,
         group_heads,
+        rescale_threshold,
     } = cfg;
     let d = head_dim;
     let sm_scale = 1.0 / (d as f64).sqrt();
@@ -327,10 +368,21 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         });
                     });
                 };
+                // With the lazy rescale: whether some row of this thread moved its maximum in
+                // this step (else every factor is 1 and O is left alone).
+                let moved = rescale_threshold.map(|_| t.alloc_var(I32));
                 let rescale_o = |t: &mut TileScope| {
-                    t.parallel([bm, d], |t, [i, j]| {
-                        t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
-                    });
+                    let all = |t: &mut TileScope| {
+                        t.parallel([bm, d], |t, [i, j]| {
+                            t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
+                        });
+                    };
+                    match &moved {
+                        Some(m) => {
+                            t.if_(m.at([0]).gt(0), all);
+                        }
+                        None => all(t),
+                    }
                 };
                 // The online softmax of the scores: the new row maxima, the factor the old
                 // sums and O scale by (O too with `with_o`), the exponentials in place, the
@@ -338,14 +390,32 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 let softmax = |t: &mut TileScope, with_o: bool| {
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();
-                    t.parallel([bm], |t, [i]| {
-                        t.store(
-                            &rescale,
-                            [&i],
-                            exp2((m_prev.at([&i]) - m_i.at([&i])) * scale),
-                        );
-                        t.store(&m_scaled, [&i], m_i.at([&i]) * scale);
-                    });
+                    if let (Some(tau), Some(m)) = (rescale_threshold, &moved) {
+                        // A row keeps its maximum unless the tile raised it by more than
+                        // 2^tau (the first tile always moves it from -inf).
+                        t.store(m, [0], 0);
+                        t.parallel([bm], |t, [i]| {
+                            let grown = ((m_i.at([&i]) - m_prev.at([&i])) * scale).gt(tau);
+                            let kept = select(grown.clone(), m_i.at([&i]), m_prev.at([&i]));
+                            t.store(&m_i, [&i], kept.clone());
+                            t.store(
+                                &rescale,
+                                [&i],
+                                exp2((m_prev.at([&i]) - kept.clone()) * scale),
+                            );
+                            t.store(&m_scaled, [&i], kept * scale);
+                            t.store(m, [0], m.at([0]) | grown.cast(I32));
+                        });
+                    } else {
+                        t.parallel([bm], |t, [i]| {
+                            t.store(
+                                &rescale,
+                                [&i],
+                                exp2((m_prev.at([&i]) - m_i.at([&i])) * scale),
+                            );
+                            t.store(&m_scaled, [&i], m_i.at([&i]) * scale);
+                        });
+                    }
                     if with_o {
                         rescale_o(t);
                     }
