@@ -59,50 +59,58 @@ __global__ void __launch_bounds__(256) shipped(Args a) {
   }
 }
 
-// Every chunk of every row as one flat index space; a thread takes U chunks `stride` apart
-// (stride = all threads of the grid), all U loaded before any is stored.
-template <int U>
-__global__ void __launch_bounds__(256) flat(Args a) {
-  const long chunks = (a.w + 15) / 16, total = chunks * a.h;
+// A block a row as shipped, with the loads of a thread's chunks (PER of them, blockDim.x
+// apart) all issued before its stores.
+template <int PER>
+__global__ void __launch_bounds__(1024) row_hoisted(Args a) {
+  const long chunks = (a.w + 15) / 16;
   const unsigned long long end = end_of(a);
-  const long stride = (long)gridDim.x * blockDim.x;
-  for (long i0 = (long)blockIdx.x * blockDim.x + threadIdx.x; i0 < total; i0 += stride * U) {
-    uint4 v[U];
+  for (long r = blockIdx.x; r < a.h; r += gridDim.x) {
+    uint4 v[PER];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long i = i0 + u * stride;
-      if (i < total) v[u] = load_chunk(a, i / chunks, i % chunks, end);
+    for (int j = 0; j < PER; ++j) {
+      const long c = threadIdx.x + (long)j * blockDim.x;
+      if (c < chunks) v[j] = load_chunk(a, r, c, end);
     }
+    uint4* d = (uint4*)(a.dst + r * a.dp);
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const long i = i0 + u * stride;
-      if (i < total) ((uint4*)(a.dst + (i / chunks) * a.dp))[i % chunks] = v[u];
+    for (int j = 0; j < PER; ++j) {
+      const long c = threadIdx.x + (long)j * blockDim.x;
+      if (c < chunks) d[c] = v[j];
     }
   }
 }
 
-// A block of 256 threads takes R rows; thread t the chunks t, t+256 of each (all loads first).
-template <int R>
-__global__ void __launch_bounds__(256) rows(Args a) {
+// A block a row; a lane loads only the aligned vector at its chunk's start and takes the one
+// after from the next lane (the warp's last lane loads its own), so each 16 bytes of the
+// row is loaded once. Chunks at the row's ends take the shipped path.
+__global__ void __launch_bounds__(256) row_shuffled(Args a) {
   const long chunks = (a.w + 15) / 16;
   const unsigned long long end = end_of(a);
-  constexpr int PER = 2;  // chunks a thread a row (512 chunks of 8190 bytes)
-  for (long r0 = (long)blockIdx.x * R; r0 < a.h; r0 += (long)gridDim.x * R) {
-    uint4 v[R][PER];
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-      for (int j = 0; j < PER; ++j) {
-        const long c = threadIdx.x + j * 256;
-        if (r0 + i < a.h && c < chunks) v[i][j] = load_chunk(a, r0 + i, c, end);
-      }
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-#pragma unroll
-      for (int j = 0; j < PER; ++j) {
-        const long c = threadIdx.x + j * 256;
-        if (r0 + i < a.h && c < chunks) ((uint4*)(a.dst + (r0 + i) * a.dp))[c] = v[i][j];
-      }
+  const unsigned lane = threadIdx.x & 31;
+  for (long r = blockIdx.x; r < a.h; r += gridDim.x) {
+    const unsigned char* row = a.src + r * a.sp;
+    const unsigned long long base = (unsigned long long)row;
+    const unsigned off = (unsigned)(base & 15);
+    const unsigned long long a0 = base & ~15ull;
+    uint4* d = (uint4*)(a.dst + r * a.dp);
+    for (long c0 = threadIdx.x - lane; c0 < chunks; c0 += blockDim.x) {
+      const long c = c0 + lane;
+      // Aligned vector c of the row's span (from a0): the low half of chunk c's window.
+      const unsigned long long p = a0 + (unsigned long long)c * 16;
+      const bool inside = p >= (unsigned long long)a.src && p + 16 <= end;
+      uint4 lo = inside && c <= chunks ? __ldg((const uint4*)p) : make_uint4(0, 0, 0, 0);
+      uint4 hi;
+      hi.x = __shfl_down_sync(0xffffffffu, lo.x, 1);
+      hi.y = __shfl_down_sync(0xffffffffu, lo.y, 1);
+      hi.z = __shfl_down_sync(0xffffffffu, lo.z, 1);
+      hi.w = __shfl_down_sync(0xffffffffu, lo.w, 1);
+      const bool whole = c * 16 + 16 <= a.w && p + 32 <= end;
+      if (lane == 31 && whole && off) hi = __ldg((const uint4*)(p + 16));
+      if (c >= chunks) continue;
+      if (whole) d[c] = off ? tl_shifted(lo, hi, off) : lo;
+      else d[c] = load_chunk(a, r, c, end);
+    }
   }
 }
 
@@ -180,24 +188,26 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(d, 0, h * dp));
   report("shipped (block a row)", timed([&] { shipped<<<h, 256>>>(a); }));
   check("shipped");
-#define FLAT(U, BPS)                                                                   \
-  {                                                                                    \
-    CHECK(cudaMemset(d, 0, h * dp));                                                   \
-    char n[64];                                                                        \
-    snprintf(n, sizeof n, "flat U=%d, %d blocks/SM", U, BPS);                          \
-    report(n, timed([&] { flat<U><<<sms * BPS, 256>>>(a); }));                         \
-    check(n);                                                                          \
+  {
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row hoisted 512 thr x1", timed([&] { row_hoisted<1><<<h, 512>>>(a); }));
+    check("row hoisted 512x1");
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row hoisted 256 thr x2", timed([&] { row_hoisted<2><<<h, 256>>>(a); }));
+    check("row hoisted 256x2");
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row hoisted 1024 thr x1", timed([&] { row_hoisted<1><<<h, 1024>>>(a); }));
+    check("row hoisted 1024x1");
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row hoisted 128 thr x4", timed([&] { row_hoisted<4><<<h, 128>>>(a); }));
+    check("row hoisted 128x4");
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row shuffled 256", timed([&] { row_shuffled<<<h, 256>>>(a); }));
+    check("row shuffled");
+    CHECK(cudaMemset(d, 0, h * dp));
+    report("row shuffled 512", timed([&] { row_shuffled<<<h, 512>>>(a); }));
+    check("row shuffled 512");
   }
-  FLAT(1, 8) FLAT(2, 8) FLAT(4, 8) FLAT(2, 4) FLAT(4, 4) FLAT(8, 4)
-#define ROWS(R)                                                                        \
-  {                                                                                    \
-    CHECK(cudaMemset(d, 0, h * dp));                                                   \
-    char n[64];                                                                        \
-    snprintf(n, sizeof n, "rows R=%d", R);                                             \
-    report(n, timed([&] { rows<R><<<(h + R - 1) / R, 256>>>(a); }));                   \
-    check(n);                                                                          \
-  }
-  ROWS(1) ROWS(2) ROWS(4)
   Args al{s2, d, dp, dp, dp, h};
   report("aligned U=4 8 blocks/SM", timed([&] { aligned<4><<<sms * 8, 256>>>(al); }));
   report("aligned U=1 8 blocks/SM", timed([&] { aligned<1><<<sms * 8, 256>>>(al); }));
