@@ -128,34 +128,30 @@ impl AttnConfig {
     pub fn hopper_for(head_dim: i64, causal: bool) -> AttnConfig {
         let cuda_cpp = matches!(Backend::from_env(), Ok(Backend::CudaCpp));
         let no_ws = std::env::var("TILELANG_WS").is_ok_and(|v| v == "0");
-        match (head_dim, causal) {
+        let tiles = match (head_dim, causal) {
             (128, _) if !no_ws => AttnConfig {
                 warp_specialize: Some(true),
                 overlap_pv: true,
                 pin_pv_wait: !causal,
                 persistent: (!causal).then_some(0),
-                rescale_threshold: lazy_rescale((!causal).then_some(LAZY_RESCALE_THRESHOLD)),
                 ..AttnConfig::hopper()
             },
-            (128, true) if cuda_cpp => AttnConfig {
-                rescale_threshold: lazy_rescale(None),
-                ..AttnConfig::hopper()
-            },
+            (128, true) if cuda_cpp => AttnConfig::hopper(),
             (128, _) => AttnConfig {
                 bn: 64,
-                rescale_threshold: lazy_rescale(None),
                 ..AttnConfig::hopper()
             },
             // 128×128 in 3 stages: 408.8 / 463.3 TFLOP/s at 4·16·4096 / 2·32·8192 against
             // 390.3 / 436.4 for the earlier 64×64×2 on 128 threads (gpu-notes run 20i).
-            (64, true) => AttnConfig {
-                rescale_threshold: lazy_rescale(None),
-                ..AttnConfig::tiles(128, 128, 3, 256)
-            },
-            _ => AttnConfig {
-                rescale_threshold: lazy_rescale(None),
-                ..AttnConfig::hopper()
-            },
+            (64, true) => AttnConfig::tiles(128, 128, 3, 256),
+            _ => AttnConfig::hopper(),
+        };
+        // The lazy rescale where it measured faster: the warp-specialized non-causal d128
+        // kernel ([`LAZY_RESCALE_THRESHOLD`]).
+        let lazy = tiles.overlap_pv && !causal;
+        AttnConfig {
+            rescale_threshold: lazy_rescale(lazy.then_some(LAZY_RESCALE_THRESHOLD)),
+            ..tiles
         }
     }
 
@@ -392,7 +388,8 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                     t.reduce_max(&scores, &m_i, 1).accumulate();
                     if let (Some(tau), Some(m)) = (rescale_threshold, &moved) {
                         // A row keeps its maximum unless the tile raised it by more than
-                        // 2^tau (the first tile always moves it from -inf).
+                        // tau in the exp2 domain, a factor of 2^tau (the first tile always
+                        // moves it, from -inf).
                         t.store(m, [0], 0);
                         t.parallel([bm], |t, [i]| {
                             let grown = ((m_i.at([&i]) - m_prev.at([&i])) * scale).gt(tau);
