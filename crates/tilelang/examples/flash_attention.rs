@@ -47,7 +47,7 @@ struct Args {
     #[arg(long)]
     overlap_pv: bool,
     /// With --overlap-pv, keep the wait for the previous P·V below this step's softmax
-    /// (`AttnConfig::pin_pv_wait`; the default for non-causal d128 on Hopper)
+    /// (`AttnConfig::pin_pv_wait`; the default for d128 on Hopper)
     #[arg(long, conflicts_with = "no_pin_pv_wait")]
     pin_pv_wait: bool,
     /// Leave the wait for the previous P·V where ptxas puts it

@@ -422,11 +422,11 @@ fn wgmma_registers_are_written_before_the_fence() {
 
 /// The d128 attention's main loop, as ptxas schedules it (SASS): Q·Kᵀ starts from a zero
 /// accumulator inside the wgmma (`RZ, !UPT`: scale-d 0) rather than after zeroing
-/// instructions (32 `CS2R` a step and thread), and in the non-causal default every
+/// instructions (32 `CS2R` a step and thread), and in the defaults, causal and not, every
 /// exponential of step j is issued before the wait for P·V of step j − 1 (the wait pinned
-/// below the softmax; left to ptxas it rose above all but a row's max). Causal keeps the
-/// unpinned wait (measured faster there, gpu-notes run 31b), so there the wait still comes
-/// first: the check sees the difference the pin makes.
+/// below the softmax; left to ptxas it rose above all but a row's max). The causal kernel
+/// with the wait left to ptxas (`pin_pv_wait: false`, its default until gpu-notes run 39)
+/// shows the wait first: the check sees the difference the pin makes.
 #[test]
 fn attention_softmax_runs_beside_the_previous_pv() {
     use tilelang::kernels::flash_attention::{flash_attention, AttnConfig};
@@ -442,8 +442,17 @@ fn attention_softmax_runs_beside_the_previous_pv() {
         },
         ..Default::default()
     };
-    for (causal, printer) in [(false, "PTX"), (true, "PTX"), (false, "CUDA C++")] {
-        let k = flash_attention(BF16, 128, causal, AttnConfig::hopper_for(128, causal));
+    for (causal, pinned, printer) in [
+        (false, true, "PTX"),
+        (true, true, "PTX"),
+        (true, false, "PTX"),
+        (false, true, "CUDA C++"),
+    ] {
+        let cfg = AttnConfig {
+            pin_pv_wait: pinned,
+            ..AttnConfig::hopper_for(128, causal)
+        };
+        let k = flash_attention(BF16, 128, causal, cfg);
         let source = match printer {
             "PTX" => k.emit_ptx(Target::SM90),
             _ => k.emit(Target::SM90),
@@ -481,19 +490,20 @@ fn attention_softmax_runs_beside_the_previous_pv() {
             .filter(|l| l.contains("MUFU.EX2"))
             .count();
         println!(
-            "{printer} causal={causal}: exponentials before P·V's wait {exps_before_wait}, \
-             after {exps_after_wait}"
+            "{printer} causal={causal} pinned={pinned}: exponentials before P·V's wait \
+             {exps_before_wait}, after {exps_after_wait}"
         );
-        if causal {
+        if pinned {
             assert!(
-                exps_after_wait > exps_before_wait,
-                "causal: the wait was left to ptxas, which raises it above the exponentials"
+                exps_before_wait >= 64 && exps_after_wait == 0,
+                "{printer} causal={causal}: the softmax's exponentials ({exps_before_wait} \
+                 before, {exps_after_wait} after) do not all run before the wait for the \
+                 previous P·V"
             );
         } else {
             assert!(
-                exps_before_wait >= 64 && exps_after_wait == 0,
-                "{printer}: the softmax's exponentials ({exps_before_wait} before, \
-                 {exps_after_wait} after) do not all run before the wait for the previous P·V"
+                exps_after_wait > exps_before_wait,
+                "causal: the wait was left to ptxas, which raises it above the exponentials"
             );
         }
     }

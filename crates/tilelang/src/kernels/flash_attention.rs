@@ -30,11 +30,10 @@ pub struct AttnConfig {
     pub overlap_pv: bool,
     /// With [`AttnConfig::overlap_pv`], keep the wait for P·V of step `j − 1` below the
     /// softmax of step `j` (`TileScope::wait_wgmma_pinned`); left alone, ptxas raises it above
-    /// the exponentials and they run after the product instead of beside it. On for
-    /// non-causal d128 on Hopper: 1.5% faster at 4·16·4096 and 2·32·8192 (ncu at base clocks,
-    /// gpu-notes run 31b). Off for causal, where it ran 0–1% slower (31b, 31c). Why is not
-    /// established; one candidate: the wait is also where the consumers release V's stage to
-    /// the producer, and pinned that release comes later.
+    /// the exponentials and they run after the product instead of beside it. On for d128 on
+    /// Hopper: non-causal 1.5% faster at 4·16·4096 and 2·32·8192 (ncu at base clocks,
+    /// gpu-notes run 31b); causal ran 0–1% slower with it alone (31b, 31c, 39m) but 1.4%
+    /// faster with it and the lazy rescale together (39m, 39n).
     pub pin_pv_wait: bool,
     /// A persistent grid on GPUs (`TileScope::persistent`): that many blocks (0: one per
     /// multiprocessor) each loop over query tiles; `None`, one block per query tile. The
@@ -65,10 +64,13 @@ pub struct AttnConfig {
 /// no more heads than dealing head by head does.
 pub const CAUSAL_GROUP_TILES: i64 = 128;
 
-/// The lazy rescale's threshold on Hopper's non-causal d128 kernel
-/// ([`AttnConfig::rescale_threshold`]; FlashAttention-4's 8): on an H200 1.9–2.0% faster at
-/// 4·16·4096 and 1·32·16384 in three rounds, noisier but ahead on average at 2·32·8192; the
-/// causal kernel ran 1.3% slower with it, and keeps the rescale every step (gpu-notes run 39).
+/// The lazy rescale's threshold on Hopper's warp-specialized d128 kernel
+/// ([`AttnConfig::rescale_threshold`]; FlashAttention-4's 8). On an H200 (gpu-notes run 39):
+/// non-causal 1.9–2.0% faster at 4·16·4096 and 1·32·16384, noisier but ahead on average at
+/// 2·32·8192; causal 1.4% faster at both sizes together with the pinned wait for P·V
+/// ([`AttnConfig::pin_pv_wait`]), which it ran 0.8–1.3% slower without. The d64 kernels,
+/// whose rescale sits inside the softmax, ran 0–4% slower with it and keep the rescale every
+/// step.
 pub const LAZY_RESCALE_THRESHOLD: f64 = 8.0;
 
 /// `default`, or what `TILELANG_ATTN_RESCALE_THRESHOLD` asks: a threshold (a number from 0),
@@ -132,7 +134,7 @@ impl AttnConfig {
             (128, _) if !no_ws => AttnConfig {
                 warp_specialize: Some(true),
                 overlap_pv: true,
-                pin_pv_wait: !causal,
+                pin_pv_wait: true,
                 persistent: (!causal).then_some(0),
                 ..AttnConfig::hopper()
             },
@@ -146,9 +148,9 @@ impl AttnConfig {
             (64, true) => AttnConfig::tiles(128, 128, 3, 256),
             _ => AttnConfig::hopper(),
         };
-        // The lazy rescale where it measured faster: the warp-specialized non-causal d128
-        // kernel ([`LAZY_RESCALE_THRESHOLD`]).
-        let lazy = tiles.overlap_pv && !causal;
+        // The lazy rescale where it measured faster: the warp-specialized d128 kernel
+        // ([`LAZY_RESCALE_THRESHOLD`]).
+        let lazy = tiles.overlap_pv;
         AttnConfig {
             rescale_threshold: lazy_rescale(lazy.then_some(LAZY_RESCALE_THRESHOLD)),
             ..tiles
