@@ -20,14 +20,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(x)                                                              \
-  do {                                                                        \
-    cudaError_t e_ = (x);                                                     \
-    if (e_ != cudaSuccess) {                                                  \
-      fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      exit(1);                                                                \
-    }                                                                         \
-  } while (0)
+#include "probe_check.cuh"  // CHECK
 
 #include "../crates/runtime/src/pitched_shift.cuh"  // tl_shifted, as the runtime copies
 
