@@ -1690,6 +1690,19 @@ fn preloads_take_over_only_copies_they_can() {
     }
 }
 
+/// The simulator's arguments of a bf16 attention kernel: Q, K and V of shape `[b, h, s, d]`,
+/// then O and the f32 LSE, poisoned (every element must be written).
+fn attention_sim_args(q: &[f64], k: &[f64], v: &[f64], [b, h, s, d]: [usize; 4]) -> Vec<SimArg> {
+    let shape = [b, h, s, d];
+    vec![
+        SimArg::tensor(BF16, &shape, q),
+        SimArg::tensor(BF16, &shape, k),
+        SimArg::tensor(BF16, &shape, v),
+        SimArg::tensor(BF16, &shape, &vec![f64::NAN; b * h * s * d]),
+        SimArg::tensor(F32, &[b, h, s], &vec![f64::NAN; b * h * s]),
+    ]
+}
+
 /// FlashAttention-4's lazy rescale (`AttnConfig::rescale_threshold`): a row keeps its running
 /// maximum until a key tile raises it by more than 2^threshold, and O is rescaled only in the
 /// steps where some row of the thread moved it. Keys scaled up along the sequence make every
@@ -1739,14 +1752,7 @@ fn lazy_rescale_attention_in_sim() {
         };
         let k = flash_attention::flash_attention(BF16, d as i64, causal, cfg);
         let low = k.lower(Target::SM90).expect("lowers");
-        let shape = vec![b, h, s, d];
-        let mut args = vec![
-            SimArg::tensor(BF16, &shape, &q),
-            SimArg::tensor(BF16, &shape, &kk),
-            SimArg::tensor(BF16, &shape, &v),
-            SimArg::tensor(BF16, &shape, &vec![f64::NAN; b * h * s * d]),
-            SimArg::tensor(F32, &[b, h, s], &vec![f64::NAN; b * h * s]),
-        ];
+        let mut args = attention_sim_args(&q, &kk, &v, [b, h, s, d]);
         tl_sim::run(&low, &mut args, &SimOptions::default())
             .unwrap_or_else(|e| panic!("lazy rescale causal={causal} hopper={hopper}: {e}"));
         let (want_o, want_lse) = reference::attention(&q, &kk, &v, (b, h, s, d), causal, sm_scale);
@@ -1785,14 +1791,7 @@ fn lazy_rescale_skips_the_rescale_of_o_in_sim() {
         };
         let k = flash_attention::flash_attention(BF16, d as i64, false, cfg);
         let low = k.lower(Target::SM90).expect("lowers");
-        let shape = vec![b, h, s, d];
-        let mut args = vec![
-            SimArg::tensor(BF16, &shape, &q),
-            SimArg::tensor(BF16, &shape, &kk),
-            SimArg::tensor(BF16, &shape, &v),
-            SimArg::tensor(BF16, &shape, &vec![f64::NAN; b * h * s * d]),
-            SimArg::tensor(F32, &[b, h, s], &vec![f64::NAN; b * h * s]),
-        ];
+        let mut args = attention_sim_args(&q, &kk, &v, [b, h, s, d]);
         let report = tl_sim::run(&low, &mut args, &SimOptions::default())
             .unwrap_or_else(|e| panic!("threshold {tau:?}: {e}"));
         let e = rel_err(&args[3].to_f64(BF16), &want_o).expect("same size");
