@@ -27,8 +27,12 @@ for d in 128 64; do
   done
 done
 cs="${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)}"
-for tool in memcheck racecheck synccheck; do
-  out=$(timeout 200 "$cs" --tool "$tool" --error-exitcode 86 $G/flash_attention --device cuda \
-    --batch 1 --heads 3 --seq 1000 --dim 128 --dtype bf16 --reps 1 2>&1)
-  echo "$tool d128 1x3x1000 (lazy, the default): rc=$? $(grep -E 'SUMMARY' <<< "$out" | tr -s ' =')"
+# The d128 defaults (lazy; causal with the pinned wait), causal and not. Session 41 ran the
+# non-causal one only (39e); the causal default landed without its sanitizer run.
+for c in "" "--causal"; do
+  for tool in memcheck racecheck synccheck; do
+    out=$(timeout 200 "$cs" --tool "$tool" --error-exitcode 86 $G/flash_attention --device cuda \
+      --batch 1 --heads 3 --seq 1000 --dim 128 --dtype bf16 --reps 1 $c 2>&1)
+    echo "$tool d128 1x3x1000 $c (the default): rc=$? $(grep -E 'SUMMARY' <<< "$out" | tr -s ' =')"
+  done
 done
