@@ -366,18 +366,18 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                         });
                     });
                 };
-                // With the lazy rescale: whether some row of this thread moved its maximum in
-                // this step (else every factor is 1 and O is left alone).
-                let moved = rescale_threshold.map(|_| t.alloc_var(I32));
+                // With the lazy rescale: its threshold, and whether some row of this thread
+                // moved its maximum in this step (else every factor is 1 and O is left alone).
+                let lazy = rescale_threshold.map(|tau| (tau, t.alloc_var(I32)));
                 let rescale_o = |t: &mut TileScope| {
                     let all = |t: &mut TileScope| {
                         t.parallel([bm, d], |t, [i, j]| {
                             t.store(&acc_o, [&i, &j], acc_o.at([&i, &j]) * rescale.at([&i]));
                         });
                     };
-                    match &moved {
-                        Some(m) => {
-                            t.if_(m.at([0]).gt(0), all);
+                    match &lazy {
+                        Some((_, moved)) => {
+                            t.if_(moved.at([0]).gt(0), all);
                         }
                         None => all(t),
                     }
@@ -388,33 +388,34 @@ pub fn flash_attention(dtype: DType, head_dim: i64, causal: bool, cfg: AttnConfi
                 let softmax = |t: &mut TileScope, with_o: bool| {
                     t.copy(&m_i, &m_prev);
                     t.reduce_max(&scores, &m_i, 1).accumulate();
-                    if let (Some(tau), Some(m)) = (rescale_threshold, &moved) {
-                        // A row keeps its maximum unless the tile raised it by more than
-                        // tau in the exp2 domain, a factor of 2^tau (the first tile always
-                        // moves it, from -inf).
-                        t.store(m, [0], 0);
-                        t.parallel([bm], |t, [i]| {
-                            let grown = ((m_i.at([&i]) - m_prev.at([&i])) * scale).gt(tau);
-                            let kept = select(grown.clone(), m_i.at([&i]), m_prev.at([&i]));
-                            t.store(&m_i, [&i], kept.clone());
-                            t.store(
-                                &rescale,
-                                [&i],
-                                exp2((m_prev.at([&i]) - kept.clone()) * scale),
-                            );
-                            t.store(&m_scaled, [&i], kept * scale);
-                            t.store(m, [0], m.at([0]) | grown.cast(I32));
-                        });
-                    } else {
-                        t.parallel([bm], |t, [i]| {
-                            t.store(
-                                &rescale,
-                                [&i],
-                                exp2((m_prev.at([&i]) - m_i.at([&i])) * scale),
-                            );
-                            t.store(&m_scaled, [&i], m_i.at([&i]) * scale);
-                        });
+                    if let Some((_, moved)) = &lazy {
+                        t.store(moved, [0], 0);
                     }
+                    t.parallel([bm], |t, [i]| {
+                        // Lazily, a row keeps its maximum unless the tile raised it by more
+                        // than tau in the exp2 domain, a factor of 2^tau (the first tile
+                        // always moves it, from -inf).
+                        let grown = lazy
+                            .as_ref()
+                            .map(|(tau, _)| ((m_i.at([&i]) - m_prev.at([&i])) * scale).gt(*tau));
+                        let kept = match &grown {
+                            Some(g) => {
+                                let kept = select(g.clone(), m_i.at([&i]), m_prev.at([&i]));
+                                t.store(&m_i, [&i], kept.clone());
+                                kept
+                            }
+                            None => m_i.at([&i]),
+                        };
+                        t.store(
+                            &rescale,
+                            [&i],
+                            exp2((m_prev.at([&i]) - kept.clone()) * scale),
+                        );
+                        t.store(&m_scaled, [&i], kept * scale);
+                        if let (Some(g), Some((_, moved))) = (grown, &lazy) {
+                            t.store(moved, [0], moved.at([0]) | g.cast(I32));
+                        }
+                    });
                     if with_o {
                         rescale_o(t);
                     }
