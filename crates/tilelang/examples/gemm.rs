@@ -13,6 +13,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+use tilelang::kernels::gemm_residue::{gemm_nn_by_residue, residue_config, residue_pays};
 use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
@@ -77,6 +78,16 @@ struct Args {
     /// elsewhere; --tune tunes unsplit tiles
     #[arg(long, value_parser = common::size::<u32>)]
     split_k: Option<u32>,
+    /// NN only: read A in place by row residue instead of copying an A whose rows are not
+    /// whole 16-byte units (odd K) into padded rows first (`kernels::gemm_residue`; 16-bit
+    /// inputs, M and N multiples of 8; the tile options do not apply). The default on Hopper
+    /// where it measured faster (`gemm_residue::residue_pays`: K ≥ 3072, tiles that fill the
+    /// GPU) and no tile option is given
+    #[arg(long, conflicts_with = "no_by_residue")]
+    by_residue: bool,
+    /// Copy an odd-K A into padded rows first even where `--by-residue` is the default
+    #[arg(long)]
+    no_by_residue: bool,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -209,7 +220,25 @@ fn run() -> anyhow::Result<ExitCode> {
         };
         cfg
     };
+    // The residue kernel where asked, or where it pays and the command line leaves the
+    // Hopper tiles alone (only on Hopper: elsewhere `--emit` writes the default kernel).
+    let residue_for = |target: Target| {
+        args.by_residue
+            || (!args.no_by_residue
+                && !args.tile.tune
+                && config_for(target) == GemmConfig::hopper()
+                && residue_pays(
+                    &target,
+                    dt,
+                    layout,
+                    (args.m, args.n, args.k),
+                    common::multiprocessors(&dev, target),
+                ))
+    };
     let kernels_for = |target: Target| {
+        if residue_for(target) && GemmConfig::hopper_applies(&target, dt) {
+            return vec![gemm_nn_by_residue(dt, out_dt, residue_config())];
+        }
         let cfg = config_for(target);
         let mut ks = vec![gemm(layout, dt, out_dt, cfg)];
         if cfg.split_k > 1 {
@@ -217,10 +246,16 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         ks
     };
+    if args.by_residue {
+        residue_shapes(layout, dt, args.m, args.n)?;
+    }
     if args.common.emit_only(&kernels_for)? {
         return Ok(ExitCode::SUCCESS);
     }
     let target = dev.target()?;
+    if residue_for(target) {
+        return run_by_residue(&args, dt, out_dt, &dev);
+    }
     let cfg = config_for(target);
     let kernel = gemm(layout, dt, out_dt, cfg);
     let wgmma = args.wgmma || (!args.no_wgmma && GemmConfig::hopper_applies(&target, dt));
@@ -300,6 +335,61 @@ fn run() -> anyhow::Result<ExitCode> {
     Ok(common::finish(
         "gemm",
         &format!("{m}x{n}x{k} {} {}", layout.name(), dt),
+        err,
+        ms,
+        common::tolerance(dt).max(common::tolerance(out_dt)),
+        &format!("tflops={tflops:.3} device={dev} {notes}"),
+    ))
+}
+
+/// The shapes `--by-residue` takes (its kernel's views of A and C).
+fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Result<()> {
+    if layout != Layout::NN || m % 8 != 0 || n % 8 != 0 || dt.bytes() != 2 {
+        anyhow::bail!(
+            "--by-residue takes --layout nn, 16-bit inputs, and M and N multiples of 8 (got {} {dt}, M = {m}, N = {n})",
+            layout.name()
+        );
+    }
+    Ok(())
+}
+
+/// `--by-residue`: the NN GEMM that reads A in place by row residue, on A, B and C allocated
+/// as the views it declares (`[M/8, 8·K]`, `[K, N]`, `[M/8, 8, N]`: the bytes of row-major
+/// `[M, K]` and `[M, N]`), checked against the same f64 reference.
+fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow::Result<ExitCode> {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let kernel = gemm_nn_by_residue(dt, out_dt, residue_config());
+    let a = Tensor::randn(&[m / 8, 8 * k], dt, args.common.seed, dev)?;
+    let b = Tensor::randn(&[k, n], dt, args.common.seed + 1, dev)?;
+    let c = Tensor::zeros(&[m / 8, 8, n], out_dt, dev)?;
+    let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
+    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
+    let a_rows: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| av[r * k..(r + 1) * k].iter().copied())
+        .collect();
+    let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, false);
+    let exe = common::compile(&kernel, dev)?;
+    c.fill(f64::NAN)?;
+    let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
+    exe.run_args(&launch)?;
+    let cv = c.to_f64_vec()?;
+    let got: Vec<f64> = rows
+        .iter()
+        .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
+        .collect();
+    let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
+    let ms = args.common.time_ms(&exe, &launch)?;
+    let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+    let notes = format!(
+        "{}{} {}",
+        common::compile_note(&exe),
+        common::tiles_note(&residue_config()),
+        common::variant_note(&exe, &[&a, &b, &c])
+    );
+    Ok(common::finish(
+        "gemm",
+        &format!("{m}x{n}x{k} nn-by-residue {dt}"),
         err,
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),

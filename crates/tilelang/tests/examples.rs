@@ -144,6 +144,98 @@ fn gemm_split_k_sums_every_share() {
     assert!(last.contains("tiles=64x128x64 stages=8"), "{last}");
 }
 
+/// `gemm --by-residue`: NN with an odd-K A read in place by row residue, checked against the
+/// f64 reference on the CPU and in the simulator (sm_90a, the TMA and wgmma kernel); the
+/// shapes it does not take are refused with what it needs.
+#[test]
+fn gemm_by_residue_runs_and_refuses_what_it_cannot_take() {
+    let args = [
+        "--m",
+        "72",
+        "--n",
+        "256",
+        "--k",
+        "101",
+        "--layout",
+        "nn",
+        "--dtype",
+        "bf16",
+        "--by-residue",
+    ];
+    for dev in ["cpu", "sim:sm_90a"] {
+        let last = run_on("gemm", &args, dev);
+        assert!(last.contains("nn-by-residue"), "{last}");
+    }
+    for bad in [
+        &["--m", "70", "--n", "256", "--layout", "nn"][..],
+        &["--m", "72", "--n", "256", "--layout", "nt"],
+        &["--m", "72", "--n", "250", "--layout", "nn"],
+    ] {
+        let out = Command::new(example("gemm"))
+            .args(bad)
+            .args([
+                "--k",
+                "101",
+                "--dtype",
+                "bf16",
+                "--by-residue",
+                "--device",
+                "cpu",
+            ])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad:?} ran");
+        assert!(
+            err.contains("--by-residue takes --layout nn"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+/// Where reading A by row residue pays (`gemm_residue::residue_pays`), `--emit` writes it as
+/// the sm_90a kernel — the one a Hopper run takes by default — and the copy-first GEMM where
+/// it does not pay or `--no-by-residue` asks; the CPU target keeps the plain GEMM.
+#[test]
+fn gemm_emits_the_residue_kernel_where_it_pays() {
+    for (extra, sm90a) in [
+        (&["--k", "4095"][..], "gemm_nn_residue.sm_90a.ptx"),
+        (&["--k", "4095", "--no-by-residue"], "gemm_nn.sm_90a.ptx"),
+        (&["--k", "2047"], "gemm_nn.sm_90a.ptx"),
+        (&["--k", "4096"], "gemm_nn.sm_90a.ptx"),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "tl-emit-res-{}-{}",
+            std::process::id(),
+            extra.len()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(example("gemm"))
+            .args([
+                "--m", "4096", "--n", "4096", "--layout", "nn", "--dtype", "bf16",
+            ])
+            .args(extra)
+            .args(["--emit", dir.to_str().unwrap_or("/tmp/tl-emit-res")])
+            .output()
+            .expect("runs");
+        let listing: Vec<String> = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(dir.join(sm90a).exists(), "{extra:?}: {listing:?}");
+        assert!(dir.join("gemm_nn.cpu.c").exists(), "{extra:?}: {listing:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn elementwise_odd_length() {
     run("elementwise", &["--n", "10007"]);

@@ -1156,3 +1156,111 @@ fn odd_rows_staged_in_kernel_in_sim() {
         Err(e) => assert!(e.contains("unordered access"), "{e}"),
     }
 }
+
+/// A wgmma may read an MN-major B from any row of a shared tile, even one known only at run
+/// time (`B_s[off .. off + 64, :]`, `off = KB − 64` here, 0 to 8): the descriptor starts at
+/// the row's plain address, and the 128-byte swizzle goes by the address bits, as on the
+/// H200 (gpu-notes run 40: the probe's base-offset field set instead gave errors of 1.0–1.3).
+#[test]
+fn wgmma_reads_b_from_any_row_in_sim() {
+    let k = Kernel::build("shifted_b", |k| {
+        let (m, n, kb) = (k.dim("M"), k.dim("N"), k.dim("KB"));
+        let a = k.input("A", [m.clone(), Expr::int(64)], BF16);
+        let b = k.input("B", [&kb, &n], BF16);
+        let c = k.output("C", [&m, &n], F32);
+        k.launch([ceildiv(&n, 64), ceildiv(&m, 64)], 128, |t, [bx, by]| {
+            let a_s = t.alloc_shared_named("A_s", [64, 64], BF16);
+            let b_s = t.alloc_shared_named("B_s", [72, 64], BF16);
+            let acc = t.alloc_fragment_named("acc", [64, 64], F32);
+            t.clear(&acc);
+            t.copy(a.tile([&by * 64, Expr::int(0)]), &a_s);
+            t.copy(b.tile([Expr::int(0), &bx * 64]), &b_s);
+            let rows = b_s.region([&kb - 64, Expr::int(0)], [64, 64]);
+            t.gemm(&a_s, rows, &acc).instruction(GemmInstruction::Wgmma);
+            t.copy(&acc, c.tile([&by * 64, &bx * 64]));
+        });
+    });
+    let low = k
+        .lower_aligned(Target::SM90)
+        .unwrap_or_else(|d| panic!("{d}"));
+    for kb in 64..=72usize {
+        let e = run_vs_cpu(&k, &low, &[vec![64, 64], vec![kb, 128], vec![64, 128]], 5)
+            .unwrap_or_else(|e| panic!("KB {kb}: {e}"));
+        assert!(e < 1e-5, "KB {kb}: {e}");
+    }
+}
+
+/// `C = A·B` of row-major `[M, K]` A and `[K, N]` B (f64), as `[M, N]`.
+fn matmul_f64(a: &[f64], b: &[f64], m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut c = vec![0.0; m * n];
+    for r in 0..m {
+        for x in 0..k {
+            let av = a[r * k + x];
+            for (cv, bv) in c[r * n..(r + 1) * n].iter_mut().zip(&b[x * n..(x + 1) * n]) {
+                *cv += av * bv;
+            }
+        }
+    }
+    c
+}
+
+/// Run the residue GEMM on the simulator through the runtime (the variant a launch picks)
+/// with `a` as row-major `[m, k]`: the output as row-major `[m, n]`.
+fn residue_gemm_sim(a: &[f64], m: usize, n: usize, k: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
+    use tilelang::kernels::gemm_residue::{gemm_nn_by_residue, residue_config};
+    let dev = Device::Sim(Target::SM90);
+    let exe = gemm_nn_by_residue(BF16, F32, residue_config())
+        .compile(&dev)
+        .expect("compiles for the simulator");
+    let at = Tensor::zeros(&[m / 8, 8 * k], BF16, &dev).expect("A");
+    at.write_f64(a).expect("A values");
+    let bt = Tensor::randn(&[k, n], BF16, seed, &dev).expect("B");
+    let ct = Tensor::zeros(&[m / 8, 8, n], F32, &dev).expect("C");
+    ct.fill(f64::NAN).expect("C");
+    exe.run(&[&at, &bt, &ct])
+        .unwrap_or_else(|e| panic!("{m}x{n}x{k}: {e}"));
+    (ct.to_f64_vec().expect("C"), bt.to_f64_vec().expect("B"))
+}
+
+/// The NN GEMM that reads an odd-K A in place by row residue (`kernels::gemm_residue`) in the
+/// simulator, through the runtime as a launch runs it, against an f64 GEMM: every K mod 8
+/// (each residue's own shift into B's stage), a last block of rows past M (M/8 = 17), columns
+/// past N; and A's values as bf16 rounds them.
+#[test]
+fn gemm_by_residue_in_sim() {
+    let (m, n) = (136usize, 264usize);
+    for k in 97..=104usize {
+        let at = Tensor::randn(&[m * k], BF16, 40 + k as u64, &Device::Cpu).expect("A");
+        let a = at.to_f64_vec().expect("A");
+        let (c, b) = residue_gemm_sim(&a, m, n, k, 9);
+        let want = matmul_f64(&a, &b, m, n, k);
+        let e = rel_err(&c, &want).expect("size");
+        assert!(e < 1e-5, "{m}x{n}x{k}: {e}");
+    }
+}
+
+/// The columns of A's tile outside its row (the previous row's tail in the first k step, the
+/// next row's head in the last) meet zero rows of B, but 0·Inf is NaN: the kernel zeroes them
+/// first. An Inf at the end of row 9 and at the start of row 12 leave every other row finite
+/// and exact (rows 10 and 11 read them as their neighbours).
+#[test]
+fn gemm_by_residue_keeps_other_rows_finite_in_sim() {
+    let (m, n, k) = (64usize, 256usize, 99usize);
+    let at = Tensor::randn(&[m * k], BF16, 3, &Device::Cpu).expect("A");
+    let mut a = at.to_f64_vec().expect("A");
+    a[9 * k + k - 1] = f64::INFINITY;
+    a[12 * k] = f64::INFINITY;
+    let (c, b) = residue_gemm_sim(&a, m, n, k, 4);
+    let want = matmul_f64(&a, &b, m, n, k);
+    for r in (0..m).filter(|&r| r != 9 && r != 12) {
+        let row = &c[r * n..(r + 1) * n];
+        assert!(
+            row.iter().all(|x| x.is_finite()),
+            "row {r} is not finite: {:?}",
+            &row[..4]
+        );
+        let e = rel_err(row, &want[r * n..(r + 1) * n]).expect("size");
+        assert!(e < 1e-5, "row {r}: {e}");
+    }
+    assert!(c[9 * n..10 * n].iter().all(|x| !x.is_finite()), "row 9");
+}

@@ -1068,7 +1068,13 @@ fn schedule_wgmma(
     overlap_depth: i64,
     drain: &mut Vec<Expr>,
 ) -> (Stmt, bool) {
-    let written = written_shared(consume);
+    let fenced_here = fence_edge_writes(consume);
+    let consume = fenced_here.as_ref().unwrap_or(consume);
+    let written = match fenced_here {
+        // The operand writes fence and hand over themselves, inside their branches.
+        Some(_) => HashSet::new(),
+        None => written_shared(consume),
+    };
     let mut any = false;
     let out = consume.map_post(&mut |x| match x.kind {
         StmtKind::Op(TileOp::Gemm(mut g)) if g.instruction == Some(GemmInstruction::Wgmma) => {
@@ -1087,6 +1093,77 @@ fn schedule_wgmma(
         kind => Stmt::new(kind, x.span),
     });
     (out, any)
+}
+
+/// Consumers that write a wgmma gemm's shared operands only in some iterations — a kernel
+/// zeroing the columns of a tile that lie past a tensor's edge in the first and last k steps
+/// (`kernels::gemm_residue`) — fence and hand over those writes where they make them: every
+/// write to an operand inside a top-level `if` before the first gemm, whose condition is the
+/// same for every thread, gets a barrier before it (other warps may still read the stage) and
+/// a proxy fence and a barrier after it, so the gemms read their operands as the pipeline
+/// handed them over and need no fence and barrier of their own in every iteration. The
+/// rewritten consumers, or `None` where the writes are not all of that shape.
+fn fence_edge_writes(consume: &Stmt) -> Option<Stmt> {
+    let StmtKind::Seq(body) = &consume.kind else {
+        return None;
+    };
+    let mut operands = HashSet::new();
+    consume.walk(&mut |st| {
+        if let StmtKind::Op(TileOp::Gemm(g)) = &st.kind {
+            if g.instruction == Some(GemmInstruction::Wgmma) {
+                operands.insert(g.b.buffer.id());
+                if g.a.buffer.scope() == Scope::Shared {
+                    operands.insert(g.a.buffer.id());
+                }
+            }
+        }
+    });
+    let is_gemm = |st: &Stmt| {
+        let mut any = false;
+        st.walk(&mut |x| any |= matches!(x.kind, StmtKind::Op(TileOp::Gemm(_))));
+        any
+    };
+    let uniform = |c: &Expr| {
+        let mut per_thread = false;
+        c.visit(&mut |x| match x.kind() {
+            ExprKind::Call(Intrinsic::ThreadIdx, _) | ExprKind::Load(..) => per_thread = true,
+            _ => {}
+        });
+        !per_thread
+    };
+    let mut seen_gemm = false;
+    let mut rewrote = false;
+    let mut out = Vec::with_capacity(body.len());
+    for st in body {
+        let writes_operand = written_shared(st).iter().any(|b| operands.contains(b));
+        if !writes_operand {
+            seen_gemm |= is_gemm(st);
+            out.push(st.clone());
+            continue;
+        }
+        match &st.kind {
+            StmtKind::If {
+                cond,
+                then_,
+                else_: None,
+            } if !seen_gemm && !is_gemm(then_) && uniform(cond) => {
+                let span = st.span;
+                let then = Stmt::seq(
+                    vec![
+                        sync(span),
+                        (**then_).clone(),
+                        eval(Intrinsic::FenceProxyAsync, vec![], span),
+                        sync(span),
+                    ],
+                    span,
+                );
+                out.push(if_then(Some(cond.clone()), then, span));
+                rewrote = true;
+            }
+            _ => return None,
+        }
+    }
+    rewrote.then(|| Stmt::seq(out, consume.span))
 }
 
 /// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.

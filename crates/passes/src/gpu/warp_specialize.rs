@@ -385,6 +385,31 @@ fn fresh_bindings(s: &Stmt) -> Stmt {
     })
 }
 
+/// `step` where `value` is `counter + step` with the counter one term of a sum (the simplifier
+/// writes `counter + ⌊(K + 7) / 64⌋ + 1` as `(counter + ⌊(K + 7) / 64⌋) + 1`), the other terms
+/// free of the counter; `None` for any other value.
+fn counter_increment(value: &Expr, is_counter: &dyn Fn(&Expr) -> bool) -> Option<Expr> {
+    fn terms(e: &Expr, out: &mut Vec<Expr>) {
+        match e.kind() {
+            ExprKind::Bin(tl_ir::BinOp::Add, a, b) => {
+                terms(a, out);
+                terms(b, out);
+            }
+            _ => out.push(e.clone()),
+        }
+    }
+    let mut all = vec![];
+    terms(value, &mut all);
+    let at = all.iter().position(is_counter)?;
+    all.remove(at);
+    if all.is_empty() || all.iter().any(|t| t.any(&mut |z| is_counter(z))) {
+        return None;
+    }
+    let mut rest = all.into_iter();
+    let first = rest.next()?;
+    Some(rest.fold(first, |acc, t| acc + t))
+}
+
 /// Where every round of a persistent kernel runs the pipeline the same number of times `n`
 /// (a GEMM's k steps; not causal attention's, which depend on the tile), the iterations
 /// before round `r` are `r·n`: the body with the counter's loads replaced by that and its
@@ -407,10 +432,7 @@ fn count_by_rounds(body: &Stmt, counter: &tl_ir::Buffer) -> Option<Stmt> {
         let mut bound: HashSet<u64> = [l.var.id()].into_iter().collect();
         l.body.walk(&mut |y| match &y.kind {
             StmtKind::Store { buffer, value, .. } if buffer.id() == counter.id() => {
-                steps.push(match value.kind() {
-                    ExprKind::Bin(tl_ir::BinOp::Add, a, b) if is_counter(a) => Some(b.clone()),
-                    _ => None,
-                });
+                steps.push(counter_increment(value, &is_counter));
             }
             StmtKind::Let { var, .. } => {
                 bound.insert(var.id());

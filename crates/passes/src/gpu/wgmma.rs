@@ -93,18 +93,27 @@ pub fn unsupported_because(g: &GemmOp, target: &Target, threads: i64) -> Option<
                 r.buffer.name()
             ));
         }
-        // The descriptor assumes the swizzle's 8-row phase starts at the slice: a sub-tile must
-        // start on a multiple of 8 rows, and of a k step (K-major) or 64 columns (MN-major).
+        // A K-major sub-tile starts on a multiple of 8 rows (the descriptor's 8-row groups)
+        // and of a k step. An MN-major one starts on a multiple of 64 columns, at any row —
+        // even one known only at run time: its rows are k, one 128-byte swizzle row each, and
+        // the hardware swizzles by the address bits, so a start 1-7 rows into an 8-row group
+        // reads the stored tile as it is (`mn_major_row_start`; gpu-notes run 40).
         let rank = r.rank();
         let col_step = if k_major { k_step } else { ROW_ELEMS };
+        let rows_ok = !k_major || r.offsets[rank - 2].as_int().is_some_and(|o| o % 8 == 0);
         let aligned = rank >= 2
-            && r.offsets[rank - 2].as_int().is_some_and(|o| o % 8 == 0)
+            && rows_ok
             && r.offsets[rank - 1]
                 .as_int()
                 .is_some_and(|o| o % col_step == 0);
         if !aligned {
+            let rows = if k_major {
+                "multiples of 8 rows and"
+            } else {
+                "any row and constant multiples of"
+            };
             return Some(format!(
-                "the {name} region of `{}` must start at constant multiples of 8 rows and {col_step} columns",
+                "the {name} region of `{}` must start at {rows} {col_step} columns",
                 r.buffer.name()
             ));
         }
@@ -216,14 +225,17 @@ impl Ctx<'_> {
                 // atoms 2s and 2s + 1, 8 values from 8·s.
                 Some(regs) => address_of(regs, vec![Expr::int(8 * s)]),
                 // MN-major A ([K, M]): the warpgroup's 64 rows are one 64-column block.
-                None if g.trans_a => address_of(&g.a.buffer, index2(&g.a, k0, row0.clone())),
+                None if g.trans_a => address_of(
+                    &g.a.buffer,
+                    mn_major_row_start(index2(&g.a, k0, row0.clone())),
+                ),
                 None => address_of(&g.a.buffer, index2(&g.a, row0.clone(), k0)),
             }
         };
         let b_at = |s: i64| -> Expr {
             let k0 = Expr::int(k_step * s);
             let idx = if b_mn_major {
-                index2(&g.b, k0, Expr::int(0))
+                mn_major_row_start(index2(&g.b, k0, Expr::int(0)))
             } else {
                 index2(&g.b, Expr::int(0), k0)
             };
@@ -293,4 +305,26 @@ impl Ctx<'_> {
         }
         Ok(Stmt::seq(out, span))
     }
+}
+
+/// The element whose address starts an MN-major operand slice at row `idx[rank - 2]` of a
+/// 64-column block at `idx[rank - 1]`. A descriptor's start is a plain shared address, and
+/// the slice's first row begins 128 bytes a row into the stored tile; under the 128-byte
+/// swizzle that address holds the element of 16-byte chunk `row % 8` (chunk c of row r sits in
+/// slot `c ^ (r % 8)`), so the start is the element at column `8·(row % 8)` of the row. Rows
+/// on a multiple of 8 (every slice but a shifted one) keep column 0 and their index as it was.
+fn mn_major_row_start(mut idx: Vec<Expr>) -> Vec<Expr> {
+    let rank = idx.len();
+    if rank < 2 {
+        return idx;
+    }
+    let row = idx[rank - 2].clone();
+    let phase = match row.as_int() {
+        Some(r) => Expr::int(r.rem_euclid(8)),
+        None => row.floormod(8),
+    };
+    if phase.as_int() != Some(0) {
+        idx[rank - 1] = idx[rank - 1].clone() + phase * 8;
+    }
+    idx
 }

@@ -424,7 +424,7 @@ impl GemmConfig {
     }
 
     /// Output tiles of an `m × n` C.
-    pub(crate) fn output_tiles(&self, m: usize, n: usize) -> usize {
+    pub fn output_tiles(&self, m: usize, n: usize) -> usize {
         m.div_ceil(self.bm.max(1) as usize) * n.div_ceil(self.bn.max(1) as usize)
     }
 
