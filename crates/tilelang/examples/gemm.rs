@@ -344,7 +344,7 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// The shapes `--by-residue` takes (its kernel's views of A and C).
 fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Result<()> {
-    if layout != Layout::NN || m % 8 != 0 || n % 8 != 0 || dt.bytes() != 2 {
+    if layout != Layout::NN || !m.is_multiple_of(8) || !n.is_multiple_of(8) || dt.bytes() != 2 {
         anyhow::bail!(
             "--by-residue takes --layout nn, 16-bit inputs, and M and N multiples of 8 (got {} {dt}, M = {m}, N = {n})",
             layout.name()
