@@ -84,6 +84,25 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, uint64_t da, uint64_t
 }
 
 
+// One k step of a consumer warpgroup: four m64n256k16 over its 64-row A tile (K-major) and B
+// from row `b_rows` of its stage (MN-major, 64-column blocks `lbo` bytes apart), then the
+// stage released by each warp.
+__device__ __forceinline__ void k_step(float* acc, unsigned char* a_tile, unsigned char* b_rows,
+                                       uint32_t lbo, int baseoff, uint64_t* empty, int lane) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    wgmma_m64n256k16(acc, desc(a_tile + 32 * j, 16, 0), desc(b_rows + 16 * j * 128, lbo, baseoff));
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+  __syncwarp();
+  if (lane == 0) mbar_arrive(empty);
+}
+
 // The shipped kernel's tile order: groups of 16 row tiles, columns outermost in a group.
 __device__ __forceinline__ void place(int round, int tiles_m, int tiles_n, int& bx, int& by) {
   int tile = blockIdx.x + round * gridDim.x;
@@ -186,21 +205,8 @@ oddk(const __grid_constant__ AMaps am, const __grid_constant__ CUtensorMap bmap,
         const int st = g & (STAGES - 1);
         mbar_wait(&full[st], (g / STAGES) & 1);
         mbar_wait(&full[(g + 1) & (STAGES - 1)], ((g + 1) / STAGES) & 1);
-#pragma unroll
-        for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint64_t da = desc(A_s + st * A_STAGE + w * 8192 + 32 * j, 16, 0);
-          const uint64_t db = desc(B_s + st * 8192 + (off + 16 * j) * 128, CHUNK_BYTES, baseoff);
-          wgmma_m64n256k16(acc, da, db);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-        for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
+        k_step(acc, A_s + st * A_STAGE + w * 8192, B_s + st * 8192 + off * 128, CHUNK_BYTES, baseoff,
+               &empty[st], lane);
       }
       epilogue(acc, myscr, &cmap, bx, s, q0, w, lt, wp, lane);
     }
@@ -269,21 +275,8 @@ oddk_slab(const __grid_constant__ AMaps am, const __grid_constant__ CUtensorMap 
       for (int t = 0; t < T; ++t, ++g) {
         const int st = g % S3;
         mbar_wait(&full[st], (g / S3) & 1);
-#pragma unroll
-        for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const uint64_t da = desc(A_s + st * SLAB_A + w * 8192 + 32 * j, 16, 0);
-          const uint64_t db = desc(B_s + st * SLAB_B + (off + 16 * j) * 128, SLAB_CHUNK, 0);
-          wgmma_m64n256k16(acc, da, db);
-        }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-        for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[st]);
+        k_step(acc, A_s + st * SLAB_A + w * 8192, B_s + st * SLAB_B + off * 128, SLAB_CHUNK, 0,
+               &empty[st], lane);
       }
       epilogue(acc, myscr, &cmap, bx, s, q0, w, lt, wp, lane);
     }

@@ -173,10 +173,7 @@ fn run() -> anyhow::Result<ExitCode> {
     // The f64 reference by the definition, over all rows of a small problem or sampled rows.
     let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
     let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
-    let a_rows: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| av[r * k..(r + 1) * k].iter().copied())
-        .collect();
+    let a_rows = common::gather_rows(&av, &rows, k);
     let want = reference::fp8_gemm(scaling, &a_rows, &bv, &sav, &sbv, &rows, m, n, k);
     let exe = common::compile(&kernel, &dev)?;
     c.fill(f64::NAN)?;

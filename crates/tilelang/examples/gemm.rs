@@ -364,10 +364,7 @@ fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow
     let c = Tensor::zeros(&[m / 8, 8, n], out_dt, dev)?;
     let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
     let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
-    let a_rows: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| av[r * k..(r + 1) * k].iter().copied())
-        .collect();
+    let a_rows = common::gather_rows(&av, &rows, k);
     let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, false);
     let exe = common::compile(&kernel, dev)?;
     c.fill(f64::NAN)?;

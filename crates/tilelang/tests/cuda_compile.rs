@@ -404,6 +404,12 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
         .expect("PTX")
         .code;
     assert!(ptx.contains("cp.async.bulk.global.shared::cta.bulk_group"));
+    both_printers_without_spills(cuda, ptx, "UBLKCP");
+}
+
+/// The CUDA C++ and PTX of one kernel each compile for sm_90a without spills, and each SASS
+/// has an instruction starting `opcode`.
+fn both_printers_without_spills(cuda: String, ptx: String, opcode: &str) {
     let opts = tl_nvrtc::CheckOptions {
         sass: tl_nvrtc::SassMode::Required,
         ..Default::default()
@@ -418,8 +424,8 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
             "{printer} spills: {r}"
         );
         assert!(
-            ops.keys().any(|op| op.starts_with("UBLKCP")),
-            "{printer}: no bulk copy in the SASS: {ops:?}"
+            ops.keys().any(|op| op.starts_with(opcode)),
+            "{printer}: no {opcode} in the SASS: {ops:?}"
         );
     }
 }
@@ -661,22 +667,5 @@ fn gemm_by_residue_compiles_without_spills() {
     let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
         .expect("PTX")
         .code;
-    let opts = tl_nvrtc::CheckOptions {
-        sass: tl_nvrtc::SassMode::Required,
-        ..Default::default()
-    };
-    for (printer, src) in [("CUDA C++", cuda), ("PTX", ptx)] {
-        let r = tl_nvrtc::check_with(&src, "sm_90a", &opts).expect("compiles");
-        let ops = r.opcodes();
-        println!("{printer}: {r}\n{ops:?}");
-        assert_eq!(
-            (r.usage.spill_stores, r.usage.stack_frame),
-            (0, 0),
-            "{printer} spills: {r}"
-        );
-        assert!(
-            ops.keys().any(|op| op.starts_with("HGMMA")),
-            "{printer}: no HGMMA in the SASS: {ops:?}"
-        );
-    }
+    both_printers_without_spills(cuda, ptx, "HGMMA");
 }

@@ -384,6 +384,14 @@ pub fn parse_dtype(s: &str) -> anyhow::Result<DType> {
     DType::from_name(s).ok_or_else(|| anyhow::anyhow!("unknown dtype `{s}`: use f32, bf16 or f16"))
 }
 
+/// The rows `rows` of a row-major matrix `values` whose rows are `width` long, one after
+/// another: the operand rows a sampled reference check multiplies.
+pub fn gather_rows(values: &[f64], rows: &[usize], width: usize) -> Vec<f64> {
+    rows.iter()
+        .flat_map(|&r| values[r * width..(r + 1) * width].iter().copied())
+        .collect()
+}
+
 /// Rows of a large problem to check against the f64 reference (all rows of a small one): the
 /// reference costs a full problem's work on the host, so big GPU runs sample rows instead.
 pub fn check_rows(rows: usize, work_per_row: f64, seed: u64) -> Vec<usize> {
