@@ -103,6 +103,17 @@ __device__ __forceinline__ void k_step(float* acc, unsigned char* a_tile, unsign
   if (lane == 0) mbar_arrive(empty);
 }
 
+// The stages' barriers (full: the producer's arrival and the TMA bytes; empty: one arrival
+// per consumer warp), then this block's rounds of the persistent tile loop.
+__device__ __forceinline__ int setup(uint64_t* full, uint64_t* empty, int stages, int tiles) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  return (tiles - (int)blockIdx.x + gridDim.x - 1) / gridDim.x;
+}
+
 // The shipped kernel's tile order: groups of 16 row tiles, columns outermost in a group.
 __device__ __forceinline__ void place(int round, int tiles_m, int tiles_n, int& bx, int& by) {
   int tile = blockIdx.x + round * gridDim.x;
@@ -153,13 +164,7 @@ oddk(const __grid_constant__ AMaps am, const __grid_constant__ CUtensorMap bmap,
   uint64_t* full = (uint64_t*)(sm + A_BYTES + B_BYTES + SCRATCH);
   uint64_t* empty = full + STAGES;
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const int tiles = tiles_m * tiles_n;
-  const int rounds = (tiles - (int)blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int rounds = setup(full, empty, STAGES, tiles_m * tiles_n);
   if (tid >= 256) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if (tid == 256) {
@@ -234,13 +239,7 @@ oddk_slab(const __grid_constant__ AMaps am, const __grid_constant__ CUtensorMap 
   uint64_t* full = (uint64_t*)(scr + SCRATCH);
   uint64_t* empty = full + S3;
   const int tid = threadIdx.x;
-  if (tid == 0) {
-    for (int s = 0; s < S3; ++s) { mbar_init(&full[s], 1); mbar_init(&empty[s], 8); }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();
-  const int tiles = tiles_m * tiles_n;
-  const int rounds = (tiles - (int)blockIdx.x + gridDim.x - 1) / gridDim.x;
+  const int rounds = setup(full, empty, S3, tiles_m * tiles_n);
   if (tid >= 256) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 56;");
     if (tid == 256) {

@@ -182,10 +182,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let tensors = [&a, &b, &sa, &sb, common::SplitSum::target(&split, &c)];
     common::SplitSum::run(&split, &exe, &tensors, &c)?;
     let cv = c.to_f64_vec()?;
-    let got: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
-        .collect();
+    let got = common::gather_rows(&cv, &rows, n);
     let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
     let launch: Vec<Arg> = tensors.iter().map(|t| Arg::Tensor(t)).collect();
     let ms = common::SplitSum::time_ms(&split, &args.common, &exe, &launch, &c)?;

@@ -284,10 +284,7 @@ fn run() -> anyhow::Result<ExitCode> {
     let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, layout == Layout::NT);
     let sampled = |c: &Tensor| -> anyhow::Result<f64> {
         let cv = c.to_f64_vec()?;
-        let got: Vec<f64> = rows
-            .iter()
-            .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
-            .collect();
+        let got = common::gather_rows(&cv, &rows, n);
         tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)
     };
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
@@ -371,10 +368,7 @@ fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
     exe.run_args(&launch)?;
     let cv = c.to_f64_vec()?;
-    let got: Vec<f64> = rows
-        .iter()
-        .flat_map(|&r| cv[r * n..(r + 1) * n].iter().copied())
-        .collect();
+    let got = common::gather_rows(&cv, &rows, n);
     let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
     let ms = args.common.time_ms(&exe, &launch)?;
     let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
