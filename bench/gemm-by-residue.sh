@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The NN GEMM that reads an odd-K A in place by row residue (`gemm --by-residue`,
-# kernels::gemm_residue) beside the default (A copied into padded rows first) and the
-# aligned size, rounds interleaved; correctness at odd sizes; compute-sanitizer.
+# kernels::gemm_residue) beside the copy-first GEMM (`--no-by-residue`: A copied into padded
+# rows before each launch), rounds interleaved; correctness at odd sizes; compute-sanitizer.
 #   bash bench/gemm-by-residue.sh [reps] [rounds]     (GPU machine; .gpu/ staged with gemm)
 #   SIZES="M N K;M N K" narrows the timed sizes; CHECKS=0 skips the checks and sanitizer.
 set -uo pipefail
@@ -21,7 +21,7 @@ for round in $(seq "$rounds"); do
   for s in "${sizes[@]}"; do
     set -- $s
     echo "residue $s: $(line $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nn --dtype bf16 --by-residue --reps $reps)"
-    echo "default $s: $(line $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nn --dtype bf16 --reps $reps)"
+    echo "copy    $s: $(line $G/gemm --device cuda --m $1 --n $2 --k $3 --layout nn --dtype bf16 --no-by-residue --reps $reps)"
   done
 done
 [ "$checks" = 1 ] || exit 0

@@ -15,7 +15,7 @@
 //! `[0, K)` belong to the neighbouring rows; the consumers zero them in the first and last
 //! steps (B's rows there are zeros too, but an Inf there would make 0·Inf a NaN), and only
 //! those steps pay a fence and a barrier for it (`fence_edge_writes` in the pipeline stage).
-//! C leaves through its view `[M/8, 8, N]`. On an H200, 1.01–1.11× the copy-first GEMM where
+//! C leaves through its view `[M/8, 8, N]`. On an H200, 1.01–1.16× the copy-first GEMM where
 //! the 128×256 tiles fill the GPU and K is 4095 or more, slower at few tiles or short K (one
 //! k step more): [`residue_pays`] says where the gemm example takes it by default
 //! (docs/performance.md, session 42).
@@ -31,13 +31,13 @@ use crate::prelude::*;
 /// its k window's aligned start.
 const SHIFT_ROWS: i64 = 8;
 
-/// The Hopper tiles of [`gemm_nn_by_residue`]: [`GemmConfig::hopper`]'s 128×256×64 in three
-/// stages (B's stages are 72 rows; four no longer fit beside the epilogue's tile).
+/// The Hopper tiles of [`gemm_nn_by_residue`]: [`GemmConfig::hopper`]'s, 128×256×64 in four
+/// stages. B's stages are 72 rows, so the compiler sends C out through a quarter of the tile
+/// (four 64-column chunks) rather than half: against three stages with the whole tile, 1.3–4%
+/// faster on an H200 (4096×4096×4095 725 against 716 TFLOP/s, 2048×2048×4095 672 against
+/// 645; gpu-notes run 40k).
 pub fn residue_config() -> GemmConfig {
-    GemmConfig {
-        stages: 3,
-        ..GemmConfig::hopper()
-    }
+    GemmConfig::hopper()
 }
 
 /// The least K at which [`residue_pays`] takes the residue kernel: it runs one k step more
@@ -51,10 +51,10 @@ pub const RESIDUE_MIN_K: usize = 3072;
 /// of A that are not whole 16-byte units (else there is no copy to save), M and N multiples
 /// of 8 (its views), K ≥ [`RESIDUE_MIN_K`], and at least `multiprocessors` · 3/4 output tiles
 /// of 128×256 (fewer, and the default refits to narrower tiles that this kernel does not
-/// have). On an H200 (gpu-notes run 40h) that takes every shape it ran faster at (1.01–1.11×:
-/// 2048×2048×4095 with 128 tiles, 4096², 6144², 8192² with K one short of them, 4096×4096×16383)
-/// and none it ran slower at (4096×8192×2047; 1024×1024×4095 and 512×4096×8191 with 32 and 64
-/// tiles).
+/// have). On an H200 (gpu-notes runs 40h, 40l, 40m) that takes every shape it ran faster at
+/// (1.01–1.16×: 2048×2048×4095 with 128 tiles, 4096², 6144², 8192² with K one short of them,
+/// 4096×4096×16383) and none it ran slower at (4096×8192×2047; 1024×1024×4095 and
+/// 512×4096×8191 with 32 and 64 tiles).
 pub fn residue_pays(
     target: &tl_target::Target,
     in_dtype: DType,
