@@ -206,6 +206,36 @@ pub fn sync(span: Span) -> Stmt {
     eval(Intrinsic::SyncThreads, vec![], span)
 }
 
+/// Whether `e` differs between the threads of a block: it reads `thread_idx`, a warp shuffle,
+/// or a variable of `per_thread` (block-level `let`s computed from those, [`per_thread_lets`]).
+pub fn varies_by_thread(e: &Expr, per_thread: &std::collections::HashSet<Var>) -> bool {
+    e.any(&mut |x| match x.kind() {
+        tl_ir::ExprKind::Call(
+            Intrinsic::ThreadIdx
+            | Intrinsic::ShflXor { .. }
+            | Intrinsic::ShflDown { .. }
+            | Intrinsic::ShflIdx { .. },
+            _,
+        ) => true,
+        tl_ir::ExprKind::Var(v) => per_thread.contains(v),
+        _ => false,
+    })
+}
+
+/// The `let`s of `body` whose values differ between threads ([`varies_by_thread`]), a `let`
+/// computed from an earlier one of them included (the walk is in program order).
+pub fn per_thread_lets(body: &Stmt) -> std::collections::HashSet<Var> {
+    let mut out = std::collections::HashSet::new();
+    body.walk(&mut |s| {
+        if let StmtKind::Let { var, value } = &s.kind {
+            if varies_by_thread(value, &out) {
+                out.insert(var.clone());
+            }
+        }
+    });
+    out
+}
+
 /// Whether `s` is `Eval(call)` of an intrinsic `pred` accepts.
 pub fn is_call(s: &Stmt, pred: impl Fn(&Intrinsic) -> bool) -> bool {
     matches!(&s.kind, StmtKind::Eval(e) if matches!(e.kind(), tl_ir::ExprKind::Call(op, _) if pred(op)))

@@ -719,3 +719,67 @@ fn residue_gemm_fences_only_its_edge_steps() {
     });
     assert_eq!(loops, 1, "one consumer k loop expected:\n{text}");
 }
+
+/// Operand writes under a condition that differs between threads keep the gemm's own fence
+/// and barrier: the pipeline hands edge writes over inside their `if` only where every thread
+/// takes the same branch (a barrier in a branch some threads skip would hang them). The
+/// condition here reads a `let` of the thread index, which the pipeline must see through.
+#[test]
+fn per_thread_operand_writes_keep_the_gemms_own_fence() {
+    use tilelang::ir::{Intrinsic, StmtKind};
+    use tilelang::prelude::*;
+    let k = Kernel::build("per_thread_writes", |k| {
+        let (m, n, kd) = (k.dim("M"), k.dim("N"), k.dim("K"));
+        let a = k.input("A", [&m, &kd], BF16);
+        let b = k.input("B", [&kd, &n], BF16);
+        let c = k.output("C", [&m, &n], F32);
+        k.launch([ceildiv(&n, 64), ceildiv(&m, 64)], 128, |t, [bx, by]| {
+            let a_s = t.alloc_shared_named("A_s", [64, 64], BF16);
+            let b_s = t.alloc_shared_named("B_s", [64, 64], BF16);
+            let acc = t.alloc_fragment_named("acc", [64, 64], F32);
+            t.clear(&acc);
+            let lane = t.let_("lane", t.thread_idx().floormod(32));
+            t.pipelined(ceildiv(&kd, 64), 3, |t, step| {
+                t.copy(a.tile([&by * 64, &step * 64]), &a_s);
+                t.copy(b.tile([&step * 64, &bx * 64]), &b_s);
+                t.if_(lane.lt(1), |t| {
+                    t.store(&a_s, [Expr::int(0), Expr::int(0)], Expr::float(0.0));
+                });
+                t.gemm(&a_s, &b_s, &acc).instruction(GemmInstruction::Wgmma);
+            });
+            t.copy(&acc, c.tile([&by * 64, &bx * 64]));
+        });
+    });
+    let low = k.lower_aligned(Target::SM90).expect("lowers");
+    let text = low.to_string();
+    let mut loops = 0;
+    low.body.walk(&mut |s| {
+        let StmtKind::For(l) = &s.kind else { return };
+        let top = l.body.flattened();
+        if !top
+            .iter()
+            .any(|x| matches!(call_of(x), Some(Intrinsic::Wgmma(_))))
+        {
+            return;
+        }
+        loops += 1;
+        assert!(
+            top.iter()
+                .any(|x| matches!(call_of(x), Some(Intrinsic::FenceProxyAsync))),
+            "the gemm lost its own fence:\n{text}"
+        );
+        for x in &top {
+            if let StmtKind::If { then_, .. } = &x.kind {
+                let mut barrier = false;
+                then_.walk(&mut |y| {
+                    barrier |= matches!(
+                        call_of(y),
+                        Some(Intrinsic::SyncThreads | Intrinsic::NamedBarrier { .. })
+                    );
+                });
+                assert!(!barrier, "a barrier inside a per-thread branch:\n{text}");
+            }
+        }
+    });
+    assert_eq!(loops, 1, "one k loop expected:\n{text}");
+}

@@ -372,17 +372,7 @@ impl<'a> Ctx<'a> {
     /// Does `e` differ between the threads of a block: does it read `thread_idx`, a warp
     /// shuffle, or a block-level `let` that does?
     fn per_thread(&self, e: &Expr) -> bool {
-        e.any(&mut |x| match x.kind() {
-            ExprKind::Call(
-                Intrinsic::ThreadIdx
-                | Intrinsic::ShflXor { .. }
-                | Intrinsic::ShflDown { .. }
-                | Intrinsic::ShflIdx { .. },
-                _,
-            ) => true,
-            ExprKind::Var(v) => self.per_thread_lets.contains(v),
-            _ => false,
-        })
+        crate::tile_util::varies_by_thread(e, &self.per_thread_lets)
     }
 
     fn check_block_level_frag_read(&mut self, e: &Expr, span: Span) {

@@ -335,6 +335,7 @@ pub fn run(k: Kernel, target: &Target) -> Result<Kernel, Diagnostics> {
             .map(|(b, l)| (b.id(), l.clone()))
             .collect(),
         analyzer: crate::simplify::kernel_analyzer(&k),
+        per_thread_lets: crate::tile_util::per_thread_lets(&k.body),
         pitchable: if k.attrs.tma_pitched_inputs {
             read_only_inputs(&k)
         } else {
@@ -396,6 +397,8 @@ struct Pipeliner {
     smem: HashMap<u64, tl_layout::ComposedLayout>,
     /// What the kernel variant proves about its sizes (for TMA's stride rule).
     analyzer: tl_ir::Analyzer,
+    /// The kernel's `let`s whose values differ between threads (`tile_util::per_thread_lets`).
+    per_thread_lets: HashSet<Var>,
     /// Input tensors the runtime may stage into pitched copies for TMA
     /// (`KernelAttrs::tma_pitched_inputs`), by buffer id.
     pitchable: std::collections::HashSet<u64>,
@@ -649,7 +652,13 @@ impl Pipeliner {
                 &cur,
             );
             // The fence below covers every shared buffer the consumers do not write themselves.
-            let (consume, wgmma) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
+            let (consume, wgmma) = schedule_wgmma(
+                &consume,
+                depth,
+                overlap_depth,
+                &mut drain,
+                &px.per_thread_lets,
+            );
             let consume = px.rewrite(&consume);
             // wgmma reads shared memory through the async proxy: every thread fences its
             // landed cp.async writes (and any earlier writes) before the barrier that hands
@@ -862,7 +871,13 @@ impl Pipeliner {
         );
         let mut drain = vec![];
         // The operands were written by TMA (the async proxy wgmma reads through).
-        let (consume, _) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
+        let (consume, _) = schedule_wgmma(
+            &consume,
+            depth,
+            overlap_depth,
+            &mut drain,
+            &self.per_thread_lets,
+        );
         let consume = self.rewrite(&consume);
         let ahead = k.expr() + ahead_by;
         let steady = vec![
@@ -1067,8 +1082,9 @@ fn schedule_wgmma(
     depth: i64,
     overlap_depth: i64,
     drain: &mut Vec<Expr>,
+    per_thread: &HashSet<Var>,
 ) -> (Stmt, bool) {
-    let fenced_here = fence_edge_writes(consume);
+    let fenced_here = fence_edge_writes(consume, per_thread);
     let consume = fenced_here.as_ref().unwrap_or(consume);
     let written = match fenced_here {
         // The operand writes fence and hand over themselves, inside their branches.
@@ -1102,8 +1118,10 @@ fn schedule_wgmma(
 /// same for every thread, gets a barrier before it (other warps may still read the stage) and
 /// a proxy fence and a barrier after it, so the gemms read their operands as the pipeline
 /// handed them over and need no fence and barrier of their own in every iteration. The
-/// rewritten consumers, or `None` where the writes are not all of that shape.
-fn fence_edge_writes(consume: &Stmt) -> Option<Stmt> {
+/// rewritten consumers, or `None` where the writes are not all of that shape. `per_thread`:
+/// the kernel's `let`s whose values differ between threads (a condition on one of them would
+/// leave some threads out of the barriers).
+fn fence_edge_writes(consume: &Stmt, per_thread: &HashSet<Var>) -> Option<Stmt> {
     let StmtKind::Seq(body) = &consume.kind else {
         return None;
     };
@@ -1124,12 +1142,8 @@ fn fence_edge_writes(consume: &Stmt) -> Option<Stmt> {
         any
     };
     let uniform = |c: &Expr| {
-        let mut per_thread = false;
-        c.visit(&mut |x| match x.kind() {
-            ExprKind::Call(Intrinsic::ThreadIdx, _) | ExprKind::Load(..) => per_thread = true,
-            _ => {}
-        });
-        !per_thread
+        !crate::tile_util::varies_by_thread(c, per_thread)
+            && !c.any(&mut |x| matches!(x.kind(), ExprKind::Load(..)))
     };
     let mut seen_gemm = false;
     let mut rewrote = false;

@@ -406,7 +406,13 @@ impl Pipeliner {
             &Ver::Dynamic(stage(&g)),
         );
         let mut drain = vec![];
-        let (consume, reads_async) = schedule_wgmma(&consume, depth, overlap_depth, &mut drain);
+        let (consume, reads_async) = schedule_wgmma(
+            &consume,
+            depth,
+            overlap_depth,
+            &mut drain,
+            &self.per_thread_lets,
+        );
         let consume = self.rewrite(&consume);
         // Stages and preloaded tiles came by TMA, through the async proxy already. (Only where
         // something was preloaded: the GEMMs keep their fence and barrier, which measured
