@@ -13,7 +13,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
-use tilelang::kernels::gemm_residue::{gemm_nn_by_residue, residue_config, residue_pays};
+use tilelang::kernels::gemm_residue::{
+    gemm_nn_by_residue, residue_config, residue_pays, residue_takes,
+};
 use tilelang::kernels::reference;
 use tilelang::prelude::*;
 
@@ -339,9 +341,9 @@ fn run() -> anyhow::Result<ExitCode> {
     ))
 }
 
-/// The shapes `--by-residue` takes (its kernel's views of A and C).
+/// The shapes `--by-residue` takes (`gemm_residue::residue_takes`).
 fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Result<()> {
-    if layout != Layout::NN || !m.is_multiple_of(8) || !n.is_multiple_of(8) || dt.bytes() != 2 {
+    if !residue_takes(dt, layout, m, n) {
         anyhow::bail!(
             "--by-residue takes --layout nn, 16-bit inputs, and M and N multiples of 8 (got {} {dt}, M = {m}, N = {n})",
             layout.name()
@@ -355,7 +357,8 @@ fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Resu
 /// `[M, K]` and `[M, N]`), checked against the same f64 reference.
 fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow::Result<ExitCode> {
     let (m, n, k) = (args.m, args.n, args.k);
-    let kernel = gemm_nn_by_residue(dt, out_dt, residue_config());
+    let cfg = residue_config();
+    let kernel = gemm_nn_by_residue(dt, out_dt, cfg);
     let a = Tensor::randn(&[m / 8, 8 * k], dt, args.common.seed, dev)?;
     let b = Tensor::randn(&[k, n], dt, args.common.seed + 1, dev)?;
     let c = Tensor::zeros(&[m / 8, 8, n], out_dt, dev)?;
@@ -375,7 +378,7 @@ fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow
     let notes = format!(
         "{}{} {}",
         common::compile_note(&exe),
-        common::tiles_note(&residue_config()),
+        common::tiles_note(&cfg),
         common::variant_note(&exe, &[&a, &b, &c])
     );
     Ok(common::finish(

@@ -46,10 +46,19 @@ pub fn residue_config() -> GemmConfig {
 /// and faster at 4095 and beyond; where between them it turns is not measured.
 pub const RESIDUE_MIN_K: usize = 3072;
 
+/// Whether [`gemm_nn_by_residue`] takes the problem at all: NN, 16-bit inputs (the 128-byte
+/// swizzle rows its shift moves B by), M and N multiples of 8 (its views of A and C).
+pub fn residue_takes(in_dtype: DType, layout: super::gemm::Layout, m: usize, n: usize) -> bool {
+    layout == super::gemm::Layout::NN
+        && in_dtype.bytes() == 2
+        && m.is_multiple_of(8)
+        && n.is_multiple_of(8)
+}
+
 /// Whether the NN GEMM of an `m × k` by `k × n` problem in `in_dtype` on `target` should read A
-/// by row residue rather than copy it into padded rows first: Hopper, 16-bit inputs, NN, rows
-/// of A that are not whole 16-byte units (else there is no copy to save), M and N multiples
-/// of 8 (its views), K ≥ [`RESIDUE_MIN_K`], and at least `multiprocessors` · 3/4 output tiles
+/// by row residue rather than copy it into padded rows first: Hopper, a problem it takes
+/// ([`residue_takes`]), rows of A that are not whole 16-byte units (else there is no copy to
+/// save), K ≥ [`RESIDUE_MIN_K`], and at least `multiprocessors` · 3/4 output tiles
 /// of 128×256 (fewer, and the default refits to narrower tiles that this kernel does not
 /// have). On an H200 (gpu-notes runs 40h, 40l, 40m) that takes every shape it ran faster at
 /// (1.01–1.16×: 2048×2048×4095 with 128 tiles, 4096², 6144², 8192² with K one short of them,
@@ -65,11 +74,8 @@ pub fn residue_pays(
     let row_units = 16 / in_dtype.bytes().max(1);
     let cfg = residue_config();
     GemmConfig::hopper_applies(target, in_dtype)
-        && in_dtype.bytes() == 2
-        && layout == super::gemm::Layout::NN
+        && residue_takes(in_dtype, layout, m, n)
         && !k.is_multiple_of(row_units)
-        && m.is_multiple_of(8)
-        && n.is_multiple_of(8)
         && k >= RESIDUE_MIN_K
         && 4 * cfg.output_tiles(m, n) >= 3 * multiprocessors as usize
 }
