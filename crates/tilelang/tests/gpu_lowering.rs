@@ -646,6 +646,24 @@ fn call_of(s: &tilelang::ir::Stmt) -> Option<tilelang::ir::Intrinsic> {
     }
 }
 
+/// The top-level statements of each loop in `body` that issues a wgmma at its top level (a
+/// pipeline's k loop, after lowering).
+fn wgmma_k_loops(body: &tilelang::ir::Stmt) -> Vec<Vec<tilelang::ir::Stmt>> {
+    let mut out = vec![];
+    body.walk(&mut |s| {
+        if let tilelang::ir::StmtKind::For(l) = &s.kind {
+            let top = l.body.flattened();
+            if top
+                .iter()
+                .any(|x| matches!(call_of(x), Some(tilelang::ir::Intrinsic::Wgmma(_))))
+            {
+                out.push(top.into_iter().cloned().collect());
+            }
+        }
+    });
+    out
+}
+
 /// The NN GEMM reading an odd-K A by row residue zeroes the columns of A's tile that lie
 /// outside its row in the first and last k steps. Those writes fence and hand over the tile
 /// inside their own `if` (the pipeline's `fence_edge_writes`): the consumers' k loop issues
@@ -675,18 +693,10 @@ fn residue_gemm_fences_only_its_edge_steps() {
         !text.contains("ko_count"),
         "stages counted in memory:\n{text}"
     );
-    let mut loops = 0;
-    low.body.walk(&mut |s| {
-        let StmtKind::For(l) = &s.kind else { return };
-        let top = l.body.flattened();
-        if !top
-            .iter()
-            .any(|x| matches!(call_of(x), Some(Intrinsic::Wgmma(_))))
-        {
-            return;
-        }
-        loops += 1;
-        for x in &top {
+    let loops = wgmma_k_loops(&low.body);
+    assert_eq!(loops.len(), 1, "one consumer k loop expected:\n{text}");
+    for top in &loops {
+        for x in top {
             let op = call_of(x);
             assert!(
                 !matches!(
@@ -701,7 +711,7 @@ fn residue_gemm_fences_only_its_edge_steps() {
             );
         }
         let mut fenced_edges = 0;
-        for x in &top {
+        for x in top {
             if let StmtKind::If { then_, .. } = &x.kind {
                 let inner = then_.flattened();
                 if inner
@@ -716,8 +726,7 @@ fn residue_gemm_fences_only_its_edge_steps() {
             fenced_edges, 1,
             "the edge steps' writes are not fenced in their `if`:\n{text}"
         );
-    });
-    assert_eq!(loops, 1, "one consumer k loop expected:\n{text}");
+    }
 }
 
 /// Operand writes under a condition that differs between threads keep the gemm's own fence
@@ -752,23 +761,15 @@ fn per_thread_operand_writes_keep_the_gemms_own_fence() {
     });
     let low = k.lower_aligned(Target::SM90).expect("lowers");
     let text = low.to_string();
-    let mut loops = 0;
-    low.body.walk(&mut |s| {
-        let StmtKind::For(l) = &s.kind else { return };
-        let top = l.body.flattened();
-        if !top
-            .iter()
-            .any(|x| matches!(call_of(x), Some(Intrinsic::Wgmma(_))))
-        {
-            return;
-        }
-        loops += 1;
+    let loops = wgmma_k_loops(&low.body);
+    assert_eq!(loops.len(), 1, "one consumer k loop expected:\n{text}");
+    for top in &loops {
         assert!(
             top.iter()
                 .any(|x| matches!(call_of(x), Some(Intrinsic::FenceProxyAsync))),
             "the gemm lost its own fence:\n{text}"
         );
-        for x in &top {
+        for x in top {
             if let StmtKind::If { then_, .. } = &x.kind {
                 let mut barrier = false;
                 then_.walk(&mut |y| {
@@ -780,6 +781,5 @@ fn per_thread_operand_writes_keep_the_gemms_own_fence() {
                 assert!(!barrier, "a barrier inside a per-thread branch:\n{text}");
             }
         }
-    });
-    assert_eq!(loops, 1, "one k loop expected:\n{text}");
+    }
 }
