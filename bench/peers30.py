@@ -7,6 +7,9 @@ times them, side by side:
     python3 bench/peers30.py fp8 M N K [--fast]              # e4m3, per-tensor scales, bf16 out:
                                                              # torch._scaled_mm (cuBLASLt)
 
+`--back-to-back N` puts N launches in each of the 30 windows (one L2 flush before each window)
+and reports the time per launch, as our examples' `--back-to-back N` does.
+
 "30 reps" is our examples' `--reps 30`: 3 untimed launches, then 30, each after writing 256
 MiB (L2 flushed; the write also covers the host's launch time, so none of it is timed), CUDA
 events, median — a short run on a GPU that was idle. "do_bench" is triton's (torch_peers.py's):
@@ -23,6 +26,7 @@ import torch.nn.functional as F
 from triton.testing import do_bench
 
 BENCH = dict(warmup=25, rep=200, return_mode="median")
+WINDOW = 1  # launches per timed window (--back-to-back)
 
 
 def reps30(fn):
@@ -35,12 +39,13 @@ def reps30(fn):
         flush.zero_()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        for _ in range(WINDOW):
+            fn()
         e.record()
         pairs.append((s, e))
     torch.cuda.synchronize()
     t = sorted(s.elapsed_time(e) for s, e in pairs)
-    return (t[14] + t[15]) / 2
+    return (t[14] + t[15]) / 2 / WINDOW
 
 
 def both(fn):
@@ -115,7 +120,10 @@ def main():
     for n in ("M", "N", "K"):
         f.add_argument(n, type=int)
     f.add_argument("--fast", action="store_true")
+    p.add_argument("--back-to-back", type=int, default=1, metavar="N")
     a = p.parse_args()
+    global WINDOW
+    WINDOW = max(1, a.back_to_back)
     {"gemm": gemm, "attn": attn, "fp8": fp8}[a.cmd](a)
 
 

@@ -173,6 +173,8 @@ impl Fp8Gemm {
             // (gpu-notes runs 35e, 35f, TFLOP/s: 64×4096×4096 81.9 in 128×256 tiles → 172.1
             // in 64×32, 128×8192×8192 370.5 → 582.0 in 128×64, 1024×1024×16384 422.1 →
             // 967.3; short K, 128×7168×2048, 177.1 → 321.3 in 64×64 tiles unspecialized).
+            // Its split of narrow tiles too (run 41d: 64×1024×8192 70.3 → 99.3 in 64×32
+            // split 4, 128×1024×4096 100.9 → 110.2 split 2).
             Fp8Scaling::Tensor
                 if !self.promote
                     && !self.overlap_promotion

@@ -229,7 +229,15 @@ impl GemmConfig {
     ///   equal fill): at 768×2048×4096 in NN (no 96-wide tiles), 96 tiles of 128×128 fill
     ///   73% of one wave, as 192 of 128×64 fill 73% of two and the split of 48 tiles in 2
     ///   fills 73% of one (in NT, 473.4 TFLOP/s against 317.9 for that split, gpu-notes runs
-    ///   35f, 35g).
+    ///   35f, 35g); and the best of the narrower tiles split in turn, where their split fills
+    ///   at least half the SMs (fewer blocks do not pay for the sum kernel). On an H200
+    ///   (gpu-notes run 41c, bf16, TFLOP/s, one launch / ten back to back, before → after):
+    ///   NN 64×4096×4096 in 64×64 tiles split 2 108 / 142 → 108 / 189 (cuBLAS 125 / 205),
+    ///   NN 64×2048×4096 split 4 57 / 75 → 79 / 146 (78 / 62), NN 128×2048×4096 116 / 149 →
+    ///   149 / 215 (150 / 194), NN 256×1024×4096 in 128×64 split 4 116 / 145 → 151 / 213
+    ///   (173 / 201), NT 64×2048×4096 in 64×32 split 2 65 / 88 → 77 / 125 (77 / 90), NT
+    ///   64×1024×8192 split 4 42 / 49 → 75 / 120 (77 / 46); faster or level at every shape
+    ///   tried.
     ///
     /// Whatever the tiles (but 64-row half-area ones), they then take as many pipeline stages
     /// as [`HOPPER_STAGE_BYTES`] holds ([`GemmConfig::with_stages_filling`]). A config that
@@ -312,10 +320,23 @@ impl GemmConfig {
                 best = (*c, f);
             }
         }
+        let mut choice = best;
         if split.split_k > 1 && better(fill(wide * split.split_k as usize), best.1) {
-            return split.refitted(elem_bytes);
+            choice = (split, fill(wide * split.split_k as usize));
         }
-        best.0.refitted(elem_bytes)
+        // The narrower tiles split in turn, where they leave half the SMs idle and their
+        // split fills at least half: 64×64 tiles in 2 shares at 64×4096×4096 NN, whose B
+        // cannot be read in 32-column tiles. Fewer blocks than that do not pay for the sum
+        // kernel.
+        let narrow_split = best.0.split_to_fill(m, n, k, multiprocessors);
+        if best.0 != cfg && narrow_split.split_k > 1 {
+            let blocks = best.0.output_tiles(m, n) * narrow_split.split_k as usize;
+            let f = fill(blocks);
+            if 2 * blocks >= sms && better(f, choice.1) {
+                choice = (narrow_split, f);
+            }
+        }
+        choice.0.refitted(elem_bytes)
     }
 
     /// Tiles [`GemmConfig::fit_to_gpu`] chose, made ready to run: their stages filled
@@ -728,7 +749,8 @@ mod tests {
             assert_eq!(h.fit_to_gpu(layout, 768, 2048, 4096, 132), want);
             assert_eq!(h.fit_to_gpu(layout, 384, 4096, 4096, 132), want);
         }
-        // One tile, shallow K: 7 tiles of 64×32 over a split in 2.
+        // One tile, shallow K: 7 tiles of 64×32 over a split in 2 (14 blocks, too few to
+        // pay for the sum).
         assert_eq!(fit(50, 200, 2048), tiles(64, 32, 128, 16));
         // 16 k tiles, too shallow to split: 128 tiles of 128×64 as well.
         assert_eq!(fit(1024, 1024, 1024), tiles(128, 64, 256, 8));
@@ -736,11 +758,53 @@ mod tests {
         assert_eq!(fit(128, 4096, 4096), tiles(64, 64, 128, 12));
         assert_eq!(fit(64, 4096, 4096), tiles(64, 32, 128, 16));
         // Where B is MN-major, 64 columns at the least: 64 tiles of 64×64 fill half the SMs,
-        // as a split of 16 tiles in 4 would, and unsplit tiles are taken.
+        // as a split of 16 wide tiles in 4 would; the narrow tiles split in 2 fill 128.
         for layout in [Layout::NN, Layout::TN] {
             let fit = h.fit_to_gpu(layout, 64, 4096, 4096, 132);
-            assert_eq!((fit.bm, fit.bn, fit.split_k), (64, 64, 1), "{layout:?}");
+            assert_eq!(
+                fit,
+                GemmConfig {
+                    split_k: 2,
+                    ..tiles(64, 64, 128, 12)
+                },
+                "{layout:?}"
+            );
+            // Not the wide tiles in 8 shares (64 blocks): the narrow ones in 4 (128).
+            let fit = h.fit_to_gpu(layout, 64, 2048, 8192, 132);
+            assert_eq!(
+                fit,
+                GemmConfig {
+                    split_k: 4,
+                    ..tiles(64, 64, 128, 12)
+                },
+                "{layout:?}"
+            );
+            // 32 tiles of 128×64 in 4 shares.
+            let fit = h.fit_to_gpu(layout, 256, 1024, 4096, 132);
+            assert_eq!(
+                fit,
+                GemmConfig {
+                    split_k: 4,
+                    ..tiles(128, 64, 256, 8)
+                },
+                "{layout:?}"
+            );
         }
+        // K-major B too, where even 64×32 tiles leave half the SMs idle.
+        assert_eq!(
+            fit(64, 2048, 4096),
+            GemmConfig {
+                split_k: 2,
+                ..tiles(64, 32, 128, 16)
+            }
+        );
+        assert_eq!(
+            fit(64, 1024, 8192),
+            GemmConfig {
+                split_k: 4,
+                ..tiles(64, 32, 128, 16)
+            }
+        );
         assert_eq!(fit(32, 8192, 8192), tiles(64, 64, 128, 12));
         // 56 tiles of 64 rows: 112 half-width ones keep 85% of the SMs busy (less a hair), in
         // the stages they had.
