@@ -220,6 +220,21 @@ TL_DEVICE void tl_store_shifted(void* dst, const uint32_t* w, const T* base, lon
     o.w = __funnelshift_r(v[3], v[4], r);
     *(uint4*)dst = o;
 }
+/* Eight 2-byte elements from any element of shared memory to a 16-byte-aligned destination:
+   the words from the one holding the first element, funnel-shifted by its half (the fifth
+   word only where it starts mid-word). */
+TL_DEVICE void tl_shifted_vec_copy(void* dst, const void* src) {
+    unsigned long long a = (unsigned long long)src;
+    const uint32_t* w = (const uint32_t*)(a & ~3ull);
+    uint32_t r = (uint32_t)(a & 2) * 8;
+    uint32_t w4 = r ? w[4] : 0u;
+    uint4 o;
+    o.x = __funnelshift_r(w[0], w[1], r);
+    o.y = __funnelshift_r(w[1], w[2], r);
+    o.z = __funnelshift_r(w[2], w[3], r);
+    o.w = __funnelshift_r(w[3], w4, r);
+    *(uint4*)dst = o;
+}
 /* Four chunks of a peer copy, the first `valid` (1..4) of them: every load before any store,
    so four loads are in flight at once (a pull from a peer waits a round trip per load). */
 #define TL_DEFINE_VEC_COPY_X4(BYTES, T)                                                        \

@@ -458,6 +458,14 @@ impl<'a> Printer<'a> {
                 let (a, v) = (self.expr(addr), self.expr(v));
                 format!("tl_{}_{}({a}, {v})", op.name(), target_dt.name())
             }
+            // The CPU and AMD forms: a plain 16-byte copy (the CUDA one shifts aligned words).
+            Intrinsic::ShiftedVecCopy if self.dialect != Dialect::Cuda => {
+                let (Some(d), Some(s)) = (args.first(), args.get(1)) else {
+                    return self.unsupported(format!("{} without two arguments", op.name()));
+                };
+                let (d, s) = (self.expr(d), self.expr(s));
+                format!("__builtin_memcpy((void*)({d}), (const void*)({s}), 16)")
+            }
             other if self.dialect == Dialect::Cuda => self.cuda_call(other, args, dt),
             other if self.dialect == Dialect::Hip => self.hip_call(other, args, dt),
             other => {

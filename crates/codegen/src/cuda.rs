@@ -677,6 +677,7 @@ fn reads_only(op: &Intrinsic, i: usize) -> bool {
         Intrinsic::Ldmatrix { .. } => i == 0,
         Intrinsic::LoadWindow => i == 1,
         Intrinsic::StoreShifted => i == 1 || i == 2,
+        Intrinsic::ShiftedVecCopy => i == 1,
         Intrinsic::PrefetchL2 => i == 0,
         Intrinsic::MmaSync { .. } => i >= 1,
         Intrinsic::Wgmma { .. } => i == 1 || i == 2 || i >= 5,
@@ -1250,6 +1251,30 @@ impl Printer<'_> {
                 }
             }
             Intrinsic::LoadWindow | Intrinsic::StoreShifted => self.shifted_copy_call(op, args),
+            Intrinsic::ShiftedVecCopy => {
+                if !self.cuda_nargs(op, args, 2) {
+                    return "0".into();
+                }
+                let Some((d, db)) = self.cuda_addr(op, args.first(), "destination", SHARED, None)
+                else {
+                    return "0".into();
+                };
+                let Some((s, sb)) = self.cuda_addr(op, args.get(1), "source", SHARED, None) else {
+                    return "0".into();
+                };
+                if db.dtype().bytes() != 2 || sb.dtype().bytes() != 2 {
+                    return self.cuda_error(
+                        DiagKind::InvalidArgument,
+                        format!(
+                            "{op} moves 2-byte elements, not {} to {}",
+                            sb.dtype(),
+                            db.dtype()
+                        ),
+                        "shift rows of a 16-bit type",
+                    );
+                }
+                format!("tl_shifted_vec_copy({d}, {s})")
+            }
             Intrinsic::AtomicAdd | Intrinsic::AtomicMax | Intrinsic::AtomicMin => {
                 self.atomic_call(op, args)
             }

@@ -69,6 +69,13 @@ pub enum Intrinsic {
     /// destination (a 16-byte-aligned global element), the window, the tensor's first
     /// element and `offset` (the `LoadWindow` ones, which say where the 16 bytes start).
     StoreShifted,
+    /// Eight 2-byte elements from any element of a shared buffer (2-byte aligned) to a
+    /// 16-byte-aligned shared destination: four 32-bit loads from the word holding the first
+    /// element (a fifth where it starts mid-word, which reads the element after the eight),
+    /// four funnel shifts, one 16-byte store. args: destination, source. How a kernel moves
+    /// rows that landed at a run-time shift (`kernels::gemm_realign`) into place without an
+    /// instruction per element.
+    ShiftedVecCopy,
     /// `prefetch.global.L2` of the line holding a global element; args: its address. Writes
     /// no register, so a warp that issues wgmma does not wait for it (ptxas makes the next
     /// `WARPGROUP.ARRIVE` wait for every load still writing a register). A hint: the element
@@ -558,6 +565,7 @@ impl Intrinsic {
             Intrinsic::VecCopy { lanes } => format!("vec_copy<{lanes}>"),
             Intrinsic::LoadWindow => "load_window".into(),
             Intrinsic::StoreShifted => "store_shifted".into(),
+            Intrinsic::ShiftedVecCopy => "shifted_vec_copy".into(),
             Intrinsic::PrefetchL2 => "prefetch_l2".into(),
             Intrinsic::AtomicAdd => "atomic_add".into(),
             Intrinsic::AtomicMax => "atomic_max".into(),

@@ -418,7 +418,6 @@ impl Stmt {
     /// The ids of the buffers this statement may write: stores, tile ops' destinations, and
     /// elements updated through their address (atomics, memory-model stores, peer copies).
     pub fn written_buffers(&self) -> std::collections::HashSet<u64> {
-        use crate::{ExprKind, Intrinsic};
         let mut out = std::collections::HashSet::new();
         self.walk(&mut |s| {
             match &s.kind {
@@ -434,27 +433,8 @@ impl Stmt {
             }
             for e in s.exprs() {
                 e.visit(&mut |x| {
-                    if let ExprKind::Call(
-                        Intrinsic::AtomicAdd
-                        | Intrinsic::AtomicMax
-                        | Intrinsic::AtomicMin
-                        | Intrinsic::MemStore { .. }
-                        | Intrinsic::MemRedAdd { .. }
-                        | Intrinsic::MemAtomAdd { .. }
-                        | Intrinsic::PeerCopy { .. }
-                        | Intrinsic::PeerCopyWarp { .. }
-                        | Intrinsic::LoadWindow
-                        | Intrinsic::StoreShifted,
-                        args,
-                    ) = x.kind()
-                    {
-                        if let Some(ExprKind::Call(Intrinsic::AddressOf, a)) =
-                            args.first().map(|a| a.kind())
-                        {
-                            if let Some(ExprKind::Load(b, _)) = a.first().map(|l| l.kind()) {
-                                out.insert(b.id());
-                            }
-                        }
+                    if let Some(b) = written_through_address(x) {
+                        out.insert(b.id());
                     }
                 });
             }
@@ -612,5 +592,35 @@ impl Stmt {
     /// Replace variables by expressions everywhere in the tree.
     pub fn substitute(&self, map: &std::collections::HashMap<u64, Expr>) -> Stmt {
         self.map_exprs(&mut |e| e.substitute(map))
+    }
+}
+
+/// The buffer an intrinsic call writes through the address it takes first (atomics,
+/// memory-model stores, peer copies, the shifted copies' destinations), if `e` is one.
+pub fn written_through_address(e: &crate::Expr) -> Option<&crate::Buffer> {
+    use crate::{ExprKind, Intrinsic};
+    let ExprKind::Call(
+        Intrinsic::AtomicAdd
+        | Intrinsic::AtomicMax
+        | Intrinsic::AtomicMin
+        | Intrinsic::MemStore { .. }
+        | Intrinsic::MemRedAdd { .. }
+        | Intrinsic::MemAtomAdd { .. }
+        | Intrinsic::PeerCopy { .. }
+        | Intrinsic::PeerCopyWarp { .. }
+        | Intrinsic::LoadWindow
+        | Intrinsic::StoreShifted
+        | Intrinsic::ShiftedVecCopy,
+        args,
+    ) = e.kind()
+    else {
+        return None;
+    };
+    let ExprKind::Call(Intrinsic::AddressOf, a) = args.first()?.kind() else {
+        return None;
+    };
+    match a.first()?.kind() {
+        ExprKind::Load(b, _) => Some(b),
+        _ => None,
     }
 }

@@ -236,6 +236,11 @@ pub enum Instr {
         off: E,
         count: E,
     },
+    /// `Intrinsic::ShiftedVecCopy`: 16 bytes from any 2-byte shared element to an aligned one.
+    ShiftedVecCopy {
+        dst: MemRef,
+        src: MemRef,
+    },
     /// `Intrinsic::StoreShifted`: 16 bytes of `window` from element `off`'s byte within its
     /// 16-byte unit, stored at `dst`.
     StoreShifted {

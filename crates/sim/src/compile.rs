@@ -805,6 +805,13 @@ impl Compiler<'_> {
                     count: self.expr(&args[3])?,
                 }
             }
+            Intrinsic::ShiftedVecCopy => {
+                need(2)?;
+                Instr::ShiftedVecCopy {
+                    dst: self.address(args.first(), &name)?,
+                    src: self.address(args.get(1), &name)?,
+                }
+            }
             Intrinsic::StoreShifted => {
                 need(4)?;
                 Instr::StoreShifted {

@@ -617,6 +617,7 @@ impl Interp<'_, '_> {
                     let count = self.eval(th, count, pc)?.as_i64();
                     self.load_window(th, (window, tensor), off, count, pc)?
                 }
+                Instr::ShiftedVecCopy { dst, src } => self.shifted_vec_copy(th, (dst, src), pc)?,
                 Instr::StoreShifted {
                     dst,
                     window,
@@ -1008,6 +1009,59 @@ impl Interp<'_, '_> {
             )?;
         }
         Ok(())
+    }
+
+    /// `Intrinsic::ShiftedVecCopy`: eight 2-byte elements from any element of a shared buffer
+    /// to a 16-byte-aligned one. Where the source starts mid-word the GPU forms read the whole
+    /// words around it, the element before and the one after the eight: so does this, so that
+    /// a read past the buffer or of an element not yet written is reported.
+    fn shifted_vec_copy(
+        &mut self,
+        th: &mut Thread,
+        (dst, src): (&MemRef, &MemRef),
+        pc: u32,
+    ) -> Result<(), SimError> {
+        let name = self.prog.name(pc as usize);
+        let d = self.addr(th, dst, pc)?;
+        let s = self.addr(th, src, pc)?;
+        for (what, b) in [("destination", d.buf), ("source", s.buf)] {
+            let info = self.mem.info(b);
+            if info.scope != Scope::Shared || info.dtype.bytes() != 2 {
+                return Err(SimError::InvalidIr(format!(
+                    "{name} at {}: the {what} is not a shared buffer of 2-byte elements",
+                    self.prog.span(pc as usize)
+                )));
+            }
+        }
+        let soff = self.mem.range(s.buf, s.elem, 16, th.tid, pc)?;
+        let data = self.mem.read(
+            &th.local,
+            s.buf,
+            soff,
+            16,
+            rec(th.tid, Kind::IntrinsicRead, pc),
+        )?;
+        if soff % 4 == 2 {
+            for elem in [s.elem - 1, s.elem + 8] {
+                let off = self.mem.range(s.buf, elem, 2, th.tid, pc)?;
+                self.mem.read(
+                    &th.local,
+                    s.buf,
+                    off,
+                    2,
+                    rec(th.tid, Kind::IntrinsicRead, pc),
+                )?;
+            }
+        }
+        let doff = self.mem.range(d.buf, d.elem, 16, th.tid, pc)?;
+        self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
+        self.mem.write(
+            &mut th.local,
+            d.buf,
+            doff,
+            &data[..16],
+            rec(th.tid, Kind::Write, pc),
+        )
     }
 
     /// `Intrinsic::StoreShifted`: the window's 16 bytes from element `off`'s byte within its

@@ -678,3 +678,77 @@ fn shifted_vector_copies_realign_any_element() {
         "a prefetch of a register array"
     );
 }
+
+/// `ShiftedVecCopy` moves eight 2-byte elements from any element of a shared buffer to a
+/// 16-byte-aligned one (what the realigning GEMM's consumers do with rows that landed at a
+/// shift): right at every start, even or odd. Where the source starts mid-word the GPU forms
+/// read the element before and the one after the eight, and so does the simulator: a source
+/// whose next element lies past its buffer, or was never written, is reported.
+#[test]
+fn shifted_vec_copy_moves_any_element() {
+    let out = global("out", vec![Expr::int(64)], DType::F16);
+    let starts = [0i64, 1, 2, 3, 5, 11, 27, 39];
+    // `len` elements of the source, the first `written` of them written.
+    let build = |len: i64, written: i64, starts: &[i64]| {
+        let starts = starts.to_vec();
+        let out = out.clone();
+        kernel(
+            "shifted_vec_copy",
+            vec![],
+            vec![output(&out.clone())],
+            vec![Expr::int(1)],
+            8,
+            move |b, _| {
+                let src = b.shared("src", &[len], DType::F16);
+                let dst = b.shared("dst", &[64], DType::F16);
+                b.for_("i", 6, |b, i| {
+                    let e = tid() * 6 + i;
+                    let inside = e.clone().lt(written);
+                    let (src2, e2) = (src.clone(), e.clone());
+                    b.if_(inside, move |b| {
+                        b.store(&src2, e2.clone(), (e2 + 1).cast(DType::F16))
+                    });
+                });
+                b.sync();
+                let start = starts
+                    .iter()
+                    .enumerate()
+                    .rev()
+                    .fold(Expr::int(0), |acc, (t, &s)| {
+                        Expr::select(tid().eq_(t as i64), Expr::int(s), acc)
+                    });
+                b.call(
+                    Intrinsic::ShiftedVecCopy,
+                    vec![addr(&dst, tid() * 8), addr(&src, start)],
+                );
+                b.for_("j", 8, |b, j| {
+                    let at = tid() * 8 + j;
+                    b.store(&out, at.clone(), Expr::load(&dst, vec![at]));
+                });
+            },
+        )
+    };
+    let mut args = vec![SimArg::zeros(DType::F16, &[64])];
+    run(&build(48, 48, &starts), &mut args, &opts()).expect("runs");
+    let o = args[0].to_f64(DType::F16);
+    for (t, &s) in starts.iter().enumerate() {
+        for j in 0..8 {
+            assert_eq!(
+                o[t * 8 + j],
+                (s + j as i64 + 1) as f64,
+                "start {s}, element {j}"
+            );
+        }
+    }
+    // From element 39 of 47: the word holding the last one runs past the buffer.
+    let past = run(&build(47, 47, &starts), &mut args, &opts());
+    assert!(past.is_err(), "a read past the source buffer: {past:?}");
+    // Element 47 never written: read by the copy from 39 (odd), not by the one from 40.
+    let unwritten = run(&build(48, 47, &starts), &mut args, &opts());
+    assert!(
+        matches!(unwritten, Err(SimError::UninitializedSharedRead { .. })),
+        "{unwritten:?}"
+    );
+    let even = [0i64, 2, 4, 8, 16, 24, 32, 40];
+    run(&build(48, 48, &even), &mut args, &opts()).expect("even starts read only their eight");
+}

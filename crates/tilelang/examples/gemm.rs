@@ -13,6 +13,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use tilelang::kernels::gemm::{gemm, GemmConfig, Layout};
+use tilelang::kernels::gemm_realign::{
+    gemm_nn_realigning_b, realign_config, realign_pays, realign_takes,
+};
 use tilelang::kernels::gemm_residue::{
     gemm_nn_by_residue, residue_config, residue_pays, residue_takes,
 };
@@ -90,6 +93,17 @@ struct Args {
     /// Copy an odd-K A into padded rows first even where `--by-residue` is the default
     #[arg(long)]
     no_by_residue: bool,
+    /// NN only: read a B whose rows are not whole 16-byte units (N not a multiple of 8) in
+    /// place by row residue, realigned in shared memory, instead of copying it into padded
+    /// rows first (`kernels::gemm_realign`; 16-bit inputs, K a multiple of 8; the tile options
+    /// do not apply). The default on Hopper where it measured faster
+    /// (`gemm_realign::realign_pays`: M ≤ 128, an output tile per SM) and no tile option is
+    /// given
+    #[arg(long, conflicts_with_all = ["by_residue", "no_realign_b"])]
+    realign_b: bool,
+    /// Copy an odd-N B into padded rows first even where `--realign-b` is the default
+    #[arg(long)]
+    no_realign_b: bool,
     #[command(flatten)]
     tile: common::TileArgs,
     #[command(flatten)]
@@ -237,9 +251,28 @@ fn run() -> anyhow::Result<ExitCode> {
                     common::multiprocessors(&dev, target),
                 ))
     };
+    // Likewise the realigning kernel for an NN B whose rows are not whole 16-byte units.
+    let realign_for = |target: Target| {
+        args.realign_b
+            || (!args.no_realign_b
+                && !args.by_residue
+                && !tile_options_given(&args)
+                && GemmConfig::for_problem(&target, dt, layout, args.m, args.n, args.k)
+                    == GemmConfig::hopper()
+                && realign_pays(
+                    &target,
+                    dt,
+                    layout,
+                    (args.m, args.n, args.k),
+                    common::multiprocessors(&dev, target),
+                ))
+    };
     let kernels_for = |target: Target| {
         if residue_for(target) && GemmConfig::hopper_applies(&target, dt) {
             return vec![gemm_nn_by_residue(dt, out_dt, residue_config())];
+        }
+        if realign_for(target) && GemmConfig::hopper_applies(&target, dt) {
+            return vec![gemm_nn_realigning_b(dt, out_dt, realign_config(args.m))];
         }
         let cfg = config_for(target);
         let mut ks = vec![gemm(layout, dt, out_dt, cfg)];
@@ -251,12 +284,22 @@ fn run() -> anyhow::Result<ExitCode> {
     if args.by_residue {
         residue_shapes(layout, dt, args.m, args.n)?;
     }
+    if args.realign_b && !realign_takes(dt, layout, args.k) {
+        anyhow::bail!(
+            "--realign-b takes --layout nn, 16-bit inputs, and K a multiple of 8 (got {} {dt}, K = {})",
+            layout.name(),
+            args.k
+        );
+    }
     if args.common.emit_only(&kernels_for)? {
         return Ok(ExitCode::SUCCESS);
     }
     let target = dev.target()?;
     if residue_for(target) {
         return run_by_residue(&args, dt, out_dt, &dev);
+    }
+    if realign_for(target) {
+        return run_realigning_b(&args, dt, out_dt, &dev);
     }
     let cfg = config_for(target);
     let kernel = gemm(layout, dt, out_dt, cfg);
@@ -341,6 +384,27 @@ fn run() -> anyhow::Result<ExitCode> {
     ))
 }
 
+/// Whether the command line sets any of the tiles, the instruction or the block schedule:
+/// the kernels with their own tiles (`--realign-b`) are then not taken by default.
+fn tile_options_given(args: &Args) -> bool {
+    let t = &args.tile;
+    t.bm.is_some()
+        || t.bn.is_some()
+        || t.stages.is_some()
+        || t.threads.is_some()
+        || t.tune
+        || args.bk.is_some()
+        || args.split_k.is_some()
+        || args.min_blocks.is_some()
+        || args.panel.is_some()
+        || args.cluster.is_some()
+        || args.overlap
+        || args.wgmma
+        || args.no_wgmma
+        || args.ws
+        || args.no_ws
+}
+
 /// The shapes `--by-residue` takes (`gemm_residue::residue_takes`).
 fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Result<()> {
     if !residue_takes(dt, layout, m, n) {
@@ -384,6 +448,50 @@ fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow
     Ok(common::finish(
         "gemm",
         &format!("{m}x{n}x{k} nn-by-residue {dt}"),
+        err,
+        ms,
+        common::tolerance(dt).max(common::tolerance(out_dt)),
+        &format!("tflops={tflops:.3} device={dev} {notes}"),
+    ))
+}
+
+/// `--realign-b`: the NN GEMM that reads B in place by row residue and realigns it in shared
+/// memory, on B allocated as the view it declares (`[K/8, 8·N]`: the bytes of a row-major
+/// `[K, N]`), checked against the same f64 reference.
+fn run_realigning_b(
+    args: &Args,
+    dt: DType,
+    out_dt: DType,
+    dev: &Device,
+) -> anyhow::Result<ExitCode> {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let cfg = realign_config(m);
+    let kernel = gemm_nn_realigning_b(dt, out_dt, cfg);
+    let a = Tensor::randn(&[m, k], dt, args.common.seed, dev)?;
+    let b = Tensor::randn(&[k / 8, 8 * n], dt, args.common.seed + 1, dev)?;
+    let c = Tensor::zeros(&[m, n], out_dt, dev)?;
+    let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
+    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
+    let a_rows = common::gather_rows(&av, &rows, k);
+    let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, false);
+    let exe = common::compile(&kernel, dev)?;
+    c.fill(f64::NAN)?;
+    let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
+    exe.run_args(&launch)?;
+    let cv = c.to_f64_vec()?;
+    let got = common::gather_rows(&cv, &rows, n);
+    let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
+    let ms = args.common.time_ms(&exe, &launch)?;
+    let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
+    let notes = format!(
+        "{}{} {}",
+        common::compile_note(&exe),
+        common::tiles_note(&cfg),
+        common::variant_note(&exe, &[&a, &b, &c])
+    );
+    Ok(common::finish(
+        "gemm",
+        &format!("{m}x{n}x{k} nn-realign-b {dt}"),
         err,
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),

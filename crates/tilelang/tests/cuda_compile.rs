@@ -669,3 +669,30 @@ fn gemm_by_residue_compiles_without_spills() {
         .code;
     both_printers_without_spills(cuda, ptx, "HGMMA");
 }
+
+/// The NN GEMM that reads B by row residue and realigns it in shared memory
+/// (`kernels::gemm_realign`), in the variant the runtime picks for an odd N, compiles for
+/// sm_90a from both printers without spills, its k loop on HGMMA, and the realignment as
+/// 32-bit shared loads funnel-shifted into 16-byte stores (not an access per element).
+#[test]
+fn gemm_realigning_b_compiles_without_spills() {
+    use tilelang::kernels::gemm_realign::{gemm_nn_realigning_b, realign_config};
+    use tilelang::prelude::BF16;
+    if tl_nvrtc::testing::nvrtc_or_skip("gemm_realigning_b_compiles_without_spills").is_none() {
+        return;
+    }
+    for m in [64, 128] {
+        let k = gemm_nn_realigning_b(BF16, BF16, realign_config(m));
+        let variant = common::class_variant(&k, &["N"], 1);
+        let cuda = variant.emit_general(Target::SM90).expect("CUDA C++");
+        let low = variant.lower(Target::SM90).expect("lowered");
+        let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
+            .expect("PTX")
+            .code;
+        assert!(cuda.contains("tl_shifted_vec_copy("), "CUDA C++");
+        for needle in ["shf.r.clamp.b32", "ld.shared.b32", "st.shared.v4.b32"] {
+            assert!(ptx.contains(needle), "PTX without {needle}");
+        }
+        both_printers_without_spills(cuda, ptx, "HGMMA");
+    }
+}

@@ -236,6 +236,82 @@ fn gemm_emits_the_residue_kernel_where_it_pays() {
     }
 }
 
+/// `gemm --realign-b`: NN with a B whose rows are not whole 16-byte units read in place by
+/// row residue and realigned in shared memory, checked against the f64 reference on the CPU
+/// and in the simulator (sm_90a, the TMA and wgmma kernel); the shapes it does not take are
+/// refused with what it needs.
+#[test]
+fn gemm_realigning_b_runs_and_refuses_what_it_cannot_take() {
+    let args = [
+        "--m",
+        "70",
+        "--n",
+        "133",
+        "--k",
+        "72",
+        "--layout",
+        "nn",
+        "--dtype",
+        "bf16",
+        "--realign-b",
+    ];
+    for dev in ["cpu", "sim:sm_90a"] {
+        let last = run_on("gemm", &args, dev);
+        assert!(last.contains("nn-realign-b"), "{last}");
+    }
+    for bad in [
+        &["--k", "72", "--layout", "nt"][..],
+        &["--k", "70", "--layout", "nn"],
+    ] {
+        let out = Command::new(example("gemm"))
+            .args(bad)
+            .args(["--m", "70", "--n", "133", "--dtype", "bf16", "--realign-b"])
+            .args(["--device", "cpu"])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad:?} ran");
+        assert!(
+            err.contains("--realign-b takes --layout nn"),
+            "{bad:?}: {err}"
+        );
+    }
+}
+
+/// Where realigning B pays (`gemm_realign::realign_pays`: decode-sized M, an odd N), `--emit`
+/// writes it as the sm_90a kernel — the one a Hopper run takes by default — and the copy-first
+/// GEMM where it does not pay, where tile options are given or `--no-realign-b` asks.
+#[test]
+fn gemm_emits_the_realigning_kernel_where_it_pays() {
+    for (i, (extra, sm90a)) in [
+        (&["--m", "64"][..], "gemm_nn_realign_b.sm_90a.ptx"),
+        (&["--m", "64", "--no-realign-b"], "gemm_nn.sm_90a.ptx"),
+        (&["--m", "64", "--bn", "64"], "gemm_nn.sm_90a.ptx"),
+        (&["--m", "256"], "gemm_nn.sm_90a.ptx"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = std::env::temp_dir().join(format!("tl-emit-ra-{}-{i}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = Command::new(example("gemm"))
+            .args([
+                "--n", "50257", "--k", "4096", "--layout", "nn", "--dtype", "bf16",
+            ])
+            .args(extra)
+            .args(["--emit", dir.to_str().unwrap_or("/tmp/tl-emit-ra")])
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(dir.join(sm90a).exists(), "{extra:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 #[test]
 fn elementwise_odd_length() {
     run("elementwise", &["--n", "10007"]);

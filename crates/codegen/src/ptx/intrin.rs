@@ -692,6 +692,10 @@ impl Emitter {
                 Self::nargs(op, args, 4)?;
                 self.store_shifted(args)?
             }
+            Intrinsic::ShiftedVecCopy => {
+                Self::nargs(op, args, 2)?;
+                self.shifted_vec_copy(args)?
+            }
             Intrinsic::PrefetchL2 => {
                 Self::nargs(op, args, 1)?;
                 let (a, _) = self.mem_arg(args.first(), GLOBAL)?;

@@ -85,6 +85,13 @@ pub fn shared_access(s: &Stmt) -> (HashSet<u64>, HashSet<u64>) {
                         r.insert(b.id());
                     }
                 }
+                // An intrinsic writing shared memory through an address (a shifted copy's
+                // destination, a shared atomic).
+                if let Some(b) = tl_ir::stmt::written_through_address(x) {
+                    if b.scope() == Scope::Shared {
+                        w.insert(b.id());
+                    }
+                }
             });
         }
     });

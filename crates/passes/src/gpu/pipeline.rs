@@ -1180,21 +1180,8 @@ fn fence_edge_writes(consume: &Stmt, per_thread: &HashSet<Var>) -> Option<Stmt> 
     rewrote.then(|| Stmt::seq(out, consume.span))
 }
 
-/// Shared buffers a (tile-level) statement writes: stores and tile-op destinations.
+/// Shared buffers a (tile-level) statement writes: stores, tile-op destinations, and
+/// intrinsics writing through an address (the barrier stage's own account of writes).
 fn written_shared(s: &Stmt) -> HashSet<u64> {
-    let mut out = HashSet::new();
-    s.walk(&mut |st| match &st.kind {
-        StmtKind::Store { buffer, .. } if buffer.scope() == Scope::Shared => {
-            out.insert(buffer.id());
-        }
-        StmtKind::Op(op) => {
-            for r in op.regions().1 {
-                if r.buffer.scope() == Scope::Shared {
-                    out.insert(r.buffer.id());
-                }
-            }
-        }
-        _ => {}
-    });
-    out
+    super::barriers::shared_access(s).1
 }

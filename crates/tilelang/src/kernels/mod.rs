@@ -5,6 +5,7 @@ pub mod elementwise;
 pub mod flash_attention;
 pub mod fp8_gemm;
 pub mod gemm;
+pub mod gemm_realign;
 pub mod gemm_residue;
 pub mod reference;
 pub mod rmsnorm;

@@ -146,3 +146,59 @@ impl Emitter {
         Ok(())
     }
 }
+
+impl Emitter {
+    /// `Intrinsic::ShiftedVecCopy`: args destination, source (both shared, 2-byte elements).
+    /// Four `ld.shared.b32` from the word holding the source (a fifth, predicated, where it
+    /// starts mid-word), four funnel shifts by that half, one `st.shared.v4`.
+    pub(super) fn shifted_vec_copy(&mut self, args: &[Expr]) -> R<()> {
+        let (d, db) = self.mem_arg(args.first(), super::SHARED)?;
+        let (s, sb) = self.mem_arg(args.get(1), super::SHARED)?;
+        if db.dtype().bytes() != 2 || sb.dtype().bytes() != 2 {
+            return Err(format!(
+                "shifted_vec_copy of {} into {} (2-byte elements only)",
+                sb.dtype(),
+                db.dtype()
+            ));
+        }
+        let a = self.fresh(Class::B32);
+        if s.base.starts_with("%rd") {
+            self.ins(&format!("cvt.u32.u64 {a}, {}", s.base));
+            if s.off != 0 {
+                self.ins(&format!("add.u32 {a}, {a}, {}", s.off));
+            }
+        } else {
+            self.ins(&format!("add.u32 {a}, {}, {}", s.base, s.off));
+        }
+        let (w0, r, p) = (
+            self.fresh(Class::B32),
+            self.fresh(Class::B32),
+            self.fresh(Class::Pred),
+        );
+        self.ins(&format!("and.b32 {w0}, {a}, -4"));
+        self.ins(&format!("and.b32 {r}, {a}, 2"));
+        self.ins(&format!("shl.b32 {r}, {r}, 3"));
+        self.ins(&format!("setp.ne.u32 {p}, {r}, 0"));
+        let w: Vec<String> = (0..5).map(|_| self.fresh(Class::B32)).collect();
+        for (i, x) in w.iter().take(4).enumerate() {
+            self.ins(&format!("ld.shared.b32 {x}, [{w0}+{}]", 4 * i));
+        }
+        self.ins(&format!("mov.b32 {}, 0", w[4]));
+        self.ins(&format!("@{p} ld.shared.b32 {}, [{w0}+16]", w[4]));
+        let o: Vec<String> = (0..4).map(|_| self.fresh(Class::B32)).collect();
+        for i in 0..4 {
+            self.ins(&format!(
+                "shf.r.clamp.b32 {}, {}, {}, {r}",
+                o[i],
+                w[i],
+                w[i + 1]
+            ));
+        }
+        self.ins(&format!(
+            "st.shared.v4.b32 {}, {{{}}}",
+            d.operand(),
+            o.join(", ")
+        ));
+        Ok(())
+    }
+}
