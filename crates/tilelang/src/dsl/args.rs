@@ -1,7 +1,7 @@
 //! Conversions that let kernels pass shapes, indices and tiles naturally: `[m, k]`,
 //! `(m, 64)`, `a.tile([by * bm, ko * bk])`, `&a_s`.
 
-use tl_ir::{Buffer, Expr, Span};
+use tl_ir::{Buffer, DType, Expr, Intrinsic, Span};
 
 /// A list of expressions: an array, a vector, or a tuple mixing `Expr`s and integers.
 pub trait IntoExprs {
@@ -96,4 +96,15 @@ impl BufferExt for Buffer {
             span: Span::caller(),
         }
     }
+}
+
+/// The address of element `idx` of `buf`: the memory operand of an intrinsic a kernel calls
+/// through [`TileScope::evaluate`](super::TileScope::evaluate), which the compiler's analyses
+/// read as an access to that buffer.
+pub fn element_address(buf: &Buffer, idx: impl IntoExprs) -> Expr {
+    Expr::call(
+        Intrinsic::AddressOf,
+        vec![Expr::load(buf, idx.into_exprs())],
+        DType::U64,
+    )
 }

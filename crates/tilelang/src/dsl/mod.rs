@@ -6,7 +6,7 @@ mod builder;
 mod dist;
 mod scope;
 
-pub use args::{BufferExt, IntoExprs, Tile};
+pub use args::{element_address, BufferExt, IntoExprs, Tile};
 pub use builder::{KernelBuilder, OpenLaunch};
 pub(crate) use dist::add_peer_tables;
 pub use dist::{Dist, SignalOp};

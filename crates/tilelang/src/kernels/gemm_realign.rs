@@ -19,17 +19,9 @@
 //! row-major `[K, N]`; K a multiple of 8), `C` as `[M, N]`.
 
 use super::gemm::{GemmConfig, Layout};
+use crate::dsl::element_address;
 use crate::prelude::*;
 use tl_ir::Intrinsic;
-
-/// The address of element `idx` of `buf`, for an intrinsic's operand.
-fn address_of(buf: &Buffer, idx: impl IntoExprs) -> Expr {
-    Expr::call(
-        Intrinsic::AddressOf,
-        vec![Expr::load(buf, idx.into_exprs())],
-        U64,
-    )
-}
 
 /// B's residues: rows 8 apart are a whole number of 16-byte units apart whatever N is.
 const RESIDUES: i64 = 8;
@@ -127,8 +119,8 @@ pub fn gemm_nn_realigning_b(in_dtype: DType, out_dtype: DType, cfg: GemmConfig) 
                     for (r, land_r) in (0..RESIDUES).zip(&land) {
                         let shift = t.let_(&format!("shift{r}"), (&n * r + &n0).floormod(per_16));
                         t.parallel([rows, bn / per_16], |t, [i, c]| {
-                            let dst = address_of(&b_s, [&i * RESIDUES + r, &c * per_16]);
-                            let src = address_of(land_r, [i.clone(), &c * per_16 + &shift]);
+                            let dst = element_address(&b_s, [&i * RESIDUES + r, &c * per_16]);
+                            let src = element_address(land_r, [i.clone(), &c * per_16 + &shift]);
                             t.evaluate(Expr::call(Intrinsic::ShiftedVecCopy, vec![dst, src], Bool));
                         });
                     }
