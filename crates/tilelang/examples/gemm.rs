@@ -416,48 +416,27 @@ fn residue_shapes(layout: Layout, dt: DType, m: usize, n: usize) -> anyhow::Resu
     Ok(())
 }
 
-/// `--by-residue`: the NN GEMM that reads A in place by row residue, on A, B and C allocated
-/// as the views it declares (`[M/8, 8·K]`, `[K, N]`, `[M/8, 8, N]`: the bytes of row-major
-/// `[M, K]` and `[M, N]`), checked against the same f64 reference.
+/// `--by-residue`: the NN GEMM that reads A in place by row residue, on A and C allocated as
+/// the views it declares (`[M/8, 8·K]`, `[M/8, 8, N]`: the bytes of row-major `[M, K]` and
+/// `[M, N]`).
 fn run_by_residue(args: &Args, dt: DType, out_dt: DType, dev: &Device) -> anyhow::Result<ExitCode> {
     let (m, n, k) = (args.m, args.n, args.k);
     let cfg = residue_config();
     let kernel = gemm_nn_by_residue(dt, out_dt, cfg);
-    let a = Tensor::randn(&[m / 8, 8 * k], dt, args.common.seed, dev)?;
-    let b = Tensor::randn(&[k, n], dt, args.common.seed + 1, dev)?;
-    let c = Tensor::zeros(&[m / 8, 8, n], out_dt, dev)?;
-    let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
-    let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
-    let a_rows = common::gather_rows(&av, &rows, k);
-    let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, false);
-    let exe = common::compile(&kernel, dev)?;
-    c.fill(f64::NAN)?;
-    let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
-    exe.run_args(&launch)?;
-    let cv = c.to_f64_vec()?;
-    let got = common::gather_rows(&cv, &rows, n);
-    let err = tilelang::runtime::rel_err(&got, &want).map_err(anyhow::Error::msg)?;
-    let ms = args.common.time_ms(&exe, &launch)?;
-    let tflops = 2.0 * (m * n * k) as f64 / (ms * 1e-3) / 1e12;
-    let notes = format!(
-        "{}{} {}",
-        common::compile_note(&exe),
-        common::tiles_note(&cfg),
-        common::variant_note(&exe, &[&a, &b, &c])
-    );
-    Ok(common::finish(
-        "gemm",
-        &format!("{m}x{n}x{k} nn-by-residue {dt}"),
-        err,
-        ms,
-        common::tolerance(dt).max(common::tolerance(out_dt)),
-        &format!("tflops={tflops:.3} device={dev} {notes}"),
-    ))
+    let views = [&[m / 8, 8 * k][..], &[k, n], &[m / 8, 8, n]];
+    run_on_views(
+        args,
+        (dt, out_dt),
+        dev,
+        (&kernel, &cfg),
+        views,
+        "nn-by-residue",
+    )
 }
 
 /// `--realign-b`: the NN GEMM that reads B in place by row residue and realigns it in shared
 /// memory, on B allocated as the view it declares (`[K/8, 8·N]`: the bytes of a row-major
-/// `[K, N]`), checked against the same f64 reference.
+/// `[K, N]`).
 fn run_realigning_b(
     args: &Args,
     dt: DType,
@@ -467,14 +446,38 @@ fn run_realigning_b(
     let (m, n, k) = (args.m, args.n, args.k);
     let cfg = realign_config(m);
     let kernel = gemm_nn_realigning_b(dt, out_dt, cfg);
-    let a = Tensor::randn(&[m, k], dt, args.common.seed, dev)?;
-    let b = Tensor::randn(&[k / 8, 8 * n], dt, args.common.seed + 1, dev)?;
-    let c = Tensor::zeros(&[m, n], out_dt, dev)?;
+    let views = [&[m, k][..], &[k / 8, 8 * n], &[m, n]];
+    run_on_views(
+        args,
+        (dt, out_dt),
+        dev,
+        (&kernel, &cfg),
+        views,
+        "nn-realign-b",
+    )
+}
+
+/// An NN GEMM kernel that declares its operands as views of row-major `[M, K]`, `[K, N]` and
+/// `[M, N]` tensors (the same bytes in other shapes): run on tensors of the view shapes
+/// `views`, checked against the f64 reference of the row-major problem, timed, and summed up
+/// under `label`.
+fn run_on_views(
+    args: &Args,
+    (dt, out_dt): (DType, DType),
+    dev: &Device,
+    (kernel, cfg): (&Kernel, &GemmConfig),
+    views: [&[usize]; 3],
+    label: &str,
+) -> anyhow::Result<ExitCode> {
+    let (m, n, k) = (args.m, args.n, args.k);
+    let a = Tensor::randn(views[0], dt, args.common.seed, dev)?;
+    let b = Tensor::randn(views[1], dt, args.common.seed + 1, dev)?;
+    let c = Tensor::zeros(views[2], out_dt, dev)?;
     let rows = common::check_rows(m, 2.0 * (n * k) as f64, args.common.seed);
     let (av, bv) = (a.to_f64_vec()?, b.to_f64_vec()?);
     let a_rows = common::gather_rows(&av, &rows, k);
     let want = reference::gemm(&a_rows, &bv, rows.len(), n, k, false, false);
-    let exe = common::compile(&kernel, dev)?;
+    let exe = common::compile(kernel, dev)?;
     c.fill(f64::NAN)?;
     let launch = [Arg::Tensor(&a), Arg::Tensor(&b), Arg::Tensor(&c)];
     exe.run_args(&launch)?;
@@ -486,12 +489,12 @@ fn run_realigning_b(
     let notes = format!(
         "{}{} {}",
         common::compile_note(&exe),
-        common::tiles_note(&cfg),
+        common::tiles_note(cfg),
         common::variant_note(&exe, &[&a, &b, &c])
     );
     Ok(common::finish(
         "gemm",
-        &format!("{m}x{n}x{k} nn-realign-b {dt}"),
+        &format!("{m}x{n}x{k} {label} {dt}"),
         err,
         ms,
         common::tolerance(dt).max(common::tolerance(out_dt)),
