@@ -1053,13 +1053,26 @@ impl Interp<'_, '_> {
                 )?;
             }
         }
+        self.store_16_aligned(th, &d, &data[..16], name, pc)
+    }
+
+    /// 16 bytes stored as one vector at `d`, which must be 16-byte aligned (the shifted
+    /// copies' destinations).
+    fn store_16_aligned(
+        &mut self,
+        th: &mut Thread,
+        d: &Loc,
+        data: &[u8],
+        name: &str,
+        pc: u32,
+    ) -> Result<(), SimError> {
         let doff = self.mem.range(d.buf, d.elem, 16, th.tid, pc)?;
         self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
         self.mem.write(
             &mut th.local,
             d.buf,
             doff,
-            &data[..16],
+            data,
             rec(th.tid, Kind::Write, pc),
         )
     }
@@ -1091,15 +1104,7 @@ impl Interp<'_, '_> {
             win[16 * half..16 * half + 16].copy_from_slice(&b);
         }
         let shift = (((t.elem + off) * eb) & 15) as usize;
-        let doff = self.mem.range(d.buf, d.elem, 16, th.tid, pc)?;
-        self.mem.aligned(d.buf, doff, 16, name, th.tid, pc)?;
-        self.mem.write(
-            &mut th.local,
-            d.buf,
-            doff,
-            &win[shift..shift + 16],
-            rec(th.tid, Kind::Write, pc),
-        )
+        self.store_16_aligned(th, &d, &win[shift..shift + 16], name, pc)
     }
 
     /// A buffer load into registers: the range check is per dword (`dwordx2`/`x4` loads that

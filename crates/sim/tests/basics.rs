@@ -556,6 +556,17 @@ fn two_threads_of_a_block_storing_one_global_element_race() {
     }
 }
 
+/// `values[t]` in thread `t` (of as many threads as values).
+fn per_thread(values: &[i64]) -> Expr {
+    values
+        .iter()
+        .enumerate()
+        .rev()
+        .fold(Expr::int(0), |acc, (t, &v)| {
+            Expr::select(tid().eq_(t as i64), Expr::int(v), acc)
+        })
+}
+
 /// `LoadWindow` + `StoreShifted` copy 16 bytes from any element to an aligned destination
 /// (what a kernel staging odd rows itself lowers to): at every 2-byte misalignment, at the
 /// tensor's end (the window's bytes past it read as zeros, and nothing past it is read), and
@@ -570,14 +581,7 @@ fn shifted_vector_copies_realign_any_element() {
     let starts = [0i64, 9, 18, 27, 36, 45, 54, 57];
     let copy = |b: &mut B, first: i64, count: i64, dst: Expr| {
         let w = b.local("w", &[8], DType::U32);
-        let start = starts
-            .iter()
-            .enumerate()
-            .rev()
-            .fold(Expr::int(0), |acc, (t, &s)| {
-                Expr::select(tid().eq_(t as i64), Expr::int(s), acc)
-            });
-        let off = b.let_("off", start.cast(DType::I64));
+        let off = b.let_("off", per_thread(&starts).cast(DType::I64));
         b.call(
             Intrinsic::LoadWindow,
             vec![
@@ -710,13 +714,7 @@ fn shifted_vec_copy_moves_any_element() {
                     });
                 });
                 b.sync();
-                let start = starts
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .fold(Expr::int(0), |acc, (t, &s)| {
-                        Expr::select(tid().eq_(t as i64), Expr::int(s), acc)
-                    });
+                let start = per_thread(&starts);
                 b.call(
                     Intrinsic::ShiftedVecCopy,
                     vec![addr(&dst, tid() * 8), addr(&src, start)],

@@ -238,18 +238,17 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     // The residue kernel where asked, or where it pays and the command line leaves the
     // Hopper tiles alone (only on Hopper: elsewhere `--emit` writes the default kernel).
+    type PaysRule = fn(&Target, DType, Layout, (usize, usize, usize), u32) -> bool;
+    let pays = |rule: PaysRule, target: Target| {
+        let sms = common::multiprocessors(&dev, target);
+        rule(&target, dt, layout, (args.m, args.n, args.k), sms)
+    };
     let residue_for = |target: Target| {
         args.by_residue
             || (!args.no_by_residue
                 && !args.tile.tune
                 && config_for(target) == GemmConfig::hopper()
-                && residue_pays(
-                    &target,
-                    dt,
-                    layout,
-                    (args.m, args.n, args.k),
-                    common::multiprocessors(&dev, target),
-                ))
+                && pays(residue_pays, target))
     };
     // Likewise the realigning kernel for an NN B whose rows are not whole 16-byte units.
     let realign_for = |target: Target| {
@@ -259,13 +258,7 @@ fn run() -> anyhow::Result<ExitCode> {
                 && !tile_options_given(&args)
                 && GemmConfig::for_problem(&target, dt, layout, args.m, args.n, args.k)
                     == GemmConfig::hopper()
-                && realign_pays(
-                    &target,
-                    dt,
-                    layout,
-                    (args.m, args.n, args.k),
-                    common::multiprocessors(&dev, target),
-                ))
+                && pays(realign_pays, target))
     };
     let kernels_for = |target: Target| {
         if residue_for(target) && GemmConfig::hopper_applies(&target, dt) {
