@@ -1297,17 +1297,18 @@ fn gemm_by_residue_keeps_other_rows_finite_in_sim() {
 
 /// The NN GEMM that reads a B whose rows are not whole 16-byte units in place by row residue
 /// and realigns it in shared memory (`kernels::gemm_realign`), in the simulator through the
-/// runtime, against an f64 GEMM: N = 129 … 136 (every shift of every residue's rows), a last
-/// block of rows past M, a last k step past K (K/8 = 9 rows of the view: one step and one
-/// row of the next), and one and two consumer warpgroups. The simulator checks the shifted
-/// copies' reads (the element before and after, where a copy starts mid-word) and the
-/// barrier and proxy fence before the wgmma reads what they wrote.
+/// runtime, against an f64 GEMM: N = 129 … 136 (every shift of every residue's rows), one and
+/// two consumer warpgroups (8 and 6 stages), 11 k steps (K/8 = 81 rows of the view: every
+/// stage's barriers round more than once, the last step one row deep), a last block of rows
+/// past M. The simulator checks the shifted copies' reads (the element before and after, where
+/// a copy starts mid-word) and the barrier and proxy fence before the wgmma reads what they
+/// wrote.
 #[test]
 fn gemm_realigning_b_in_sim() {
     use tilelang::kernels::gemm_realign::{gemm_nn_realigning_b, realign_config};
     let dev = Device::Sim(Target::SM90);
-    let k = 72usize;
-    for m in [70usize, 130] {
+    let k = 648usize;
+    for m in [40usize, 130] {
         let exe = gemm_nn_realigning_b(BF16, F32, realign_config(m))
             .compile(&dev)
             .expect("compiles for the simulator");
