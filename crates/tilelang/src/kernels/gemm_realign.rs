@@ -10,10 +10,13 @@
 //! `k = 8q + r` of B sits in row `q` of the view from column `r·N`; a k step loads each
 //! residue's 8 rows of the tile from the 16-byte boundary at or before that column, so the
 //! tile's rows land shifted by `d_r = (r·N + n0) mod 8` elements (`n0` the tile's first
-//! column). The consumers move them into the wgmma's B tile at their place, element by element
-//! — work a B-bound GEMM has the time for, and one no wgmma descriptor can do (it starts a
-//! row only on 16 bytes). Columns past the tile's end hold the next row's elements (or the
-//! map's zeros); they feed only C's columns past N, which are never written.
+//! column). The consumers move them into the wgmma's B tile at their place, eight elements at
+//! a time (`Intrinsic::ShiftedVecCopy`: 32-bit loads from the word holding the first, funnel
+//! shifts, one 16-byte store) — work a B-bound GEMM has the time for, and one no wgmma
+//! descriptor can do (it starts a row only on 16 bytes). Columns past the tile's end hold the
+//! next row's elements (or the map's zeros); they feed only C's columns past N, which are
+//! never written. On an H200, 64×50257×4096 NN now runs 0.176 ms (NT: 0.122); moved element
+//! by element it ran 0.484 ([`realign_pays`] says where the gemm example takes it).
 //!
 //! Inputs as the kernel declares them: `A` as `[M, K]`, `B` as `[K/8, 8·N]` (the bytes of a
 //! row-major `[K, N]`; K a multiple of 8), `C` as `[M, N]`.
