@@ -252,6 +252,34 @@ impl Tensor {
         self.strides == row_major(&self.shape)
     }
 
+    /// The same elements, in the same row-major order and memory, under another shape of as
+    /// many elements: how a caller hands a kernel the view it declares — the in-place GEMMs
+    /// take a row-major `[K, N]` B as `[K/8, 8·N]` (`kernels::gemm_realign`), an `[M, K]` A as
+    /// `[M/8, 8·K]` (`kernels::gemm_residue`) — and takes the tensor back after. Consumes the
+    /// tensor (its memory has one owner); refuses a different element count and a tensor that
+    /// is not contiguous.
+    pub fn reshape(self, shape: &[usize]) -> Result<Tensor> {
+        let numel: usize = shape.iter().product();
+        if numel != self.numel() {
+            return Err(RuntimeError::Tensor(format!(
+                "cannot reshape a tensor of shape {:?} ({} elements) to {shape:?} ({numel} elements); give a shape of as many elements",
+                self.shape,
+                self.numel()
+            )));
+        }
+        if !self.is_contiguous() {
+            return Err(RuntimeError::Tensor(format!(
+                "cannot reshape a tensor of shape {:?} with strides {:?} in place: its elements are not in row-major order; copy it into a contiguous tensor first",
+                self.shape, self.strides
+            )));
+        }
+        Ok(Tensor {
+            strides: row_major(shape),
+            shape: shape.to_vec(),
+            ..self
+        })
+    }
+
     /// Every element, converted to f64. For a GPU tensor this waits for the work queued on
     /// the device (so it reports errors of earlier launches) and downloads.
     pub fn to_f64_vec(&self) -> Result<Vec<f64>> {
@@ -488,6 +516,28 @@ impl fmt::Debug for Tensor {
             "Tensor({:?}, {}, {})",
             self.shape, self.dtype, self.device
         )
+    }
+}
+
+#[cfg(test)]
+mod reshape_tests {
+    use super::*;
+
+    /// A reshape keeps the elements and their order, and says what is wrong with a shape of
+    /// another element count.
+    #[test]
+    fn reshape_keeps_the_elements() {
+        let t = Tensor::randn(&[16, 5], DType::BF16, 7, &Device::Cpu).expect("tensor");
+        let before = t.to_f64_vec().expect("values");
+        let v = t
+            .reshape(&[2, 40])
+            .expect("the [K/8, 8·N] view of a [16, 5]");
+        assert_eq!((v.shape(), v.strides()), (&[2, 40][..], &[40, 1][..]));
+        assert_eq!(v.to_f64_vec().expect("values"), before);
+        let back = v.reshape(&[16, 5]).expect("back");
+        assert_eq!(back.to_f64_vec().expect("values"), before);
+        let err = back.reshape(&[3, 27]).expect_err("81 elements from 80");
+        assert!(err.to_string().contains("80 elements"), "{err}");
     }
 }
 

@@ -19,7 +19,8 @@
 //! by element it ran 0.484 ([`realign_pays`] says where the gemm example takes it).
 //!
 //! Inputs as the kernel declares them: `A` as `[M, K]`, `B` as `[K/8, 8·N]` (the bytes of a
-//! row-major `[K, N]`; K a multiple of 8), `C` as `[M, N]`.
+//! row-major `[K, N]`; K a multiple of 8: `b.reshape(&[k / 8, 8 * n])`, no copy), `C` as
+//! `[M, N]`.
 
 use super::gemm::{GemmConfig, Layout};
 use crate::dsl::element_address;

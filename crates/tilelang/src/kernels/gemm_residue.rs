@@ -22,7 +22,7 @@
 //!
 //! Inputs as the kernel declares them: `A` as `[M/8, 8·K]`, `B` as `[K, N]`, `C` as
 //! `[M/8, 8, N]` — views of row-major `[M, K]` and `[M, N]` tensors (M a multiple of 8; N a
-//! multiple of 8 for C's TMA stores).
+//! multiple of 8 for C's TMA stores), which `Tensor::reshape` makes without a copy.
 
 use super::gemm::GemmConfig;
 use crate::prelude::*;
