@@ -398,13 +398,19 @@ fn odd_n_epilogue_compiles_to_bulk_copies() {
     }
     let k = gemm(Layout::NT, BF16, BF16, GemmConfig::hopper());
     let odd_n = common::class_variant(&k, &["M", "K"], 8);
-    let cuda = odd_n.emit_general(Target::SM90).expect("CUDA C++");
-    let low = odd_n.lower(Target::SM90).expect("lowered");
+    let (cuda, ptx) = sm90_sources(&odd_n);
+    assert!(ptx.contains("cp.async.bulk.global.shared::cta.bulk_group"));
+    both_printers_without_spills(cuda, ptx, "UBLKCP");
+}
+
+/// A kernel variant's sm_90a sources from both printers: CUDA C++ and PTX.
+fn sm90_sources(variant: &tilelang::Kernel) -> (String, String) {
+    let cuda = variant.emit_general(Target::SM90).expect("CUDA C++");
+    let low = variant.lower(Target::SM90).expect("lowered");
     let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
         .expect("PTX")
         .code;
-    assert!(ptx.contains("cp.async.bulk.global.shared::cta.bulk_group"));
-    both_printers_without_spills(cuda, ptx, "UBLKCP");
+    (cuda, ptx)
 }
 
 /// The CUDA C++ and PTX of one kernel each compile for sm_90a without spills, and each SASS
@@ -662,11 +668,7 @@ fn gemm_by_residue_compiles_without_spills() {
     }
     let k = gemm_nn_by_residue(BF16, BF16, residue_config());
     let variant = common::class_variant(&k, &["N"], 8);
-    let cuda = variant.emit_general(Target::SM90).expect("CUDA C++");
-    let low = variant.lower(Target::SM90).expect("lowered");
-    let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
-        .expect("PTX")
-        .code;
+    let (cuda, ptx) = sm90_sources(&variant);
     both_printers_without_spills(cuda, ptx, "HGMMA");
 }
 
@@ -684,11 +686,7 @@ fn gemm_realigning_b_compiles_without_spills() {
     for m in [64, 128] {
         let k = gemm_nn_realigning_b(BF16, BF16, realign_config(m));
         let variant = common::class_variant(&k, &["N"], 1);
-        let cuda = variant.emit_general(Target::SM90).expect("CUDA C++");
-        let low = variant.lower(Target::SM90).expect("lowered");
-        let ptx = tl_codegen::ptx::generate(&low, Target::SM90)
-            .expect("PTX")
-            .code;
+        let (cuda, ptx) = sm90_sources(&variant);
         assert!(cuda.contains("tl_shifted_vec_copy("), "CUDA C++");
         for needle in ["shf.r.clamp.b32", "ld.shared.b32", "st.shared.v4.b32"] {
             assert!(ptx.contains(needle), "PTX without {needle}");

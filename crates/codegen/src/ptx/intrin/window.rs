@@ -161,15 +161,9 @@ impl Emitter {
                 db.dtype()
             ));
         }
+        // A shared address is a 32-bit register plus a constant (`Emitter::address`).
         let a = self.fresh(Class::B32);
-        if s.base.starts_with("%rd") {
-            self.ins(&format!("cvt.u32.u64 {a}, {}", s.base));
-            if s.off != 0 {
-                self.ins(&format!("add.u32 {a}, {a}, {}", s.off));
-            }
-        } else {
-            self.ins(&format!("add.u32 {a}, {}, {}", s.base, s.off));
-        }
+        self.ins(&format!("add.u32 {a}, {}, {}", s.base, s.off));
         let (w0, r, p) = (
             self.fresh(Class::B32),
             self.fresh(Class::B32),
