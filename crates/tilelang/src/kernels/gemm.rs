@@ -321,8 +321,9 @@ impl GemmConfig {
             }
         }
         let mut choice = best;
-        if split.split_k > 1 && better(fill(wide * split.split_k as usize), best.1) {
-            choice = (split, fill(wide * split.split_k as usize));
+        let wide_split = fill(wide * split.split_k as usize);
+        if split.split_k > 1 && better(wide_split, best.1) {
+            choice = (split, wide_split);
         }
         // The narrower tiles split in turn, where they leave half the SMs idle and their
         // split fills at least half: 64×64 tiles in 2 shares at 64×4096×4096 NN, whose B
@@ -730,6 +731,7 @@ mod tests {
             overlap: bm == 128 && bn <= 64,
             ..h
         };
+        let split = |split_k, c: GemmConfig| GemmConfig { split_k, ..c };
         // 4 × 32 half-width tiles: 128 of 132 SMs, in 6 stages of 32 KiB.
         assert_eq!(fit(512, 4096, 8192), tiles(128, 128, 256, 6));
         assert_eq!(fit(2048, 1024, 4096), tiles(128, 128, 256, 6));
@@ -761,50 +763,17 @@ mod tests {
         // as a split of 16 wide tiles in 4 would; the narrow tiles split in 2 fill 128.
         for layout in [Layout::NN, Layout::TN] {
             let fit = h.fit_to_gpu(layout, 64, 4096, 4096, 132);
-            assert_eq!(
-                fit,
-                GemmConfig {
-                    split_k: 2,
-                    ..tiles(64, 64, 128, 12)
-                },
-                "{layout:?}"
-            );
+            assert_eq!(fit, split(2, tiles(64, 64, 128, 12)), "{layout:?}");
             // Not the wide tiles in 8 shares (64 blocks): the narrow ones in 4 (128).
             let fit = h.fit_to_gpu(layout, 64, 2048, 8192, 132);
-            assert_eq!(
-                fit,
-                GemmConfig {
-                    split_k: 4,
-                    ..tiles(64, 64, 128, 12)
-                },
-                "{layout:?}"
-            );
+            assert_eq!(fit, split(4, tiles(64, 64, 128, 12)), "{layout:?}");
             // 32 tiles of 128×64 in 4 shares.
             let fit = h.fit_to_gpu(layout, 256, 1024, 4096, 132);
-            assert_eq!(
-                fit,
-                GemmConfig {
-                    split_k: 4,
-                    ..tiles(128, 64, 256, 8)
-                },
-                "{layout:?}"
-            );
+            assert_eq!(fit, split(4, tiles(128, 64, 256, 8)), "{layout:?}");
         }
         // K-major B too, where even 64×32 tiles leave half the SMs idle.
-        assert_eq!(
-            fit(64, 2048, 4096),
-            GemmConfig {
-                split_k: 2,
-                ..tiles(64, 32, 128, 16)
-            }
-        );
-        assert_eq!(
-            fit(64, 1024, 8192),
-            GemmConfig {
-                split_k: 4,
-                ..tiles(64, 32, 128, 16)
-            }
-        );
+        assert_eq!(fit(64, 2048, 4096), split(2, tiles(64, 32, 128, 16)));
+        assert_eq!(fit(64, 1024, 8192), split(4, tiles(64, 32, 128, 16)));
         assert_eq!(fit(32, 8192, 8192), tiles(64, 64, 128, 12));
         // 56 tiles of 64 rows: 112 half-width ones keep 85% of the SMs busy (less a hair), in
         // the stages they had.
